@@ -1,0 +1,43 @@
+"""The functional kernel: state records, the counter-based RNG, the stage protocol, composition,
+snapshot encoding, fingerprints and the contract-test helpers.
+
+Belongs here: pure code over numpy and msgspec. Must not: import torch, PIL or av, touch the
+filesystem, read the clock or a global RNG, or keep module-level mutable state.
+"""
+
+from fpipe.core import rng
+from fpipe.core.compose import Lifted, chain, stage_key
+from fpipe.core.errors import (
+    BadSampleError,
+    ConfigError,
+    ErrorPolicy,
+    FpipeError,
+    SnapshotError,
+    SnapshotMismatchError,
+)
+from fpipe.core.pipeline import Pipeline, PipelineConfig
+from fpipe.core.records import Config, Recipe, Refs, State, Unit
+from fpipe.core.stage import Source, Stage, stateless
+
+__all__ = [
+    "BadSampleError",
+    "Config",
+    "ConfigError",
+    "ErrorPolicy",
+    "FpipeError",
+    "Lifted",
+    "Pipeline",
+    "PipelineConfig",
+    "Recipe",
+    "Refs",
+    "SnapshotError",
+    "SnapshotMismatchError",
+    "Source",
+    "Stage",
+    "State",
+    "Unit",
+    "chain",
+    "rng",
+    "stage_key",
+    "stateless",
+]

@@ -1,0 +1,229 @@
+"""Composition: ``chain`` threads stages; over a source it yields a pull source (blocks rule).
+
+``chain(a, b, c)`` of streaming stages is one streaming stage whose state is the tuple of the
+parts' states (like optax's ``chain``). ``chain(source, a, b)`` is a :class:`Source`: every stage
+is *lifted* over what precedes it, and the lifted state is a :class:`Lifted` record
+
+    Lifted(up=<upstream state>, st=<stage state>, cur=<outputs of the block already taken>)
+
+For a streaming stage ``up``/``st`` are the live states and ``cur`` is 0. For a block stage they
+are the states at the *start* of the current block and ``cur`` indexes into that block's output:
+the output is recomputed from them when needed (and memoized, which is invisible to callers
+because everything is a pure function of the state). When a block is used up, the state moves
+to the next block's start, so equal positions always have equal states.
+
+Stage keys are ``fold_in(root, name_id(stage.name))``: a stage's randomness depends on its name,
+not on how the chain was parenthesized, so ``chain(chain(s, a), b) == chain(s, a, b)``. Names in
+one pipeline must therefore be unique (checked when the pipeline is built).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.records import Config, Refs, State
+from fpipe.core.rng import fold_in, name_id
+from fpipe.core.stage import Source, Stage
+
+__all__ = ["ChainConfig", "Lifted", "chain", "concat_chunks", "stage_key"]
+
+U = TypeVar("U")
+S = TypeVar("S")
+
+
+class Lifted(State, Generic[U, S], frozen=True, array_like=True):
+    """State of a stage lifted over its upstream (see the module docstring)."""
+
+    up: U
+    st: S
+    cur: int = 0
+
+
+class ChainConfig(Config, frozen=True):
+    """Config of a chain of streaming stages: the names of its parts, in order."""
+
+    parts: tuple[str, ...]
+
+
+def stage_key(root: int, name: str) -> int:
+    """The key a stage named ``name`` gets from the pipeline's root key."""
+    return fold_in(root, name_id(name))
+
+
+def concat_chunks(chunks: list) -> Any:
+    """Concatenate chunks of one kind (Refs, or tuples of outputs)."""
+    if not chunks:
+        return ()
+    if isinstance(chunks[0], Refs):
+        return Refs.concat(chunks)
+    if len(chunks) == 1:
+        return chunks[0]
+    return tuple(x for c in chunks for x in c)
+
+
+def _check_unique(names: list[str]) -> None:
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise ConfigError(
+                f"two stages are named {n!r} in one pipeline; stage keys and state addresses come "
+                f"from names, so give one of them another name (name=...)"
+            )
+        seen.add(n)
+
+
+def _parts_of(x: Source | Stage) -> tuple:
+    if isinstance(x, Source):
+        return x.parts or ((x.name, x.config),)
+    return ((x.name, x.config),)
+
+
+def chain(*parts: Source | Stage) -> Source | Stage:
+    """Compose stages (all streaming) into one stage, or a source and stages into a source.
+
+    Example:
+        >>> from fpipe.plan import samples, repeat, batch
+        >>> src = chain(repeat(samples(5), num_epochs=1), batch(2, drop_last=False))
+        >>> state = src.init(0)
+        >>> state, out = src.next(state, 1)
+        >>> out[0].refs.index.tolist()
+        [0, 1]
+    """
+    if not parts:
+        raise ConfigError("chain() needs at least one stage")
+    if isinstance(parts[0], Source):
+        src = parts[0]
+        for i, stage in enumerate(parts[1:], 1):
+            if not isinstance(stage, Stage):
+                raise ConfigError(
+                    f"chain part {i} is a {type(stage).__name__}; only the first part may be a "
+                    "Source"
+                )
+            src = lift(src, stage)
+        return src
+    for i, stage in enumerate(parts):
+        if not isinstance(stage, Stage):
+            raise ConfigError(f"chain part {i} is a {type(stage).__name__}, not a Stage")
+        if stage.block_size is not None:
+            raise ConfigError(
+                f"stage {stage.name!r} works on blocks of {stage.block_size}; compose it over a "
+                "source with chain(source, ...) so its blocks can be re-read on restore"
+            )
+    _check_unique([p[0] for s in parts for p in _parts_of(s)])
+    return _chain_stages(parts)
+
+
+def _chain_stages(stages: tuple[Stage, ...]) -> Stage:
+    def init(key):
+        return tuple(s.init(stage_key(key, s.name)) for s in stages)
+
+    def step(states, chunk):
+        new = []
+        for s, st in zip(stages, states):
+            st, chunk = s.step(st, chunk)
+            new.append(st)
+        return tuple(new), chunk
+
+    def flush(states):
+        new, out = [], None
+        for s, st in zip(stages, states):
+            if out is not None and len(out):
+                st, out = s.step(st, out)
+                st, more = s.flush(st)
+                out = concat_chunks([out, more]) if len(more) else out
+            else:
+                st, out = s.flush(st)
+            new.append(st)
+        return tuple(new), out if out is not None else ()
+
+    return Stage(
+        name="+".join(s.name for s in stages),
+        config=ChainConfig(parts=tuple(s.name for s in stages)),
+        init=init,
+        step=step,
+        flush=flush,
+        state_type=tuple[tuple(s.state_type for s in stages)],
+    )
+
+
+def lift(upstream: Source, stage: Stage) -> Source:
+    """Run ``stage`` over ``upstream``: the result is a pull source (see module docstring)."""
+    parts = _parts_of(upstream) + _parts_of(stage)
+    _check_unique([p[0] for p in parts])
+    state_type = Lifted[upstream.state_type, stage.state_type]
+    up_next = upstream.next
+
+    def init(key):
+        return Lifted(upstream.init(key), stage.init(stage_key(key, stage.name)), 0)
+
+    if stage.block_size is None:
+
+        def next_streaming(state, n):
+            up, st = state.up, state.st
+            while True:
+                up, chunk = up_next(up, n)
+                if not len(chunk):
+                    st, out = stage.flush(st)
+                    if len(out) > n:
+                        raise RuntimeError(f"streaming stage {stage.name!r} flushed > n outputs")
+                    return Lifted(up, st, 0), out
+                st, out = stage.step(st, chunk)
+                if len(out):
+                    return Lifted(up, st, 0), out
+
+        next_fn = next_streaming
+    else:
+        block_size = stage.block_size
+        memo: OrderedDict = OrderedDict()  # (up, st) at block start -> (up, st, out) at block end
+
+        def compute_block(up, st):
+            k = (up, st)
+            hit = memo.get(k)
+            if hit is not None:
+                return hit
+            got, total, up_end = [], 0, up
+            while total < block_size:
+                up_end, chunk = up_next(up_end, block_size - total)
+                if not len(chunk):
+                    break
+                got.append(chunk)
+                total += len(chunk)
+            if total:
+                st_end, out = stage.step(st, concat_chunks(got))
+            else:
+                st_end, out = stage.flush(st)
+            result = (up_end, st_end, out, total == 0)
+            memo[k] = result
+            if len(memo) > 2:
+                memo.popitem(last=False)
+            return result
+
+        def next_block(state, n):
+            while True:
+                up_end, st_end, out, at_end = compute_block(state.up, state.st)
+                cur = state.cur
+                if cur < len(out):
+                    taken = out[cur : cur + n]
+                    cur += len(taken)
+                    if cur < len(out):
+                        return Lifted(state.up, state.st, cur), taken
+                    # Block used up: move to the next block's start (after a flush, the flushed
+                    # state, whose next flush yields nothing).
+                    return Lifted(up_end, st_end, 0), taken
+                if at_end:
+                    return Lifted(up_end, st_end, 0), out[:0]
+                state = Lifted(up_end, st_end, 0)  # a block with no output: go on to the next
+
+        next_fn = next_block
+
+    return Source(
+        name=stage.name,
+        config=stage.config,
+        init=init,
+        next=next_fn,
+        state_type=state_type,
+        parts=parts,
+        upstream=upstream,
+    )

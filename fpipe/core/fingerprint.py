@@ -1,0 +1,93 @@
+"""Fingerprints of a pipeline's configuration, and a readable diff between two of them.
+
+A pipeline is described by its parts, ``(name, config)`` pairs in data-flow order. Each part is
+summarized as ``[name, config type name, [16-bit hash of each field]]``; the fingerprint is a
+hash of the canonical msgpack encoding of all of it. Fields a config declares ``compatible``
+(rank, world size...) are left out, so changing them does not refuse a restore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from fpipe.core.records import Config
+
+__all__ = ["config_fields", "describe", "diff_parts", "fingerprint", "part_digest"]
+
+_encoder = msgspec.msgpack.Encoder(order="deterministic")
+
+
+def _canonical(value: Any) -> Any:
+    """Plain data for hashing and printing; callables are named by module and qualname."""
+    if isinstance(value, msgspec.Struct):
+        return [
+            type(value).__name__,
+            {f: _canonical(getattr(value, f)) for f in value.__struct_fields__},
+        ]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
+    return value
+
+
+def config_fields(config: Config) -> list[tuple[str, Any]]:
+    """The fingerprinted fields of a config, in declaration order, as canonical plain data."""
+    skip = type(config).compatible
+    return [(f, _canonical(getattr(config, f))) for f in config.__struct_fields__ if f not in skip]
+
+
+def _h16(value: Any) -> int:
+    return int.from_bytes(hashlib.blake2b(_encoder.encode(value), digest_size=2).digest(), "big")
+
+
+def part_digest(name: str, config: Config) -> list:
+    """``[name, type name, [16-bit hash per fingerprinted field]]`` for one part."""
+    return [name, type(config).__name__, [_h16(v) for _, v in config_fields(config)]]
+
+
+def fingerprint(parts: Sequence[tuple[str, Config]]) -> bytes:
+    """A 16-byte hash of the canonical description of ``parts``."""
+    canon = [[n, type(c).__name__, config_fields(c)] for n, c in parts]
+    return hashlib.blake2b(_encoder.encode(canon), digest_size=16).digest()
+
+
+def describe(parts: Sequence[tuple[str, Config]]) -> list[dict]:
+    """A printable description: one ``{"name", "type", field: value...}`` dict per part."""
+    return [
+        {
+            "name": n,
+            "type": type(c).__name__,
+            **{f: _canonical(getattr(c, f)) for f in c.__struct_fields__},
+        }
+        for n, c in parts
+    ]
+
+
+def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
+    """Readable differences between saved part digests and the current pipeline's parts."""
+    out = []
+    cur = [(n, c, part_digest(n, c)) for n, c in current]
+    if len(saved) != len(cur):
+        out.append(
+            f"the snapshot's pipeline has {len(saved)} parts "
+            f"({', '.join(str(p[0]) for p in saved)}), this one has {len(cur)} "
+            f"({', '.join(n for n, _, _ in cur)})"
+        )
+    for i, (s, (name, config, d)) in enumerate(zip(saved, cur)):
+        if s[0] != d[0] or s[1] != d[1]:
+            out.append(f"part {i}: snapshot has {s[0]!r} ({s[1]}), pipeline has {name!r} ({d[1]})")
+            continue
+        fields = config_fields(config)
+        for (field, value), hs, hc in zip(fields, s[2], d[2]):
+            if hs != hc:
+                out.append(f"stage {name!r}: field {field!r} differs (now {value!r})")
+        if len(s[2]) != len(d[2]):
+            out.append(f"stage {name!r}: config has {len(d[2])} fields, snapshot {len(s[2])}")
+    return out

@@ -1,0 +1,252 @@
+"""Counter-based randomness: every decision is a pure function of a key and *where* it is made.
+
+A key is a 64-bit unsigned integer. :func:`key` derives one from a seed; :func:`fold_in` mixes
+integers (stage id, epoch, block, position...) into a key by hashing, never by arithmetic, so
+``(seed 42, epoch 1)`` and ``(seed 43, epoch 0)`` are unrelated. No generator is ever advanced
+from one decision to the next, and no global RNG is read.
+
+The mixer is SplitMix64's finalizer (a bijective 64-bit avalanche function); both a scalar
+(Python int) and a vectorized (numpy uint64) form are provided and agree bit for bit.
+
+Example:
+    >>> k = fold_in(key(1234), 7, 0)
+    >>> permute_index(k, 10, 3) == permute_index(k, 10, 3)
+    True
+    >>> sorted(permutation(k, 5).tolist())
+    [0, 1, 2, 3, 4]
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+import numpy as np
+
+__all__ = [
+    "Key",
+    "choice",
+    "fold_in",
+    "fold_in_array",
+    "generator",
+    "inverse_permutation",
+    "key",
+    "name_id",
+    "permutation",
+    "permute_index",
+    "randint",
+    "split",
+    "uniform",
+]
+
+Key = int  #: a 64-bit unsigned key; only ever combined through fold_in
+
+_M64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+_SEED_TAG = 0x5EED_F01D_0000_0001
+_FEISTEL_ROUNDS = 6
+
+
+def _mix(z: int) -> int:
+    """SplitMix64 finalizer on a Python int (bijective on 64 bits)."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _mix_np(z: np.ndarray) -> np.ndarray:
+    """SplitMix64 finalizer on a uint64 array (wrapping multiplication)."""
+    z = z ^ (z >> np.uint64(30))
+    z = z * np.uint64(0xBF58476D1CE4E5B9)
+    z = z ^ (z >> np.uint64(27))
+    z = z * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def key(seed: int) -> Key:
+    """Derive a root key from an integer seed (any size, any sign)."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = int(seed)
+    k = _mix(_SEED_TAG)
+    # Consume the seed in 64-bit words so large seeds are not truncated.
+    words = [seed & _M64, (seed >> 64) & _M64] if seed >= 0 else [seed & _M64, _M64]
+    for w in words:
+        k = _mix(k ^ _mix(w ^ _GAMMA))
+    return k
+
+
+def fold_in(k: Key, *data: int) -> Key:
+    """Return a new key mixing the integers ``data`` into ``k``, in order.
+
+    ``fold_in(k, a, b) == fold_in(fold_in(k, a), b)``; order matters and every value is
+    hashed, so no two different positions collide by arithmetic.
+    """
+    for x in data:
+        k = _mix(k ^ _mix((int(x) & _M64) ^ _GAMMA))
+    return k
+
+
+def fold_in_array(k: Key, *data: np.ndarray | int) -> np.ndarray:
+    """Vectorized :func:`fold_in`: one key per element of the broadcast ``data`` arrays."""
+    arrays = [np.asarray(x).astype(np.int64, copy=False).view(np.uint64) for x in data]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
+    out = np.full(shape, np.uint64(k), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for a in arrays:
+            out = _mix_np(out ^ _mix_np(a ^ np.uint64(_GAMMA)))
+    return out
+
+
+def split(k: Key, n: int = 2) -> tuple[Key, ...]:
+    """Split a key into ``n`` independent keys."""
+    return tuple(fold_in(k, 0x5B117, i) for i in range(n))
+
+
+def name_id(name: str) -> int:
+    """A stable 63-bit integer for a name, for folding names (stage paths) into keys."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def uniform(k: Key, *data: int) -> float:
+    """A float in [0, 1) determined by ``k`` and the position ``data``."""
+    return (fold_in(k, *data) >> 11) * (1.0 / (1 << 53))
+
+
+def randint(k: Key, high: int, *data: int) -> int:
+    """An int in [0, high) determined by ``k`` and the position ``data`` (bias < 2**-40)."""
+    if high <= 0:
+        raise ValueError(f"high must be positive, got {high}")
+    # 128-bit product of a 64-bit hash and `high`: Lemire's multiply-shift without rejection.
+    return (fold_in(k, *data) * high) >> 64
+
+
+def choice(k: Key, weights, *data: int) -> int:
+    """Index i drawn with probability ``weights[i] / sum(weights)`` at position ``data``."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or len(w) == 0 or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
+        raise ValueError(f"weights must be a non-empty 1-D array of non-negative numbers: {w}")
+    cdf = np.cumsum(w)
+    i = int(np.searchsorted(cdf, uniform(k, *data) * cdf[-1], side="right"))
+    # Guard the rounding edge, and never return an index of zero weight.
+    i = min(i, len(w) - 1)
+    while w[i] == 0:
+        i -= 1
+    return i
+
+
+def generator(k: Key) -> np.random.Generator:
+    """A numpy Generator (Philox) owned by this key, for per-sample augmentation.
+
+    Build a new one from ``fold_in(...)`` for every sample; never keep one across decisions.
+    """
+    return np.random.Generator(np.random.Philox(key=int(k) & _M64))
+
+
+# ---------------------------------------------------------------------------------------------
+# Keyed permutation of [0, n): a balanced Feistel network on the smallest even-bit power of two
+# >= n, with cycle walking. O(1) memory, random access, vectorized.
+
+
+def _feistel_params(n: int) -> tuple[int, int]:
+    bits = max(2, (n - 1).bit_length())
+    bits += bits & 1
+    half = bits // 2
+    return half, (1 << half) - 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _round_keys(k: Key) -> tuple[int, ...]:
+    # A memo of a pure function: it changes no result, only how often the keys are hashed.
+    return tuple(fold_in(k, 0xFE15, r) for r in range(_FEISTEL_ROUNDS))
+
+
+def _feistel_scalar(
+    rks: tuple[int, ...], half: int, mask: int, n: int, x: int, inverse: bool
+) -> int:
+    while True:
+        left, right = x >> half, x & mask
+        if inverse:
+            for rk in reversed(rks):
+                left, right = right ^ (_mix(left ^ rk) & mask), left
+        else:
+            for rk in rks:
+                left, right = right, left ^ (_mix(right ^ rk) & mask)
+        x = (left << half) | right
+        if x < n:
+            return x
+
+
+_SCALAR_MAX = 24  # below this many indices, Python ints beat numpy's per-call overhead
+
+
+def permutation(k: Key, n: int, index: np.ndarray | None = None) -> np.ndarray:
+    """``pi(index)`` for the keyed permutation ``pi`` of [0, n) (all of it when index is None).
+
+    Returns int64. The permutation is a bijection for every n >= 1 and depends only on (k, n).
+    """
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if index is None:
+        index = np.arange(n, dtype=np.int64)
+    x = np.asarray(index, dtype=np.int64)
+    if x.size and (x.min() < 0 or x.max() >= n):
+        raise IndexError(f"index out of range for a permutation of {n}")
+    if n == 1:
+        return np.zeros_like(x)
+    half, mask = _feistel_params(n)
+    if x.size <= _SCALAR_MAX:
+        rk = _round_keys(k)
+        out = [_feistel_scalar(rk, half, mask, n, int(i), False) for i in x.reshape(-1).tolist()]
+        return np.array(out, dtype=np.int64).reshape(x.shape)
+    rks = [np.uint64(rk) for rk in _round_keys(k)]
+    m, h, nn = np.uint64(mask), np.uint64(half), np.uint64(n)
+    flat = x.reshape(-1).astype(np.uint64)
+    out = np.empty_like(flat)
+    pending = np.arange(flat.size)
+    cur = flat
+    with np.errstate(over="ignore"):
+        # Values that land >= n walk the cycle again (expected < 4 passes, since 4^k < 4n).
+        while pending.size:
+            left, right = cur >> h, cur & m
+            for rk in rks:
+                left, right = right, left ^ (_mix_np(right ^ rk) & m)
+            cur = (left << h) | right
+            ok = cur < nn
+            out[pending[ok]] = cur[ok]
+            pending, cur = pending[~ok], cur[~ok]
+    return out.astype(np.int64).reshape(x.shape)
+
+
+def inverse_permutation(k: Key, n: int, index: np.ndarray | int) -> np.ndarray:
+    """``pi^-1(index)`` for the permutation of :func:`permutation` (random access too)."""
+    x = np.asarray(index, dtype=np.int64)
+    if n == 1:
+        return np.zeros_like(x)
+    half, mask = _feistel_params(n)
+    if x.size <= _SCALAR_MAX:
+        rk = _round_keys(k)
+        out = [_feistel_scalar(rk, half, mask, n, int(i), True) for i in x.reshape(-1).tolist()]
+        return np.array(out, dtype=np.int64).reshape(x.shape)
+    rks = [np.uint64(rk) for rk in reversed(_round_keys(k))]
+    m, h, nn = np.uint64(mask), np.uint64(half), np.uint64(n)
+    flat = x.reshape(-1).astype(np.uint64)
+    out = np.empty_like(flat)
+    pending = np.arange(flat.size)
+    cur = flat
+    with np.errstate(over="ignore"):
+        while pending.size:
+            left, right = cur >> h, cur & m
+            for rk in rks:
+                left, right = right ^ (_mix_np(left ^ rk) & m), left
+            cur = (left << h) | right
+            ok = cur < nn
+            out[pending[ok]] = cur[ok]
+            pending, cur = pending[~ok], cur[~ok]
+    return out.astype(np.int64).reshape(x.shape)
+
+
+def permute_index(k: Key, n: int, i: int) -> int:
+    """Scalar form of :func:`permutation`: where position ``i`` of [0, n) goes."""
+    return int(permutation(k, n, np.array([i]))[0])

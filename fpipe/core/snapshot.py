@@ -1,0 +1,209 @@
+"""The snapshot envelope: pipeline state <-> bytes, safely and with clear refusals.
+
+Layout: ``msgpack([magic, format_version, order_version, fingerprint, part digests, payload])``
+followed by an 8-byte BLAKE2b checksum of everything before it. The payload is the state in a
+fixed-width binary form (every integer takes 8 bytes), so a snapshot's size depends only on the
+pipeline's structure, never on how far it has run. Decoding parses plain values and converts
+them to the pipeline's typed state records with msgspec: no pickle, no code runs.
+
+Versions:
+  FORMAT_VERSION: the byte layout; bumped on a CHECKPOINT BREAKING CHANGE.
+  ORDER_VERSION: the iteration order of the plan stages for a given config and seed; bumped
+    on an ITERATION ORDER BREAKING CHANGE (golden tests pin it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import SnapshotError, SnapshotMismatchError
+from fpipe.core.fingerprint import diff_parts, fingerprint, part_digest
+from fpipe.core.records import Config
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "ORDER_VERSION",
+    "decode_state",
+    "encode_state",
+    "pack",
+    "unpack",
+]
+
+MAGIC = "fpipe-snapshot"
+FORMAT_VERSION = 1
+ORDER_VERSION = 1
+_CHECKSUM = 8
+
+
+class _Envelope(msgspec.Struct, array_like=True, frozen=True):
+    magic: str
+    format_version: int
+    order_version: int
+    fingerprint: bytes
+    parts: list[tuple[str, str, list[int]]]
+    payload: bytes
+
+
+# --- fixed-width encoding of plain values -------------------------------------------------------
+
+_I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
+_F64 = struct.Struct("<d")
+_U32 = struct.Struct("<I")
+
+
+def pack(value: Any) -> bytes:
+    """Encode plain values (None, bool, int, float, str, bytes, lists) in fixed-width form."""
+    out = bytearray()
+    _pack(value, out)
+    return bytes(out)
+
+
+def _pack(v: Any, out: bytearray) -> None:
+    if v is None:
+        out += b"N"
+    elif v is True or v is False:
+        out += b"T" if v else b"F"
+    elif isinstance(v, int):
+        if -(1 << 63) <= v < (1 << 63):
+            out += b"I" + _I64.pack(v)
+        elif 0 <= v < (1 << 64):
+            out += b"U" + _U64.pack(v)
+        else:
+            raise SnapshotError(f"integer {v} does not fit in 64 bits")
+    elif isinstance(v, float):
+        out += b"D" + _F64.pack(v)
+    elif isinstance(v, str):
+        b = v.encode()
+        out += b"S" + _U32.pack(len(b)) + b
+    elif isinstance(v, (bytes, bytearray)):
+        out += b"B" + _U32.pack(len(v)) + bytes(v)
+    elif isinstance(v, (list, tuple)):
+        out += b"L" + _U32.pack(len(v))
+        for x in v:
+            _pack(x, out)
+    else:
+        raise SnapshotError(f"cannot put a {type(v).__name__} in plan state (plain values only)")
+
+
+def unpack(data: bytes) -> Any:
+    """Decode :func:`pack` output; raises SnapshotError on any malformed input."""
+    try:
+        value, pos = _unpack(memoryview(data), 0, 0)
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise SnapshotError(f"state payload is malformed: {e}") from None
+    if pos != len(data):
+        raise SnapshotError(f"state payload has {len(data) - pos} trailing bytes")
+    return value
+
+
+def _unpack(m: memoryview, pos: int, depth: int) -> tuple[Any, int]:
+    if depth > 64:
+        raise SnapshotError("state payload nests too deeply")
+    tag = m[pos : pos + 1].tobytes()
+    pos += 1
+    if tag == b"N":
+        return None, pos
+    if tag in (b"T", b"F"):
+        return tag == b"T", pos
+    if tag == b"I":
+        return _I64.unpack_from(m, pos)[0], pos + 8
+    if tag == b"U":
+        return _U64.unpack_from(m, pos)[0], pos + 8
+    if tag == b"D":
+        return _F64.unpack_from(m, pos)[0], pos + 8
+    if tag in (b"S", b"B", b"L"):
+        (n,) = _U32.unpack_from(m, pos)
+        pos += 4
+        if tag == b"L":
+            if n > len(m):
+                raise SnapshotError("state payload declares a list longer than the payload")
+            items = []
+            for _ in range(n):
+                x, pos = _unpack(m, pos, depth + 1)
+                items.append(x)
+            return items, pos
+        if pos + n > len(m):
+            raise SnapshotError("state payload is truncated")
+        raw = m[pos : pos + n].tobytes()
+        return (raw.decode() if tag == b"S" else raw), pos + n
+    raise SnapshotError(f"state payload has an unknown tag {tag!r} at byte {pos - 1}")
+
+
+# --- the envelope -------------------------------------------------------------------------------
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder(_Envelope)
+
+
+def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
+    """Snapshot bytes of ``state`` for the pipeline described by ``parts``."""
+    payload = pack(msgspec.to_builtins(state))
+    body = _enc.encode(
+        _Envelope(
+            MAGIC,
+            FORMAT_VERSION,
+            ORDER_VERSION,
+            fingerprint(parts),
+            [tuple(part_digest(n, c)) for n, c in parts],
+            payload,
+        )
+    )
+    return body + hashlib.blake2b(body, digest_size=_CHECKSUM).digest()
+
+
+def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: bytes) -> Any:
+    """Check and decode snapshot bytes into a state of ``state_type``.
+
+    Raises:
+      SnapshotError: truncated, corrupted or foreign bytes, or another format version.
+      SnapshotMismatchError: intact bytes from a differently configured pipeline; the message
+        names each stage and field that differs.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise SnapshotError(f"a snapshot is bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) <= _CHECKSUM:
+        raise SnapshotError(f"snapshot is truncated ({len(data)} bytes)")
+    body, check = data[:-_CHECKSUM], data[-_CHECKSUM:]
+    if hashlib.blake2b(body, digest_size=_CHECKSUM).digest() != check:
+        try:
+            magic = msgspec.msgpack.decode(body, type=list)[0]
+        except Exception:
+            magic = None
+        if magic != MAGIC:
+            raise SnapshotError("these bytes are not an fpipe snapshot (or are truncated)")
+        raise SnapshotError(
+            "snapshot checksum does not match: the bytes are corrupted or truncated"
+        )
+    try:
+        env = _dec.decode(body)
+    except msgspec.DecodeError as e:
+        raise SnapshotError(f"these bytes are not an fpipe snapshot: {e}") from None
+    if env.magic != MAGIC:
+        raise SnapshotError(f"these bytes are not an fpipe snapshot (magic {env.magic!r})")
+    if env.format_version != FORMAT_VERSION:
+        raise SnapshotError(
+            f"snapshot format version {env.format_version} is not supported by this fpipe "
+            f"(it reads version {FORMAT_VERSION})"
+        )
+    if env.order_version != ORDER_VERSION:
+        raise SnapshotMismatchError(
+            f"snapshot was taken with iteration-order version {env.order_version}, this fpipe "
+            f"produces order version {ORDER_VERSION}: resuming would not continue the same stream"
+        )
+    if env.fingerprint != fingerprint(parts):
+        diffs = diff_parts([list(p) for p in env.parts], parts) or ["configs differ"]
+        raise SnapshotMismatchError(
+            "snapshot was taken from a differently configured pipeline:\n  " + "\n  ".join(diffs)
+        )
+    try:
+        return msgspec.convert(unpack(env.payload), type=state_type)
+    except msgspec.ValidationError as e:
+        raise SnapshotError(f"snapshot state does not fit this pipeline: {e}") from None

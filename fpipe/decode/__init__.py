@@ -1,0 +1,2 @@
+"""Pure functions from bytes to values (text, json, npy, safe pth, images, audio/video).
+"""

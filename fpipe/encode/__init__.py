@@ -1,0 +1,2 @@
+"""User hooks of the materialize tier: the TaskEncoder protocol, collate and packing helpers.
+"""

@@ -1,0 +1,2 @@
+"""Torch integration: the DataLoader over recipes, topology and state_dict.
+"""

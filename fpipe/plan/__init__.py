@@ -1,0 +1,46 @@
+"""The plan tier: every decision about order (which ref comes next, on which rank, in which
+batch), made on sample references and index metadata only. No payload is read here.
+
+Each stage is one module holding its Config, its State, a factory and pure functions.
+"""
+
+from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
+from fpipe.plan.distribute import DistributeConfig, distribute
+from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
+from fpipe.plan.map_refs import MapRefsConfig, map_refs
+from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat
+from fpipe.plan.shuffle import (
+    SliceShuffleConfig,
+    WindowShuffleConfig,
+    WindowShuffleState,
+    slice_shuffle,
+    window_shuffle,
+)
+from fpipe.plan.source import InMemoryConfig, SamplesConfig, View, in_memory, samples
+
+__all__ = [
+    "BatchConfig",
+    "BatchState",
+    "DistributeConfig",
+    "FilterConfig",
+    "FilterState",
+    "InMemoryConfig",
+    "MapRefsConfig",
+    "Remainder",
+    "RepeatConfig",
+    "RepeatState",
+    "SamplesConfig",
+    "SliceShuffleConfig",
+    "View",
+    "WindowShuffleConfig",
+    "WindowShuffleState",
+    "batch",
+    "distribute",
+    "filter_refs",
+    "in_memory",
+    "map_refs",
+    "repeat",
+    "samples",
+    "slice_shuffle",
+    "window_shuffle",
+]

@@ -1,0 +1,73 @@
+"""Batching: blocks of ``batch_size`` refs become :class:`~fpipe.core.records.Recipe` records."""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.records import Config, Recipe, Refs, State
+from fpipe.core.stage import Stage
+
+__all__ = ["BatchConfig", "BatchState", "Remainder", "batch"]
+
+
+class Remainder(str, enum.Enum):
+    """What happens to a final batch shorter than ``batch_size``.
+
+    DROP: drop it and count its refs in ``BatchState.dropped`` (the default, as in training).
+    KEEP: emit it as a short batch.
+    """
+
+    DROP = "drop"
+    KEEP = "keep"
+
+
+class BatchConfig(Config, frozen=True):
+    """Group ``batch_size`` consecutive refs into one recipe; short remainder per ``remainder``.
+
+    ``batch_size`` is declared compatible: the state at a batch boundary points at the first ref
+    not yet consumed, so a restore with another batch size continues from exactly there.
+    """
+
+    compatible: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+
+    batch_size: int
+    remainder: Remainder = Remainder.DROP
+
+
+class BatchState(State, frozen=True, array_like=True):
+    """``key``: per-sample key root; ``step``: recipes emitted; ``dropped``: refs dropped."""
+
+    key: int
+    step: int = 0
+    dropped: int = 0
+
+
+def batch(batch_size: int, *, drop_last: bool = True, name: str = "batch") -> Stage:
+    """Turn refs into batch recipes of ``batch_size`` (the last one dropped if short, by default).
+
+    Example:
+        >>> s = batch(2)
+        >>> st, out = s.step(s.init(0), Refs.of(index=[4, 5]))
+        >>> out[0].step, out[0].refs.index.tolist()
+        (0, [4, 5])
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    remainder = Remainder.DROP if drop_last else Remainder.KEEP
+
+    def step(state: BatchState, chunk: Refs):
+        if len(chunk) < batch_size and remainder is Remainder.DROP:
+            return BatchState(state.key, state.step, state.dropped + len(chunk)), ()
+        recipe = Recipe(step=state.step, refs=chunk, key=state.key)
+        return BatchState(state.key, state.step + 1, state.dropped), (recipe,)
+
+    return Stage(
+        name=name,
+        config=BatchConfig(batch_size=batch_size, remainder=remainder),
+        init=lambda key: BatchState(key, 0, 0),
+        step=step,
+        state_type=BatchState,
+        block_size=batch_size,
+    )

@@ -1,0 +1,74 @@
+"""Epochs: turn a random-access :class:`~fpipe.plan.source.View` into a stream of ref chunks.
+
+The state is ``(key, epoch, position)``: where the stream is, not what it has produced, so a
+restore is O(1) at any step. A chunk never crosses an epoch boundary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.records import Config, Refs, State
+from fpipe.core.rng import fold_in, name_id
+from fpipe.core.stage import Source
+from fpipe.plan.source import View
+
+__all__ = ["RepeatConfig", "RepeatState", "repeat"]
+
+
+class RepeatConfig(Config, frozen=True):
+    """Iterate ``num_epochs`` epochs of a view (None: forever), starting at ``start_epoch``."""
+
+    num_epochs: int | None = None
+
+
+class RepeatState(State, frozen=True, array_like=True):
+    """``key``: the view's key; ``epoch``: current epoch; ``position``: next position in it."""
+
+    key: int
+    epoch: int = 0
+    position: int = 0
+
+
+def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -> Source:
+    """A stream over epochs of ``view``; each epoch ``e`` is ``view.gather(key, e, 0..size-1)``.
+
+    Example:
+        >>> from fpipe.plan.source import samples
+        >>> src = repeat(samples(3), num_epochs=2)
+        >>> state, chunk = src.next(src.init(0), 10)
+        >>> chunk.index.tolist(), chunk.epoch.tolist()
+        ([0, 1, 2], [0, 0, 0])
+    """
+    if num_epochs is not None and num_epochs < 0:
+        raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
+    size = view.size
+    if size == 0 and num_epochs is None:
+        raise ConfigError(f"view {view.name!r} is empty: repeating it forever yields nothing")
+    config = RepeatConfig(num_epochs=num_epochs)
+    gather = view.gather
+    empty = Refs.empty()
+
+    def init(key):
+        return RepeatState(fold_in(key, name_id(name)), 0, 0)
+
+    def next_(state: RepeatState, n: int):
+        epoch, pos = state.epoch, state.position
+        if (num_epochs is not None and epoch >= num_epochs) or size == 0 or n <= 0:
+            return state, empty
+        take = min(n, size - pos)
+        chunk = gather(state.key, epoch, np.arange(pos, pos + take, dtype=np.int64))
+        pos += take
+        if pos == size:
+            epoch, pos = epoch + 1, 0
+        return RepeatState(state.key, epoch, pos), chunk
+
+    return Source(
+        name=name,
+        config=config,
+        init=init,
+        next=next_,
+        state_type=RepeatState,
+        parts=view.parts + ((name, config),),
+    )

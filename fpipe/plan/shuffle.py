@@ -1,0 +1,119 @@
+"""Shuffling: slices of consecutive samples (random access), then a window shuffle (blocks).
+
+``slice_shuffle`` permutes slices of ``slice_size`` consecutive samples per epoch, keeping the
+samples inside a slice in order, so reads stay sequential for ``slice_size`` samples (Energon's
+``max_samples_per_sequence``). ``window_shuffle`` then permutes each block of
+``window_size`` refs (Energon's ``shuffle_buffer_size``): its state is the upstream state at the
+block start plus a cursor, never the buffered refs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.records import Config, Refs, State
+from fpipe.core.rng import fold_in, inverse_permutation, permutation
+from fpipe.core.stage import Stage
+from fpipe.plan.source import View, view_key
+
+__all__ = [
+    "SliceShuffleConfig",
+    "WindowShuffleConfig",
+    "WindowShuffleState",
+    "slice_shuffle",
+    "window_shuffle",
+]
+
+
+class SliceShuffleConfig(Config, frozen=True):
+    """Permute slices of ``slice_size`` consecutive positions; a new order every epoch."""
+
+    slice_size: int
+
+
+def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -> View:
+    """A view whose epoch e visits the slices of ``view`` in a keyed order of epoch e.
+
+    The last slice may be short; it lands wherever the permutation puts it. Random access:
+    position -> (slice slot, offset) -> source position, O(1) memory.
+
+    Example:
+        >>> from fpipe.plan.source import samples
+        >>> v = slice_shuffle(samples(10), 3)
+        >>> sorted(v.gather(1, 0, np.arange(10)).index.tolist()) == list(range(10))
+        True
+    """
+    if slice_size < 1:
+        raise ConfigError(f"slice_size (max_samples_per_sequence) must be >= 1, got {slice_size}")
+    n, k = view.size, slice_size
+    num_slices = -(-n // k)
+    short = n - (num_slices - 1) * k if n else 0  # length of the last slice
+    inner = view.gather
+    config = SliceShuffleConfig(slice_size=slice_size)
+
+    @functools.lru_cache(maxsize=8)
+    def epoch_params(key, epoch):
+        # Pure memo: the epoch's key and the slot where the short last slice lands.
+        ek = fold_in(view_key(key, name), epoch)
+        return ek, int(inverse_permutation(ek, num_slices, num_slices - 1))
+
+    def gather(key, epoch, positions):
+        if num_slices <= 1:
+            return inner(view_key(key, view.name), epoch, positions)
+        ek, q = epoch_params(key, epoch)
+        p = np.asarray(positions, dtype=np.int64)
+        before = p < q * k
+        in_short = (~before) & (p < q * k + short)
+        r = p - short  # after the short slice: as if it were not there, one slot later
+        slot = np.where(before, p // k, np.where(in_short, q, r // k + 1))
+        offset = np.where(before, p % k, np.where(in_short, p - q * k, r % k))
+        lo, hi = (int(slot.min()), int(slot.max())) if len(slot) else (0, -1)
+        if hi - lo < len(slot):
+            # Consecutive positions share slots: permute each distinct slot once.
+            sl = permutation(ek, num_slices, np.arange(lo, hi + 1))[slot - lo]
+        else:
+            sl = permutation(ek, num_slices, slot)
+        return inner(view_key(key, view.name), epoch, sl * k + offset)
+
+    return View(
+        name=name, config=config, size=n, gather=gather, parts=view.parts + ((name, config),)
+    )
+
+
+class WindowShuffleConfig(Config, frozen=True):
+    """Permute each block of ``window_size`` consecutive refs of the stream."""
+
+    window_size: int
+
+
+class WindowShuffleState(State, frozen=True, array_like=True):
+    """``key``: the stage key; ``block``: index of the next block to shuffle."""
+
+    key: int
+    block: int = 0
+
+
+def window_shuffle(window_size: int, *, name: str = "window_shuffle") -> Stage:
+    """Shuffle within blocks of ``window_size`` refs (a keyed permutation per block).
+
+    A restore recomputes one block of refs (metadata only). Blocks follow the stream, so a
+    block may hold the end of one epoch and the start of the next, as a shuffle buffer does.
+    """
+    if window_size < 1:
+        raise ConfigError(f"window_size (shuffle_buffer_size) must be >= 1, got {window_size}")
+
+    def step(state: WindowShuffleState, chunk: Refs):
+        perm = permutation(fold_in(state.key, state.block), len(chunk))
+        return WindowShuffleState(state.key, state.block + 1), chunk[perm]
+
+    return Stage(
+        name=name,
+        config=WindowShuffleConfig(window_size=window_size),
+        init=lambda key: WindowShuffleState(key, 0),
+        step=step,
+        state_type=WindowShuffleState,
+        block_size=window_size,
+    )

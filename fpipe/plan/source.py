@@ -1,0 +1,134 @@
+"""Random-access views of one epoch of sample references, and the source they start from.
+
+A :class:`View` maps positions ``[0, size)`` of an epoch to refs: ``gather(key, epoch,
+positions) -> Refs``. Views compose (:func:`fpipe.plan.slice_shuffle` is a view over a view) and
+are turned into a stream by :func:`fpipe.plan.repeat`. Random access is what makes restores
+O(1): a stream position is just ``(epoch, position)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import msgspec
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.records import Config, Refs
+from fpipe.core.rng import fold_in, name_id
+
+__all__ = ["InMemoryConfig", "SamplesConfig", "View", "in_memory", "samples"]
+
+
+class View(msgspec.Struct, frozen=True, kw_only=True):
+    """One epoch of refs with random access.
+
+    Attributes:
+      name, config: description (fingerprinted).
+      size: refs per epoch.
+      gather: ``(key, epoch, positions: int64 array) -> Refs``; pure.
+      parts: (name, config) of this view and those it is built on, innermost first.
+    """
+
+    name: str
+    config: Config
+    size: int
+    gather: Callable[[int, int, np.ndarray], Refs]
+    parts: tuple = ()
+
+
+def view_key(key: int, name: str) -> int:
+    """The key a view named ``name`` folds its decisions from."""
+    return fold_in(key, name_id(name))
+
+
+class SamplesConfig(Config, frozen=True):
+    """Samples ``indices`` (or 0..num_samples-1) of dataset ``dataset``, with metadata columns.
+
+    ``source_id`` identifies where the samples come from (a dataset path and split, say) so a
+    restore into a pipeline over other data is refused.
+    """
+
+    num_samples: int
+    dataset: int = 0
+    columns: tuple[str, ...] = ()
+    source_id: str = ""
+
+
+def samples(
+    num_samples: int | None = None,
+    *,
+    indices: np.ndarray | None = None,
+    dataset: int = 0,
+    columns: Mapping[str, np.ndarray] | None = None,
+    source_id: str = "",
+    name: str = "samples",
+) -> View:
+    """A view of samples in index order: position p is sample ``indices[p]`` (or p).
+
+    ``columns`` are per-sample metadata arrays indexed by sample index (memory-mapped index
+    columns work); they are gathered into every ref chunk.
+
+    Example:
+        >>> v = samples(4, columns={"tokens": np.array([5, 6, 7, 8])})
+        >>> v.gather(0, 0, np.array([2, 0])).column("tokens").tolist()
+        [7, 5]
+    """
+    if indices is not None:
+        indices = np.asarray(indices, dtype=np.int64)
+        if num_samples is not None and num_samples != len(indices):
+            raise ConfigError(f"num_samples={num_samples} but {len(indices)} indices given")
+        num_samples = len(indices)
+    if num_samples is None or num_samples < 0:
+        raise ConfigError(f"samples() needs num_samples >= 0 or indices, got {num_samples}")
+    columns = dict(columns or {})
+    for cname, col in columns.items():
+        if cname in ("dataset", "index", "epoch"):
+            raise ConfigError(f"metadata column name {cname!r} is reserved")
+        limit = int(indices.max()) + 1 if indices is not None and len(indices) else num_samples
+        if len(col) < limit:
+            raise ConfigError(f"column {cname!r} has {len(col)} rows, samples need {limit}")
+    config = SamplesConfig(
+        num_samples=num_samples,
+        dataset=dataset,
+        columns=tuple(sorted(columns)),
+        source_id=source_id,
+    )
+    dataset_i32 = np.int32(dataset)
+
+    def gather(key, epoch, positions):
+        idx = positions if indices is None else indices[positions]
+        cols = {
+            "index": idx,
+            "dataset": np.full(len(idx), dataset_i32, dtype=np.int32),
+            "epoch": np.full(len(idx), epoch, dtype=np.int64),
+        }
+        for cname, col in columns.items():
+            cols[cname] = np.asarray(col[idx])
+        return Refs(cols)
+
+    return View(name=name, config=config, size=num_samples, gather=gather, parts=((name, config),))
+
+
+class InMemoryConfig(Config, frozen=True):
+    """A fixed chunk of refs held in memory, identified by ``source_id`` and its length."""
+
+    num_refs: int
+    source_id: str = ""
+
+
+def in_memory(refs: Refs, *, source_id: str = "", name: str = "in_memory") -> View:
+    """A view over a fixed chunk of refs (tests, small tools); each epoch re-tags ``epoch``.
+
+    Example:
+        >>> v = in_memory(Refs.of(index=[7, 8, 9]))
+        >>> v.gather(0, 2, np.array([2])).triples()
+        [(0, 9, 2)]
+    """
+    config = InMemoryConfig(num_refs=len(refs), source_id=source_id)
+
+    def gather(key, epoch, positions):
+        out = refs[positions]
+        return out.with_columns(epoch=np.full(len(out), epoch, dtype=np.int64))
+
+    return View(name=name, config=config, size=len(refs), gather=gather, parts=((name, config),))

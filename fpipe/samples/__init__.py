@@ -1,0 +1,2 @@
+"""Typed samples (Captioning, VQA, Interleaved, Video...) and the Batch base.
+"""

@@ -1,0 +1,28 @@
+"""Bytes on disk: tar shard indexes, `fpipe prepare`, dataset.yaml / split.yaml, tables and
+random-access readers. Storage never decides order.
+
+>>> from fpipe.storage import open_dataset, prepare_dataset   # doctest: +SKIP
+>>> prepare_dataset("data/coco", fields={"image": "jpg", "caption": "txt"}, split="8,1,1")
+>>> ds = open_dataset("data/coco")
+>>> ds.read(ds.split_indices("train")[0])["jpg"][:2]
+b'\\xff\\xd8'
+"""
+
+from fpipe.storage.config import DatasetConfig, FieldSpec, SplitConfig, parse_field_spec
+from fpipe.storage.dataset import Dataset, IndexedDataset, open_dataset
+from fpipe.storage.prepare import PrepareReport, Problem, prepare_dataset
+from fpipe.storage.reader import FileCache
+
+__all__ = [
+    "Dataset",
+    "DatasetConfig",
+    "FieldSpec",
+    "FileCache",
+    "IndexedDataset",
+    "PrepareReport",
+    "Problem",
+    "SplitConfig",
+    "open_dataset",
+    "parse_field_spec",
+    "prepare_dataset",
+]

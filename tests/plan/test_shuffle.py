@@ -1,0 +1,75 @@
+"""slice_shuffle and window_shuffle: contract, coverage, golden order."""
+
+import numpy as np
+import pytest
+
+from fpipe.core import ConfigError, Pipeline, Refs, chain
+from fpipe.core.testing import check_pipeline, check_stage, run
+from fpipe.plan import batch, repeat, samples, slice_shuffle, window_shuffle
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (10, 3), (10, 10), (10, 20), (97, 7), (100, 10)])
+def test_slice_shuffle_is_a_permutation_of_slices(n, k):
+    v = slice_shuffle(samples(n), k)
+    for epoch in range(3):
+        idx = v.gather(5, epoch, np.arange(n)).index
+        assert sorted(idx.tolist()) == list(range(n))
+        # consecutive samples stay together inside each slice
+        runs = np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1)
+        # (adjacent slices may happen to join into a longer run; each run is whole slices)
+        assert all(r[0] % k == 0 and ((r[-1] + 1) % k == 0 or r[-1] == n - 1) for r in runs)
+        # random access agrees with the full epoch
+        pos = np.array([n - 1, 0, n // 2])
+        assert v.gather(5, epoch, pos).index.tolist() == idx[pos].tolist()
+
+
+def test_slice_shuffle_changes_per_epoch_and_seed():
+    v = slice_shuffle(samples(1000), 10)
+    e0 = v.gather(1, 0, np.arange(1000)).index.tolist()
+    assert e0 != v.gather(1, 1, np.arange(1000)).index.tolist()
+    assert e0 != v.gather(2, 0, np.arange(1000)).index.tolist()
+
+
+def test_window_shuffle_contract():
+    check_stage(
+        lambda: window_shuffle(7),
+        Refs.of(index=np.arange(50)),
+        cut_points=[0, 1, 6, 7, 8, 49],
+        num_epochs=2,
+    )
+
+
+def test_window_shuffle_permutes_within_blocks():
+    p = Pipeline(chain(repeat(samples(20), 1), window_shuffle(8)), seed=3)
+    _, out = run(p)
+    idx = [r.index[0] for r in out]
+    assert sorted(idx[:8]) == list(range(8)) and sorted(idx[8:16]) == list(range(8, 16))
+    assert sorted(idx[16:]) == list(range(16, 20)) and idx != list(range(20))
+
+
+def test_golden_order():
+    """ITERATION ORDER: changing this output is a declared break (docs/compatibility.md)."""
+    p = Pipeline(
+        chain(repeat(slice_shuffle(samples(30), 4), 2), window_shuffle(6), batch(5)), seed=42
+    )
+    _, out = run(p, limit=3)
+    assert [r.refs.index.tolist() for r in out] == GOLDEN
+
+
+GOLDEN = [[12, 2, 1, 0, 3], [13, 11, 15, 8, 9], [14, 10, 18, 17, 19]]
+
+
+def test_bad_config():
+    with pytest.raises(ConfigError, match="shuffle_buffer_size"):
+        window_shuffle(0)
+    with pytest.raises(ConfigError, match="max_samples_per_sequence"):
+        slice_shuffle(samples(3), 0)
+
+
+def test_full_chain_contract():
+    def make():
+        return Pipeline(
+            chain(repeat(slice_shuffle(samples(40), 3), 2), window_shuffle(9), batch(4)), 1
+        )
+
+    check_pipeline(make, cut_points=[0, 1, 9, 10, 19])
