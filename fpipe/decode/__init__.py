@@ -1,2 +1,75 @@
 """Pure functions from bytes to values (text, json, npy, safe pth, images, audio/video).
+
+What belongs here: decoders ``fn(data: bytes) -> value``, the registry by member extension and
+image decoding (Pillow). What does not: refs, ranks, pipeline state, global RNGs. PyAV is
+imported only by :mod:`fpipe.decode.av`, torch only inside the functions that return tensors;
+names here are loaded lazily so ``import fpipe.decode`` stays cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "AV_EXTENSIONS",
+    "DEFAULT_MAX_PIXELS",
+    "Decoder",
+    "IMAGE_EXTENSIONS",
+    "ImageDecodeOptions",
+    "decode_av",
+    "decode_field",
+    "decode_image",
+    "decode_image_with",
+    "decode_int",
+    "decode_json",
+    "decode_msgpack",
+    "decode_npy",
+    "decode_npz",
+    "decode_pth",
+    "decode_txt",
+    "get_decoder",
+    "image_size",
+    "psnr",
+    "register_decoder",
+    "registered_extensions",
+    "unregister_decoder",
+]
+
+_WHERE = {
+    "AV_EXTENSIONS": "fields",
+    "decode_av": "fields",
+    "decode_int": "fields",
+    "decode_json": "fields",
+    "decode_msgpack": "fields",
+    "decode_npy": "fields",
+    "decode_npz": "fields",
+    "decode_pth": "fields",
+    "decode_txt": "fields",
+    "DEFAULT_MAX_PIXELS": "image",
+    "IMAGE_EXTENSIONS": "image",
+    "ImageDecodeOptions": "image",
+    "decode_image": "image",
+    "decode_image_with": "image",
+    "image_size": "image",
+    "psnr": "image",
+    "Decoder": "registry",
+    "decode_field": "registry",
+    "get_decoder": "registry",
+    "register_decoder": "registry",
+    "registered_extensions": "registry",
+    "unregister_decoder": "registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fpipe.decode' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fpipe.decode.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

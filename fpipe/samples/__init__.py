@@ -1,2 +1,68 @@
-"""Typed samples (Captioning, VQA, Interleaved, Video...) and the Batch base.
+"""Typed samples (Captioning, VQA, Interleaved, Video...), the Batch base, and cooking.
+
+What belongs here: user-facing sample and batch types, the allow-list of sample types that
+dataset.yaml may name, and cooking raw members into samples (``field_map`` or crude cookers).
+Randomness only comes in as an explicit ``rng``; nothing here knows about workers or ranks.
+torch is imported lazily (``Batch.pin_memory`` / ``Batch.to``, tensor image output).
 """
+
+from __future__ import annotations
+
+from fpipe.samples.base import BASE_FIELDS, Sample, basic_sample_keys
+from fpipe.samples.batch import Batch, map_tensors
+from fpipe.samples.cook import (
+    Cooker,
+    CrudeSample,
+    cook_crude_sample,
+    cook_sample,
+    make_crude_sample,
+)
+from fpipe.samples.field_map import (
+    FieldMap,
+    FieldSource,
+    FieldSpec,
+    compile_field_map,
+    parse_source,
+)
+from fpipe.samples.registry import register_sample_type, sample_type_from_name, sample_type_name
+from fpipe.samples.types import (
+    CaptionedVideoSample,
+    CaptioningSample,
+    ImageClassificationSample,
+    ImageSample,
+    InterleavedSample,
+    TextSample,
+    VideoTextSample,
+    VidQASample,
+    VQASample,
+)
+
+__all__ = [
+    "BASE_FIELDS",
+    "Batch",
+    "CaptionedVideoSample",
+    "CaptioningSample",
+    "Cooker",
+    "CrudeSample",
+    "FieldMap",
+    "FieldSource",
+    "FieldSpec",
+    "ImageClassificationSample",
+    "ImageSample",
+    "InterleavedSample",
+    "Sample",
+    "TextSample",
+    "VQASample",
+    "VidQASample",
+    "VideoTextSample",
+    "basic_sample_keys",
+    "compile_field_map",
+    "cook_crude_sample",
+    "cook_sample",
+    "make_crude_sample",
+    "map_tensors",
+    "parse_source",
+    "register_sample_type",
+    "sample_type_from_name",
+    "sample_type_name",
+]

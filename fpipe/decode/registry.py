@@ -1,0 +1,168 @@
+"""Decoders by member extension, and ``decode_field``, the one wrapper that turns any failure
+into a :class:`BadSampleError` naming the file, the sample key and the member.
+
+Lookup of a member extension such as ``seg.png``: the whole extension first (so a decoder can
+be registered for ``seg.png`` only), then its last part (``png``). A trailing ``.gz`` is
+gunzipped first (``txt.gz`` -> text). Extensions are compared in lower case. A member with no
+decoder stays ``bytes`` (WebDataset's behaviour); pickle formats deliberately have none.
+
+The registry is process-wide. Register custom decoders at import time of the module that
+defines them, so DataLoader workers (forked or spawned) see them too.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode import fields
+from fpipe.decode.image import IMAGE_EXTENSIONS, ImageDecodeOptions, decode_image_with
+
+__all__ = [
+    "Decoder",
+    "decode_field",
+    "get_decoder",
+    "register_decoder",
+    "registered_extensions",
+    "unregister_decoder",
+]
+
+#: A decoder: encoded member bytes -> value. Raise any exception for undecodable data.
+Decoder = Callable[[bytes], Any]
+
+_DEFAULT_IMAGE_OPTIONS = ImageDecodeOptions()
+
+
+def decode_image_default(data: bytes) -> Any:
+    """The built-in image decoder (RGB uint8 CHW torch tensor, default limits)."""
+    return decode_image_with(data, _DEFAULT_IMAGE_OPTIONS)
+
+
+def _builtins() -> dict[str, Decoder]:
+    table: dict[str, Decoder] = {}
+    for ext in ("txt", "text", "transcript"):
+        table[ext] = fields.decode_txt
+    for ext in ("json", "jsn"):
+        table[ext] = fields.decode_json
+    for ext in ("mp", "msgpack"):
+        table[ext] = fields.decode_msgpack
+    for ext in ("cls", "cls2", "class", "count", "index", "inx", "id"):
+        table[ext] = fields.decode_int
+    table["npy"] = fields.decode_npy
+    table["npz"] = fields.decode_npz
+    table["pth"] = fields.decode_pth
+    for ext in IMAGE_EXTENSIONS:
+        table[ext] = decode_image_default
+    for ext in fields.AV_EXTENSIONS:
+        table[ext] = fields.decode_av
+    return table
+
+
+_BUILTINS: dict[str, Decoder] = _builtins()
+_REGISTRY: dict[str, Decoder] = dict(_BUILTINS)
+
+
+def _norm(ext: str) -> str:
+    ext = ext.lower()
+    return ext[1:] if ext.startswith(".") else ext
+
+
+def register_decoder(ext: str, fn: Decoder) -> Decoder | None:
+    """Use ``fn(data: bytes) -> value`` for members with extension ``ext``.
+
+    ``ext`` is a last extension part (``"png"``) or a whole multi-part extension
+    (``"seg.png"``, which then wins over ``"png"`` for that member only). Replaces a built-in
+    or an earlier registration; returns the decoder it replaced, or ``None``.
+
+    Examples:
+      >>> _ = register_decoder("upper", lambda b: b.decode().upper())
+      >>> decode_field("upper", b"abc")
+      'ABC'
+      >>> _ = unregister_decoder("upper")
+    """
+    if not callable(fn):
+        raise TypeError(f"decoder for {ext!r} must be callable, got {type(fn).__name__}")
+    ext = _norm(ext)
+    if not ext:
+        raise ValueError("decoder extension must not be empty")
+    old = _REGISTRY.get(ext)
+    _REGISTRY[ext] = fn
+    return old
+
+
+def unregister_decoder(ext: str) -> Decoder | None:
+    """Remove a registration; a built-in extension goes back to its built-in decoder."""
+    ext = _norm(ext)
+    old = _REGISTRY.pop(ext, None)
+    if ext in _BUILTINS:
+        _REGISTRY[ext] = _BUILTINS[ext]
+    return old
+
+
+def registered_extensions() -> list[str]:
+    """All extensions with a decoder, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_decoder(ext: str) -> Decoder | None:
+    """The decoder used for member extension ``ext`` (whole extension, then last part)."""
+    ext = _norm(ext)
+    fn = _REGISTRY.get(ext)
+    if fn is None and "." in ext:
+        fn = _REGISTRY.get(ext.rsplit(".", 1)[1])
+    return fn
+
+
+def decode_field(
+    ext: str,
+    data: bytes,
+    *,
+    path: str = "",
+    key: str = "",
+    image_options: ImageDecodeOptions | None = None,
+    rng: np.random.Generator | None = None,
+) -> Any:
+    """Decode one member by its extension; any failure is a :class:`BadSampleError`.
+
+    Args:
+      ext: the member's extension after the sample key (``"jpg"``, ``"seg.png"``, ``"txt.gz"``).
+      data: the member's bytes.
+      path, key: the shard (or file) and the sample key, named in errors.
+      image_options: options for the built-in image decoder (default: RGB CHW uint8 tensor at
+        the decoded size). A custom decoder registered for an image extension ignores them.
+      rng: randomness for image augmentation in decoding (``crop="random"``).
+
+    Examples:
+      >>> decode_field("json", b'{"a": [1, {"b": 2}]}')
+      {'a': [1, {'b': 2}]}
+      >>> decode_field("bin", b"raw")
+      b'raw'
+    """
+    norm = _norm(ext)
+    try:
+        if norm.endswith(".gz") or norm == "gz":
+            data = gzip.decompress(data)
+            norm = norm[:-3].rstrip(".")
+            if not norm:
+                return data
+        fn = get_decoder(norm)
+        if fn is None:
+            return data
+        if fn is decode_image_default:
+            opts = _DEFAULT_IMAGE_OPTIONS if image_options is None else image_options
+            return decode_image_with(data, opts, rng=rng, path=path, key=key)
+        if fn is fields.decode_av:
+            return fields.decode_av(data, path=path, key=key)
+        return fn(data)
+    except ConfigError:
+        raise
+    except BadSampleError as e:
+        raise BadSampleError(e.path, e.key, f"member {ext!r}: {e.reason}") from e
+    except Exception as e:  # any decoder failure is a bad sample, named by file/key/member
+        raise BadSampleError(
+            path, key, f"cannot decode member {ext!r}: {type(e).__name__}: {e}"
+        ) from e

@@ -1,0 +1,70 @@
+"""The ``Sample`` base: a dataclass with the three keys every sample carries.
+
+Samples are plain (not frozen) dataclasses, like Megatron-Energon's, so an Energon user's
+``@dataclass class MySample(Sample)`` works unchanged. fpipe itself never mutates a sample: it
+builds new ones (``sample.replace(...)``, ``MySample.derive_from(other, ...)``). The base fields
+are keyword-only with defaults, so subclasses may declare fields without defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = ["BASE_FIELDS", "Sample", "basic_sample_keys"]
+
+#: Names of the fields every sample (and batch) has.
+BASE_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
+
+S = TypeVar("S", bound="Sample")
+
+
+@dataclass(kw_only=True)
+class Sample:
+    """Base of all typed samples.
+
+    Examples:
+      >>> from dataclasses import dataclass
+      >>> @dataclass
+      ... class Pair(Sample):
+      ...     a: str
+      ...     b: str
+      >>> p = Pair(a="x", b="y", __key__="shard-0/000001")
+      >>> p.__key__, Pair.derive_from(p, a="z", b="w").__key__
+      ('shard-0/000001', 'shard-0/000001')
+    """
+
+    #: ``shard/member-key`` (the shard's path relative to the dataset, then the member key).
+    __key__: str = ""
+    #: A tuple of str/int that locates the sample again (dataset, shard, index, ...).
+    __restore_key__: tuple[Any, ...] = ()
+    #: Subflavors from the metadataset (e.g. ``{"source": "coco"}``); used by cookers.
+    __subflavors__: dict[str, Any] = field(default_factory=dict)
+
+    def replace(self: S, **changes: Any) -> S:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def derive_from(cls: type[S], base: Any, **fields: Any) -> S:
+        """A new ``cls`` sample with the keys of ``base`` (a sample or a crude sample)."""
+        return cls(**basic_sample_keys(base), **fields)
+
+
+def basic_sample_keys(sample: Any) -> dict[str, Any]:
+    """``{"__key__", "__restore_key__", "__subflavors__"}`` of a sample or crude sample, to
+    build another sample from it: ``TextSample(**basic_sample_keys(crude), text=...)``."""
+    if isinstance(sample, Mapping):
+        get = sample.get
+        return {
+            "__key__": get("__key__", ""),
+            "__restore_key__": get("__restore_key__", ()),
+            "__subflavors__": get("__subflavors__") or {},
+        }
+    return {
+        "__key__": sample.__key__,
+        "__restore_key__": sample.__restore_key__,
+        "__subflavors__": sample.__subflavors__,
+    }

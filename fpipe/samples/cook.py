@@ -1,0 +1,213 @@
+"""Cooking: raw member bytes ``{ext: bytes}`` -> a typed sample.
+
+Two ways, as in Megatron-Energon:
+
+- **field_map** (dataset.yaml): :func:`cook_sample` decodes only the members the map reads;
+  other members are never decoded (a corrupt unused member is harmless).
+- **crude** datasets: the raw members become a :class:`CrudeSample` (a dict) and the first
+  matching :class:`Cooker` turns it into a sample (:func:`cook_crude_sample`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode.image import ImageDecodeOptions
+from fpipe.decode.registry import decode_field
+from fpipe.samples.field_map import FieldMap, compile_field_map
+from fpipe.samples.registry import sample_type_from_name
+
+__all__ = ["Cooker", "CrudeSample", "cook_crude_sample", "cook_sample", "make_crude_sample"]
+
+_MISSING = object()
+
+
+def _image_options(opts: ImageDecodeOptions | Mapping[str, Any] | None) -> Any:
+    if opts is None or isinstance(opts, ImageDecodeOptions):
+        return opts
+    return ImageDecodeOptions(**opts)
+
+
+def _walk(value: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if isinstance(value, (list, tuple)):
+            try:
+                value = value[int(part)]
+            except (ValueError, IndexError):
+                return _MISSING
+        elif isinstance(value, Mapping):
+            value = value.get(part, _MISSING)
+            if value is _MISSING:
+                return _MISSING
+        else:
+            return _MISSING
+    return value
+
+
+def cook_sample(
+    raw: Mapping[str, bytes],
+    *,
+    sample_type: type | str,
+    field_map: Mapping[str, str | Sequence[str]] | FieldMap,
+    key: str,
+    restore_key: tuple[Any, ...] = (),
+    subflavors: Mapping[str, Any] | None = None,
+    path: str = "",
+    image_decode_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
+    rng: np.random.Generator | None = None,
+) -> Any:
+    """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
+
+    Args:
+      raw: member extension -> bytes of one sample (``{"jpg": b"...", "txt": b"..."}``).
+      sample_type: a registered sample class or its name (``"CaptioningSample"``).
+      field_map: sample field -> source (see :mod:`fpipe.samples.field_map`), or a compiled
+        :class:`FieldMap` (compile once per dataset to skip the per-call cache lookup).
+      key: the sample key, ``shard/member-key``.
+      restore_key: the sample's restore key.
+      subflavors: the sample's subflavors.
+      path: the shard or file, named in errors.
+      image_decode_options: options of the built-in image decoder (record or dict).
+      rng: randomness for decoding (random crop), built from the sample's key.
+
+    Raises:
+      BadSampleError: a required field has no member present, or a used member is undecodable.
+      ConfigError: unknown sample type or invalid field_map.
+
+    Examples:
+      >>> s = cook_sample({"txt": b"hi", "json": b"{}"}, sample_type="TextSample",
+      ...                 field_map={"text": "txt"}, key="shard-0/000")
+      >>> s.text, s.__key__
+      ('hi', 'shard-0/000')
+    """
+    if not isinstance(sample_type, type):
+        sample_type = sample_type_from_name(sample_type)
+    fmap = compile_field_map(sample_type, field_map)
+    img_opts = _image_options(image_decode_options)
+    decoded: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for spec in fmap.fields:
+        value = _MISSING
+        for src in spec.sources:
+            if src.ext not in raw:
+                continue
+            whole = decoded.get(src.ext, _MISSING)
+            if whole is _MISSING:
+                whole = decode_field(
+                    src.ext, raw[src.ext], path=path, key=key, image_options=img_opts, rng=rng
+                )
+                decoded[src.ext] = whole
+            value = _walk(whole, src.path) if src.path else whole
+            if value is not _MISSING:
+                break
+        if value is _MISSING:
+            if spec.required:
+                tried = ", ".join(str(s) for s in spec.sources)
+                present = ", ".join(sorted(k for k in raw if not k.startswith("__")))
+                raise BadSampleError(
+                    path,
+                    key,
+                    f"missing field {spec.name!r}: no value at {tried} (members: {present})",
+                )
+            continue
+        values[spec.name] = value
+    return sample_type(
+        __key__=key,
+        __restore_key__=tuple(restore_key),
+        __subflavors__=dict(subflavors) if subflavors else {},
+        **values,
+    )
+
+
+class CrudeSample(dict):
+    """Raw fields of one sample: ``__key__``, ``__restore_key__``, ``__subflavors__``,
+    ``__path__`` and one entry per member (extension -> bytes), as a dict.
+
+    Examples:
+      >>> c = make_crude_sample({"txt": b"hello"}, key="s/0")
+      >>> c["__key__"], c.decode("txt")
+      ('s/0', 'hello')
+    """
+
+    def decode(
+        self,
+        ext: str,
+        *,
+        image_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> Any:
+        """Decode member ``ext`` with the registry; errors name this sample's file and key."""
+        path, key = self.get("__path__", ""), self.get("__key__", "")
+        if ext not in self:
+            present = ", ".join(sorted(k for k in self if not k.startswith("__")))
+            raise BadSampleError(path, key, f"missing member {ext!r} (members: {present})")
+        return decode_field(
+            ext, self[ext], path=path, key=key, image_options=_image_options(image_options), rng=rng
+        )
+
+
+def make_crude_sample(
+    raw: Mapping[str, bytes],
+    *,
+    key: str,
+    restore_key: tuple[Any, ...] = (),
+    subflavors: Mapping[str, Any] | None = None,
+    path: str = "",
+) -> CrudeSample:
+    """Wrap raw members into a :class:`CrudeSample` (nothing is decoded)."""
+    crude = CrudeSample(raw)
+    crude["__key__"] = key
+    crude["__restore_key__"] = tuple(restore_key)
+    crude["__subflavors__"] = dict(subflavors) if subflavors else {}
+    crude["__path__"] = path
+    return crude
+
+
+@dataclasses.dataclass(frozen=True)
+class Cooker:
+    """A user function ``cook(crude) -> sample`` and when it applies.
+
+    Attributes:
+      cook: turns a :class:`CrudeSample` into a sample.
+      has_subflavors: applies only if the sample's subflavors contain all these items.
+      condition: applies only if ``condition(crude)`` is true.
+    """
+
+    cook: Callable[[CrudeSample], Any]
+    has_subflavors: Mapping[str, Any] | None = None
+    condition: Callable[[CrudeSample], bool] | None = None
+
+    def is_match(self, crude: Mapping[str, Any]) -> bool:
+        """Whether this cooker applies to ``crude``."""
+        if self.has_subflavors:
+            sub = crude.get("__subflavors__") or {}
+            for k, v in self.has_subflavors.items():
+                if k not in sub or sub[k] != v:
+                    return False
+        return self.condition is None or bool(self.condition(crude))
+
+
+def cook_crude_sample(
+    crude: CrudeSample, cookers: Sequence[Cooker | Callable[[CrudeSample], Any]]
+) -> Any:
+    """Cook ``crude`` with the first matching cooker (a bare function always matches).
+
+    Raises:
+      ConfigError: no cooker matches (the message names the key and subflavors).
+    """
+    for c in cookers:
+        if isinstance(c, Cooker):
+            if c.is_match(crude):
+                return c.cook(crude)
+        else:
+            return c(crude)
+    raise ConfigError(
+        f"no cooker matches crude sample {crude.get('__key__', '')!r} of "
+        f"{crude.get('__path__', '')!r} with subflavors {crude.get('__subflavors__')}; "
+        "add a Cooker whose has_subflavors matches"
+    )

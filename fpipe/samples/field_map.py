@@ -1,0 +1,149 @@
+"""``field_map`` of dataset.yaml: which member (and which part of it) fills each sample field.
+
+Syntax of one entry ``field: spec``:
+
+- ``jpg`` — the member with that extension, decoded by its extension;
+- ``json[caption]``, ``json[a][0][b]`` — a path into the decoded member (dict keys, or list
+  indexes when the value is a list); keys may be quoted: ``json["a b"]``;
+- ``[jpg, png]`` (a YAML list) — alternatives: the first member that is present (and whose path
+  resolves) is used.
+
+A field_map is checked when compiled (:func:`compile_field_map`), against the sample type: each
+name must be a field of it, and each field without a default must be mapped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fpipe.core.errors import ConfigError
+from fpipe.samples.base import BASE_FIELDS
+
+__all__ = ["FieldMap", "FieldSource", "FieldSpec", "compile_field_map", "parse_source"]
+
+_SPEC = re.compile(r"^([^\[\]]+)((?:\[[^\[\]]*\])*)$")
+_PART = re.compile(r"\[([^\[\]]*)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSource:
+    """One place a field's value can come from."""
+
+    #: Member extension (``"jpg"``, ``"json"``, ``"seg.png"``).
+    ext: str
+    #: Path into the decoded member, as strings (``("a", "0", "b")``); empty: the whole value.
+    path: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.ext + "".join(f"[{p}]" for p in self.path)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """How one sample field is filled."""
+
+    #: The sample field's name.
+    name: str
+    #: Alternatives, first present wins.
+    sources: tuple[FieldSource, ...]
+    #: ``False`` when the sample field has a default (used if no source is present).
+    required: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldMap:
+    """A field_map checked against a sample type; build it with :func:`compile_field_map`."""
+
+    #: The sample class.
+    sample_type: type
+    #: One spec per mapped field, in field_map order.
+    fields: tuple[FieldSpec, ...]
+
+    @property
+    def extensions(self) -> frozenset[str]:
+        """The member extensions this map may read (nothing else is decoded)."""
+        return frozenset(s.ext for f in self.fields for s in f.sources)
+
+
+def parse_source(spec: str) -> FieldSource:
+    """Parse one source such as ``"json[a][0][b]"``.
+
+    Examples:
+      >>> parse_source("json[a][0][b]")
+      FieldSource(ext='json', path=('a', '0', 'b'))
+    """
+    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
+    if m is None or not m.group(1).strip():
+        raise ConfigError(
+            f"bad field_map source {spec!r}; expected an extension like 'jpg' or a path like "
+            "'json[caption]' / 'json[a][0][b]'"
+        )
+    parts = []
+    for p in _PART.findall(m.group(2)):
+        p = p.strip()
+        if len(p) >= 2 and p[0] == p[-1] and p[0] in "'\"":
+            p = p[1:-1]
+        if not p:
+            raise ConfigError(f"bad field_map source {spec!r}: empty [] in the path")
+        parts.append(p)
+    return FieldSource(ext=m.group(1).strip(), path=tuple(parts))
+
+
+def compile_field_map(
+    sample_type: type, field_map: Mapping[str, str | Sequence[str]] | FieldMap
+) -> FieldMap:
+    """Check ``field_map`` against ``sample_type`` and parse it (cached for equal inputs).
+
+    Raises:
+      ConfigError: unknown field name, a required field not mapped, or a bad source.
+    """
+    if isinstance(field_map, FieldMap):
+        if field_map.sample_type is not sample_type:
+            raise ConfigError(
+                f"field_map was compiled for {field_map.sample_type.__name__}, "
+                f"not {sample_type.__name__}"
+            )
+        return field_map
+    if not isinstance(field_map, Mapping):
+        raise ConfigError(f"field_map must be a mapping field -> source, got {field_map!r}")
+    frozen = tuple((str(k), v if isinstance(v, str) else tuple(v)) for k, v in field_map.items())
+    return _compile(sample_type, frozen)
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(sample_type: type, items: tuple[tuple[str, Any], ...]) -> FieldMap:
+    if not dataclasses.is_dataclass(sample_type):
+        raise ConfigError(f"sample type {sample_type!r} is not a dataclass")
+    sfields = {f.name: f for f in dataclasses.fields(sample_type) if f.init}
+    user = {n for n in sfields if n not in BASE_FIELDS}
+    specs = []
+    for name, value in items:
+        if name not in user:
+            raise ConfigError(
+                f"field_map names {name!r}, which {sample_type.__name__} does not have; "
+                f"its fields: {', '.join(sorted(user))}"
+            )
+        alts = (value,) if isinstance(value, str) else value
+        if not alts:
+            raise ConfigError(f"field_map entry {name!r} has an empty list of alternatives")
+        f = sfields[name]
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        specs.append(FieldSpec(name, tuple(parse_source(a) for a in alts), required))
+    mapped = {s.name for s in specs}
+    missing = [
+        n
+        for n in sorted(user)
+        if n not in mapped
+        and sfields[n].default is dataclasses.MISSING
+        and sfields[n].default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(
+            f"field_map for {sample_type.__name__} does not map required field(s) "
+            f"{', '.join(missing)}; add e.g. {missing[0]}: <extension>"
+        )
+    return FieldMap(sample_type=sample_type, fields=tuple(specs))

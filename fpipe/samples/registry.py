@@ -1,0 +1,113 @@
+"""Allow-list of sample types by name, so dataset.yaml never imports arbitrary classes.
+
+A name resolves only to a class that was registered: the built-ins, and user classes passed to
+:func:`register_sample_type` (at import time of the user's module). Energon's dataset.yaml form
+``{__module__: megatron.energon, __class__: CaptioningSample}`` resolves to fpipe's built-in of
+that name; a user class is found by its name or by ``module.QualName``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from fpipe.core.errors import ConfigError
+from fpipe.samples import types
+from fpipe.samples.base import Sample
+
+__all__ = ["register_sample_type", "sample_type_from_name", "sample_type_name"]
+
+T = TypeVar("T", bound=type)
+
+#: Module names whose classes are looked up among fpipe's built-in types by class name.
+_BUILTIN_MODULES = ("fpipe", "fpipe.samples", "fpipe.samples.types", "megatron.energon")
+
+_TYPES: dict[str, type[Sample]] = {}
+_BUILTIN_NAMES: set[str] = set()
+
+
+def register_sample_type(cls: T | None = None, *, name: str | None = None) -> Any:
+    """Allow ``cls`` (a dataclass subclass of :class:`Sample`) to be named in dataset.yaml.
+
+    Registers ``name`` (default: the class name) and ``module.QualName``. Usable as a plain
+    call or as a decorator (``@register_sample_type`` or ``@register_sample_type(name=...)``).
+    Registering a different class under a taken name raises :class:`ConfigError`.
+
+    Examples:
+      >>> from dataclasses import dataclass
+      >>> @register_sample_type
+      ... @dataclass
+      ... class DocSample(Sample):
+      ...     text: str
+      >>> sample_type_from_name("DocSample") is DocSample
+      True
+    """
+    if cls is None:
+        return lambda c: register_sample_type(c, name=name)
+    if not (isinstance(cls, type) and issubclass(cls, Sample) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"a sample type must be a dataclass subclass of Sample, got {cls!r}")
+    for n in {name or cls.__name__, f"{cls.__module__}.{cls.__qualname__}"}:
+        old = _TYPES.get(n)
+        if old is not None and old is not cls:
+            raise ConfigError(
+                f"sample type name {n!r} is already registered for {old.__module__}."
+                f"{old.__qualname__}; pass another name= to register {cls.__qualname__}"
+            )
+        _TYPES[n] = cls
+    return cls
+
+
+def sample_type_from_name(name: str | Mapping[str, str] | type) -> type[Sample]:
+    """Resolve a registered sample type from its name (or a class, returned if registered).
+
+    Accepts ``"CaptioningSample"``, ``"fpipe.samples.CaptioningSample"``,
+    ``"megatron.energon.CaptioningSample"``, a registered ``"mymodule.MySample"``, or a mapping
+    ``{"__module__": ..., "__class__": ...}`` as Energon's dataset.yaml writes it.
+
+    Raises:
+      ConfigError: the name is not registered (the message lists the known names).
+
+    Examples:
+      >>> sample_type_from_name({"__module__": "megatron.energon", "__class__": "TextSample"})
+      <class 'fpipe.samples.types.TextSample'>
+    """
+    if isinstance(name, type):
+        if name in _TYPES.values():
+            return name
+        raise ConfigError(
+            f"sample type {name.__qualname__} is not registered; call "
+            "fpipe.samples.register_sample_type on it"
+        )
+    if isinstance(name, Mapping):
+        try:
+            module, clsname = str(name["__module__"]), str(name["__class__"])
+        except KeyError as e:
+            raise ConfigError(f"sample_type mapping needs __module__ and __class__: {name}") from e
+        full = f"{module}.{clsname}"
+    else:
+        full = str(name)
+        module, _, clsname = full.rpartition(".")
+    found = _TYPES.get(full)
+    if found is None and module in _BUILTIN_MODULES and clsname in _BUILTIN_NAMES:
+        found = _TYPES[clsname]
+    if found is None:
+        known = ", ".join(sorted(n for n in _TYPES if "." not in n))
+        raise ConfigError(
+            f"unknown sample type {full!r}; known: {known}. Register a custom type with "
+            "fpipe.samples.register_sample_type (no class is imported by name)"
+        )
+    return found
+
+
+def sample_type_name(cls: type) -> str:
+    """The short name under which ``cls`` is registered (for writing dataset.yaml)."""
+    for n, c in _TYPES.items():
+        if c is cls and "." not in n:
+            return n
+    raise ConfigError(f"sample type {cls.__qualname__} is not registered")
+
+
+for _name in types.__all__:
+    register_sample_type(getattr(types, _name), name=_name)
+    _BUILTIN_NAMES.add(_name)

@@ -1,0 +1,118 @@
+"""The built-in sample types. Names match Megatron-Energon's, so dataset.yaml files written
+for Energon resolve to these.
+
+An "image" is whatever the image decoder returns (by default a uint8 ``(3, H, W)`` tensor; PIL
+or numpy with other options). A "video" is a lazy ``fpipe.decode.av.AVDecoder`` handle until a
+task encoder decodes frames from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fpipe.samples.base import Sample
+
+__all__ = [
+    "CaptionedVideoSample",
+    "CaptioningSample",
+    "ImageClassificationSample",
+    "ImageSample",
+    "InterleavedSample",
+    "TextSample",
+    "VQASample",
+    "VidQASample",
+    "VideoTextSample",
+]
+
+
+@dataclass
+class CaptioningSample(Sample):
+    """An image and its caption."""
+
+    #: The decoded image.
+    image: Any
+    #: The caption text.
+    caption: str
+
+
+@dataclass
+class ImageSample(Sample):
+    """An image alone."""
+
+    #: The decoded image.
+    image: Any
+
+
+@dataclass
+class TextSample(Sample):
+    """A text alone (language-model pretraining)."""
+
+    #: The text.
+    text: str
+
+
+@dataclass
+class VQASample(Sample):
+    """Visual question answering: an image, a question (context) and answers."""
+
+    #: The decoded image.
+    image: Any
+    #: The question or prompt.
+    context: str
+    #: Possible answers.
+    answers: list[str] | None = None
+    #: One weight per answer.
+    answer_weights: Any = None
+
+
+@dataclass
+class InterleavedSample(Sample):
+    """Text and images in document order (OBELICS/MMC4 style)."""
+
+    #: Items in order: ``str`` for text, a decoded image otherwise.
+    sequence: list[Any]
+
+
+@dataclass
+class ImageClassificationSample(Sample):
+    """An image and its class."""
+
+    #: The decoded image.
+    image: Any
+    #: The class index.
+    label: int | None = None
+    #: The class name.
+    label_name: str | None = None
+
+
+@dataclass
+class CaptionedVideoSample(Sample):
+    """A video with its caption, and optionally a separate audio track and metadata."""
+
+    #: Lazy video handle (``AVDecoder``) or decoded frames.
+    video: Any
+    #: The caption text.
+    caption: str
+    #: Lazy audio handle or decoded audio, when the audio is a separate member.
+    audio: Any = None
+    #: Anything else about the clip (fps, duration, source...).
+    metadata: dict[str, Any] | None = None
+
+
+#: Alias: the video-text sample under a second name.
+VideoTextSample = CaptionedVideoSample
+
+
+@dataclass
+class VidQASample(Sample):
+    """Video question answering."""
+
+    #: Lazy video handle (``AVDecoder``) or decoded frames.
+    video: Any
+    #: The question or prompt.
+    context: str
+    #: Possible answers.
+    answers: list[str] | None = None
+    #: One weight per answer.
+    answer_weights: Any = None

@@ -1,0 +1,205 @@
+"""Field decoders and the decoder registry."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import fpipe.decode as fd
+from fpipe.core.errors import BadSampleError
+from fpipe.decode import (
+    ImageDecodeOptions,
+    decode_field,
+    get_decoder,
+    register_decoder,
+    registered_extensions,
+    unregister_decoder,
+)
+
+
+def png_bytes(w: int = 20, h: int = 10) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), (10, 200, 30)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=True)
+    return buf.getvalue()
+
+
+def test_import_pulls_no_torch_or_av():
+    code = (
+        "import sys, fpipe.decode, fpipe.decode.registry, fpipe.samples;"
+        "fpipe.decode.decode_field('txt', b'x');"
+        "bad = [m for m in ('torch', 'av') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_all_sorted_and_documented():
+    assert fd.__all__ == sorted(fd.__all__)
+    for name in fd.__all__:
+        obj = getattr(fd, name)
+        if callable(obj) and not isinstance(obj, type(list[int])):
+            assert obj.__doc__, name
+    with pytest.raises(AttributeError):
+        fd.nope  # noqa: B018
+
+
+def test_builtin_decoders():
+    assert decode_field("txt", "héllo".encode()) == "héllo"
+    assert decode_field("json", b'{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
+    assert decode_field("cls", b" 12\n") == 12
+    assert decode_field("index", b"3") == 3
+    arr = np.arange(6, dtype=np.int16).reshape(2, 3)
+    out = decode_field("npy", npy_bytes(arr))
+    np.testing.assert_array_equal(out, arr)
+    assert out.dtype == np.int16
+    buf = io.BytesIO()
+    np.savez(buf, a=arr, b=arr * 2)
+    npz = decode_field("npz", buf.getvalue())
+    np.testing.assert_array_equal(npz["b"], arr * 2)
+    import msgspec
+
+    assert decode_field("mp", msgspec.msgpack.encode({"x": 1})) == {"x": 1}
+
+
+def test_pth_weights_only():
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(3), "meta": [1, "a"]}, buf)
+    out = decode_field("pth", buf.getvalue())
+    assert torch.equal(out["w"], torch.arange(3)) and out["meta"] == [1, "a"]
+
+    buf = io.BytesIO()
+    torch.save({"obj": types.SimpleNamespace(a=1)}, buf)  # arbitrary object: refused
+    with pytest.raises(BadSampleError, match="pth"):
+        decode_field("pth", buf.getvalue(), path="p.tar", key="p/1")
+
+
+def test_npy_object_array_refused():
+    data = npy_bytes(np.array([{"a": 1}], dtype=object))
+    with pytest.raises(BadSampleError) as ei:
+        decode_field("npy", data, path="x.tar", key="x/5")
+    assert ei.value.key == "x/5" and "npy" in ei.value.reason
+
+
+@pytest.mark.parametrize(
+    ("ext", "data"),
+    [("txt", b"\xff\xfe"), ("json", b"{oops"), ("cls", b"three"), ("npy", b"nope")],
+)
+def test_decode_errors_name_path_key_member(ext, data):
+    with pytest.raises(BadSampleError) as ei:
+        decode_field(ext, data, path="shard-1.tar", key="shard-1/000009")
+    e = ei.value
+    assert (e.path, e.key) == ("shard-1.tar", "shard-1/000009")
+    assert repr(ext) in e.reason and "shard-1/000009" in str(e)
+
+
+def test_images_default_and_options():
+    t = decode_field("png", png_bytes())
+    assert tuple(t.shape) == (3, 10, 20)
+    pil = decode_field("PNG", png_bytes(), image_options=ImageDecodeOptions(out="pil"))
+    assert pil.size == (20, 10)
+    with pytest.raises(BadSampleError) as ei:
+        decode_field("jpg", b"garbage", path="s.tar", key="s/3")
+    assert ei.value.key == "s/3" and "'jpg'" in ei.value.reason
+
+
+def test_multi_part_extension_uses_last_part_then_whole():
+    assert get_decoder("seg.png") is get_decoder("png")
+    assert tuple(decode_field("seg.png", png_bytes()).shape) == (3, 10, 20)
+    try:
+        register_decoder("seg.png", lambda b: "segmentation")
+        assert decode_field("seg.png", png_bytes()) == "segmentation"
+        assert decode_field("png", png_bytes()).shape[0] == 3
+    finally:
+        unregister_decoder("seg.png")
+    assert get_decoder("seg.png") is get_decoder("png")
+
+
+def test_gzip_members():
+    assert decode_field("txt.gz", gzip.compress(b"zipped")) == "zipped"
+    assert decode_field("json.gz", gzip.compress(b"[1]")) == [1]
+    assert decode_field("gz", gzip.compress(b"raw")) == b"raw"
+    with pytest.raises(BadSampleError):
+        decode_field("txt.gz", b"not gzip", key="k")
+
+
+def test_unknown_extension_stays_bytes_and_pickle_is_never_decoded():
+    assert decode_field("bin", b"\x00\x01") == b"\x00\x01"
+    assert decode_field("pyd", b"\x80\x04N.") == b"\x80\x04N."
+    assert decode_field("pickle", b"\x80\x04N.") == b"\x80\x04N."
+    assert "pyd" not in registered_extensions()
+
+
+def test_register_override_and_unregister():
+    calls = []
+
+    def upper(b: bytes) -> str:
+        calls.append(b)
+        return b.decode().upper()
+
+    try:
+        assert register_decoder(".SHOUT", upper) is None
+        assert "shout" in registered_extensions()
+        assert decode_field("shout", b"abc") == "ABC"
+        old = register_decoder("txt", upper)
+        assert decode_field("txt", b"x") == "X"
+        assert old is not None
+    finally:
+        unregister_decoder("shout")
+        unregister_decoder("txt")
+    assert decode_field("txt", b"x") == "x"
+    assert decode_field("shout", b"abc") == b"abc"
+    assert len(calls) == 2
+    with pytest.raises(TypeError):
+        register_decoder("x", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        register_decoder("", upper)
+
+
+def test_custom_decoder_error_becomes_bad_sample():
+    def broken(b: bytes):
+        raise RuntimeError("boom")
+
+    try:
+        register_decoder("brk", broken)
+        with pytest.raises(BadSampleError, match="RuntimeError: boom") as ei:
+            decode_field("brk", b"", path="f.tar", key="f/1")
+        assert ei.value.path == "f.tar"
+    finally:
+        unregister_decoder("brk")
+
+
+def test_video_is_a_lazy_handle(monkeypatch):
+    made = []
+
+    class StubAVDecoder:
+        def __init__(self, data, **kw):
+            made.append((data, kw))
+
+    stub = types.ModuleType("fpipe.decode.av")
+    stub.AVDecoder = StubAVDecoder
+    monkeypatch.setitem(sys.modules, "fpipe.decode.av", stub)
+    for ext in ("mp4", "webm", "mkv", "mov", "avi", "mp3", "wav", "flac", "m4a", "ogg"):
+        h = decode_field(ext, b"videobytes", path="v.tar", key="v/1")
+        assert isinstance(h, StubAVDecoder)
+    assert made[0] == (b"videobytes", {"path": "v.tar", "key": "v/1"})
+
+
+def test_video_handle_with_real_module():
+    av_mod = pytest.importorskip("fpipe.decode.av")
+    h = decode_field("mp4", b"not parsed yet", key="v/2")  # lazy: nothing is read here
+    assert isinstance(h, av_mod.AVDecoder)
