@@ -5,7 +5,7 @@ Each stage is one module holding its Config, its State, a factory and pure funct
 """
 
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
-from fpipe.plan.distribute import DistributeConfig, distribute
+from fpipe.plan.distribute import DistributeConfig, DistributeState, distribute
 from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
 from fpipe.plan.map_refs import MapRefsConfig, map_refs
 from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat
@@ -22,6 +22,7 @@ __all__ = [
     "BatchConfig",
     "BatchState",
     "DistributeConfig",
+    "DistributeState",
     "FilterConfig",
     "FilterState",
     "InMemoryConfig",

@@ -14,10 +14,11 @@ from typing import ClassVar
 import numpy as np
 
 from fpipe.core.errors import ConfigError
-from fpipe.core.records import Config, Refs, Unit
+from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Stage
+from fpipe.plan.batch import Remainder
 
-__all__ = ["DistributeConfig", "distribute"]
+__all__ = ["DistributeConfig", "DistributeState", "distribute"]
 
 
 class DistributeConfig(Config, frozen=True):
@@ -33,15 +34,29 @@ class DistributeConfig(Config, frozen=True):
     global_batch_size: int
     rank: int = 0
     world_size: int = 1
+    remainder: Remainder = Remainder.DROP
+
+
+class DistributeState(State, frozen=True, array_like=True):
+    """``dropped``: refs of short final global batches dropped (the same on every rank)."""
+
+    dropped: int = 0
 
 
 def distribute(
-    global_batch_size: int, *, rank: int = 0, world_size: int = 1, name: str = "distribute"
+    global_batch_size: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    drop_last: bool = True,
+    name: str = "distribute",
 ) -> Stage:
     """Global-mode distribution over blocks of ``global_batch_size`` refs.
 
-    A short final global batch is split as evenly as possible over the ranks (a following
-    ``batch(drop_last=True)`` drops every part of it on every rank alike).
+    A short final global batch is dropped on every rank alike (``drop_last=True``, counted in
+    the state), or split as evenly as possible over the ranks (``drop_last=False``; ranks may
+    then get batches of different sizes, some none, at the very end of the stream). Deciding
+    this on the global batch keeps all ranks at the same step.
 
     Example:
         >>> s = distribute(4, rank=1, world_size=2)
@@ -56,22 +71,27 @@ def distribute(
             f"size {world_size} (per-rank batch = global / world size)"
         )
     per_rank = global_batch_size // world_size
-    unit = Unit()
+    remainder = Remainder.DROP if drop_last else Remainder.KEEP
 
-    def step(state, chunk: Refs):
+    def step(state: DistributeState, chunk: Refs):
         n = len(chunk)
         if n == global_batch_size:
             return state, chunk[rank * per_rank : (rank + 1) * per_rank]
+        if remainder is Remainder.DROP:
+            return DistributeState(state.dropped + n), chunk[:0]
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
     return Stage(
         name=name,
         config=DistributeConfig(
-            global_batch_size=global_batch_size, rank=rank, world_size=world_size
+            global_batch_size=global_batch_size,
+            rank=rank,
+            world_size=world_size,
+            remainder=remainder,
         ),
-        init=lambda key: unit,
+        init=lambda key: DistributeState(0),
         step=step,
-        state_type=Unit,
+        state_type=DistributeState,
         block_size=global_batch_size,
     )

@@ -26,7 +26,7 @@ def test_distribute_global_mode_covers_each_epoch(world):
             chain(
                 repeat(samples(n), 2),
                 window_shuffle(11),
-                distribute(b * world, rank=rank, world_size=world),
+                distribute(b * world, rank=rank, world_size=world, drop_last=False),
                 batch(b, drop_last=False),
             ),
             9,

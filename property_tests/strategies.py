@@ -1,0 +1,86 @@
+"""Hypothesis strategies: random datasets, seeds and plan pipelines (built fresh on demand).
+
+A :class:`PlanSpec` is plain data; ``spec.build(rank=..., world_size=...)`` makes a new
+:class:`~fpipe.core.Pipeline` each call, so a restored run shares nothing but snapshot bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import strategies as st
+
+from fpipe.core import Pipeline, chain
+from fpipe.plan import (
+    batch,
+    distribute,
+    filter_refs,
+    map_refs,
+    repeat,
+    samples,
+    slice_shuffle,
+    window_shuffle,
+)
+
+
+def add_bucket(refs):
+    """A pure metadata map used by random pipelines (adds a derived column)."""
+    return refs.with_columns(bucket=refs.column("tokens") // 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSpec:
+    num_samples: int
+    seed: int
+    num_epochs: int
+    slice_size: int | None
+    window: int | None
+    token_limit: int | None  # filter tokens < token_limit
+    with_map: bool
+    per_rank_batch: int
+    world_size: int
+    drop_last: bool
+
+    def tokens(self) -> np.ndarray:
+        return (np.arange(self.num_samples) * 7919 + self.seed) % 50
+
+    def build(self, rank: int = 0, world_size: int | None = None, per_rank_batch=None) -> Pipeline:
+        world = self.world_size if world_size is None else world_size
+        b = self.per_rank_batch if per_rank_batch is None else per_rank_batch
+        view = samples(self.num_samples, columns={"tokens": self.tokens()})
+        if self.slice_size:
+            view = slice_shuffle(view, self.slice_size)
+        stages = []
+        if self.window:
+            stages.append(window_shuffle(self.window))
+        if self.token_limit is not None:
+            stages.append(filter_refs("tokens", "<", self.token_limit))
+        if self.with_map:
+            stages.append(map_refs(add_bucket))
+        stages.append(distribute(b * world, rank=rank, world_size=world, drop_last=self.drop_last))
+        stages.append(batch(b, drop_last=self.drop_last))
+        return Pipeline(chain(repeat(view, self.num_epochs), *stages), seed=self.seed)
+
+    def kept(self) -> np.ndarray:
+        """Sample indices that survive the filter (what coverage expects per epoch)."""
+        idx = np.arange(self.num_samples)
+        if self.token_limit is None:
+            return idx
+        return idx[self.tokens() < self.token_limit]
+
+
+@st.composite
+def plan_specs(draw, max_samples: int = 120, world_sizes=(1, 4)) -> PlanSpec:
+    return PlanSpec(
+        num_samples=draw(st.integers(1, max_samples)),
+        seed=draw(st.integers(0, 2**32)),
+        num_epochs=draw(st.integers(1, 3)),
+        slice_size=draw(st.one_of(st.none(), st.integers(1, 12))),
+        window=draw(st.one_of(st.none(), st.integers(1, 40))),
+        token_limit=draw(st.one_of(st.none(), st.integers(0, 50))),
+        with_map=draw(st.booleans()),
+        per_rank_batch=draw(st.integers(1, 6)),
+        world_size=draw(st.integers(*world_sizes)),
+        drop_last=draw(st.booleans()),
+    )
