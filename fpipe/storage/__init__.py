@@ -1,11 +1,12 @@
 """Bytes on disk: tar shard indexes, `fpipe prepare`, dataset.yaml / split.yaml, tables and
 random-access readers. Storage never decides order.
 
->>> from fpipe.storage import open_dataset, prepare_dataset   # doctest: +SKIP
->>> prepare_dataset("data/coco", fields={"image": "jpg", "caption": "txt"}, split="8,1,1")
->>> ds = open_dataset("data/coco")
->>> ds.read(ds.split_indices("train")[0])["jpg"][:2]
-b'\\xff\\xd8'
+Example::
+
+    from fpipe.storage import open_dataset, prepare_dataset
+    prepare_dataset("data/coco", fields={"image": "jpg", "caption": "txt"}, split="8,1,1")
+    ds = open_dataset("data/coco")
+    ds.read(ds.split_indices("train")[0])["jpg"][:2]   # b'\xff\xd8'
 """
 
 from fpipe.storage.config import DatasetConfig, FieldSpec, SplitConfig, parse_field_spec

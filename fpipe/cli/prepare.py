@@ -1,0 +1,180 @@
+"""``fpipe prepare DIR``: index shards (or a table) and write dataset.yaml / split.yaml."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fpipe.core.errors import FpipeError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``prepare`` sub-command."""
+    p = sub.add_parser(
+        "prepare",
+        help="index a WebDataset folder, an Energon folder or a JSONL/CSV table",
+        description="Index tar shards (or a table) into DIR/.fpipe: byte offsets of every "
+        "member, metadata columns, dataset.yaml and split.yaml. Asks for missing settings "
+        "only when run on a terminal.",
+    )
+    p.add_argument("path", help="dataset folder, or a .jsonl/.csv table")
+    p.add_argument(
+        "--field",
+        action="append",
+        metavar="NAME=SPEC",
+        default=None,
+        help="field map entry, e.g. image=jpg, caption=txt, caption=json[caption], "
+        "image=jpg,png (repeatable)",
+    )
+    p.add_argument("--sample-type", default=None, help="e.g. CaptioningSample")
+    p.add_argument(
+        "--split",
+        default=None,
+        help="shard split ratios train,val,test e.g. 8,1,1 (or train=9,val=1)",
+    )
+    p.add_argument(
+        "--split-shards",
+        action="append",
+        metavar="SPLIT=GLOB",
+        default=None,
+        help="explicit shards of a split, e.g. val='shard-000{0..1}.tar' (repeatable)",
+    )
+    p.add_argument(
+        "--split-seed",
+        type=int,
+        default=None,
+        help="shuffle shards with this seed before splitting by ratio",
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        help="shard name, SHARD/INDEX or sample key to exclude (repeatable)",
+    )
+    p.add_argument(
+        "--shards",
+        action="append",
+        default=[],
+        help="shard glob relative to DIR, braces allowed (default: all *.tar, "
+        "*.tar.gz, *.tgz below DIR)",
+    )
+    p.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="NAME=SPEC",
+        help="metadata column from JSON, e.g. aes=json[aesthetic] or "
+        "n=len(json[tags]) (repeatable)",
+    )
+    p.add_argument(
+        "--extra-columns",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="function(members: dict[str, bytes]) -> dict[str, number]",
+    )
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
+    p.add_argument(
+        "--part",
+        default=None,
+        metavar="I/N",
+        help="index only slice I (0-based) of N, for cluster jobs; then --merge",
+    )
+    p.add_argument("--merge", action="store_true", help="combine the parts written by --part")
+    p.add_argument("--root", default=None, help="tables: media root (default: table folder)")
+    p.add_argument(
+        "--media-column",
+        action="append",
+        default=None,
+        help="tables: column naming media files (default: guessed)",
+    )
+    p.add_argument("--aux", default=None, help="tables: prepared tar dataset holding media")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--show-problems",
+        type=int,
+        default=20,
+        metavar="N",
+        help="print at most N problems (all are in .fpipe/problems.jsonl)",
+    )
+    return p
+
+
+def _prompt(args: argparse.Namespace) -> None:
+    """Ask for the field map, sample type and split when missing (terminal only)."""
+    from pathlib import Path
+
+    from fpipe.storage.config import load_dataset_config
+    from fpipe.storage.energon import is_energon
+    from fpipe.storage.scan import peek_extensions
+    from fpipe.storage.tables import is_table
+    from fpipe.storage.webdataset import list_shards
+
+    root = Path(args.path)
+    if is_table(root) or is_energon(root) or args.merge or args.part:
+        return
+    has_cfg = bool(load_dataset_config(root / ".fpipe" / "dataset.yaml").field_map)
+    if args.field is None and not has_cfg:
+        shards = list_shards(root, args.shards)
+        exts = peek_extensions(root, shards[0]) if shards else []
+        print(f"member extensions in {shards[0] if shards else '?'}: {', '.join(exts)}")
+        ans = input("field map (e.g. image=jpg caption=txt; empty for raw fields): ").split()
+        args.field = ans or None
+        if args.sample_type is None and ans:
+            args.sample_type = input("sample type (empty to guess): ").strip() or None
+    if args.split is None and args.split_shards is None and not has_cfg:
+        args.split = input("split ratios train,val,test (empty for none): ").strip() or None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``fpipe prepare``; exit status 0 (problems are reported, not fatal), 2 on errors."""
+    from fpipe.storage.prepare import prepare_dataset
+
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        _prompt(args)
+    split = args.split
+    if args.split_shards:
+        split = {}
+        for item in args.split_shards:
+            name, _, pattern = item.partition("=")
+            split.setdefault(name, []).append(pattern)
+    try:
+        report = prepare_dataset(
+            args.path,
+            fields=args.field,
+            split=split,
+            sample_type=args.sample_type,
+            workers=args.workers,
+            part=args.part,
+            merge=args.merge,
+            columns=args.column,
+            extra_columns_fn=args.extra_columns,
+            progress=not args.no_progress,
+            shards=args.shards,
+            exclude=args.exclude,
+            split_seed=args.split_seed,
+            root=args.root,
+            media_columns=args.media_column,
+            aux=args.aux,
+        )
+    except FpipeError as e:
+        print(f"fpipe prepare: error: {e}", file=sys.stderr)
+        return 2
+    for prob in report.problems[: args.show_problems]:
+        print(f"problem: {prob}", file=sys.stderr)
+    if len(report.problems) > args.show_problems:
+        print(
+            f"... {len(report.problems) - args.show_problems} more problems in "
+            f"{report.index_dir}/problems.jsonl",
+            file=sys.stderr,
+        )
+    part = f" (part {report.part[0]}/{report.part[1]})" if report.part else ""
+    print(
+        f"indexed {report.num_samples} samples from {report.num_shards} shards{part} in "
+        f"{report.elapsed_s:.2f} s ({report.samples_per_s:,.0f} samples/s); "
+        f"{len(report.problems)} left out; wrote {report.index_dir}"
+    )
+    if report.splits:
+        print("splits (shards): " + ", ".join(f"{k}={v}" for k, v in report.splits.items()))
+    return 0

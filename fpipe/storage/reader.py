@@ -1,0 +1,82 @@
+"""Positional reads of byte ranges with a bounded, fork-safe cache of open files.
+
+Reads use ``os.pread`` (no shared file position), so one descriptor serves any order of
+requests. Descriptors are opened lazily and belong to the process that opened them: when the
+cache notices a new process id (a forked DataLoader worker) it forgets the inherited ones
+(closing them in the child only) and opens its own. Pickling a :class:`FileCache` carries no
+descriptors either. Consecutive samples are consecutive byte ranges of one file, so reading
+them in order stays sequential on disk and the kernel's read-ahead applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import OrderedDict
+
+__all__ = ["FileCache"]
+
+
+class FileCache:
+    """At most ``max_open`` open read-only files, least recently used closed first."""
+
+    def __init__(self, max_open: int = 64):
+        if max_open < 1:
+            raise ValueError("max_open must be >= 1")
+        self.max_open = max_open
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict:
+        return {"max_open": self.max_open}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_open"])
+
+    def _fd(self, path: str) -> int:
+        if self._pid != os.getpid():  # forked: the descriptors are the parent's copies
+            for fd in self._fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()
+            self._pid = os.getpid()
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._fds[path] = fd
+        while len(self._fds) > self.max_open:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def pread(self, path: str, offset: int, size: int) -> bytes:
+        """``size`` bytes of ``path`` at ``offset``; fewer only at end of file."""
+        fd = self._fd(path)
+        data = os.pread(fd, size, offset)
+        if len(data) == size or not data:
+            return data
+        parts = [data]  # pread may return short reads before EOF (e.g. network filesystems)
+        got = len(data)
+        while got < size:
+            more = os.pread(fd, size - got, offset + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Close every descriptor this process opened."""
+        if self._pid == os.getpid():
+            for fd in self._fds.values():
+                os.close(fd)
+        self._fds.clear()
+
+    def __len__(self) -> int:
+        return len(self._fds) if self._pid == os.getpid() else 0
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.close()

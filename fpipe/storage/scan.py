@@ -1,0 +1,343 @@
+"""Index one shard: member offsets plus metadata columns, without decoding payloads.
+
+:func:`scan_shard` is a top-level, spawn-safe function (its arguments and result are plain
+data), run once per shard by ``fpipe prepare``, in worker processes when ``workers > 1``.
+
+Columns it computes, per sample (``-1`` where a value does not apply):
+
+- ``bytes``: bytes of all members of the sample;
+- ``<field>.bytes`` for every field of the field map (every extension when there is none);
+- ``<field>.width`` / ``<field>.height`` for image fields, from the header only;
+- ``<field>.chars`` for text fields and string-valued ``json[...]`` fields;
+- user columns (``NAME=json[path]``, ``NAME=len(json[path])``, or a ``module:function``),
+  stored as float64 (NaN when missing) or int64 when every value is an integer.
+
+A sample whose required field is missing, whose image header is unreadable, whose gzip member
+or JSON is corrupt, or that has two members with one extension, is left out and reported.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import math
+import os
+import re
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.config import FieldSpec, check_name, parse_field_spec
+from fpipe.storage.image_header import HEADER_PREFIX, IMAGE_EXTS, image_size, parse_image_size
+from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
+
+__all__ = ["ColumnSpec", "ScanOptions", "ShardScan", "load_function", "parse_column", "scan_shard"]
+
+#: extensions (last dot part) whose text length is measured.
+TEXT_EXTS = frozenset({"txt", "text", "caption"})
+_LEN_RE = re.compile(r"^len\((.*)\)$")
+_json_decode = msgspec.json.decode
+
+
+class ColumnSpec(msgspec.Struct, frozen=True):
+    """A user column computed from a member (usually JSON) at prepare time."""
+
+    name: str  #: column name
+    alternatives: tuple[FieldSpec, ...]  #: where the value comes from (first present wins)
+    length: bool = False  #: store ``len(value)`` instead of the value
+
+
+def parse_column(text: str) -> ColumnSpec:
+    """``"aesthetic=json[scores][aes]"`` or ``"caption_len=len(json[caption])"``."""
+    if "=" not in text:
+        raise ConfigError(f"bad column {text!r}: use NAME=json[path] or NAME=len(json[path])")
+    name, spec = (s.strip() for s in text.split("=", 1))
+    m = _LEN_RE.match(spec)
+    return ColumnSpec(
+        check_name(name, "column"), parse_field_spec(m.group(1) if m else spec), bool(m)
+    )
+
+
+class ScanOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What to compute for every shard (plain data, sent to worker processes)."""
+
+    field_map: dict[str, str] = msgspec.field(default_factory=dict)
+    columns: tuple[ColumnSpec, ...] = ()
+    extra_columns_fn: str | None = None  #: "module:function" called with the member dict
+
+
+class ShardScan(msgspec.Struct, kw_only=True):
+    """Index of one shard, as returned by :func:`scan_shard`."""
+
+    name: str  #: shard path relative to the dataset folder
+    keys: list[str]  #: member keys of the kept samples
+    members: dict[str, tuple[np.ndarray, np.ndarray]]  #: ext -> (offsets, sizes), -1 missing
+    columns: dict[str, np.ndarray]  #: metadata columns, one value per kept sample
+    problems: list[tuple[str, str, str]]  #: (shard, key, reason) of left-out samples
+    shard_error: str | None = None  #: why the shard could not be read to its end
+
+
+def load_function(ref: str | Callable) -> Callable:
+    """Import ``"package.module:function"`` (or return a callable as is)."""
+    if callable(ref):
+        return ref
+    mod, sep, fn = str(ref).partition(":")
+    if not sep or not mod or not fn:
+        raise ConfigError(f"bad function {ref!r}: use 'package.module:function'")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot import {ref!r}: {e}") from None
+
+
+class _Bad(Exception):
+    pass
+
+
+def _kind(ext: str) -> str:
+    base = ext[:-3] if ext.endswith(".gz") else ext
+    last = base.rsplit(".", 1)[-1].lower()
+    return "image" if last in IMAGE_EXTS else "text" if last in TEXT_EXTS else ""
+
+
+def _unzip(ext: str, data: bytes) -> bytes:
+    if not ext.endswith(".gz"):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise _Bad(f"corrupt gzip member {ext!r}: {e}") from None
+
+
+def _access(value: Any, path: tuple[str, ...]) -> Any:
+    for p in path:
+        if isinstance(value, dict):
+            value = value[p]
+        elif isinstance(value, list):
+            value = value[int(p)]
+        else:
+            raise KeyError(p)
+    return value
+
+
+class _Sample:
+    """Lazy view of one raw sample: member bytes, decompressed and JSON-decoded on demand."""
+
+    __slots__ = ("exts", "content", "full", "_json")
+
+    def __init__(self, exts, content, full):
+        self.exts, self.content, self.full, self._json = exts, content, full, {}
+
+    def data(self, ext: str) -> bytes:
+        return _unzip(ext, self.full(ext))
+
+    def json(self, ext: str) -> Any:
+        if ext not in self._json:
+            try:
+                self._json[ext] = _json_decode(self.data(ext))
+            except msgspec.DecodeError as e:
+                raise _Bad(f"member {ext!r} is not valid JSON: {e}") from None
+        return self._json[ext]
+
+    def resolve(self, alternatives: tuple[FieldSpec, ...]) -> tuple[str, Any] | None:
+        """(ext, value) of the first alternative present; value is None for raw members."""
+        for alt in alternatives:
+            for ext in (alt.ext, alt.ext + ".gz"):
+                if ext in self.exts:
+                    if not alt.path:
+                        return ext, None
+                    try:
+                        return ext, _access(self.json(ext), alt.path)
+                    except (KeyError, IndexError, ValueError, TypeError):
+                        break
+        return None
+
+
+def _number(v: Any) -> float | int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, (int, float)):
+        return v
+    return None
+
+
+def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: set[str]) -> dict:
+    """Metadata columns of one sample; raises _Bad with the reason to leave it out."""
+    exts = s.exts
+    if len(exts) != len(set(exts)):
+        dup = sorted({e for e in exts if exts.count(e) > 1})
+        raise _Bad(f"duplicate members with extension(s) {dup}")
+    row: dict[str, Any] = {"bytes": sum(sizes)}
+    if fields is not None:
+        items = fields
+    else:  # crude: one field per extension, named without a .gz suffix
+        bases = dict.fromkeys(e[:-3] if e.endswith(".gz") else e for e in exts)
+        items = [(b, (FieldSpec(b),), b) for b in bases]
+    for fname, alts, spec in items:
+        found = s.resolve(alts)
+        if found is None:
+            raise _Bad(f"missing field {fname!r} ({spec})")
+        ext, value = found
+        row[f"{fname}.bytes"] = sizes[exts.index(ext)]
+        kind = _kind(ext)
+        if value is not None:
+            if isinstance(value, str):
+                row[f"{fname}.chars"] = len(value)
+        elif kind == "image":
+            prefix = s.content.get(ext, b"")
+            size = parse_image_size(prefix) if not ext.endswith(".gz") else None
+            if size is None:
+                try:
+                    size = image_size(s.data(ext))
+                except ValueError as e:
+                    raise _Bad(f"member {ext!r}: {e}") from None
+            row[f"{fname}.width"], row[f"{fname}.height"] = int(size[0]), int(size[1])
+        elif kind == "text":
+            row[f"{fname}.chars"] = len(s.data(ext).decode("utf-8", "replace"))
+    for col in opts.columns:
+        found = s.resolve(col.alternatives)
+        v = None
+        if found is not None and found[1] is not None:
+            v = len(found[1]) if col.length and hasattr(found[1], "__len__") else found[1]
+        elif found is not None and col.length:
+            v = len(s.data(found[0]))
+        row[col.name] = _number(v)
+    if extra is not None:
+        raw = {(e[:-3] if e.endswith(".gz") else e): s.data(e) for e in exts}
+        try:
+            out = extra(raw)
+        except Exception as e:  # noqa: BLE001 - user code: report, leave the sample out
+            raise _Bad(f"extra column function failed: {type(e).__name__}: {e}") from None
+        for name, v in dict(out).items():
+            user.add(str(name))
+            row[str(name)] = _number(v)
+    return row
+
+
+def _read_plan(opts: ScanOptions, fields) -> Callable[[str], int]:
+    if opts.extra_columns_fn:
+        return lambda ext: -1
+    json_exts: set[str] = set()
+    field_exts: set[str] = set()
+    for _, alts, _ in fields or ():
+        for a in alts:
+            (json_exts if a.path else field_exts).update((a.ext, a.ext + ".gz"))
+    for col in opts.columns:
+        for a in col.alternatives:
+            json_exts.update((a.ext, a.ext + ".gz"))
+
+    def plan(ext: str) -> int:
+        if ext in json_exts:
+            return -1
+        if fields is not None and ext not in field_exts:
+            return 0
+        kind = _kind(ext)
+        if kind == "image":
+            return -1 if ext.endswith(".gz") else HEADER_PREFIX
+        return -1 if kind == "text" else 0
+
+    return plan
+
+
+def _columns(rows: list[dict[str, Any]], user: set[str]) -> dict[str, np.ndarray]:
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r))
+    out = {}
+    for name in names:
+        vals = [r.get(name) for r in rows]
+        if name in user:
+            if all(isinstance(v, int) for v in vals):
+                out[name] = np.asarray(vals, dtype=np.int64)
+            else:
+                out[name] = np.asarray([math.nan if v is None else v for v in vals], np.float64)
+        else:
+            out[name] = np.asarray([-1 if v is None else v for v in vals], dtype=np.int64)
+    return out
+
+
+def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
+    """Walk one shard (``root/name``) and return its index; never raises for bad data."""
+    path = os.path.join(root, name)
+    stem = shard_stem(name)
+    fields = None
+    if opts.field_map:
+        fields = [(f, parse_field_spec(s), s) for f, s in opts.field_map.items()]
+    extra = load_function(opts.extra_columns_fn) if opts.extra_columns_fn else None
+    user = {c.name for c in opts.columns}
+    keys: list[str] = []
+    rows: list[dict[str, Any]] = []
+    placed: list[tuple[list[str], list[int], list[int]]] = []
+    problems: list[tuple[str, str, str]] = []
+    shard_error = None
+    try:
+        if is_gzip_shard(name):
+            f, file_size = gzip.open(path, "rb"), None  # noqa: SIM115 - closed below
+        else:
+            f = open(path, "rb", buffering=1 << 14)  # noqa: SIM115 - closed below
+            file_size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        return ShardScan(name=name, keys=[], members={}, columns={},
+                         problems=[(name, "", f"cannot open shard: {e}")], shard_error=str(e))
+    with f:
+        def full_reader(offs, sizes, exts, content):
+            def full(ext: str) -> bytes:
+                i = exts.index(ext)
+                data = content.get(ext)
+                if data is None or len(data) < sizes[i]:
+                    f.seek(offs[i])
+                    data = f.read(sizes[i])
+                    if len(data) < sizes[i]:
+                        raise _Bad(f"member {ext!r} is truncated")
+                    content[ext] = data
+                return data
+            return full
+
+        try:
+            for key, exts, offs, sizes, content in iter_samples(
+                f, file_size, _read_plan(opts, fields)
+            ):
+                s = _Sample(exts, content, full_reader(offs, sizes, exts, content))
+                try:
+                    row = _row(s, sizes, opts, fields, extra, user)
+                except (_Bad, OSError, EOFError) as e:
+                    problems.append((name, f"{stem}/{key}", str(e)))
+                    continue
+                keys.append(key)
+                rows.append(row)
+                placed.append((exts, offs, sizes))
+        except ShardError as e:
+            shard_error = e.reason
+            problems.append((name, f"{stem}/{e.key}" if e.key else "", e.reason))
+    n = len(keys)
+    members: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for i, (exts, offs, sizes) in enumerate(placed):
+        for ext, off, size in zip(exts, offs, sizes):
+            if ext not in members:
+                members[ext] = (np.full(n, -1, np.int64), np.full(n, -1, np.int64))
+            members[ext][0][i] = off
+            members[ext][1][i] = size
+    return ShardScan(name=name, keys=keys, members=members, columns=_columns(rows, user),
+                     problems=problems, shard_error=shard_error)
+
+
+def peek_extensions(root: str | Path, name: str, max_samples: int = 50) -> list[str]:
+    """Extensions seen in the first samples of a shard (for interactive prompts)."""
+    path = os.path.join(root, name)
+    seen: dict[str, None] = {}
+    opener = gzip.open if is_gzip_shard(name) else open
+    try:
+        with opener(path, "rb") as f:
+            size = None if is_gzip_shard(name) else os.fstat(f.fileno()).st_size
+            for i, (_, exts, _, _, _) in enumerate(iter_samples(f, size, lambda e: 0)):
+                seen.update(dict.fromkeys(exts))
+                if i + 1 >= max_samples:
+                    break
+    except (ShardError, OSError):
+        pass
+    return list(seen)

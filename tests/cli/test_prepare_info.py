@@ -1,0 +1,87 @@
+"""`fpipe prepare` and `fpipe info` through the command-line entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from fpipe.cli.main import main
+from fpipe.storage import open_dataset
+from tests.storage.helpers import make_energon_dataset, make_image_caption_dataset, write_tar
+
+
+def test_prepare_flags_then_info(tmp_path, capsys):
+    make_image_caption_dataset(tmp_path, shards=3, per_shard=2)
+    rc = main(["prepare", str(tmp_path), "--field", "image=jpg", "--field",
+               "caption=json[caption]", "--split", "1,1,1", "--sample-type", "CaptioningSample",
+               "--column", "score=json[score]", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "indexed 6 samples from 3 shards" in out and "train=1" in out
+    ds = open_dataset(tmp_path)
+    assert ds.config.field_map == {"image": "jpg", "caption": "json[caption]"}
+    assert "score" in ds.column_names
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "samples: 6" in out and "shards: 3" in out and "train=2, val=2, test=2" in out
+    assert "image.width" in out and "sample_type: CaptioningSample" in out
+
+
+def test_prepare_reports_problems_and_succeeds(tmp_path, capsys):
+    write_tar(tmp_path / "s.tar", [("a", {"jpg": b"junk", "txt": b"x"}), ("b", {"txt": b"y"})])
+    assert main(["prepare", str(tmp_path), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "problem: s.tar: s/a: member 'jpg': undecodable image header" in captured.err
+    assert "1 left out" in captured.out
+    assert main(["info", str(tmp_path)]) == 0
+    assert "left out at prepare: 1" in capsys.readouterr().out
+
+
+def test_part_and_merge_and_workers(tmp_path, capsys):
+    make_image_caption_dataset(tmp_path, shards=4, per_shard=2)
+    for i in range(2):
+        assert main(["prepare", str(tmp_path), "--part", f"{i}/2", "--no-progress"]) == 0
+    assert main(["prepare", str(tmp_path), "--merge", "--no-progress", "--split", "3,1"]) == 0
+    assert len(open_dataset(tmp_path)) == 8
+    assert main(["prepare", str(tmp_path), "--workers", "2", "--no-progress"]) == 0
+    assert len(open_dataset(tmp_path)) == 8
+
+
+def test_errors_exit_2(tmp_path, capsys):
+    assert main(["prepare", str(tmp_path / "nope"), "--no-progress"]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert main(["info", str(tmp_path)]) == 2
+    assert "fpipe prepare" in capsys.readouterr().err
+
+
+def test_energon_info_and_table(tmp_path, capsys):
+    make_energon_dataset(tmp_path / "e", shards=2, per_shard=2)
+    assert main(["info", str(tmp_path / "e")]) == 0
+    out = capsys.readouterr().out
+    assert "EnergonDataset" in out and "samples: 4" in out and "train=4" in out
+    (tmp_path / "t.csv").write_text("path,text\nmissing.mp4,hi\n")
+    assert main(["prepare", str(tmp_path / "t.csv"), "--no-progress"]) == 0
+    assert "missing.mp4" in capsys.readouterr().err
+
+
+def test_no_prompt_without_terminal(tmp_path):
+    make_image_caption_dataset(tmp_path, shards=1, per_shard=2)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fpipe.cli.main", "prepare", str(tmp_path)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "indexed 2 samples" in proc.stdout and "1/1 shards" in proc.stderr
+
+
+def test_prompts_on_terminal_fill_missing_settings(tmp_path, monkeypatch, capsys):
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=2)
+    answers = iter(["image=jpg caption=txt", "", "1,1"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert main(["prepare", str(tmp_path), "--no-progress"]) == 0
+    ds = open_dataset(tmp_path)
+    assert ds.config.field_map == {"image": "jpg", "caption": "txt"}
+    assert ds.config.sample_type == "CaptioningSample"
+    assert ds.split_names == ("train", "val")
+    assert "jpg" in capsys.readouterr().out

@@ -1,0 +1,99 @@
+"""Bad input at prepare time is reported with file and key; at read time it raises."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from fpipe.core.errors import BadSampleError
+from fpipe.storage import open_dataset, prepare_dataset
+from tests.storage.helpers import jpeg_bytes, make_image_caption_dataset, write_tar
+
+
+def _problems(root):
+    lines = (root / ".fpipe" / "problems.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def test_truncated_shard_keeps_complete_samples(tmp_path):
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
+    shard = tmp_path / "shard-0001.tar"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    rep = prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"})
+    assert 4 <= rep.num_samples < 8
+    (prob,) = rep.problems
+    assert prob.path == "shard-0001.tar" and prob.key.startswith("shard-0001/0000")
+    assert "truncated" in prob.reason
+    info = (tmp_path / ".fpipe" / "info.yaml").read_text()
+    assert "problems: 1" in info and "shard_errors: 1" in info
+    assert _problems(tmp_path)[0]["path"] == "shard-0001.tar"
+
+
+def test_corrupt_shard_header(tmp_path):
+    write_tar(tmp_path / "c.tar", [("a", {"txt": b"1"}), ("b", {"txt": b"2"})])
+    data = bytearray((tmp_path / "c.tar").read_bytes())
+    data[1024:1100] = b"\x01" * 76  # garbage over b's header name
+    (tmp_path / "c.tar").write_bytes(bytes(data))
+    (tmp_path / "empty.tar").write_bytes(b"garbage, not a tar" * 40)
+    rep = prepare_dataset(tmp_path)
+    by_path = {p.path: p for p in rep.problems}
+    assert "corrupt tar header" in by_path["c.tar"].reason and by_path["c.tar"].key == "c/a"
+    assert "corrupt tar header" in by_path["empty.tar"].reason
+    assert rep.num_samples == 0  # 'a' was still open when the shard broke
+
+
+def test_missing_required_field(tmp_path):
+    write_tar(tmp_path / "m.tar", [("a", {"jpg": jpeg_bytes(4, 4), "txt": b"x"}),
+                                   ("b", {"jpg": jpeg_bytes(4, 4)}),
+                                   ("c", {"png": b"?", "txt": b"y"})])
+    rep = prepare_dataset(tmp_path, fields=["image=jpg", "caption=txt"])
+    assert rep.num_samples == 1
+    reasons = {p.key: p.reason for p in rep.problems}
+    assert reasons["m/b"] == "missing field 'caption' (txt)"
+    assert reasons["m/c"] == "missing field 'image' (jpg)"
+    assert open_dataset(tmp_path).key(0) == "m/a"
+
+
+def test_alternatives_and_json_path_missing(tmp_path):
+    write_tar(tmp_path / "j.tar", [("a", {"png": b"\x89PNG", "json": b'{"c": "x"}'}),
+                                   ("b", {"jpg": jpeg_bytes(3, 2), "json": b'{"d": 1}'}),
+                                   ("c", {"jpg": jpeg_bytes(3, 2), "json": b"{broken"})])
+    rep = prepare_dataset(tmp_path, fields={"image": "jpg,png", "caption": "json[c]"})
+    reasons = {p.key: p.reason for p in rep.problems}
+    assert "undecodable image header" in reasons["j/a"]  # png alternative chosen, bad header
+    assert reasons["j/b"] == "missing field 'caption' (json[c])"
+    assert "not valid JSON" in reasons["j/c"]
+
+
+def test_undecodable_image_and_bad_gzip_and_duplicates(tmp_path):
+    write_tar(tmp_path / "b.tar", [
+        ("good", {"jpg": jpeg_bytes(5, 6), "txt.gz": gzip.compress(b"ok")}),
+        ("badimg", {"jpg": b"\xff\xd8\xff garbage", "txt.gz": gzip.compress(b"ok")}),
+        ("badgz", {"jpg": jpeg_bytes(5, 6), "txt.gz": b"not gzip"}),
+    ])
+    write_tar(tmp_path / "d.tar", [("dup", {"txt": b"1"}), ("dup", {"txt": b"2"})])
+    rep = prepare_dataset(tmp_path)  # crude: every image/text member is checked
+    reasons = {p.key: p.reason for p in rep.problems}
+    assert "undecodable image header" in reasons["b/badimg"]
+    assert "corrupt gzip member 'txt.gz'" in reasons["b/badgz"]
+    assert "duplicate members" in reasons["d/dup"]
+    ds = open_dataset(tmp_path)
+    assert len(ds) == 1 and ds.read(0)["txt"] == b"ok"
+
+
+def test_read_failure_names_file_and_key(tmp_path):
+    make_image_caption_dataset(tmp_path, shards=1, per_shard=3)
+    prepare_dataset(tmp_path)
+    ds = open_dataset(tmp_path)
+    shard = tmp_path / "shard-0000.tar"
+    shard.write_bytes(shard.read_bytes()[:1024])  # shard shrank after prepare
+    with pytest.raises(BadSampleError) as ei:
+        ds.read(2)
+    assert ei.value.path.endswith("shard-0000.tar") and ei.value.key == "shard-0000/000002"
+    shard.unlink()
+    ds2 = open_dataset(tmp_path)
+    with pytest.raises(BadSampleError, match="shard-0000/000001"):
+        ds2.read(1)

@@ -1,0 +1,80 @@
+"""Energon-prepared folders: loaded through .tar.idx without preparing, or converted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage import open_dataset, prepare_dataset
+from fpipe.storage.energon import EnergonDataset
+from tests.storage.helpers import make_energon_dataset
+
+
+@pytest.mark.parametrize("info_json", [False, True])
+def test_loads_without_preparing(tmp_path, info_json):
+    expected = make_energon_dataset(tmp_path, shards=2, per_shard=3, info_json=info_json)
+    ds = open_dataset(tmp_path)
+    assert isinstance(ds, EnergonDataset) and len(ds) == 6
+    assert ds.config.sample_type == "CaptioningSample"
+    assert ds.config.field_map == {"image": "jpg", "caption": "txt"}
+    for i, e in enumerate(expected):
+        assert ds.key(i) == e["key"]
+        assert ds.read(i) == e["members"]
+    assert list(ds.column("shard_id")) == [0, 0, 0, 1, 1, 1]
+    assert ds.column("bytes").min() > 0
+    assert not (tmp_path / ".fpipe").exists()
+
+
+def test_energon_split_and_excludes(tmp_path):
+    make_energon_dataset(
+        tmp_path, shards=3, per_shard=2,
+        split={"train": ["shards/part_000.tar", "shards/part_001.tar"],
+               "val": ["shards/part_002.tar"]},
+        exclude=["shards/part_000.tar/1", "shards/part_002.tar"],
+    )
+    ds = open_dataset(tmp_path)
+    assert ds.split_names == ("train", "val")
+    assert list(ds.split_indices("train")) == [0, 2, 3]
+    assert list(ds.split_indices("val")) == []
+
+
+def test_convert_in_place_leaves_shards_alone(tmp_path):
+    expected = make_energon_dataset(
+        tmp_path, shards=2, per_shard=3, exclude=["shards/part_001.tar/0"])
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    rep = prepare_dataset(tmp_path)
+    assert rep.source == "energon" and rep.num_samples == 6
+    after = {p: p.read_bytes() for p in before}
+    assert before == after
+    ds = open_dataset(tmp_path)
+    assert type(ds).__name__ == "IndexedDataset"
+    assert ds.config.sample_type == "CaptioningSample"
+    assert [ds.key(i) for i in range(6)] == [e["key"] for e in expected]
+    assert list(ds.column("width")) == [e["width"] for e in expected]
+    split = yaml.safe_load((tmp_path / ".fpipe" / "split.yaml").read_text())
+    assert split["exclude"] == [expected[3]["key"]]  # index exclude rewritten as a key
+    assert list(ds.split_indices("train")) == [0, 1, 2, 4, 5]
+
+
+def test_stale_tar_idx_is_reported(tmp_path):
+    make_energon_dataset(tmp_path, shards=1, per_shard=3)
+    idx = tmp_path / "shards" / "part_000.tar.idx"
+    idx.write_bytes(idx.read_bytes()[:-8])
+    ds = open_dataset(tmp_path)
+    with pytest.raises(ConfigError, match="stale"):
+        ds.read(0)
+
+
+def test_missing_info_file(tmp_path):
+    make_energon_dataset(tmp_path, shards=1, per_shard=1)
+    (tmp_path / ".nv-meta" / ".info.yaml").unlink()
+    with pytest.raises(ConfigError, match="no .info.yaml"):
+        open_dataset(tmp_path)
+
+
+def test_bytes_column_matches_idx(tmp_path):
+    make_energon_dataset(tmp_path, shards=1, per_shard=3)
+    offs = np.fromfile(tmp_path / "shards" / "part_000.tar.idx", dtype="<u8")
+    assert list(open_dataset(tmp_path).column("bytes")) == list(np.diff(offs))
