@@ -1,0 +1,218 @@
+"""OpenSora-style video transforms as pure functions: frames in, training tensor out.
+
+The chain, in the order :func:`video_transform` applies it:
+
+1. temporal sampling: :func:`sample_frame_indices` picks ``num_frames`` indices at a fixed
+   stride, from the first frame or from a start drawn from the sample's ``rng``;
+2. :func:`resize_short_side` scales the frames so that they cover the target size (for a
+   square target: the short side becomes the target side), keeping the aspect ratio;
+3. :func:`center_crop` or :func:`random_crop` (``rng``) cuts the target size out;
+4. :func:`normalize` maps ``uint8`` ``[0, 255]`` to ``float32`` ``[-1, 1]``;
+5. :func:`to_cthw` changes the layout from ``[T, C, H, W]`` (what
+   :class:`fpipe.decode.av.AVDecoder` returns) to ``[C, T, H, W]``.
+
+:func:`stack_videos` makes a batch ``[B, 3, T, H, W]``. Randomness comes only from a passed
+``numpy.random.Generator`` (built from the sample's key), so a sample re-materialized after a
+restore gets the same crop and the same frames. :class:`VideoTransformConfig` holds the
+settings as a frozen record, so a pipeline that uses it can be printed and fingerprinted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fpipe.core.errors import ConfigError
+
+__all__ = [
+    "VideoTransformConfig",
+    "center_crop",
+    "normalize",
+    "random_crop",
+    "resize_short_side",
+    "sample_frame_indices",
+    "stack_videos",
+    "take_frames",
+    "to_cthw",
+    "video_transform",
+]
+
+
+def sample_frame_indices(
+    num_available: int,
+    num_frames: int,
+    *,
+    stride: int = 1,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """Indices of ``num_frames`` frames taken every ``stride`` frames.
+
+    The window spans ``(num_frames - 1) * stride + 1`` frames. With ``rng`` its start is drawn
+    uniformly from the valid starts (OpenSora's ``TemporalRandomCrop``); without, it starts at
+    frame 0. A video shorter than the window gets ``num_frames`` indices spread evenly over
+    all its frames (``linspace``, repeating frames when it has fewer than ``num_frames``).
+
+    Returns:
+      ``int64`` array ``[num_frames]``, non-decreasing, each in ``[0, num_available)``.
+
+    >>> sample_frame_indices(10, 3, stride=2).tolist()
+    [0, 2, 4]
+    >>> sample_frame_indices(2, 4).tolist()
+    [0, 0, 1, 1]
+    """
+    if num_available < 1 or num_frames < 1 or stride < 1:
+        raise ValueError(
+            f"need num_available, num_frames and stride >= 1, got "
+            f"{num_available}, {num_frames}, {stride}"
+        )
+    span = (num_frames - 1) * stride + 1
+    if span > num_available:
+        return np.floor(np.linspace(0, num_available - 1, num_frames) + 0.5).astype(np.int64)
+    start = 0 if rng is None else int(rng.integers(0, num_available - span + 1))
+    return start + stride * np.arange(num_frames, dtype=np.int64)
+
+
+def take_frames(video: torch.Tensor, indices: Sequence[int] | np.ndarray) -> torch.Tensor:
+    """``video[indices]`` along the time axis of a ``[T, C, H, W]`` tensor."""
+    return video[torch.as_tensor(np.asarray(indices, dtype=np.int64))]
+
+
+def resize_short_side(
+    video: torch.Tensor,
+    size: int | tuple[int, int],
+    *,
+    mode: Literal["bilinear", "bicubic", "area", "nearest"] = "bilinear",
+    antialias: bool = True,
+) -> torch.Tensor:
+    """Scale ``[T, C, H, W]`` frames, keeping the aspect ratio, to just cover ``size``.
+
+    ``size`` is an int (the new short side) or ``(height, width)`` (the scale is
+    ``max(height / H, width / W)``, so both sides reach at least the target, as needed before
+    a crop). Returns ``float32`` with the input's value range (no normalization).
+    """
+    th, tw = (size, size) if isinstance(size, int) else size
+    h, w = video.shape[-2:]
+    scale = max(th / h, tw / w)
+    nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
+    x = video.float()
+    if (nh, nw) == (h, w):
+        return x
+    kwargs = {"antialias": antialias} if mode in ("bilinear", "bicubic") else {}
+    align = {"align_corners": False} if mode in ("bilinear", "bicubic") else {}
+    return F.interpolate(x, size=(nh, nw), mode=mode, **align, **kwargs)
+
+
+def center_crop(video: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """The centered ``(height, width)`` window of ``[..., H, W]`` frames."""
+    th, tw = size
+    h, w = video.shape[-2:]
+    if th > h or tw > w:
+        raise ValueError(f"crop {size} is larger than the frames ({h}, {w})")
+    top, left = (h - th) // 2, (w - tw) // 2
+    return video[..., top : top + th, left : left + tw]
+
+
+def random_crop(
+    video: torch.Tensor, size: tuple[int, int], rng: np.random.Generator
+) -> torch.Tensor:
+    """A ``(height, width)`` window of ``[..., H, W]`` frames at a position drawn from ``rng``
+    (the same window for every frame)."""
+    th, tw = size
+    h, w = video.shape[-2:]
+    if th > h or tw > w:
+        raise ValueError(f"crop {size} is larger than the frames ({h}, {w})")
+    top = int(rng.integers(0, h - th + 1))
+    left = int(rng.integers(0, w - tw + 1))
+    return video[..., top : top + th, left : left + tw]
+
+
+def normalize(video: torch.Tensor) -> torch.Tensor:
+    """Map values in ``[0, 255]`` to ``float32`` in ``[-1, 1]`` (OpenSora's mean = std = 0.5
+    on ``[0, 1]``): ``x / 127.5 - 1``."""
+    return video.float().div(127.5).sub(1.0)
+
+
+def to_cthw(video: torch.Tensor) -> torch.Tensor:
+    """``[T, C, H, W]`` to a contiguous ``[C, T, H, W]``."""
+    return video.permute(1, 0, 2, 3).contiguous()
+
+
+class VideoTransformConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of :func:`video_transform`, checked when built."""
+
+    num_frames: int  #: frames per output clip (T)
+    height: int  #: output height, pixels (H)
+    width: int  #: output width, pixels (W)
+    stride: int = 1  #: take every ``stride``-th decoded frame
+    #: "first": the window starts at frame 0; "random": a start drawn from the sample's rng
+    temporal: Literal["first", "random"] = "random"
+    #: "center": centered crop; "random": a crop position drawn from the sample's rng
+    crop: Literal["center", "random"] = "center"
+
+    def __post_init__(self):
+        for name in ("num_frames", "height", "width", "stride"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"VideoTransformConfig.{name} must be an int >= 1, got {value!r}")
+        if self.temporal not in ("first", "random"):
+            raise ConfigError(
+                f"VideoTransformConfig.temporal must be 'first' or 'random', got {self.temporal!r}"
+            )
+        if self.crop not in ("center", "random"):
+            raise ConfigError(
+                f"VideoTransformConfig.crop must be 'center' or 'random', got {self.crop!r}"
+            )
+
+
+def video_transform(
+    config: VideoTransformConfig,
+    video: torch.Tensor,
+    rng: np.random.Generator | None = None,
+) -> torch.Tensor:
+    """The OpenSora chain: ``uint8 [T_in, 3, H_in, W_in]`` to ``float32 [3, T, H, W]`` in
+    ``[-1, 1]`` with ``(T, H, W) = (num_frames, height, width)``.
+
+    ``rng`` (the sample's generator) is required when ``config`` asks for a random start or
+    crop; the temporal draw comes first, then the crop. Frames are sampled before resizing,
+    so only the kept frames are scaled.
+
+    >>> cfg = VideoTransformConfig(num_frames=4, height=8, width=8, temporal="first")
+    >>> video_transform(cfg, torch.zeros(10, 3, 12, 16, dtype=torch.uint8)).shape
+    torch.Size([3, 4, 8, 8])
+    """
+    needs_rng = config.temporal == "random" or config.crop == "random"
+    if needs_rng and rng is None:
+        raise ValueError("this VideoTransformConfig is random: pass the sample's rng")
+    if video.ndim != 4 or video.shape[0] < 1:
+        raise ValueError(f"expected a [T, C, H, W] video with T >= 1, got {tuple(video.shape)}")
+    idx = sample_frame_indices(
+        video.shape[0],
+        config.num_frames,
+        stride=config.stride,
+        rng=rng if config.temporal == "random" else None,
+    )
+    x = take_frames(video, idx)
+    size = (config.height, config.width)
+    x = resize_short_side(x, size)
+    x = center_crop(x, size) if config.crop == "center" else random_crop(x, size, rng)
+    if video.dtype == torch.uint8:
+        x = x.clamp_(0.0, 255.0)  # bilinear/antialias can overshoot slightly
+    return to_cthw(normalize(x))
+
+
+def stack_videos(videos: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack ``[3, T, H, W]`` clips into a batch ``[B, 3, T, H, W]``; all shapes must match."""
+    if not videos:
+        raise ValueError("stack_videos needs at least one video")
+    shapes = {tuple(v.shape) for v in videos}
+    if len(shapes) != 1:
+        raise ValueError(
+            f"videos differ in shape {sorted(shapes)}: use a fixed (T, H, W) in the transform "
+            f"or bucket by resolution and frames"
+        )
+    return torch.stack(list(videos))
