@@ -1,0 +1,74 @@
+"""Collate: pad and stack tensors, make lists of everything else.
+
+Example:
+    >>> import torch
+    >>> b = collate([torch.ones(2), torch.ones(3)])
+    >>> b.shape, b[0].tolist()
+    (torch.Size([2, 3]), [1.0, 1.0, 0.0])
+    >>> collate(["a", "b"])
+    ['a', 'b']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["collate", "collate_samples", "pad_stack"]
+
+
+def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
+    """Stack tensors of equal rank, padding each dimension at the end to the largest size."""
+    first = tensors[0]
+    if all(t.shape == first.shape for t in tensors):
+        return torch.stack(list(tensors))
+    if any(t.dim() != first.dim() for t in tensors):
+        ranks = sorted({t.dim() for t in tensors})
+        raise ValueError(f"cannot pad-stack tensors of different ranks {ranks}")
+    shape = [max(t.shape[d] for t in tensors) for d in range(first.dim())]
+    out = first.new_full((len(tensors), *shape), pad_value)
+    for i, t in enumerate(tensors):
+        out[(i, *(slice(0, s) for s in t.shape))] = t
+    return out
+
+
+def collate(values: Sequence[Any]) -> Any:
+    """One batch field from per-sample values.
+
+    Tensors and numpy arrays -> one padded, stacked tensor; ints/floats/bools -> a 1-D tensor;
+    dicts -> a dict of collated values; anything else (str, None, PIL images...) -> a list.
+    """
+    if not values:
+        return []
+    first = values[0]
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return pad_stack(values)
+    if all(isinstance(v, np.ndarray) for v in values) and first.dtype != object:
+        return pad_stack([torch.from_numpy(np.ascontiguousarray(v)) for v in values])
+    if all(isinstance(v, numbers.Number) and not isinstance(v, complex) for v in values):
+        return torch.tensor(values)
+    if all(isinstance(v, dict) for v in values) and all(v.keys() == first.keys() for v in values):
+        return {k: collate([v[k] for v in values]) for k in first}
+    return list(values)
+
+
+def collate_samples(samples: Sequence[Any]) -> Any:
+    """Collate samples of one dataclass type into one instance of that type (Energon's default
+    batch): each field holds the collated values; ``__key__`` etc. become lists."""
+    first = samples[0]
+    if dataclasses.is_dataclass(first) and all(type(s) is type(first) for s in samples):
+        fields = {}
+        for f in dataclasses.fields(first):
+            if not f.init:
+                continue
+            values = [getattr(s, f.name) for s in samples]
+            fields[f.name] = list(values) if f.name.startswith("__") else collate(values)
+        return type(first)(**fields)
+    if all(isinstance(s, dict) for s in samples):
+        return collate(list(samples))
+    return list(samples)

@@ -1,0 +1,221 @@
+"""A torch DataLoader over batch recipes, with exact, small, worker-independent state.
+
+The plan runs in the main process and feeds recipes (as bytes) to a standard
+``torch.utils.data.DataLoader`` as its "indices"; workers materialize them; batches arrive in
+plan order. The loader remembers the plan state that follows each recipe handed out, and when
+the consumer *takes* a batch, that state becomes the loader's state. So the state never
+includes prefetched work, nothing is per worker, and a restore replays nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+import torch.utils.data
+
+from fpipe.core.errors import SnapshotError
+from fpipe.loader.dataset import PlannedDataset
+from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
+from fpipe.loader.state import LoaderState, decode_loader_state, encode_loader_state
+
+__all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
+
+
+def _identity(x):
+    return x
+
+
+class _RecipeDataset(torch.utils.data.Dataset):
+    """Map-style dataset whose "index" is an encoded recipe."""
+
+    def __init__(self, materializer: Materializer):
+        self.materializer = materializer
+
+    def __getitem__(self, recipe_bytes: bytes):
+        return self.materializer(decode_recipe(recipe_bytes))
+
+
+class _PlanSampler:
+    """Iterates the plan from a start state; records (state after, epoch) per recipe sent."""
+
+    def __init__(self, plan, start, pending: collections.deque):
+        self.plan, self.start, self.pending = plan, start, pending
+
+    def __iter__(self):
+        state = self.start
+        while True:
+            state, out = self.plan.next(state, 1)
+            if not len(out):
+                return
+            recipe = out[0]
+            epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
+            self.pending.append((state, epoch))
+            yield encode_recipe(recipe)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderStats:
+    """What the loader has delivered: batches, samples, samples skipped by the error policy,
+    the epoch of the last batch, and the plan's own drop counters (filtered, remainders)."""
+
+    batches: int
+    samples: int
+    skipped: int
+    epoch: int
+    dropped: dict
+
+
+class Loader:
+    """Iterable of batches with ``state_dict`` / ``load_state_dict`` (torch Stateful).
+
+    Use :func:`get_loader` to build one.
+    """
+
+    def __init__(
+        self,
+        dataset: PlannedDataset,
+        *,
+        num_workers: int = 0,
+        prefetch_factor: int = 2,
+        pin_memory: bool = False,
+        timeout: float = 0,
+        multiprocessing_context: Any = None,
+    ):
+        self.dataset = dataset
+        self.plan = dataset.plan
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.timeout = timeout
+        self.multiprocessing_context = multiprocessing_context
+        self._state = LoaderState(plan=self.plan.init())
+        self._generation = 0
+
+    # --- iteration ---------------------------------------------------------------------------
+
+    def _dataloader(self, pending):
+        kwargs = {}
+        if self.num_workers > 0:
+            kwargs = dict(
+                prefetch_factor=self.prefetch_factor,
+                timeout=self.timeout,
+                multiprocessing_context=self.multiprocessing_context,
+            )
+        return torch.utils.data.DataLoader(
+            _RecipeDataset(self.dataset.materializer),
+            batch_size=None,
+            sampler=_PlanSampler(self.plan, self._state.plan, pending),
+            num_workers=self.num_workers,
+            collate_fn=_identity,
+            **kwargs,
+        )
+
+    def __iter__(self):
+        encoder = self.dataset.materializer.task_encoder
+        pin = self.pin_memory and torch.cuda.is_available()
+        while True:
+            generation = self._generation
+            pending: collections.deque = collections.deque()
+            restarted = False
+            for result in self._dataloader(pending):
+                if self._generation != generation:
+                    restarted = True  # load_state_dict during iteration: start over from it
+                    break
+                plan_state, epoch = pending.popleft()
+                s = self._state
+                self._state = LoaderState(
+                    plan_state,
+                    s.batches + 1,
+                    s.samples + result.num_samples,
+                    s.skipped + result.skipped,
+                    epoch,
+                )
+                if result.batch is None:
+                    continue  # every sample of the batch was skipped by the error policy
+                yield encoder.pin_memory(result.batch) if pin else result.batch
+            if not restarted:
+                return
+
+    # --- state -------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The state after the last batch taken, as bytes (small, the same on every rank in
+        global mode, for any number of workers)."""
+        return encode_loader_state(self.plan, self._state)
+
+    def restore(self, data: bytes) -> None:
+        """Continue from snapshot bytes: the next batch is the one after the saved one."""
+        self._state = decode_loader_state(self.plan, data)
+        self._generation += 1
+
+    def state_dict(self) -> dict:
+        """torch Stateful: ``{"fpipe_snapshot": bytes}``."""
+        return {"fpipe_snapshot": self.snapshot()}
+
+    def load_state_dict(self, state_dict: dict | bytes) -> None:
+        """torch Stateful: accepts what :meth:`state_dict` returned (or the bare bytes)."""
+        if isinstance(state_dict, (bytes, bytearray)):
+            return self.restore(bytes(state_dict))
+        if not isinstance(state_dict, dict) or "fpipe_snapshot" not in state_dict:
+            raise SnapshotError("expected the dict returned by Loader.state_dict()")
+        data = state_dict["fpipe_snapshot"]
+        if hasattr(data, "numpy"):  # a tensor of bytes after some checkpoint round trips
+            data = data.numpy().tobytes()
+        self.restore(bytes(data))
+
+    # Energon's names
+    save_state_rank = snapshot
+    restore_state_rank = restore
+
+    def stats(self) -> LoaderStats:
+        """Delivered batches and samples, skipped samples, epoch, plan drop counters."""
+        s = self._state
+        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, _drop_counters(s.plan))
+
+
+def _drop_counters(state) -> dict:
+    from fpipe.plan import BatchState, DistributeState, FilterState
+
+    out = {"filtered": 0, "remainder": 0}
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, FilterState):
+            out["filtered"] += s.dropped
+        elif isinstance(s, (BatchState, DistributeState)):
+            out["remainder"] += s.dropped
+        elif hasattr(s, "__struct_fields__"):
+            stack.extend(getattr(s, f) for f in s.__struct_fields__)
+        elif isinstance(s, tuple):
+            stack.extend(s)
+    return out
+
+
+def get_loader(
+    dataset: PlannedDataset,
+    *,
+    num_workers: int | None = None,
+    prefetch_factor: int = 2,
+    pin_memory: bool = False,
+    timeout: float = 0,
+    multiprocessing_context: Any = None,
+) -> Loader:
+    """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
+
+    The output does not depend on ``num_workers`` or ``prefetch_factor``.
+    """
+    if num_workers is None:
+        num_workers = dataset.topology.num_workers
+    return Loader(
+        dataset,
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor,
+        pin_memory=pin_memory,
+        timeout=timeout,
+        multiprocessing_context=multiprocessing_context,
+    )
+
+
+get_savable_loader = get_loader

@@ -1,0 +1,215 @@
+"""``get_train_dataset`` / ``get_val_dataset``: a prepared dataset -> a plan plus a materializer.
+
+The plan (main process, refs only)::
+
+    samples(split) -> slice_shuffle(max_samples_per_sequence) -> repeat(num_epochs)
+      -> window_shuffle(shuffle_buffer_size) -> [plan_stages...] -> distribute -> batch
+
+The materializer (DataLoader workers) reads, cooks, encodes and collates each recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fpipe.core import Pipeline, chain
+from fpipe.core.errors import ConfigError, ErrorPolicy
+from fpipe.core.stage import Stage
+from fpipe.loader.materialize import DatasetSource, Materializer
+from fpipe.loader.topology import Topology
+from fpipe.plan import batch, distribute, repeat, samples, slice_shuffle, window_shuffle
+
+__all__ = ["PlannedDataset", "get_train_dataset", "get_val_dataset"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedDataset:
+    """What ``get_*_dataset`` returns: the plan for this rank and the recipe materializer.
+
+    Attributes:
+      plan: the :class:`~fpipe.core.Pipeline` of batch recipes for this rank.
+      materializer: the pure ``recipe -> batch`` function run in workers.
+      topology: the rank / world size the plan was built for.
+      batch_size: samples per batch on this rank.
+    """
+
+    plan: Pipeline
+    materializer: Materializer
+    topology: Topology
+    batch_size: int
+
+    def __iter__(self):
+        """Batches in order, materialized in this process (no DataLoader): for quick looks."""
+        from fpipe.loader.dataloader import get_loader
+
+        return iter(get_loader(self, num_workers=0))
+
+
+def _open(path, open_kwargs):
+    from fpipe.storage import open_dataset
+
+    return open_dataset(path, **(open_kwargs or {}))
+
+
+def _source_and_view(
+    path, split, *, sample_type, field_map, subflavors, columns, open_kwargs, limit=None
+):
+    ds = _open(path, open_kwargs)
+    cfg = ds.config
+    indices = ds.split_indices(split)
+    if limit is not None:
+        indices = indices[:limit]
+    if len(indices) == 0:
+        raise ConfigError(f"{path}: split {split!r} has no samples")
+    st = sample_type if sample_type is not None else cfg.sample_type
+    if not isinstance(st, str):
+        from fpipe.samples import sample_type_name
+
+        st = sample_type_name(st)
+    source = DatasetSource(
+        path=str(path),
+        sample_type=st,
+        field_map=dict(field_map if field_map is not None else cfg.field_map),
+        subflavors=dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {})),
+        open_kwargs=dict(open_kwargs or {}),
+    )
+    cols = {c: ds.column(c) for c in columns}
+    source_id = f"{Path(os.fspath(path)).name}#{split}#{len(ds)}"
+    return source, samples(indices=indices, columns=cols, source_id=source_id)
+
+
+def get_train_dataset(
+    path: str | os.PathLike,
+    *,
+    batch_size: int,
+    shuffle_buffer_size: int | None = None,
+    max_samples_per_sequence: int | None = None,
+    task_encoder: Any = None,
+    seed: int = 0,
+    split: str = "train",
+    num_epochs: int | None = None,
+    drop_last: bool = True,
+    topology: Topology | None = None,
+    worker_config: Topology | None = None,
+    plan_stages: Sequence[Stage] = (),
+    columns: Sequence[str] = (),
+    sample_type: Any = None,
+    field_map: dict | None = None,
+    subflavors: dict | None = None,
+    image_decode: Any = None,
+    error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
+    open_kwargs: dict | None = None,
+) -> PlannedDataset:
+    """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
+
+    Args:
+      path: a prepared dataset folder (``fpipe prepare`` or Energon) or a table file.
+      batch_size: samples per batch on each rank (global batch = batch_size * world size).
+      shuffle_buffer_size: window of the window shuffle (None or 1: no window shuffle).
+      max_samples_per_sequence: consecutive samples read in order before jumping (slice size
+        of the slice shuffle; None: every sample is its own slice, a full permutation).
+      task_encoder: a :class:`fpipe.encode.TaskEncoder` (default: DefaultTaskEncoder).
+      seed: the root of every random decision.
+      num_epochs: None repeats forever.
+      drop_last: drop a short final global batch (counted in the state).
+      topology / worker_config: rank and world size (default: from torch.distributed or env).
+      plan_stages: extra plan stages (e.g. ``filter_refs("width", ">=", 256)``) inserted after
+        the shuffles; ``columns`` lists the index columns they need.
+      sample_type, field_map, subflavors: override dataset.yaml.
+      image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` (or the encoder's).
+      error_policy: ``"raise"`` or ``"skip"`` bad samples (skips are counted in the stats).
+
+    Example::
+
+        ds = fpipe.get_train_dataset("data/coco", batch_size=32, shuffle_buffer_size=1000,
+                                     max_samples_per_sequence=100, seed=1234)
+        loader = fpipe.get_loader(ds, num_workers=4)
+    """
+    from fpipe.encode import DefaultTaskEncoder
+
+    topo = topology or worker_config or Topology.from_env()
+    source, view = _source_and_view(
+        path,
+        split,
+        sample_type=sample_type,
+        field_map=field_map,
+        subflavors=subflavors,
+        columns=columns,
+        open_kwargs=open_kwargs,
+    )
+    view = slice_shuffle(view, max_samples_per_sequence or 1)
+    stages = []
+    if shuffle_buffer_size and shuffle_buffer_size > 1:
+        stages.append(window_shuffle(shuffle_buffer_size))
+    stages.extend(plan_stages)
+    stages.append(
+        distribute(
+            batch_size * topo.world_size,
+            rank=topo.rank,
+            world_size=topo.world_size,
+            drop_last=drop_last,
+        )
+    )
+    stages.append(batch(batch_size, drop_last=drop_last))
+    plan = Pipeline(chain(repeat(view, num_epochs), *stages), seed=seed)
+    mat = Materializer(
+        [source],
+        task_encoder or DefaultTaskEncoder(),
+        image_decode=image_decode,
+        error_policy=error_policy,
+    )
+    return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=batch_size)
+
+
+def get_val_dataset(
+    path: str | os.PathLike,
+    *,
+    batch_size: int,
+    task_encoder: Any = None,
+    split: str = "val",
+    limit: int | None = None,
+    topology: Topology | None = None,
+    worker_config: Topology | None = None,
+    sample_type: Any = None,
+    field_map: dict | None = None,
+    subflavors: dict | None = None,
+    image_decode: Any = None,
+    error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
+    open_kwargs: dict | None = None,
+) -> PlannedDataset:
+    """One deterministic pass over ``split`` in index order (first ``limit`` samples), no
+    shuffle, the last batch kept even if short; samples are dealt to ranks by global batch."""
+    from fpipe.encode import DefaultTaskEncoder
+
+    topo = topology or worker_config or Topology.from_env()
+    source, view = _source_and_view(
+        path,
+        split,
+        sample_type=sample_type,
+        field_map=field_map,
+        subflavors=subflavors,
+        columns=(),
+        open_kwargs=open_kwargs,
+        limit=limit,
+    )
+    stages = [
+        distribute(
+            batch_size * topo.world_size,
+            rank=topo.rank,
+            world_size=topo.world_size,
+            drop_last=False,
+        ),
+        batch(batch_size, drop_last=False),
+    ]
+    plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
+    mat = Materializer(
+        [source],
+        task_encoder or DefaultTaskEncoder(),
+        image_decode=image_decode,
+        error_policy=error_policy,
+    )
+    return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=batch_size)

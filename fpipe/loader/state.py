@@ -1,0 +1,48 @@
+"""The loader's state: the plan state after the last batch the consumer took, plus counters.
+
+It is one small value, the same for any ``num_workers`` and prefetch setting, encoded with the
+snapshot envelope of :mod:`fpipe.core.snapshot` (fixed width: its size never grows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from fpipe.core.pipeline import Pipeline
+from fpipe.core.records import Config, State
+from fpipe.core.snapshot import decode_state, encode_state
+
+__all__ = ["LoaderConfig", "LoaderState", "decode_loader_state", "encode_loader_state"]
+
+P = TypeVar("P")
+
+
+class LoaderConfig(Config, frozen=True):
+    """Marks a loader snapshot (so a bare plan snapshot is not mistaken for one)."""
+
+    kind: str = "loader"
+
+
+class LoaderState(State, Generic[P], frozen=True, array_like=True):
+    """``plan``: plan state after the last delivered batch; ``batches`` / ``samples``: delivered
+    so far; ``skipped``: samples the error policy skipped; ``epoch``: epoch of the last batch."""
+
+    plan: P
+    batches: int = 0
+    samples: int = 0
+    skipped: int = 0
+    epoch: int = 0
+
+
+def _parts(plan: Pipeline) -> tuple:
+    return plan.parts + (("loader", LoaderConfig()),)
+
+
+def encode_loader_state(plan: Pipeline, state: LoaderState) -> bytes:
+    """Snapshot bytes of a loader state."""
+    return encode_state(_parts(plan), state)
+
+
+def decode_loader_state(plan: Pipeline, data: bytes) -> Any:
+    """Check and decode loader snapshot bytes (see :func:`fpipe.core.snapshot.decode_state`)."""
+    return decode_state(_parts(plan), LoaderState[plan.source.state_type], data)
