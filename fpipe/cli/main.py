@@ -10,6 +10,7 @@ from fpipe._version import __version__
 
 # sub-command name -> module in fpipe.cli that defines add_parser(subparsers) and run(args)
 COMMANDS: dict[str, str] = {
+    "demo": "fpipe.cli.demo",
     "info": "fpipe.cli.info",
     "prepare": "fpipe.cli.prepare",
 }

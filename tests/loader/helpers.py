@@ -1,0 +1,66 @@
+"""Build loaders from plain arguments (so a fresh process can build the same one)."""
+
+import hashlib
+import json
+
+import torch
+
+import fpipe
+from fpipe.decode.image import ImageDecodeOptions
+from fpipe.loader import Topology
+
+
+def build(
+    path,
+    *,
+    num_workers=0,
+    prefetch_factor=2,
+    encoder="random_crop",
+    batch_size=4,
+    seed=3,
+    rank=0,
+    world_size=1,
+    num_epochs=None,
+):
+    from tests.loader.encoders import RandomCropEncoder
+
+    enc = RandomCropEncoder() if encoder == "random_crop" else None
+    ds = fpipe.get_train_dataset(
+        path,
+        batch_size=batch_size,
+        shuffle_buffer_size=16,
+        max_samples_per_sequence=4,
+        seed=seed,
+        task_encoder=enc,
+        image_decode=ImageDecodeOptions(target_size=16),
+        topology=Topology(rank=rank, world_size=world_size),
+        num_epochs=num_epochs,
+    )
+    return fpipe.get_loader(ds, num_workers=num_workers, prefetch_factor=prefetch_factor)
+
+
+def digest(batch) -> str:
+    """A hash of every tensor's bytes and every key in a batch (bit-exact comparison)."""
+    h = hashlib.sha256()
+
+    def go(v):
+        if isinstance(v, torch.Tensor):
+            h.update(str((v.dtype, tuple(v.shape))).encode())
+            h.update(v.contiguous().numpy().tobytes())
+        elif isinstance(v, dict):
+            for k in sorted(v):
+                h.update(k.encode())
+                go(v[k])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                go(x)
+        else:
+            h.update(json.dumps(v, default=str).encode())
+
+    go(batch)
+    return h.hexdigest()
+
+
+def take(loader, n):
+    it = iter(loader)
+    return [digest(next(it)) for _ in range(n)]

@@ -1,0 +1,147 @@
+"""The loader: order, exact state, stats, val pass, error policy."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fpipe
+from fpipe.core import SnapshotMismatchError
+from fpipe.decode.image import ImageDecodeOptions
+from tests.loader.helpers import build, take
+
+
+def test_batches_and_default_collate(image_dataset):
+    ds = fpipe.get_train_dataset(
+        image_dataset,
+        batch_size=5,
+        shuffle_buffer_size=8,
+        max_samples_per_sequence=3,
+        seed=0,
+        image_decode=ImageDecodeOptions(target_size=12),
+    )
+    batch = next(iter(fpipe.get_loader(ds)))
+    assert batch.image.shape == (5, 3, 12, 12) and batch.image.dtype == torch.uint8
+    assert len(batch.caption) == 5 and all(isinstance(c, str) for c in batch.caption)
+    assert len(set(batch.__key__)) == 5
+
+
+def test_state_resume_in_process(image_dataset):
+    ref = take(build(image_dataset), 12)
+    loader = build(image_dataset)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    sd = loader.state_dict()
+    fresh = build(image_dataset)
+    fresh.load_state_dict(sd)
+    assert take(fresh, 7) == ref[5:]
+
+
+def test_restore_during_iteration_restarts_from_the_state(image_dataset):
+    ref = take(build(image_dataset), 10)
+    loader = build(image_dataset, num_workers=2)
+    it = iter(loader)
+    next(it), next(it)
+    data = loader.snapshot()
+    next(it), next(it), next(it)
+    loader.restore(data)
+    from tests.loader.helpers import digest
+
+    assert [digest(next(it)) for _ in range(3)] == ref[2:5]
+
+
+def test_state_is_small_and_independent_of_workers_and_step(image_dataset):
+    sizes, states = set(), {}
+    for nw in (0, 2):
+        loader = build(image_dataset, num_workers=nw, prefetch_factor=4)
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        states[nw] = loader.snapshot()
+        sizes.add(len(states[nw]))
+        for _ in range(40):  # several epochs later
+            next(it)
+        sizes.add(len(loader.snapshot()))
+    assert states[0] == states[2], "state depends on num_workers / prefetching"
+    assert len(sizes) == 1 and max(sizes) <= 1024, sizes
+
+
+def test_stats(image_dataset):
+    loader = build(image_dataset, batch_size=4)
+    it = iter(loader)
+    for _ in range(30):  # 96 train samples / 4 = 24 batches per epoch
+        next(it)
+    st = loader.stats()
+    assert (st.batches, st.samples, st.skipped, st.epoch) == (30, 120, 0, 1)
+
+
+def test_snapshot_from_another_config_is_refused(image_dataset):
+    loader = build(image_dataset, seed=1)
+    with pytest.raises(SnapshotMismatchError, match="seed"):
+        build(image_dataset, seed=2).restore(loader.snapshot())
+
+
+def test_val_dataset_one_pass_in_order(image_dataset):
+    ds = fpipe.get_val_dataset(
+        image_dataset, batch_size=5, image_decode=ImageDecodeOptions(target_size=8)
+    )
+    keys = [k for b in fpipe.get_loader(ds) for k in b.__key__]
+    from fpipe.storage import open_dataset
+
+    raw = open_dataset(image_dataset)
+    assert keys == [raw.key(i) for i in raw.split_indices("val")]
+    ds = fpipe.get_val_dataset(
+        image_dataset, batch_size=5, limit=7, image_decode=ImageDecodeOptions(target_size=8)
+    )
+    assert [len(b.__key__) for b in fpipe.get_loader(ds)] == [5, 2]
+
+
+def test_error_policy(tmp_path):
+    from fpipe.storage import prepare_dataset
+    from tests.storage.helpers import jpeg_bytes, write_tar
+
+    good = jpeg_bytes(16, 16)
+    broken = good[:200] + b"\x00" * 50  # header intact (prepare accepts it), body corrupt
+    samples = [(f"{i:04d}", {"jpg": broken if i == 3 else good, "txt": b"c"}) for i in range(8)]
+    write_tar(tmp_path / "s.tar", samples)
+    prepare_dataset(
+        tmp_path,
+        fields={"image": "jpg", "caption": "txt"},
+        sample_type="CaptioningSample",
+        split="1,0,0",
+    )
+    kw = dict(batch_size=4, seed=0, num_epochs=1, image_decode=ImageDecodeOptions(target_size=8))
+    ds = fpipe.get_train_dataset(tmp_path, **kw)
+    with pytest.raises(fpipe.core.BadSampleError, match=r"s.*0003"):
+        list(fpipe.get_loader(ds))
+    ds = fpipe.get_train_dataset(tmp_path, error_policy="skip", **kw)
+    loader = fpipe.get_loader(ds)
+    batches = list(loader)
+    assert sum(len(b.__key__) for b in batches) == 7
+    assert loader.stats().skipped == 1 and loader.stats().samples == 7
+
+
+def test_restore_in_a_fresh_process(image_dataset, tmp_path):
+    ref = take(build(image_dataset), 9)
+    loader = build(image_dataset, num_workers=1)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    (tmp_path / "state.bin").write_bytes(loader.snapshot())
+    code = (
+        "import sys, json; from tests.loader.helpers import build, take; "
+        f"l = build({image_dataset!r}); l.restore(open(sys.argv[1], 'rb').read()); "
+        "print(json.dumps(take(l, 5)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "state.bin")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    import json
+
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ref[4:]
