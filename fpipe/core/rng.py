@@ -65,7 +65,11 @@ def _mix_np(z: np.ndarray) -> np.ndarray:
 
 
 def key(seed: int) -> Key:
-    """Derive a root key from an integer seed (any size, any sign)."""
+    """Derive a root key from an integer seed.
+
+    Seeds in ``[0, 2**128)`` give distinct keys. A larger seed uses only its low 128 bits, and a
+    negative seed its low 64 bits plus an all-ones word, so use non-negative seeds below 2**128.
+    """
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     seed = int(seed)

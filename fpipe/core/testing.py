@@ -34,11 +34,20 @@ __all__ = [
 Factory = Callable[[], Pipeline]
 
 
+MAX_OUTPUTS = 200_000  # a finite test stream longer than this is taken as a stage bug
+
+
 def run(pipeline: Pipeline, state: Any = None, limit: int | None = None) -> tuple[Any, list]:
-    """Pull outputs one at a time until the end (or ``limit`` outputs); returns (state, list)."""
+    """Pull outputs one at a time until the end (or ``limit`` outputs); returns (state, list).
+
+    Without a limit, a stream that does not end within ``MAX_OUTPUTS`` outputs fails the check
+    instead of hanging the test run.
+    """
     state = pipeline.init() if state is None else state
     out: list = []
     while limit is None or len(out) < limit:
+        if limit is None and len(out) >= MAX_OUTPUTS:
+            raise AssertionError(f"stream did not end after {MAX_OUTPUTS} outputs")
         state, chunk = pipeline.next(state, 1)
         if not len(chunk):
             break

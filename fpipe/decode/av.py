@@ -368,7 +368,9 @@ class AVDecoder:
 
     Example:
       >>> dec = AVDecoder(video_bytes, key="000042")  # doctest: +SKIP
-      >>> out = dec.get_clips_uniform(4, 2.0, request_audio=True, audio_sample_rate=16000)
+      >>> out = dec.get_clips_uniform(  # doctest: +SKIP
+      ...     4, 2.0, request_audio=True, audio_sample_rate=16000
+      ... )
       >>> out.video_clips[0].shape, out.audio_clips[0].shape  # doctest: +SKIP
       (torch.Size([48, 3, 480, 854]), torch.Size([1, 32000]))
     """

@@ -34,8 +34,8 @@ from fpipe.core.errors import ConfigError
 __all__ = [
     "FORMAT",
     "INDEX_DIR",
-    "VERSION",
     "IndexData",
+    "VERSION",
     "concat_index",
     "load_array",
     "read_index_data",

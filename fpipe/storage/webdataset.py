@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = [
-    "SHARD_SUFFIXES",
     "RawSample",
+    "SHARD_SUFFIXES",
     "ShardError",
     "expand_braces",
     "is_gzip_shard",
