@@ -133,6 +133,10 @@ class Materializer:
             )
             sample = self.task_encoder.cook_crude_sample(crude)
         else:
+            # Audio/video (issue 6): stream metadata + keyframes stored by `fpipe prepare`
+            # (empty when none) let the lazy AVDecoder seek without probing the file; the
+            # task encoder's `av_limits` (None: default limits, no eager probe) bound it.
+            av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
             sample = cook_sample(
                 raw,
                 sample_type=src.sample_type,
@@ -143,6 +147,8 @@ class Materializer:
                 path=str(path),
                 image_decode_options=self.image_decode,
                 rng=generator(fold_in(skey, _COOK)),
+                av_metadata=av_metadata,
+                av_limits=getattr(self.task_encoder, "av_limits", None),
             )
         return sample, generator(fold_in(skey, _ENCODE))
 

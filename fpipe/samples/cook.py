@@ -60,6 +60,8 @@ def cook_sample(
     path: str = "",
     image_decode_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
     rng: np.random.Generator | None = None,
+    av_metadata: Mapping[str, Any] | None = None,
+    av_limits: Any = None,
 ) -> Any:
     """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
 
@@ -74,6 +76,14 @@ def cook_sample(
       path: the shard or file, named in errors.
       image_decode_options: options of the built-in image decoder (record or dict).
       rng: randomness for decoding (random crop), built from the sample's key.
+      av_metadata: stored stream metadata (:class:`fpipe.decode.av.AVMetadata`, keyframes
+        included) by member key, e.g. ``{"mp4": meta}`` from ``Dataset.av_metadata(i)``; the
+        lazy :class:`~fpipe.decode.av.AVDecoder` of that member then seeks without probing,
+        and its limits are checked now. A member named here is treated as audio/video even if
+        its key is not a media extension (a table column such as ``path``).
+      av_limits: :class:`fpipe.decode.av.AVLimits` for the audio/video decoders. When given,
+        a member without stored metadata is probed now (demux only, no frame decoded), so a
+        corrupt file or a file over a limit raises :class:`BadSampleError` while cooking.
 
     Raises:
       BadSampleError: a required field has no member present, or a used member is undecodable.
@@ -98,9 +108,14 @@ def cook_sample(
                 continue
             whole = decoded.get(src.ext, _MISSING)
             if whole is _MISSING:
-                whole = decode_field(
-                    src.ext, raw[src.ext], path=path, key=key, image_options=img_opts, rng=rng
-                )
+                if _av_member(src.ext, av_metadata, av_limits):
+                    whole = _decode_av_member(src.ext, raw[src.ext], av_metadata, av_limits,
+                                              path=path, key=key)
+                else:
+                    whole = decode_field(
+                        src.ext, raw[src.ext], path=path, key=key, image_options=img_opts,
+                        rng=rng
+                    )
                 decoded[src.ext] = whole
             value = _walk(whole, src.path) if src.path else whole
             if value is not _MISSING:
@@ -122,6 +137,44 @@ def cook_sample(
         __subflavors__=dict(subflavors) if subflavors else {},
         **values,
     )
+
+
+def _av_member(ext: str, av_metadata: Mapping[str, Any] | None, av_limits: Any) -> bool:
+    """Whether member ``ext`` gets the video branch: stored metadata or limits apply to it and
+    it is audio/video (a built-in AV extension, or named in ``av_metadata`` and without a
+    registered decoder). A custom decoder registered for the extension keeps precedence."""
+    if ext.endswith(".gz") or not (av_limits is not None or (av_metadata and ext in av_metadata)):
+        return False
+    from fpipe.decode import fields
+    from fpipe.decode.registry import get_decoder
+
+    fn = get_decoder(ext)
+    return fn is fields.decode_av or (fn is None and bool(av_metadata) and ext in av_metadata)
+
+
+def _decode_av_member(
+    ext: str,
+    data: bytes,
+    av_metadata: Mapping[str, Any] | None,
+    av_limits: Any,
+    *,
+    path: str,
+    key: str,
+) -> Any:
+    """The video branch: a lazy ``AVDecoder`` with the stored metadata and the limits."""
+    from fpipe.decode.av import AVDecoder, AVLimits
+
+    meta = av_metadata.get(ext) if av_metadata else None
+    limits = av_limits if av_limits is not None else AVLimits()
+    try:
+        dec = AVDecoder(data, metadata=meta, path=path, key=key, limits=limits)
+        if meta is None:
+            dec.metadata  # noqa: B018 - probe now: corrupt files and limits raise while cooking
+    except BadSampleError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the data is a bad sample
+        raise BadSampleError(path, key, f"member {ext!r}: {type(e).__name__}: {e}") from e
+    return dec
 
 
 class CrudeSample(dict):

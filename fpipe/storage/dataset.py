@@ -146,6 +146,8 @@ class IndexedDataset:
         self._arrays: dict[str, np.ndarray] = {}
         self._key_index: dict[str, int] | None = None
         self._files = FileCache(max_open_files)
+        self._av_fields: dict[str, list[str]] = dict((info.get("av") or {}).get("fields") or {})
+        self._av_index = None
 
     # pickling carries the path only: no descriptors, no mapped arrays
     def __getstate__(self) -> dict[str, Any]:
@@ -262,6 +264,30 @@ class IndexedDataset:
         except OSError as e:
             raise BadSampleError(path, self.key(i), f"read failed: {e}") from None
         return members_to_dict(path, lambda: self.key(i), parts)
+
+    def av_metadata(self, i: int) -> dict[str, Any]:
+        """Audio/video stream metadata stored by ``fpipe prepare`` for sample ``i``, by the
+        member extension :meth:`read` returns it under: ``{"mp4": AVMetadata}`` (empty when the
+        dataset has no probed audio/video field). See :mod:`fpipe.storage.av_meta`."""
+        if not self._av_fields:
+            return {}
+        if self._av_index is None:
+            from fpipe.storage.av_meta import AVIndex
+
+            self._av_index = AVIndex(self._av_fields, self._array)
+        i = self._check(i)
+        out: dict[str, Any] = {}
+        for field, exts in self._av_fields.items():
+            # the member the field was probed from: its first alternative present
+            ext = next((e for e in exts if any(
+                x in self._exts and self._array(f"members/{x}.offset.npy")[i] >= 0
+                for x in (e, e + ".gz"))), None)
+            if ext is None or ext in out:
+                continue
+            meta = self._av_index.metadata(field, i)
+            if meta is not None:
+                out[ext] = meta
+        return out
 
     def close(self) -> None:
         """Close open shard files of this process (reopened on the next read)."""

@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage import tables
+from fpipe.storage import av_meta, tables
 from fpipe.storage.config import (
     CRUDE,
     DatasetConfig,
@@ -165,7 +165,7 @@ def _to_index(scan: ShardScan, shard_bytes: int) -> IndexData:
 
 
 def _scan_all(root: str, shards: list[str], opts: ScanOptions, workers: int,
-              progress: bool) -> list[IndexData]:
+              progress: bool, keyframes: list | None = None) -> list[IndexData]:
     bar = Progress(len(shards), "prepare", enabled=progress)
     out: list[IndexData] = []
 
@@ -179,12 +179,16 @@ def _scan_all(root: str, shards: list[str], opts: ScanOptions, workers: int,
         for name in shards:
             scan = scan_shard(root, name, opts)
             out.append(_to_index(scan, sizes(name)))
+            if keyframes is not None:  # audio/video keyframes, per shard
+                keyframes.append((len(scan.keys), scan.keyframes))
             bar.update(1, len(scan.keys))
     else:
         ctx = get_context("spawn")
         with ProcessPoolExecutor(min(workers, len(shards)), mp_context=ctx) as ex:
             for name, scan in zip(shards, ex.map(scan_shard, repeat(root), shards, repeat(opts))):
                 out.append(_to_index(scan, sizes(name)))
+                if keyframes is not None:  # audio/video keyframes, per shard
+                    keyframes.append((len(scan.keys), scan.keyframes))
                 bar.update(1, len(scan.keys))
     bar.close()
     return out
@@ -240,6 +244,7 @@ def prepare_dataset(
     root: str | os.PathLike | None = None,
     media_columns: Iterable[str] | None = None,
     aux: str | os.PathLike | None = None,
+    probe_av: bool = True,
 ) -> PrepareReport:
     """Index a WebDataset folder, an Energon-prepared folder, or a JSONL/CSV table.
 
@@ -263,6 +268,9 @@ def prepare_dataset(
       split_seed: shuffle shards with this seed before splitting by ratio.
       subflavors: written to dataset.yaml.
       root, media_columns, aux: for tables (see :mod:`fpipe.storage.tables`).
+      probe_av: probe audio/video members (or table media files) and store their stream
+        metadata columns and keyframe times (:mod:`fpipe.storage.av_meta`); a file that
+        cannot be probed is left out and reported.
 
     Returns:
       A :class:`PrepareReport`.
@@ -271,7 +279,8 @@ def prepare_dataset(
     p = Path(path)
     if p.is_file() and tables.is_table(p):
         return _prepare_table(p, root=root, media_columns=media_columns, aux=aux,
-                              fields=_field_map(fields), sample_type=sample_type, t0=t0)
+                              fields=_field_map(fields), sample_type=sample_type, t0=t0,
+                              probe_av=probe_av)
     fmap = _field_map(fields)
     col_specs = tuple(parse_column(c) for c in columns)
     if not p.is_dir():
@@ -313,22 +322,27 @@ def prepare_dataset(
         columns=col_specs,
         extra_columns_fn=extra_columns_fn if isinstance(extra_columns_fn, str) or (
             extra_columns_fn is None) else _callable_ref(extra_columns_fn),
+        probe_av=probe_av,
     )
 
+    kf_parts: list = []  # audio/video keyframes: (samples, {field: (values, offsets)})
     if merge:
-        data, n_parts = _merge_parts(p)
+        data, n_parts = _merge_parts(p, kf_parts)
         source = "merged-" + source
     else:
         todo = shard_list
         if part is not None:
             i, n = part
             todo = shard_list[i * len(shard_list) // n : (i + 1) * len(shard_list) // n]
-        data = concat_index(_scan_all(str(p), todo, opts, workers, progress))
+        data = concat_index(_scan_all(str(p), todo, opts, workers, progress, kf_parts))
         if part is not None:
             out = p / PARTS_DIR / f"part-{part[0]}-of-{part[1]}"
             out.parent.mkdir(exist_ok=True)
+            kf = av_meta.concat_keyframes(kf_parts)
             write_index(out, data, {"source": source, "part": list(part),
-                                    "field_map": fmap, "aliases": {}})
+                                    "field_map": fmap, "aliases": {},
+                                    **_av_info(kf, fmap)})
+            av_meta.write_keyframes(out, kf)
             return _report(p, out, data, source, None, t0, part)
 
     if not data.shards and merge:
@@ -350,9 +364,12 @@ def prepare_dataset(
         sample_loader=existing.sample_loader,
     )
     out = p / INDEX_DIR
+    kf = av_meta.concat_keyframes(kf_parts)
     write_index(out, data, {"source": source,
                             "aliases": _aliases(data.columns, fmap),
-                            "field_map": fmap})
+                            "field_map": fmap,
+                            **_av_info(kf, fmap)})
+    av_meta.write_keyframes(out, kf)
     dump_yaml(out / "dataset.yaml", config)
     if split_cfg is not None:
         dump_yaml(out / "split.yaml", split_cfg)
@@ -373,7 +390,21 @@ def _callable_ref(fn: Callable) -> str:
     return f"{mod}:{name}"
 
 
-def _merge_parts(root: Path) -> tuple[IndexData, int]:
+def _av_info(kf: dict, fmap: dict[str, str]) -> dict[str, Any]:
+    """``{"av": {"fields": {field: [member extensions]}}}`` for info.yaml ({} without AV)."""
+    if not kf:
+        return {}
+    fields = {}
+    for f in kf:
+        exts = [f]  # crude datasets: the field is the member extension
+        if f in fmap:
+            exts = [a.ext[:-3] if a.ext.endswith(".gz") else a.ext
+                    for a in parse_field_spec(fmap[f]) if not a.path and av_meta.is_av_ext(a.ext)]
+        fields[f] = exts
+    return {"av": {"fields": fields}}
+
+
+def _merge_parts(root: Path, keyframes: list | None = None) -> tuple[IndexData, int]:
     parts_dir = root / PARTS_DIR
     found: dict[int, dict[int, Path]] = {}
     for d in parts_dir.glob("part-*-of-*") if parts_dir.is_dir() else ():
@@ -391,15 +422,22 @@ def _merge_parts(root: Path) -> tuple[IndexData, int]:
     missing = [i for i in range(n) if i not in parts]
     if missing:
         raise ConfigError(f"{parts_dir}: parts {missing} of {n} are missing")
-    return concat_index([read_index_data(parts[i]) for i in range(n)]), n
+    datas = [read_index_data(parts[i]) for i in range(n)]
+    if keyframes is not None:  # audio/video keyframes of each part
+        from fpipe.storage.tar_index import read_info
+
+        for i, d in zip(range(n), datas):
+            fields = (read_info(parts[i]).get("av") or {}).get("fields")
+            keyframes.append((len(d.shard_id), av_meta.read_keyframes(parts[i], fields)))
+    return concat_index(datas), n
 
 
 def _prepare_table(path: Path, *, root, media_columns, aux, fields, sample_type,
-                   t0: float) -> PrepareReport:
+                   t0: float, probe_av: bool = True) -> PrepareReport:
     folder = path.parent
     arrays, problems = tables.table_index(
         path, root=root, media_columns=None if media_columns is None else list(media_columns),
-        aux=aux,
+        aux=aux, probe_av=probe_av,
     )
     info = arrays.pop("_info")
     info["table"]["path"] = path.name

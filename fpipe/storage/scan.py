@@ -9,6 +9,9 @@ Columns it computes, per sample (``-1`` where a value does not apply):
 - ``<field>.bytes`` for every field of the field map (every extension when there is none);
 - ``<field>.width`` / ``<field>.height`` for image fields, from the header only;
 - ``<field>.chars`` for text fields and string-valued ``json[...]`` fields;
+- for audio/video fields (``mp4``, ``webm``, ``wav``...; ``probe_av``, on by default): the
+  stream metadata columns and keyframe times of :mod:`fpipe.storage.av_meta` (one demux pass
+  per file, no decoding);
 - user columns (``NAME=json[path]``, ``NAME=len(json[path])``, or a ``module:function``),
   stored as float64 (NaN when missing) or int64 when every value is an integer.
 
@@ -31,7 +34,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fpipe.core.errors import ConfigError
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.storage import av_meta
 from fpipe.storage.config import FieldSpec, check_name, parse_field_spec
 from fpipe.storage.image_header import HEADER_PREFIX, IMAGE_EXTS, image_size, parse_image_size
 from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
@@ -41,6 +45,7 @@ __all__ = ["ColumnSpec", "ScanOptions", "ShardScan", "load_function", "parse_col
 #: extensions (last dot part) whose text length is measured.
 TEXT_EXTS = frozenset({"txt", "text", "caption"})
 _LEN_RE = re.compile(r"^len\((.*)\)$")
+_KEYFRAMES = "\0keyframes:"  # row entries holding a field's keyframe times (not columns)
 _json_decode = msgspec.json.decode
 
 
@@ -69,6 +74,7 @@ class ScanOptions(msgspec.Struct, frozen=True, kw_only=True):
     field_map: dict[str, str] = msgspec.field(default_factory=dict)
     columns: tuple[ColumnSpec, ...] = ()
     extra_columns_fn: str | None = None  #: "module:function" called with the member dict
+    probe_av: bool = True  #: probe audio/video members: stream metadata and keyframes
 
 
 class ShardScan(msgspec.Struct, kw_only=True):
@@ -80,6 +86,8 @@ class ShardScan(msgspec.Struct, kw_only=True):
     columns: dict[str, np.ndarray]  #: metadata columns, one value per kept sample
     problems: list[tuple[str, str, str]]  #: (shard, key, reason) of left-out samples
     shard_error: str | None = None  #: why the shard could not be read to its end
+    #: audio/video fields: field -> (keyframe times concatenated, offsets (n+1,))
+    keyframes: dict[str, tuple[np.ndarray, np.ndarray]] = msgspec.field(default_factory=dict)
 
 
 def load_function(ref: str | Callable) -> Callable:
@@ -199,6 +207,13 @@ def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: s
             row[f"{fname}.width"], row[f"{fname}.height"] = int(size[0]), int(size[1])
         elif kind == "text":
             row[f"{fname}.chars"] = len(s.data(ext).decode("utf-8", "replace"))
+        elif opts.probe_av and av_meta.is_av_ext(ext):
+            try:
+                stats, keys = av_meta.probe_stats(s.data(ext), fname, key=ext)
+            except BadSampleError as e:
+                raise _Bad(f"member {ext!r}: {e.reason}") from None
+            row.update(stats)
+            row[_KEYFRAMES + fname] = keys  # ragged: taken out of the row by scan_shard
     for col in opts.columns:
         found = s.resolve(col.alternatives)
         v = None
@@ -256,6 +271,8 @@ def _columns(rows: list[dict[str, Any]], user: set[str]) -> dict[str, np.ndarray
                 out[name] = np.asarray(vals, dtype=np.int64)
             else:
                 out[name] = np.asarray([math.nan if v is None else v for v in vals], np.float64)
+        elif av_meta.is_float_column(name):  # audio/video float statistics
+            out[name] = np.asarray([math.nan if v is None else v for v in vals], np.float64)
         else:
             out[name] = np.asarray([-1 if v is None else v for v in vals], dtype=np.int64)
     return out
@@ -273,6 +290,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
     keys: list[str] = []
     rows: list[dict[str, Any]] = []
     placed: list[tuple[list[str], list[int], list[int]]] = []
+    keyframes = av_meta.KeyframeBuilder()
     problems: list[tuple[str, str, str]] = []
     shard_error = None
     try:
@@ -309,6 +327,8 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
                     problems.append((name, f"{stem}/{key}", str(e)))
                     continue
                 keys.append(key)
+                keyframes.add({k[len(_KEYFRAMES):]: row.pop(k) for k in list(row)
+                               if k.startswith(_KEYFRAMES)})
                 rows.append(row)
                 placed.append((exts, offs, sizes))
         except ShardError as e:
@@ -323,7 +343,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
             members[ext][0][i] = off
             members[ext][1][i] = size
     return ShardScan(name=name, keys=keys, members=members, columns=_columns(rows, user),
-                     problems=problems, shard_error=shard_error)
+                     problems=problems, shard_error=shard_error, keyframes=keyframes.build())
 
 
 def peek_extensions(root: str | Path, name: str, max_samples: int = 50) -> list[str]:

@@ -201,6 +201,12 @@ class _TableBase:
                 out[col] = str(v).encode("utf-8")
         return out
 
+    def av_metadata(self, i: int) -> dict[str, Any]:
+        """Stored audio/video stream metadata of row ``i`` by the key :meth:`read` gives the
+        file (the media column, and the file's extension): ``{"path": AVMetadata, "mp4":
+        AVMetadata}``; empty for a table that was not prepared (the decoder probes then)."""
+        return {}
+
     def split_indices(self, name: str) -> np.ndarray:
         """Rows whose ``split`` column equals ``name``; all rows without a ``split`` column."""
         if "split" not in self._names:
@@ -289,6 +295,28 @@ class PreparedTableDataset(_TableBase):
         self._n = int(info["num_samples"])
         self._arrays: dict[str, np.ndarray] = {}
         self.config = load_dataset_config(self._dir / "dataset.yaml")
+        self._av_fields = dict((info.get("av") or {}).get("fields") or {})
+        self._av_index = None
+
+    def av_metadata(self, i: int) -> dict[str, Any]:  # noqa: D102 - see _TableBase
+        if not self._av_fields:
+            return {}
+        if self._av_index is None:
+            from fpipe.storage.av_meta import AVIndex
+
+            self._av_index = AVIndex(self._av_fields, self._array)
+        i = self._check(i)
+        out: dict[str, Any] = {}
+        for col in self._av_fields:
+            meta = self._av_index.metadata(col, i)
+            if meta is None:
+                continue
+            out[col] = meta
+            ext = _suffix(str(self._value(col, i)))
+            ext = ext[:-3] if ext.endswith(".gz") else ext
+            if ext and ext not in self._names:
+                out.setdefault(ext, meta)
+        return out
 
     def _array(self, rel: str) -> np.ndarray:
         if rel not in self._arrays:
@@ -329,35 +357,52 @@ def table_index(
     root: str | Path | None,
     media_columns: list[str] | None,
     aux: str | Path | None,
+    probe_av: bool = True,
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """Check a table's rows and build its prepared columns.
 
     Returns (arrays by relative file name + ``"_info"``, problems). A row whose media file is
-    missing or (for images) has an unreadable header is left out and reported.
+    missing or (for images) has an unreadable header, or (with ``probe_av``) whose audio/video
+    file cannot be probed, is left out and reported.
     """
+    from fpipe.storage import av_meta
+
     ds = TableDataset(path, root=root, media_columns=media_columns, aux=aux)
     keep: list[int] = []
     extra: dict[str, list[int]] = {}
+    av_rows: list[dict[str, Any]] = []  # audio/video statistics of kept rows
+    keyframes = av_meta.KeyframeBuilder()
     problems: list[tuple[str, str, str]] = []
     for i in range(len(ds)):
         key = ds.key(i)
         row_extra: dict[str, int] = {}
+        row_av: dict[str, Any] = {}
+        row_kf: dict[str, np.ndarray] = {}
         try:
             for col in ds._media:
                 v = ds._value(col, i)
                 if v is None:
                     raise BadSampleError(str(path), key, f"column {col!r} is empty")
                 fpath = os.path.join(ds._root, str(v))
+                is_av = probe_av and av_meta.is_av_ext(_suffix(str(v)))
                 if os.path.isfile(fpath):
                     row_extra[f"{col}.bytes"] = os.path.getsize(fpath)
                     head = b""
                     if _suffix(str(v)).lower() in IMAGE_EXTS:
                         with open(fpath, "rb") as f:
                             head = f.read(HEADER_PREFIX)
+                    if is_av:  # stream metadata and keyframes (demux only)
+                        row_av_col, row_kf[col] = av_meta.probe_stats(fpath, col, path=fpath,
+                                                                      key=key)
+                        row_av.update(row_av_col)
                 else:
                     data = ds._media_bytes(col, str(v), key)
                     row_extra[f"{col}.bytes"] = len(data)
                     head = data if _suffix(str(v)).lower() in IMAGE_EXTS else b""
+                    if is_av:
+                        row_av_col, row_kf[col] = av_meta.probe_stats(data, col, path=fpath,
+                                                                      key=key)
+                        row_av.update(row_av_col)
                 if head:
                     try:
                         w, h = image_size(head)
@@ -372,6 +417,8 @@ def table_index(
             problems.append((str(path), key, str(e)))
             continue
         keep.append(i)
+        av_rows.append(row_av)
+        keyframes.add(row_kf)
         for k, v in row_extra.items():
             extra.setdefault(k, [-1] * (len(keep) - 1)).append(v)
         for k in extra:
@@ -386,6 +433,16 @@ def table_index(
     for name, vals in extra.items():
         arrays[f"columns/{name}.npy"] = np.asarray(vals, np.int64)
         columns[name] = "int64"
+    av_names = list(dict.fromkeys(k for r in av_rows for k in r))
+    for name in av_names:  # audio/video statistics (NaN / -1 where a row has none)
+        float_col = av_meta.is_float_column(name)
+        fill = math.nan if float_col else -1
+        arr = np.asarray([r.get(name, fill) for r in av_rows],
+                         np.float64 if float_col else np.int64)
+        arrays[f"columns/{name}.npy"] = arr
+        columns[name] = str(arr.dtype)
+    kf = keyframes.build()
+    arrays.update(av_meta.keyframe_files(kf))
     strings = [c for c in ds._names if c not in ds._numeric]
     nullable: list[str] = []
     for col in strings:
@@ -404,4 +461,6 @@ def table_index(
         "table": {"columns": ds._names, "media_columns": ds._media, "strings": strings,
                   "nullable": nullable},
     }
+    if kf:  # audio/video media columns (the file's extension is added per row on load)
+        arrays["_info"]["av"] = {"fields": {c: [c] for c in kf}}
     return arrays, problems

@@ -1,0 +1,186 @@
+"""``VideoTaskEncoder``: video samples -> ``[B, 3, T, H, W]`` batches with the OpenSora chain.
+
+For each sample (e.g. a :class:`~fpipe.samples.CaptionedVideoSample` whose ``video`` is the
+lazy :class:`~fpipe.decode.av.AVDecoder` made while cooking), :meth:`encode_sample`:
+
+1. checks the decoder's metadata (stored by ``fpipe prepare``, else probed) against
+   :attr:`av_limits`;
+2. draws the ``num_frames`` frame indices with :func:`~fpipe.encode.video.sample_frame_indices`
+   (fixed stride, from frame 0 or from a start drawn from the sample's ``rng``) over the
+   video's frame count, and decodes only those frames (each from its nearest keyframe);
+3. applies the rest of :func:`~fpipe.encode.video.video_transform`: resize the short side,
+   center or random crop (``rng``), normalize to ``[-1, 1]``, layout ``[3, T, H, W]``.
+
+The result equals ``video_transform(config, <all frames>, rng)`` (same draws from ``rng`` in the
+same order: temporal start, then crop) without decoding the frames it does not keep. Batches are
+:class:`VideoBatch`: ``video`` ``float32 [B, 3, T, H, W]``, ``caption`` a list of strings.
+
+Example::
+
+    from fpipe.encode.video import VideoTransformConfig
+    from fpipe.encode.video_task import VideoTaskEncoder
+
+    enc = VideoTaskEncoder(VideoTransformConfig(num_frames=16, height=256, width=256))
+    ds = fpipe.get_train_dataset("data/videos", batch_size=8, task_encoder=enc, seed=1)
+    for batch in fpipe.get_loader(ds, num_workers=4):
+        batch.video.shape   # torch.Size([8, 3, 16, 256, 256])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.encode.task_encoder import TaskEncoder
+from fpipe.encode.video import (
+    VideoTransformConfig,
+    sample_frame_indices,
+    stack_videos,
+    video_transform,
+)
+from fpipe.samples.base import Sample
+from fpipe.samples.batch import Batch
+
+__all__ = ["EncodedVideoSample", "VideoBatch", "VideoTaskEncoder"]
+
+
+@dataclass
+class EncodedVideoSample(Sample):
+    """One sample after :meth:`VideoTaskEncoder.encode_sample`."""
+
+    #: ``float32 [3, T, H, W]`` in ``[-1, 1]``.
+    video: Any
+    #: The caption (None when the sample has none).
+    caption: Any = None
+    #: ``int64 [T]``: index in the source video of each output frame.
+    frame_indices: Any = None
+
+
+@dataclass(kw_only=True)
+class VideoBatch(Batch):
+    """A batch of :class:`EncodedVideoSample`."""
+
+    #: ``float32 [B, 3, T, H, W]`` in ``[-1, 1]``.
+    video: Any
+    #: One caption per sample.
+    caption: list = field(default_factory=list)
+    #: ``int64 [B, T]``: source frame index of each output frame.
+    frame_indices: Any = None
+
+
+class VideoTaskEncoder(TaskEncoder):
+    """OpenSora-style video encoding: fixed ``(T, H, W)`` clips, batches ``[B, 3, T, H, W]``.
+
+    Args:
+      config: the :class:`~fpipe.encode.video.VideoTransformConfig` (frames, size, stride,
+        ``temporal="first"|"random"``, ``crop="center"|"random"``).
+      av_limits: :class:`fpipe.decode.av.AVLimits` (default ``AVLimits()``): a video over a
+        limit is a bad sample (``BadSampleError`` naming file and key; the loader's error
+        policy raises or skips and counts it). The loader also hands these limits to the
+        decoders it cooks, which then probe files without stored metadata while cooking.
+      video_field: the sample attribute holding the video (``AVDecoder``, encoded bytes, or
+        decoded ``uint8 [T, 3, H, W]`` frames).
+      caption_field: the sample attribute copied into ``caption`` (None to skip).
+
+    Randomness comes only from the ``rng`` handed to :meth:`encode_sample`, so a sample
+    re-materialized after a restore, in any worker, gives the same tensor.
+    """
+
+    def __init__(
+        self,
+        config: VideoTransformConfig,
+        *,
+        av_limits: Any = None,
+        video_field: str = "video",
+        caption_field: str | None = "caption",
+    ):
+        if not isinstance(config, VideoTransformConfig):
+            raise ConfigError(
+                f"VideoTaskEncoder needs a VideoTransformConfig, got {type(config).__name__}"
+            )
+        if av_limits is None:
+            from fpipe.decode.av import AVLimits
+
+            av_limits = AVLimits()
+        self.config = config
+        self.av_limits = av_limits
+        self.video_field = video_field
+        self.caption_field = caption_field
+        # after the frames are picked: no temporal sampling left, only resize/crop/normalize
+        self._spatial = msgspec.structs.replace(config, stride=1, temporal="first")
+
+    def __repr__(self) -> str:
+        return f"VideoTaskEncoder({self.config!r}, av_limits={self.av_limits!r})"
+
+    def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
+        """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices)."""
+        from fpipe.decode.av import AVDecoder, check_av_limits
+
+        cfg = self.config
+        key = getattr(sample, "__key__", "")
+        if isinstance(video, (bytes, bytearray, memoryview)):
+            video = AVDecoder(bytes(video), key=key, limits=self.av_limits)
+        if not isinstance(video, AVDecoder):
+            raise TypeError(
+                f"sample {key!r}: field {self.video_field!r} holds {type(video).__name__}; "
+                "expected an AVDecoder, encoded bytes or a [T, 3, H, W] tensor"
+            )
+        meta = video.metadata  # stored by `fpipe prepare`, else probed now (no decoding)
+        check_av_limits(meta, self.av_limits, path=video.path, key=video.key)
+        if not meta.video_num_frames:
+            raise BadSampleError(video.path, video.key, "no video frames")
+        idx = sample_frame_indices(
+            meta.video_num_frames, cfg.num_frames, stride=cfg.stride,
+            rng=rng if cfg.temporal == "random" else None,
+        )
+        # one single-frame range per kept frame: the decoder seeks to the keyframe before
+        # the first, decodes forward, and converts only these frames to RGB
+        out = video.get_clips([(int(i), int(i) + 1) for i in idx], video_unit="frames")
+        frames, last = [], None
+        for clip in out.video_clips:
+            if clip.shape[0]:
+                last = clip[:1]
+            if last is None:
+                continue
+            frames.append(last)  # a frame past the end (metadata overcounts): repeat
+        if not frames:
+            raise BadSampleError(video.path, video.key, "no video frame could be decoded")
+        while len(frames) < len(idx):
+            frames.insert(0, frames[0])
+        return torch.cat(frames), idx
+
+    def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedVideoSample:
+        """Decode ``num_frames`` frames and transform them to ``float32 [3, T, H, W]``."""
+        video = getattr(sample, self.video_field)
+        if isinstance(video, torch.Tensor):  # already decoded frames [T, 3, H, W]
+            cfg = self.config
+            idx = sample_frame_indices(
+                video.shape[0], cfg.num_frames, stride=cfg.stride,
+                rng=rng if cfg.temporal == "random" else None,
+            )
+            frames = video[torch.as_tensor(idx)]
+        else:
+            frames, idx = self._frames(video, sample, rng)
+        x = video_transform(self._spatial, frames, rng)
+        caption = getattr(sample, self.caption_field, None) if self.caption_field else None
+        return EncodedVideoSample(
+            __key__=sample.__key__,
+            __restore_key__=sample.__restore_key__,
+            __subflavors__=sample.__subflavors__,
+            video=x,
+            caption=caption,
+            frame_indices=torch.as_tensor(idx, dtype=torch.int64),
+        )
+
+    def batch(self, samples: list[EncodedVideoSample]) -> VideoBatch:
+        """Stack into ``[B, 3, T, H, W]``; captions as a list."""
+        return VideoBatch.from_samples(
+            samples,
+            video=stack_videos([s.video for s in samples]),
+            frame_indices=torch.stack([s.frame_indices for s in samples]),
+        )
