@@ -12,7 +12,9 @@ from fpipe._version import __version__
 COMMANDS: dict[str, str] = {
     "demo": "fpipe.cli.demo",
     "info": "fpipe.cli.info",
+    "plan": "fpipe.cli.plan",
     "prepare": "fpipe.cli.prepare",
+    "state": "fpipe.cli.state",
 }
 
 

@@ -150,8 +150,18 @@ class Loader:
         self._state = decode_loader_state(self.plan, data)
         self._generation += 1
 
+    #: Issue 5: compare the state across ranks in state_dict() (None: when torch.distributed
+    #: is initialized with > 1 rank). A collective; see fpipe.loader.consistency.
+    check_consistency: bool | None = None
+
     def state_dict(self) -> dict:
-        """torch Stateful: ``{"fpipe_snapshot": bytes}``."""
+        """torch Stateful: ``{"fpipe_snapshot": bytes}``.
+
+        Under torch.distributed this first checks that the ranks' states agree (every rank must
+        call it; set ``loader.check_consistency = False`` to save from one rank alone)."""
+        from fpipe.loader.consistency import check_loader_consistency  # issue 5
+
+        check_loader_consistency(self)  # issue 5
         return {"fpipe_snapshot": self.snapshot()}
 
     def load_state_dict(self, state_dict: dict | bytes) -> None:

@@ -22,6 +22,7 @@ from fpipe.core.stage import Stage
 from fpipe.loader.materialize import DatasetSource, Materializer
 from fpipe.loader.topology import Topology
 from fpipe.plan import batch, distribute, repeat, samples, slice_shuffle, window_shuffle
+from fpipe.plan.distribute import per_rank  # issue 5: per-rank mode
 
 __all__ = ["PlannedDataset", "get_train_dataset", "get_val_dataset"]
 
@@ -35,12 +36,14 @@ class PlannedDataset:
       materializer: the pure ``recipe -> batch`` function run in workers.
       topology: the rank / world size the plan was built for.
       batch_size: samples per batch on this rank.
+      distribution: ``"global"`` or ``"per_rank"`` (see docs/distributed.md).
     """
 
     plan: Pipeline
     materializer: Materializer
     topology: Topology
     batch_size: int
+    distribution: str = "global"  # issue 5
 
     def __iter__(self):
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
@@ -85,7 +88,7 @@ def _source_and_view(
 def get_train_dataset(
     path: str | os.PathLike,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     shuffle_buffer_size: int | None = None,
     max_samples_per_sequence: int | None = None,
     task_encoder: Any = None,
@@ -103,6 +106,8 @@ def get_train_dataset(
     image_decode: Any = None,
     error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
     open_kwargs: dict | None = None,
+    global_batch_size: int | None = None,
+    distribution: str = "global",
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
@@ -122,6 +127,13 @@ def get_train_dataset(
       sample_type, field_map, subflavors: override dataset.yaml.
       image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` (or the encoder's).
       error_policy: ``"raise"`` or ``"skip"`` bad samples (skips are counted in the stats).
+      global_batch_size: instead of ``batch_size``: samples per step over all data-parallel
+        ranks; the per-rank batch is ``global_batch_size / world_size`` (it must divide). Keep
+        it fixed when resuming on another world size.
+      distribution: ``"global"`` (default): one plan on every rank, each rank takes its part of
+        every global batch; snapshots are the same on every rank and restore on any world size.
+        ``"per_rank"``: each rank reads its own contiguous part of the data sequentially;
+        snapshots restore only on the same world size. See docs/distributed.md.
 
     Example::
 
@@ -132,6 +144,11 @@ def get_train_dataset(
     from fpipe.encode import DefaultTaskEncoder
 
     topo = topology or worker_config or Topology.from_env()
+    # --- issue 5: global / per-rank distribution, global batch size -----------------------
+    if distribution not in ("global", "per_rank"):
+        raise ConfigError(f"distribution must be 'global' or 'per_rank', got {distribution!r}")
+    batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
+    # --- end issue 5 -------------------------------------------------------------------------
     source, view = _source_and_view(
         path,
         split,
@@ -141,19 +158,22 @@ def get_train_dataset(
         columns=columns,
         open_kwargs=open_kwargs,
     )
+    if distribution == "per_rank":  # issue 5: this rank's own contiguous part
+        view = per_rank(view, rank=topo.rank, world_size=topo.world_size)
     view = slice_shuffle(view, max_samples_per_sequence or 1)
     stages = []
     if shuffle_buffer_size and shuffle_buffer_size > 1:
         stages.append(window_shuffle(shuffle_buffer_size))
     stages.extend(plan_stages)
-    stages.append(
-        distribute(
-            batch_size * topo.world_size,
-            rank=topo.rank,
-            world_size=topo.world_size,
-            drop_last=drop_last,
+    if distribution == "global":  # issue 5: per-rank mode has no distribute stage
+        stages.append(
+            distribute(
+                batch_size * topo.world_size,
+                rank=topo.rank,
+                world_size=topo.world_size,
+                drop_last=drop_last,
+            )
         )
-    )
     stages.append(batch(batch_size, drop_last=drop_last))
     plan = Pipeline(chain(repeat(view, num_epochs), *stages), seed=seed)
     mat = Materializer(
@@ -162,7 +182,25 @@ def get_train_dataset(
         image_decode=image_decode,
         error_policy=error_policy,
     )
-    return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=batch_size)
+    return PlannedDataset(
+        plan=plan, materializer=mat, topology=topo, batch_size=batch_size, distribution=distribution
+    )
+
+
+def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int:
+    """Issue 5: the per-rank batch from ``batch_size`` or ``global_batch_size``."""
+    if (batch_size is None) == (global_batch_size is None):
+        raise ConfigError("give exactly one of batch_size (per rank) and global_batch_size")
+    if batch_size is not None:
+        return batch_size
+    if global_batch_size < 1 or global_batch_size % world_size:
+        raise ConfigError(
+            f"global_batch_size {global_batch_size} is not a positive multiple of the world size "
+            f"{world_size}: the per-rank batch is global_batch_size / world_size. Pick a global "
+            f"batch size divisible by every world size you may resume on (e.g. a multiple of "
+            f"{world_size})"
+        )
+    return global_batch_size // world_size
 
 
 def get_val_dataset(

@@ -1,13 +1,23 @@
-"""Who this process is: rank and world size of the data-parallel group, and its workers.
+"""Who this process is: data-parallel rank and world size, its workers, its data-parallel group.
 
-``Topology.from_env()`` reads ``torch.distributed`` when it is initialized, else the usual
-environment variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else a single process.
-Energon users know this record as ``WorkerConfig``; that name is an alias.
+Fields left out are read from ``torch.distributed`` when it is initialized (over
+``data_parallel_group`` if one is given), else from the usual environment variables (``RANK``,
+then ``LOCAL_RANK``; ``WORLD_SIZE``), else a single process. Energon users know this record as
+``WorkerConfig``; that name is an alias.
+
+Ranks that only replicate data (tensor- or pipeline-parallel peers of one data-parallel rank)
+must get the same stream as their data-parallel leader. ``rank`` and ``world_size`` are
+therefore the *data-parallel* rank and size, not the global ones. Either pass the
+data-parallel process group (``Topology(data_parallel_group=mpu.get_data_parallel_group())``:
+rank and world size are read from that group, and every tensor-parallel peer has the same rank
+in its own group), or pass them yourself
+(``Topology(rank=dp_rank, world_size=dp_world_size)``).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import msgspec
 
@@ -16,21 +26,74 @@ from fpipe.core.errors import ConfigError
 __all__ = ["Topology", "WorkerConfig"]
 
 
-class Topology(msgspec.Struct, frozen=True, kw_only=True):
+def _dist():
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            try:
+                return int(value)
+            except ValueError:
+                msg = f"environment variable {name}={value!r} is not an integer"
+                raise ConfigError(msg) from None
+    return None
+
+
+def _detect(data_parallel_group) -> tuple[int, int]:
+    """(rank, world_size) of this process in the data-parallel group."""
+    dist = _dist()
+    if dist is not None:
+        return (
+            dist.get_rank(group=data_parallel_group),
+            dist.get_world_size(group=data_parallel_group),
+        )
+    if data_parallel_group is not None:
+        raise ConfigError(
+            "a data_parallel_group was given but torch.distributed is not initialized"
+        )
+    rank = _env_int("RANK", "LOCAL_RANK")
+    world = _env_int("WORLD_SIZE")
+    return (0 if rank is None else rank), (1 if world is None else world)
+
+
+class Topology(msgspec.Struct, frozen=True):
     """Data-parallel position of this process.
 
     Attributes:
-      rank: this process's rank in the data-parallel group.
-      world_size: number of data-parallel ranks (ranks that replicate data, such as tensor or
-        pipeline-parallel peers, share their leader's rank here).
+      rank: this process's rank in the data-parallel group (None: detect, see module doc).
+      world_size: number of data-parallel ranks (None: detect). Ranks that replicate data
+        (tensor / pipeline-parallel peers) share their leader's rank and are not counted.
       num_workers: DataLoader worker processes per rank (does not change the output).
+      data_parallel_group: the ``torch.distributed`` process group of the data-parallel ranks
+        (None: the default group). Used to detect rank / world size and by the loader's
+        consistency check; it is never part of a snapshot or fingerprint.
+
+    Example:
+        >>> Topology(1, 4)
+        Topology(rank=1, world_size=4, num_workers=0, data_parallel_group=None)
     """
 
-    rank: int = 0
-    world_size: int = 1
+    rank: int | None = None
+    world_size: int | None = None
     num_workers: int = 0
+    data_parallel_group: Any = None
 
     def __post_init__(self):
+        if self.rank is None or self.world_size is None:
+            rank, world = _detect(self.data_parallel_group)
+            if self.world_size is None:
+                msgspec.structs.force_setattr(self, "world_size", world)
+            if self.rank is None:
+                msgspec.structs.force_setattr(self, "rank", rank)
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(
                 f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}"
@@ -41,25 +104,16 @@ class Topology(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def from_env(cls, num_workers: int = 0, data_parallel_group=None) -> Topology:
         """Rank and world size from torch.distributed (if initialized) or RANK / WORLD_SIZE."""
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                return cls(
-                    rank=dist.get_rank(group=data_parallel_group),
-                    world_size=dist.get_world_size(group=data_parallel_group),
-                    num_workers=num_workers,
-                )
-        except ImportError:  # pragma: no cover - torch is a dependency
-            pass
-        rank = int(os.environ.get("RANK", "0"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        return cls(rank=rank, world_size=world, num_workers=num_workers)
+        return cls(num_workers=num_workers, data_parallel_group=data_parallel_group)
 
     @classmethod
-    def default_worker_config(cls, num_workers: int = 0) -> Topology:
+    def default_worker_config(cls, num_workers: int = 0, data_parallel_group=None) -> Topology:
         """Energon's spelling of :meth:`from_env`."""
-        return cls.from_env(num_workers=num_workers)
+        return cls.from_env(num_workers=num_workers, data_parallel_group=data_parallel_group)
+
+    def __reduce__(self):
+        # Process groups do not pickle; a Topology sent to another process drops its group.
+        return (type(self), (self.rank, self.world_size, self.num_workers, None))
 
 
 WorkerConfig = Topology

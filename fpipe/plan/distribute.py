@@ -1,10 +1,16 @@
 """Distribution to data-parallel ranks.
 
-Global mode: the plan is identical on every rank; each run of ``world_size * batch_size`` refs
-is one global batch and rank r takes refs ``[r * batch_size, (r + 1) * batch_size)`` of it. At a
-batch boundary every rank's state is the same value, so one snapshot restores any number of
-ranks, as long as the global batch size is kept (rank and world size are declared
-``compatible``).
+Global mode (:func:`distribute`, the default): the plan is identical on every rank; each run of
+``world_size * batch_size`` refs is one global batch and rank r takes refs
+``[r * batch_size, (r + 1) * batch_size)`` of it. At a batch boundary every rank's state is the
+same value, so one snapshot restores any number of ranks (rank, world size and global batch
+size are declared ``compatible``).
+
+Per-rank mode (:func:`per_rank`): each rank owns a contiguous part of the samples in index
+order (its own shards, apart from the boundaries) and runs its own shuffle and batching over
+it, reading sequentially. States differ between ranks, and a rank's state means nothing under
+another partition, so rank and world size are fingerprinted: a restore on another world size is
+refused.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Stage
 from fpipe.plan.batch import Remainder
+from fpipe.plan.source import View, view_key
 
-__all__ = ["DistributeConfig", "DistributeState", "distribute"]
+__all__ = ["DistributeConfig", "DistributeState", "PerRankConfig", "distribute", "per_rank"]
 
 
 class DistributeConfig(Config, frozen=True):
@@ -94,4 +101,60 @@ def distribute(
         step=step,
         state_type=DistributeState,
         block_size=global_batch_size,
+    )
+
+
+PER_RANK_HINT = (
+    "per-rank mode: each rank reads its own part of the data and keeps its own state, so a "
+    "snapshot only continues on the same world size and rank. To change the number of ranks, "
+    "finish the epoch on the old world size, or train with distribution='global' (the default), "
+    "whose snapshots restore on any world size."
+)
+
+
+class PerRankConfig(Config, frozen=True):
+    """Rank ``rank`` of ``world_size`` reads only its own contiguous part of the samples.
+
+    Nothing is declared compatible: each rank's part, and so its state, depends on both values.
+    """
+
+    mismatch_hint: ClassVar[str] = PER_RANK_HINT
+
+    rank: int
+    world_size: int
+
+
+def per_rank(view: View, *, rank: int, world_size: int, name: str = "per_rank") -> View:
+    """The part of ``view`` that rank ``rank`` of ``world_size`` reads in per-rank mode.
+
+    Positions ``[rank * n // world_size, (rank + 1) * n // world_size)`` of the view (its index
+    order, so a rank touches only its own shards); part sizes differ by at most one. Build the
+    rest of the rank's plan (slice shuffle, repeat, window shuffle, batch) on top of it.
+
+    Example:
+        >>> from fpipe.plan.source import samples
+        >>> v = per_rank(samples(10), rank=1, world_size=3)
+        >>> v.size, v.gather(0, 0, np.arange(v.size)).index.tolist()
+        (3, [3, 4, 5])
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    n = view.size
+    if n < world_size:
+        raise ConfigError(
+            f"per-rank mode needs at least one sample per rank: {n} samples, {world_size} ranks"
+        )
+    lo, hi = rank * n // world_size, (rank + 1) * n // world_size
+    inner = view.gather
+    config = PerRankConfig(rank=rank, world_size=world_size)
+
+    def gather(key, epoch, positions):
+        return inner(view_key(key, view.name), epoch, np.asarray(positions, dtype=np.int64) + lo)
+
+    return View(
+        name=name,
+        config=config,
+        size=hi - lo,
+        gather=gather,
+        parts=view.parts + ((name, config),),
     )

@@ -1,0 +1,84 @@
+"""Exact resume under Hugging Face accelerate: the fpipe loader held by
+``accelerator.register_for_checkpointing``.
+
+The scenario accelerate's own DataLoader gets wrong: 2 processes, 3 epochs of a shuffled
+dataset, interrupted after 2 batches of epoch 2, resumed in new processes. With fpipe the
+resumed run delivers exactly the batches the uninterrupted run would have::
+
+    # train; save after 2 batches of epoch 2 and stop there (a "crash")
+    accelerate launch --cpu --num_processes 2 examples/accelerate_resume.py \
+        --data DATASET --ckpt /tmp/ckpt --stop-after-save
+    # new processes: resume from the checkpoint and finish epochs 2 and 3
+    accelerate launch --cpu --num_processes 2 examples/accelerate_resume.py \
+        --data DATASET --ckpt /tmp/ckpt --resume
+
+(``torchrun --nproc_per_node 2 examples/accelerate_resume.py ...`` works too.) DATASET is any
+prepared dataset (``fpipe prepare``); ``--record FILE`` writes each process's batches as JSON
+(``{rank}`` in FILE is replaced by the process index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import fpipe
+from fpipe.loader import Topology
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="a prepared dataset folder")
+    parser.add_argument("--ckpt", required=True, help="accelerate checkpoint folder")
+    parser.add_argument("--resume", action="store_true", help="load --ckpt and continue")
+    parser.add_argument("--stop-after-save", action="store_true", help="stop at the save")
+    parser.add_argument("--record", help="write this process's batches here as JSON")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--global-batch-size", type=int, default=6)
+    args = parser.parse_args()
+
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    # fpipe distributes by itself: tell it the rank and world size; do NOT pass the loader to
+    # accelerator.prepare() (that would shard the already-sharded batches again).
+    topology = Topology(rank=accelerator.process_index, world_size=accelerator.num_processes)
+    ds = fpipe.get_train_dataset(
+        args.data,
+        global_batch_size=args.global_batch_size,
+        shuffle_buffer_size=8,
+        max_samples_per_sequence=4,
+        seed=42,
+        num_epochs=args.epochs,
+        topology=topology,
+    )
+    loader = fpipe.get_loader(ds)
+    # The loader has state_dict() / load_state_dict(): accelerate saves and restores it with
+    # the model and optimizer (custom_checkpoint_0.pkl; every process calls state_dict(), which
+    # checks that the ranks agree; the main process writes the file).
+    accelerator.register_for_checkpointing(loader)
+    if args.resume:
+        accelerator.load_state(args.ckpt)
+
+    record = []
+    in_epoch, last_epoch = 0, None
+    for batch in loader:
+        epoch = loader.stats().epoch  # the epoch of the batch just taken (0-based)
+        in_epoch = in_epoch + 1 if epoch == last_epoch else 1
+        last_epoch = epoch
+        record.append({"epoch": epoch, "keys": list(batch.__key__)})
+        # ... forward, backward, optimizer step ...
+        if not args.resume and epoch == 1 and in_epoch == 2:  # 2 batches into epoch 2
+            accelerator.save_state(args.ckpt)
+            if args.stop_after_save:
+                break
+    accelerator.wait_for_everyone()
+    if args.record:
+        with open(args.record.replace("{rank}", str(accelerator.process_index)), "w") as f:
+            json.dump(record, f)
+    accelerator.print(f"process {accelerator.process_index}: {len(record)} batches")
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""``fpipe plan CONFIG --step N``: which samples make global step N on each rank.
+
+Only the plan runs: the dataset index is read (keys, metadata columns), never a payload, so
+this is quick even for a large dataset and a late step — the tool for a loss spike at step N.
+
+CONFIG is a small YAML file holding the arguments of :func:`fpipe.get_train_dataset`::
+
+    path: data/coco              # relative to the YAML file's folder
+    batch_size: 32               # per rank (or global_batch_size: 256)
+    world_size: 8                # data-parallel ranks (default 1)
+    seed: 1234
+    shuffle_buffer_size: 1000
+    max_samples_per_sequence: 100
+    split: train                 # default train
+    num_epochs: null             # default: repeat forever
+    drop_last: true
+    distribution: global         # or per_rank
+
+or the dataset folder itself, with the same settings as flags (``--batch-size 32
+--world-size 8 ...``); flags override the YAML. Steps count from 0, like
+``enumerate(loader)`` on a fresh loader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fpipe.core.errors import ConfigError, FpipeError
+
+__all__ = ["add_parser", "build_dataset", "load_plan_config", "plan_step", "run"]
+
+#: Keys a plan CONFIG may hold (all but ``path`` and ``world_size`` go to get_train_dataset).
+CONFIG_KEYS = (
+    "path",
+    "batch_size",
+    "global_batch_size",
+    "world_size",
+    "seed",
+    "shuffle_buffer_size",
+    "max_samples_per_sequence",
+    "split",
+    "num_epochs",
+    "drop_last",
+    "distribution",
+)
+
+
+def add_config_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that describe a plan (shared with ``fpipe state show``)."""
+    p.add_argument("--batch-size", type=int, help="samples per batch on each rank")
+    p.add_argument("--global-batch-size", type=int, help="samples per step over all ranks")
+    p.add_argument("--world-size", type=int, help="data-parallel ranks (default 1)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--shuffle-buffer-size", type=int)
+    p.add_argument("--max-samples-per-sequence", type=int)
+    p.add_argument("--split")
+    p.add_argument("--num-epochs", type=int)
+    p.add_argument(
+        "--keep-last",
+        dest="drop_last",
+        action="store_false",
+        default=None,
+        help="keep a short final batch (drop_last=False)",
+    )
+    p.add_argument("--distribution", choices=("global", "per_rank"))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``plan`` sub-command."""
+    p = sub.add_parser(
+        "plan",
+        help="which sample keys make step N on each rank (no payload is read)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help="plan YAML file, or a prepared dataset folder plus flags")
+    p.add_argument("--step", type=int, required=True, help="global step, counted from 0")
+    p.add_argument("--rank", type=int, help="show only this rank")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_config_arguments(p)
+    return p
+
+
+def load_plan_config(config: str, args: argparse.Namespace | None = None) -> dict[str, Any]:
+    """The plan settings from a YAML file (or a dataset path) and flags (which win)."""
+    p = Path(config)
+    cfg: dict[str, Any] = {}
+    if p.is_file() and p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        loaded = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: a plan config is a YAML mapping")
+        unknown = sorted(set(loaded) - set(CONFIG_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{p}: unknown keys {unknown}; a plan config may hold {', '.join(CONFIG_KEYS)}"
+            )
+        cfg.update(loaded)
+        if "path" not in cfg:
+            raise ConfigError(f"{p}: the plan config needs 'path' (the dataset)")
+        dpath = Path(str(cfg["path"])).expanduser()
+        cfg["path"] = str(dpath if dpath.is_absolute() else p.parent / dpath)
+    else:
+        cfg["path"] = config
+    if args is not None:
+        for k in CONFIG_KEYS[1:]:
+            v = getattr(args, k, None)
+            if v is not None:
+                cfg[k] = v
+    if cfg.get("batch_size") is None and cfg.get("global_batch_size") is None:
+        raise ConfigError("the plan needs batch_size (per rank) or global_batch_size")
+    return cfg
+
+
+def build_dataset(cfg: dict[str, Any], rank: int = 0):
+    """The :class:`~fpipe.loader.PlannedDataset` of ``rank`` for a plan config."""
+    from fpipe.loader import Topology, get_train_dataset
+
+    kwargs = {k: v for k, v in cfg.items() if k not in ("path", "world_size")}
+    world = int(cfg.get("world_size") or 1)
+    return get_train_dataset(cfg["path"], topology=Topology(rank=rank, world_size=world), **kwargs)
+
+
+def _advance(plan, state, steps: int):
+    for done in range(steps):
+        state, out = plan.next(state, 1)
+        if not len(out):
+            return state, done
+    return state, steps
+
+
+def plan_step(cfg: dict[str, Any], step: int, ranks: list[int] | None = None) -> dict[str, Any]:
+    """The refs of global step ``step`` on each rank: ``{"step", "ranks": [{"rank", "samples":
+    [{"key", "index", "epoch"}...]}...]}``; a rank past the end of its stream has ``None``."""
+    from fpipe.storage import open_dataset
+
+    if step < 0:
+        raise ConfigError(f"--step must be >= 0, got {step}")
+    world = int(cfg.get("world_size") or 1)
+    ranks = list(range(world)) if ranks is None else ranks
+    for r in ranks:
+        if not 0 <= r < world:
+            raise ConfigError(f"rank {r} is not in 0..{world - 1}")
+    first = build_dataset(cfg, 0)
+    distribution = first.distribution
+    ds = open_dataset(cfg["path"])
+    start = None
+    if distribution == "global":
+        # At a global-batch boundary the plan state is the same on every rank: advance one.
+        state, done = _advance(first.plan, first.plan.init(), step)
+        start = first.plan.snapshot(state)
+    out = []
+    for r in ranks:
+        pd = first if r == 0 else build_dataset(cfg, r)
+        plan = pd.plan
+        if start is not None:
+            state = plan.restore(start)
+        else:
+            state, done = _advance(plan, plan.init(), step)
+        _, got = plan.next(state, 1)
+        if not len(got):
+            out.append({"rank": r, "samples": None})
+            continue
+        refs = got[0].refs
+        samples = [
+            {"key": ds.key(int(i)), "index": int(i), "epoch": int(e)}
+            for i, e in zip(refs.index.tolist(), refs.epoch.tolist())
+        ]
+        out.append({"rank": r, "samples": samples})
+    return {
+        "step": step,
+        "distribution": distribution,
+        "world_size": world,
+        "batch_size": first.batch_size,
+        "ranks": out,
+    }
+
+
+def format_plan(result: dict[str, Any]) -> str:
+    """Human-readable form of :func:`plan_step`'s result."""
+    lines = [
+        f"step {result['step']}: {result['world_size']} rank(s) x batch {result['batch_size']}"
+        f" ({result['distribution']} mode)"
+    ]
+    for r in result["ranks"]:
+        if r["samples"] is None:
+            lines.append(f"rank {r['rank']}: past the end of the stream")
+            continue
+        lines.append(f"rank {r['rank']} ({len(r['samples'])} samples):")
+        lines += [f"  {s['key']}  (index {s['index']}, epoch {s['epoch']})" for s in r["samples"]]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the keys of the step; exit status 2 on a bad config, 1 if past the end."""
+    try:
+        cfg = load_plan_config(args.config, args)
+        result = plan_step(cfg, args.step, None if args.rank is None else [args.rank])
+    except FpipeError as e:
+        print(f"fpipe plan: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=1) if args.json else format_plan(result))
+    return 1 if all(r["samples"] is None for r in result["ranks"]) else 0

@@ -1,0 +1,182 @@
+"""``fpipe state show FILE``: what a loader (or plan) snapshot holds.
+
+FILE is snapshot bytes (``loader.snapshot()`` or ``loader.state_dict()["fpipe_snapshot"]``
+written to a file), or a torch checkpoint holding such a dict (``torch.save``, accelerate's
+``custom_checkpoint_N.pkl``; read with ``weights_only=True``, so no code runs).
+
+Without a config it prints the envelope (versions, fingerprint, the parts and their field
+hashes, checksum) and the payload as plain nested values. With ``--config CONFIG`` (the plan
+config of ``fpipe plan``, or a dataset folder plus flags) it also checks the snapshot against
+that pipeline and prints the decoded state with field names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import FpipeError, SnapshotError
+
+__all__ = ["add_parser", "read_snapshot_file", "run", "show_envelope"]
+
+_CHECKSUM = 8
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``state`` sub-command (``fpipe state show FILE``)."""
+    from fpipe.cli.plan import add_config_arguments
+
+    p = sub.add_parser(
+        "state",
+        help="inspect loader snapshots",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    show = actions.add_parser("show", help="print a snapshot's envelope and state")
+    show.add_argument("file", help="snapshot bytes, or a torch checkpoint holding them")
+    show.add_argument("--config", help="plan config (YAML or dataset folder) to type the state")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    add_config_arguments(show)
+    return p
+
+
+def _find_snapshot(obj: Any, depth: int = 0) -> bytes | None:
+    if depth > 8:
+        return None
+    if isinstance(obj, dict):
+        if "fpipe_snapshot" in obj:
+            v = obj["fpipe_snapshot"]
+            if hasattr(v, "numpy"):
+                v = v.numpy().tobytes()
+            return bytes(v)
+        for v in obj.values():
+            found = _find_snapshot(v, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            found = _find_snapshot(v, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def read_snapshot_file(path: str | Path) -> bytes:
+    """Snapshot bytes from a raw file or a torch checkpoint (``{"fpipe_snapshot": ...}``)."""
+    data = Path(path).read_bytes()
+    if data[:2] == b"PK" or data[:1] == b"\x80":  # a torch zip checkpoint or a legacy pickle
+        import io
+
+        import torch
+
+        try:
+            obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - report any unreadable checkpoint the same way
+            raise SnapshotError(f"{path}: not a readable torch checkpoint: {e}") from None
+        found = _find_snapshot(obj)
+        if found is None:
+            raise SnapshotError(f"{path}: no 'fpipe_snapshot' entry in this checkpoint")
+        return found
+    return data
+
+
+def show_envelope(data: bytes) -> dict[str, Any]:
+    """The envelope and plain payload of snapshot bytes, without needing the pipeline."""
+    from fpipe.core.snapshot import MAGIC, unpack
+
+    if len(data) <= _CHECKSUM:
+        raise SnapshotError(f"snapshot is truncated ({len(data)} bytes)")
+    body, check = data[:-_CHECKSUM], data[-_CHECKSUM:]
+    checksum_ok = hashlib.blake2b(body, digest_size=_CHECKSUM).digest() == check
+    try:
+        env = msgspec.msgpack.decode(body, type=list)
+    except msgspec.DecodeError as e:
+        raise SnapshotError(f"these bytes are not an fpipe snapshot: {e}") from None
+    if len(env) != 6 or env[0] != MAGIC:
+        raise SnapshotError("these bytes are not an fpipe snapshot")
+    magic, fmt, order, fp, parts, payload = env
+    parts = [list(p) for p in parts]
+    return {
+        "bytes": len(data),
+        "checksum_ok": checksum_ok,
+        "format_version": fmt,
+        "order_version": order,
+        "fingerprint": bytes(fp).hex(),
+        "kind": "loader" if parts and parts[-1][0] == "loader" else "plan",
+        "parts": [{"name": p[0], "type": p[1], "field_hashes": list(p[2])} for p in parts],
+        "payload": unpack(bytes(payload)),
+    }
+
+
+def _named(value: Any) -> Any:
+    """A decoded state as plain data with field names."""
+    if isinstance(value, msgspec.Struct):
+        return {
+            "__type__": type(value).__name__,
+            **{f: _named(getattr(value, f)) for f in value.__struct_fields__},
+        }
+    if isinstance(value, (list, tuple)):
+        return [_named(v) for v in value]
+    return value
+
+
+def decode_with_config(data: bytes, kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Check ``data`` against the pipeline of a plan config and decode its state."""
+    from fpipe.cli.plan import build_dataset
+    from fpipe.loader.state import decode_loader_state
+
+    pd = build_dataset(cfg, 0)
+    plan = pd.plan
+    state = decode_loader_state(plan, data) if kind == "loader" else plan.restore(data)
+    return {"config": plan.describe(), "state": _named(state)}
+
+
+def _default(v: Any) -> Any:
+    return v.hex() if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def _text(info: dict[str, Any]) -> str:
+    lines = [
+        f"fpipe {info['kind']} snapshot, {info['bytes']} bytes, checksum "
+        + ("ok" if info["checksum_ok"] else "MISMATCH (corrupted or truncated)"),
+        f"format version {info['format_version']}, order version {info['order_version']}",
+        f"fingerprint {info['fingerprint']}",
+        "parts:",
+    ]
+    for p in info["parts"]:
+        lines.append(f"  {p['name']:<20} {p['type']:<24} fields {p['field_hashes']}")
+    if "state" in info:
+        lines.append("config:")
+        lines += [f"  {json.dumps(c, default=_default)}" for c in info["config"]]
+        lines.append("state:")
+        lines.append(json.dumps(info["state"], indent=2, default=_default))
+    else:
+        lines.append("payload (plain values; pass --config to name the fields):")
+        lines.append(json.dumps(info["payload"], default=_default))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fpipe state show``; exit status 2 on unreadable or mismatching snapshots."""
+    if getattr(args, "action", None) != "show":
+        print("usage: fpipe state show FILE [--config CONFIG]", file=sys.stderr)
+        return 2
+    try:
+        data = read_snapshot_file(args.file)
+        info = show_envelope(data)
+        if args.config:
+            from fpipe.cli.plan import load_plan_config
+
+            info.update(decode_with_config(data, info["kind"], load_plan_config(args.config, args)))
+    except (FpipeError, OSError) as e:
+        print(f"fpipe state: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(info, indent=1, default=_default) if args.json else _text(info))
+    return 0 if info["checksum_ok"] else 2

@@ -1,0 +1,185 @@
+"""Multi-process tests under ``torchrun`` (gloo on CPU): global mode across 2 ranks, exact
+resume on 1, 2 and 3 ranks in new processes, the consistency check, per-rank mode, and the
+scenario HF accelerate's DataLoader gets wrong (3 epochs, interrupted after 2 batches of
+epoch 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch_dist = pytest.importorskip("torch.distributed")
+if not (torch_dist.is_available() and torch_dist.is_gloo_available()):
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("torchrun_worker.py")
+EXAMPLE = ROOT / "examples" / "accelerate_resume.py"
+STEPS_PER_EPOCH = 8  # 48 samples, global batch 6
+SAVE_AT = STEPS_PER_EPOCH + 2  # after 2 batches of the second epoch
+TIMEOUT = 240
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _start(nproc: int, port: int, script: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}",
+        str(script), *args,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait(proc: subprocess.Popen) -> None:
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers (our own group)
+        out, _ = proc.communicate()
+        pytest.fail(f"torchrun timed out after {TIMEOUT}s:\n{out[-4000:]}")
+    assert proc.returncode == 0, f"torchrun failed:\n{out[-4000:]}"
+
+
+def _launch_all(jobs):
+    """Start every (nproc, script, args) job at once (they are independent); wait for all."""
+    ports = _free_ports(len(jobs))
+    procs = [_start(n, port, script, *args) for (n, script, args), port in zip(jobs, ports)]
+    for p in procs:
+        _wait(p)
+
+
+def _read(out: Path, mode: str, world: int) -> list[dict]:
+    return [json.loads((out / f"{mode}_rank{r}.json").read_text()) for r in range(world)]
+
+
+def _global_order(results: list[dict]) -> list[str]:
+    """Keys in global order: step by step, rank by rank."""
+    order = []
+    for step in range(max(len(r["batches"]) for r in results)):
+        for r in results:
+            if step < len(r["batches"]):
+                order.extend(r["batches"][step]["keys"])
+    return order
+
+
+@pytest.fixture(scope="module")
+def runs(text_dataset, tmp_path_factory):
+    """The uninterrupted 2-rank run (state saved after SAVE_AT batches), then resumes of that
+    state in new processes on 1, 2 and 3 ranks (started together)."""
+    base = tmp_path_factory.mktemp("torchrun")
+    ref = base / "ref"
+    ref.mkdir()
+    _launch_all([(2, WORKER, ("run", text_dataset, str(ref), "--save-at", str(SAVE_AT)))])
+    state = str(ref / "state.pt")
+    jobs, outs = [], {}
+    for world in (1, 2, 3):
+        outs[world] = base / f"resume{world}"
+        outs[world].mkdir()
+        jobs.append((world, WORKER, ("resume", text_dataset, str(outs[world]), "--state", state)))
+    _launch_all(jobs)
+    return {
+        "ref_dir": ref,
+        "ref": _read(ref, "run", 2),
+        "resume": {w: _read(o, "resume", w) for w, o in outs.items()},
+    }
+
+
+def test_two_ranks_get_disjoint_samples_covering_each_epoch(runs):
+    ref = runs["ref"]
+    assert [len(r["batches"]) for r in ref] == [3 * STEPS_PER_EPOCH] * 2
+    for epoch in range(3):
+        per_rank = [
+            [k for b in r["batches"] if b["epoch"] == epoch for k in b["keys"]] for r in ref
+        ]
+        assert not set(per_rank[0]) & set(per_rank[1])
+        assert sorted(per_rank[0] + per_rank[1]) == sorted(set(per_rank[0] + per_rank[1]))
+        assert len(per_rank[0]) + len(per_rank[1]) == 48
+    epochs = [_global_order([{"batches": [b for b in r["batches"] if b["epoch"] == e]}
+                             for r in ref]) for e in range(3)]  # fmt: skip
+    assert epochs[0] != epochs[1] != epochs[2]  # a new order every epoch
+
+
+def test_state_bytes_equal_on_both_ranks(runs):
+    a = (runs["ref_dir"] / "state_rank0.bin").read_bytes()
+    b = (runs["ref_dir"] / "state_rank1.bin").read_bytes()
+    assert a == b and len(a) < 1024
+
+
+def test_consistency_check_catches_a_rank_ahead(runs):
+    for r in runs["ref"]:
+        assert r["mismatch"] is not None, "the disagreement was not caught"
+        assert "ranks [0] took 2; ranks [1] took 3" in r["mismatch"]
+
+
+def test_per_rank_mode_disjoint_and_covering(runs):
+    parts = [[k for b in r["per_rank"] for k in b] for r in runs["ref"]]
+    assert not set(parts[0]) & set(parts[1])
+    assert sorted(parts[0] + parts[1]) == sorted(set(parts[0] + parts[1]))
+    assert len(parts[0] + parts[1]) == 48
+    assert {k.split("/")[0] for k in parts[0]} == {"shard-00", "shard-01"}  # its own shards
+
+
+def test_replicas_get_their_data_parallel_leaders_stream(runs, text_dataset):
+    import fpipe
+    from tests.distributed.helpers import batch_keys, build_dataset
+
+    single = [batch_keys(b) for b in fpipe.get_loader(build_dataset(text_dataset, num_epochs=1))]
+    for r in runs["ref"]:
+        assert r["replica_topology"] == [0, 1]
+        assert r["replica"] == single
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_resume_on_another_world_size_continues_global_order(runs, world):
+    full = _global_order(runs["ref"])
+    rest = _global_order(runs["resume"][world])
+    assert rest == full[SAVE_AT * 6 :]
+    assert [len(r["batches"]) for r in runs["resume"][world]] == [
+        3 * STEPS_PER_EPOCH - SAVE_AT
+    ] * world
+
+
+def test_accelerate_scenario_epochs_2_and_3_after_resume(runs):
+    """2 processes, 3 shuffled epochs, interrupted after 2 batches of epoch 2, resumed in new
+    processes: the rest of epoch 2 and all of epoch 3 equal the uninterrupted run, per rank."""
+    for ref, res in zip(runs["ref"], runs["resume"][2]):
+        after = ref["batches"][SAVE_AT:]
+        assert res["batches"] == after
+        assert [b["epoch"] for b in res["batches"]] == [1] * 6 + [2] * 8
+
+
+def test_accelerate_register_for_checkpointing(text_dataset, tmp_path):
+    """The same scenario through accelerate's save_state / load_state (if installed)."""
+    pytest.importorskip("accelerate")
+    ckpt = tmp_path / "ckpt"
+    common = ("--data", text_dataset, "--ckpt", str(ckpt))
+    full, res = str(tmp_path / "full_{rank}.json"), str(tmp_path / "res_{rank}.json")
+    _launch_all([(2, EXAMPLE, (*common, "--record", full))])
+    _launch_all([(2, EXAMPLE, (*common, "--resume", "--record", res))])
+    for r in range(2):
+        full = json.loads((tmp_path / f"full_{r}.json").read_text())
+        res = json.loads((tmp_path / f"res_{r}.json").read_text())
+        assert len(full) == 3 * STEPS_PER_EPOCH
+        assert res == full[SAVE_AT:]
