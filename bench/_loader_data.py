@@ -32,11 +32,55 @@ import numpy as np
 __all__ = ["ensure_image_set", "ensure_text_set", "natural_jpeg"]
 
 _WORDS = (
-    "a", "photo", "of", "the", "small", "large", "red", "blue", "green", "cat", "dog", "bird",
-    "car", "tree", "house", "street", "field", "sky", "sea", "mountain", "river", "person",
-    "child", "woman", "man", "table", "chair", "window", "door", "light", "dark", "sunny",
-    "cloudy", "old", "new", "near", "far", "next", "to", "under", "over", "with", "without",
-    "on", "in", "at", "playing", "sitting", "running",
+    "a",
+    "photo",
+    "of",
+    "the",
+    "small",
+    "large",
+    "red",
+    "blue",
+    "green",
+    "cat",
+    "dog",
+    "bird",
+    "car",
+    "tree",
+    "house",
+    "street",
+    "field",
+    "sky",
+    "sea",
+    "mountain",
+    "river",
+    "person",
+    "child",
+    "woman",
+    "man",
+    "table",
+    "chair",
+    "window",
+    "door",
+    "light",
+    "dark",
+    "sunny",
+    "cloudy",
+    "old",
+    "new",
+    "near",
+    "far",
+    "next",
+    "to",
+    "under",
+    "over",
+    "with",
+    "without",
+    "on",
+    "in",
+    "at",
+    "playing",
+    "sitting",
+    "running",
 )
 
 
@@ -164,8 +208,17 @@ def ensure_image_set(
 ) -> dict[str, Any]:
     """Write (or reuse) an image-caption folder; returns its parameters and build timings."""
     root = Path(root)
-    params = dict(kind="images", samples=samples, shards=shards, lo=lo, hi=hi, pool=pool,
-                  seed=seed, quality=quality, version=2)
+    params = dict(
+        kind="images",
+        samples=samples,
+        shards=shards,
+        lo=lo,
+        hi=hi,
+        pool=pool,
+        seed=seed,
+        quality=quality,
+        version=2,
+    )
     if _params_match(root, params):
         return {**params, "reused": True}
     root.mkdir(parents=True, exist_ok=True)
@@ -185,8 +238,7 @@ def ensure_image_set(
     times = _prepare_both(root, names, {"image": "jpg", "caption": "txt"}, "CaptioningSample")
     (root / "bench-params.json").write_text(json.dumps(params))
     mean_bytes = float(np.mean([len(j) for j in jpegs]))
-    return {**params, "reused": False, "jpeg_gen_s": gen_s, "mean_jpeg_bytes": mean_bytes,
-            **times}
+    return {**params, "reused": False, "jpeg_gen_s": gen_s, "mean_jpeg_bytes": mean_bytes, **times}
 
 
 def ensure_text_set(
@@ -201,8 +253,9 @@ def ensure_text_set(
 ) -> dict[str, Any]:
     """Write (or reuse) a folder of token-id samples (``.npy`` int32, ``lo``-``hi`` ids)."""
     root = Path(root)
-    params = dict(kind="text", samples=samples, shards=shards, lo=lo, hi=hi, vocab=vocab,
-                  seed=seed, version=2)
+    params = dict(
+        kind="text", samples=samples, shards=shards, lo=lo, hi=hi, vocab=vocab, seed=seed, version=2
+    )
     if _params_match(root, params):
         return {**params, "reused": True}
     root.mkdir(parents=True, exist_ok=True)

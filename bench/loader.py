@@ -284,8 +284,9 @@ def run_rate(
     return n * bs / dt, n * bs / dc
 
 
-def measure(loaders: dict[str, tuple[Callable, int]], kind: str, bs: int, n: int, repeats: int,
-            log) -> tuple[dict[str, float], dict[str, float]]:
+def measure(
+    loaders: dict[str, tuple[Callable, int]], kind: str, bs: int, n: int, repeats: int, log
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median samples/s (wall) and samples per CPU-second per loader; ``loaders``: name ->
     (factory, warm-up batches)."""
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in loaders}
@@ -384,9 +385,7 @@ def state_section(root: Path, steps_far: int, repeats: int, log) -> dict[str, An
     out["bytes_near"] = {nw: len(b) for nw, b in near.items()}
     out["bytes_far"] = {nw: len(b) for nw, b in far.items()}
     out["bytes_far_exact"] = len(far_bytes)
-    out["identical_across_workers"] = (
-        len(set(near.values())) == 1 and len(set(far.values())) == 1
-    )
+    out["identical_across_workers"] = len(set(near.values())) == 1 and len(set(far.values())) == 1
     # restore -> first batch
     sd_near = {"fpipe_snapshot": near[0]}
     sd_far = {"fpipe_snapshot": far_bytes}
@@ -397,8 +396,10 @@ def state_section(root: Path, steps_far: int, repeats: int, log) -> dict[str, An
             t_near.append(_first_batch_after_restore(ds, nw, sd_near))
             t_far.append(_first_batch_after_restore(ds, nw, sd_far))
         restore[nw] = {"near_s": statistics.median(t_near), "far_s": statistics.median(t_far)}
-        log(f"  restore nw={nw}: step 10 {restore[nw]['near_s'] * 1e3:.1f} ms, "
-            f"step {steps_far:,} {restore[nw]['far_s'] * 1e3:.1f} ms")
+        log(
+            f"  restore nw={nw}: step 10 {restore[nw]['near_s'] * 1e3:.1f} ms, "
+            f"step {steps_far:,} {restore[nw]['far_s'] * 1e3:.1f} ms"
+        )
     out["restore"] = restore
     # an ordinary batch at nw=0 (steady state, same loader configuration)
     loader = fpipe.get_loader(ds, num_workers=0)
@@ -453,9 +454,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--large-batches", type=int, default=8)
     ap.add_argument("--text-batches", type=int, default=40)
     ap.add_argument("--far-step", type=int, default=100_000)
-    ap.add_argument("--torch-threads", type=int, default=1,
-                    help="torch intra-op threads of the main process (0: torch's default); "
-                    "DataLoader workers always use 1")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads of the main process (0: torch's default); "
+        "DataLoader workers always use 1",
+    )
     ap.add_argument("--no-energon", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small sets, 1 repeat (smoke run)")
     args = ap.parse_args(argv)
@@ -489,20 +494,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     data = Path(args.data)
     log(f"# fpipe loader benchmark\n{machine_line()}, torch {torch.__version__}")
-    log(f"data under {data}; torch intra-op threads in the main process: "
-        f"{torch.get_num_threads()}")
+    log(f"data under {data}; torch intra-op threads in the main process: {torch.get_num_threads()}")
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # Energon's prepare prints progress
-        info_img = ensure_image_set(data / "images", samples=args.images, shards=8, lo=128,
-                                    hi=512, pool=min(args.images, 400))
-        info_large = ensure_image_set(data / "large", samples=args.large, shards=4, lo=800,
-                                      hi=1600, pool=min(args.large, 96), seed=1)
+        info_img = ensure_image_set(
+            data / "images",
+            samples=args.images,
+            shards=8,
+            lo=128,
+            hi=512,
+            pool=min(args.images, 400),
+        )
+        info_large = ensure_image_set(
+            data / "large",
+            samples=args.large,
+            shards=4,
+            lo=800,
+            hi=1600,
+            pool=min(args.large, 96),
+            seed=1,
+        )
         info_text = ensure_text_set(data / "text", samples=args.text, shards=20)
     setup_s = time.perf_counter() - t0
     for name, info in (("images", info_img), ("large", info_large), ("text", info_text)):
         log(f"  {name}: {json.dumps(info)}")
-    log(f"datasets ready in {setup_s:.1f} s; repeats={args.repeats} (median), "
-        f"shuffle buffer {SHUFFLE}, max samples/sequence {MAX_SEQ}, target {TARGET}")
+    log(
+        f"datasets ready in {setup_s:.1f} s; repeats={args.repeats} (median), "
+        f"shuffle buffer {SHUFFLE}, max samples/sequence {MAX_SEQ}, target {TARGET}"
+    )
     warm_cache(data / "images", data / "large", data / "text")
 
     draft_on = ImageDecodeOptions(target_size=TARGET)
@@ -535,13 +554,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     big, big_cpu = measure(loaders, "images", 32, args.large_batches, R, log)
     ps = psnr_section(large, 32)
-    log(f"  PSNR reduced-scale vs full decode+resize: mean {ps['mean']:.2f} dB, "
-        f"min {ps['min']:.2f} dB over {ps['images']} images")
+    log(
+        f"  PSNR reduced-scale vs full decode+resize: mean {ps['mean']:.2f} dB, "
+        f"min {ps['min']:.2f} dB over {ps['images']} images"
+    )
 
     # 3. text
     text = data / "text"
-    log(f"\n## 3. text, {args.text:,} token-id samples, batch 256, nw=0, "
-        f"{args.text_batches} timed batches")
+    log(
+        f"\n## 3. text, {args.text:,} token-id samples, batch 256, nw=0, "
+        f"{args.text_batches} timed batches"
+    )
     loaders = {
         "fpipe nw=0": (lambda: fpipe_iter(text, 256, 0), 2),
         "webdataset nw=0": (lambda: wds_iter(text, 256, 0, "text"), 2),
@@ -570,8 +593,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "nw2_vs_energon": ratio(small.get("fpipe nw=2"), small.get("energon nw=2")),
         "nw0_vs_webdataset": ratio(small.get("fpipe nw=0"), small.get("webdataset nw=0")),
         "nw0_vs_energon": ratio(small.get("fpipe nw=0"), small.get("energon nw=0")),
-        "nw2_vs_webdataset_large": ratio(big.get("fpipe nw=2 (draft)"),
-                                         big.get("webdataset nw=2")),
+        "nw2_vs_webdataset_large": ratio(big.get("fpipe nw=2 (draft)"), big.get("webdataset nw=2")),
         "text_nw0_vs_webdataset": ratio(txt.get("fpipe nw=0"), txt.get("webdataset nw=0")),
         "text_nw0_vs_energon": ratio(txt.get("fpipe nw=0"), txt.get("energon nw=0")),
         "psnr_reduced_decode": round(ps["mean"], 2),
@@ -598,15 +620,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "text": {k: round(v, 1) for k, v in txt_cpu.items()},
         },
         "cpu_ratios": {
-            "nw0_vs_bare_loop": ratio(small_cpu.get("fpipe nw=0"),
-                                      small_cpu.get("bare loop (1 core)")),
-            "nw2_vs_webdataset": ratio(small_cpu.get("fpipe nw=2"),
-                                       small_cpu.get("webdataset nw=2")),
+            "nw0_vs_bare_loop": ratio(
+                small_cpu.get("fpipe nw=0"), small_cpu.get("bare loop (1 core)")
+            ),
+            "nw2_vs_webdataset": ratio(
+                small_cpu.get("fpipe nw=2"), small_cpu.get("webdataset nw=2")
+            ),
             "nw2_vs_energon": ratio(small_cpu.get("fpipe nw=2"), small_cpu.get("energon nw=2")),
-            "nw2_vs_webdataset_large": ratio(big_cpu.get("fpipe nw=2 (draft)"),
-                                             big_cpu.get("webdataset nw=2")),
-            "text_nw0_vs_webdataset": ratio(txt_cpu.get("fpipe nw=0"),
-                                            txt_cpu.get("webdataset nw=0")),
+            "nw2_vs_webdataset_large": ratio(
+                big_cpu.get("fpipe nw=2 (draft)"), big_cpu.get("webdataset nw=2")
+            ),
+            "text_nw0_vs_webdataset": ratio(
+                txt_cpu.get("fpipe nw=0"), txt_cpu.get("webdataset nw=0")
+            ),
         },
         "loadavg_start_end": [load_start, _loadavg()],
         "far_step": args.far_step,
@@ -629,18 +655,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     log("\n## summary")
     log(f"{'section':<8} {'loader':<26} {'samples/s':>10} {'samples/cpu-s':>14}")
-    for sec, vals, cpu in (("images", small, small_cpu), ("large", big, big_cpu),
-                           ("text", txt, txt_cpu)):
+    for sec, vals, cpu in (
+        ("images", small, small_cpu),
+        ("large", big, big_cpu),
+        ("text", txt, txt_cpu),
+    ):
         for k, v in vals.items():
             log(f"{sec:<8} {k:<26} {v:>10.1f} {cpu[k]:>14.1f}")
     log(f"load average at start / end: {load_start} / {_loadavg()} ({os.cpu_count()} cpus)")
-    log(f"\nstate bytes: step 10 {st['bytes_near']}, step {args.far_step:,}+1 {st['bytes_far']}"
+    log(
+        f"\nstate bytes: step 10 {st['bytes_near']}, step {args.far_step:,}+1 {st['bytes_far']}"
         f" (identical across workers: {st['identical_across_workers']}); "
-        f"plan advanced {args.far_step:,} steps in {st['plan_advance_s']:.1f} s")
-    log("restore -> first batch: " + ", ".join(
-        f"nw={nw}: {r['near_s'] * 1e3:.0f} / {r['far_s'] * 1e3:.0f} ms" for nw, r in rst.items())
+        f"plan advanced {args.far_step:,} steps in {st['plan_advance_s']:.1f} s"
+    )
+    log(
+        "restore -> first batch: "
+        + ", ".join(
+            f"nw={nw}: {r['near_s'] * 1e3:.0f} / {r['far_s'] * 1e3:.0f} ms" for nw, r in rst.items()
+        )
         + f" (step 10 / step {args.far_step:,}); ordinary batch nw=0 "
-        f"{st['ordinary_batch_nw0_s'] * 1e3:.0f} ms")
+        f"{st['ordinary_batch_nw0_s'] * 1e3:.0f} ms"
+    )
     log("")
     for name, val, thr, op in targets:
         ok = val is not None and (val >= thr if op == ">=" else val <= thr)

@@ -121,20 +121,32 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         t0 = time.perf_counter()
         nbytes = build(root, args.samples, args.shards)
-        print(f"built {args.samples} samples in {args.shards} shards, {nbytes / 1e6:.1f} MB "
-              f"member data, {time.perf_counter() - t0:.1f} s", flush=True)
-        print(f"python {platform.python_version()} on {platform.machine()}, "
-              f"{os.cpu_count()} cpus; best of {args.repeat}", flush=True)
+        print(
+            f"built {args.samples} samples in {args.shards} shards, {nbytes / 1e6:.1f} MB "
+            f"member data, {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
+        print(
+            f"python {platform.python_version()} on {platform.machine()}, "
+            f"{os.cpu_count()} cpus; best of {args.repeat}",
+            flush=True,
+        )
         warm(root)
         prep = []
         for _ in range(args.repeat):
-            rep = prepare_dataset(root, fields={"image": "jpg", "caption": "txt"},
-                                  columns=["aesthetic=json[aesthetic]"], workers=1)
+            rep = prepare_dataset(
+                root,
+                fields={"image": "jpg", "caption": "txt"},
+                columns=["aesthetic=json[aesthetic]"],
+                workers=1,
+            )
             assert rep.num_samples == args.samples and not rep.problems, rep
             prep.append(rep.samples_per_s)
         prepare_sps = max(prep)
-        print(f"prepare (1 worker, header-only image sizes, json column): "
-              f"{prepare_sps:,.0f} samples/s")
+        print(
+            f"prepare (1 worker, header-only image sizes, json column): "
+            f"{prepare_sps:,.0f} samples/s"
+        )
         tar_t = []
         for _ in range(args.repeat):
             n, dt = tarfile_sequential(root)

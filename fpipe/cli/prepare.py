@@ -92,6 +92,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--aux", default=None, help="tables: prepared tar dataset holding media")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--probe-av",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="probe audio/video members (demux only) and store duration, fps, size and "
+        "keyframes for fast seeks; unreadable media are left out (default: on)",
+    )
+    p.add_argument(
         "--show-problems",
         type=int,
         default=20,
@@ -157,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             root=args.root,
             media_columns=args.media_column,
             aux=args.aux,
+            probe_av=args.probe_av,
         )
     except FpipeError as e:
         print(f"fpipe prepare: error: {e}", file=sys.stderr)

@@ -43,13 +43,20 @@ def config_fields(config: Config) -> list[tuple[str, Any]]:
     return [(f, _canonical(getattr(config, f))) for f in config.__struct_fields__ if f not in skip]
 
 
-def _h16(value: Any) -> int:
-    return int.from_bytes(hashlib.blake2b(_encoder.encode(value), digest_size=2).digest(), "big")
+def _h16(value: Any) -> bytes:
+    return hashlib.blake2b(_encoder.encode(value), digest_size=2).digest()
 
 
 def part_digest(name: str, config: Config) -> list:
-    """``[name, type name, [16-bit hash per fingerprinted field]]`` for one part."""
-    return [name, type(config).__name__, [_h16(v) for _, v in config_fields(config)]]
+    """``[name, type name, 2-byte hash per fingerprinted field, concatenated]`` for one part.
+
+    Fixed-width bytes, so a snapshot's size does not depend on the hash values.
+    """
+    return [name, type(config).__name__, b"".join(_h16(v) for _, v in config_fields(config))]
+
+
+def _field_hashes(digest: bytes) -> list[bytes]:
+    return [digest[i : i + 2] for i in range(0, len(digest), 2)]
 
 
 def fingerprint(parts: Sequence[tuple[str, Config]]) -> bytes:
@@ -85,9 +92,14 @@ def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
             out.append(f"part {i}: snapshot has {s[0]!r} ({s[1]}), pipeline has {name!r} ({d[1]})")
             continue
         fields = config_fields(config)
-        for (field, value), hs, hc in zip(fields, s[2], d[2]):
+        before = len(out)
+        saved_h, cur_h = _field_hashes(s[2]), _field_hashes(d[2])
+        for (field, value), hs, hc in zip(fields, saved_h, cur_h):
             if hs != hc:
                 out.append(f"stage {name!r}: field {field!r} differs (now {value!r})")
-        if len(s[2]) != len(d[2]):
-            out.append(f"stage {name!r}: config has {len(d[2])} fields, snapshot {len(s[2])}")
+        if len(saved_h) != len(cur_h):
+            out.append(f"stage {name!r}: config has {len(cur_h)} fields, snapshot {len(saved_h)}")
+        hint = getattr(type(config), "mismatch_hint", "")
+        if hint and len(out) > before:
+            out.append(hint)
     return out

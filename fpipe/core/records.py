@@ -33,6 +33,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """
 
     compatible: ClassVar[frozenset[str]] = frozenset()
+    #: Said after the differences when a restore is refused over this config (why, and how
+    #: to change course), e.g. per-rank distribution on another world size.
+    mismatch_hint: ClassVar[str] = ""
 
 
 # Columns every ref chunk has; any other column is index metadata (width, tokens, ...).

@@ -46,7 +46,7 @@ class _Envelope(msgspec.Struct, array_like=True, frozen=True):
     format_version: int
     order_version: int
     fingerprint: bytes
-    parts: list[tuple[str, str, list[int]]]
+    parts: list[tuple[str, str, bytes]]
     payload: bytes
 
 

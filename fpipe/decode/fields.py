@@ -7,6 +7,8 @@ Formats that could execute code on load (pickle, ``pyd``) have no decoder: such 
 from __future__ import annotations
 
 import io
+import math
+import re
 from typing import Any
 
 import msgspec
@@ -66,8 +68,47 @@ def decode_int(data: bytes) -> int:
     return int(bytes(data).decode("ascii").strip())
 
 
+# numpy's header for plain arrays: {'descr': '<i4', 'fortran_order': False, 'shape': (N,), }
+_NPY_HEADER = re.compile(
+    rb"\{'descr': '([<>|=]?[biufc]\d+)', 'fortran_order': (True|False), "
+    rb"'shape': \(((?:\d+, ?)*\d*)\), \}\s*$"
+)
+
+
+def _npy_fast(data: bytes) -> np.ndarray | None:
+    """Decode the common ``.npy`` layout without ``np.load``'s per-call header compilation.
+
+    Only numeric dtypes are accepted (no object arrays, so nothing can unpickle); anything
+    unusual returns None and goes through ``np.load``.
+    """
+    if data[:6] != b"\x93NUMPY" or len(data) < 10:
+        return None
+    major = data[6]
+    if major == 1:
+        hlen, start = int.from_bytes(data[8:10], "little"), 10
+    elif major in (2, 3):
+        hlen, start = int.from_bytes(data[8:12], "little"), 12
+    else:
+        return None
+    m = _NPY_HEADER.match(data[start : start + hlen])
+    if m is None:
+        return None
+    dtype = np.dtype(m.group(1).decode())
+    shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
+    count = math.prod(shape)
+    offset = start + hlen
+    if len(data) - offset != count * dtype.itemsize:
+        return None  # truncated or padded: let np.load produce its error
+    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    order = "F" if m.group(2) == b"True" else "C"
+    return arr.reshape(shape, order=order).copy(order="K")
+
+
 def decode_npy(data: bytes) -> np.ndarray:
     """A ``.npy`` array; object arrays are refused (``allow_pickle=False``)."""
+    fast = _npy_fast(data)
+    if fast is not None:
+        return fast
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 

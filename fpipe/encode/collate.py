@@ -25,16 +25,40 @@ __all__ = ["collate", "collate_samples", "pad_stack"]
 def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
     """Stack tensors of equal rank, padding each dimension at the end to the largest size."""
     first = tensors[0]
-    if all(t.shape == first.shape for t in tensors):
+    if _plain_cpu(tensors):
+        # numpy does the copy on this thread: torch's intra-op pool can stall for milliseconds
+        # on a busy machine, which dominates small batches at num_workers=0.
+        arrays = [t.numpy() for t in tensors]
+        if all(a.shape == arrays[0].shape for a in arrays):
+            return torch.from_numpy(np.stack(arrays))
+    elif all(t.shape == first.shape for t in tensors):
         return torch.stack(list(tensors))
     if any(t.dim() != first.dim() for t in tensors):
         ranks = sorted({t.dim() for t in tensors})
         raise ValueError(f"cannot pad-stack tensors of different ranks {ranks}")
     shape = [max(t.shape[d] for t in tensors) for d in range(first.dim())]
+    if _plain_cpu(tensors):
+        out_np = np.full((len(tensors), *shape), pad_value, dtype=tensors[0].numpy().dtype)
+        for i, t in enumerate(tensors):
+            out_np[(i, *(slice(0, s) for s in t.shape))] = t.numpy()
+        return torch.from_numpy(out_np)
     out = first.new_full((len(tensors), *shape), pad_value)
     for i, t in enumerate(tensors):
         out[(i, *(slice(0, s) for s in t.shape))] = t
     return out
+
+
+def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:
+    """CPU tensors of one numpy-compatible dtype, no autograd, no views with odd strides."""
+    first = tensors[0]
+    return (
+        first.device.type == "cpu"
+        and first.dtype not in (torch.bfloat16, torch.complex32)
+        and all(
+            t.device.type == "cpu" and t.dtype == first.dtype and not t.requires_grad
+            for t in tensors
+        )
+    )
 
 
 def collate(values: Sequence[Any]) -> Any:

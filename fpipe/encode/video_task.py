@@ -135,7 +135,9 @@ class VideoTaskEncoder(TaskEncoder):
         if not meta.video_num_frames:
             raise BadSampleError(video.path, video.key, "no video frames")
         idx = sample_frame_indices(
-            meta.video_num_frames, cfg.num_frames, stride=cfg.stride,
+            meta.video_num_frames,
+            cfg.num_frames,
+            stride=cfg.stride,
             rng=rng if cfg.temporal == "random" else None,
         )
         # one single-frame range per kept frame: the decoder seeks to the keyframe before
@@ -160,7 +162,9 @@ class VideoTaskEncoder(TaskEncoder):
         if isinstance(video, torch.Tensor):  # already decoded frames [T, 3, H, W]
             cfg = self.config
             idx = sample_frame_indices(
-                video.shape[0], cfg.num_frames, stride=cfg.stride,
+                video.shape[0],
+                cfg.num_frames,
+                stride=cfg.stride,
                 rng=rng if cfg.temporal == "random" else None,
             )
             frames = video[torch.as_tensor(idx)]

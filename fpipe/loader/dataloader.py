@@ -211,14 +211,17 @@ def get_loader(
     pin_memory: bool = False,
     timeout: float = 0,
     multiprocessing_context: Any = None,
+    check_consistency: bool | None = None,
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
     The output does not depend on ``num_workers`` or ``prefetch_factor``.
+    ``check_consistency``: compare the state across ranks in ``state_dict()`` (None: when
+    torch.distributed is initialized; it is a collective, so every rank must call it).
     """
     if num_workers is None:
         num_workers = dataset.topology.num_workers
-    return Loader(
+    loader = Loader(
         dataset,
         num_workers=num_workers,
         prefetch_factor=prefetch_factor,
@@ -226,6 +229,8 @@ def get_loader(
         timeout=timeout,
         multiprocessing_context=multiprocessing_context,
     )
+    loader.check_consistency = check_consistency
+    return loader
 
 
 get_savable_loader = get_loader

@@ -16,7 +16,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy
 from fpipe.core.records import Recipe, Refs
-from fpipe.core.rng import fold_in, generator
+from fpipe.core.rng import LazyGenerator, fold_in
 
 __all__ = ["DatasetSource", "MaterializedBatch", "Materializer", "decode_recipe", "encode_recipe"]
 
@@ -97,10 +97,12 @@ class Materializer:
         )
         self.error_policy = ErrorPolicy(error_policy)
         self._datasets: dict[int, Any] = {}
+        self._field_maps: dict[int, Any] = {}
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_datasets"] = {}  # reopen in the worker
+        state["_field_maps"] = {}
         return state
 
     def dataset(self, i: int):
@@ -112,10 +114,20 @@ class Materializer:
             ds = self._datasets[i] = open_dataset(src.path, **src.open_kwargs)
         return ds
 
-    def sample(self, dataset: int, index: int, epoch: int, key: int) -> Any:
-        """Read, cook and encode one sample (raises BadSampleError on bad input)."""
-        from fpipe.samples import cook_sample, make_crude_sample
+    def field_map(self, i: int):
+        """The compiled field map of dataset ``i`` (compiled once per process)."""
+        fm = self._field_maps.get(i)
+        if fm is None:
+            from fpipe.samples import compile_field_map, sample_type_from_name
 
+            src = self.sources[i]
+            fm = compile_field_map(sample_type_from_name(src.sample_type), src.field_map)
+            self._field_maps[i] = fm
+        return fm
+
+    def sample(self, dataset: int, index: int, epoch: int, key: int) -> Any:
+        """Read and cook one sample; returns it with its encode rng (BadSampleError on bad
+        input). Both rngs are lazy: building a generator costs more than most samples."""
         src = self.sources[dataset]
         ds = self.dataset(dataset)
         skey = fold_in(key, dataset, index, epoch)
@@ -124,6 +136,8 @@ class Materializer:
         restore_key = (dataset, index, epoch)
         path = getattr(ds, "path", src.path)
         if src.sample_type in ("CrudeSample", "crude"):
+            from fpipe.samples import make_crude_sample
+
             crude = make_crude_sample(
                 raw,
                 key=sample_key,
@@ -136,21 +150,23 @@ class Materializer:
             # Audio/video (issue 6): stream metadata + keyframes stored by `fpipe prepare`
             # (empty when none) let the lazy AVDecoder seek without probing the file; the
             # task encoder's `av_limits` (None: default limits, no eager probe) bound it.
+            from fpipe.samples import cook_sample
+
             av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
             sample = cook_sample(
                 raw,
                 sample_type=src.sample_type,
-                field_map=src.field_map,
+                field_map=self.field_map(dataset),
                 key=sample_key,
                 restore_key=restore_key,
                 subflavors=src.subflavors,
                 path=str(path),
                 image_decode_options=self.image_decode,
-                rng=generator(fold_in(skey, _COOK)),
+                rng=LazyGenerator(fold_in(skey, _COOK)),
                 av_metadata=av_metadata,
                 av_limits=getattr(self.task_encoder, "av_limits", None),
             )
-        return sample, generator(fold_in(skey, _ENCODE))
+        return sample, LazyGenerator(fold_in(skey, _ENCODE))
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
         enc = self.task_encoder
@@ -160,15 +176,16 @@ class Materializer:
         for d, i, e in zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist()):
             try:
                 sample, rng = self.sample(d, i, e, recipe.key)
+                # Lazy fields (video frames) are decoded inside the encoder: their failures
+                # are bad input too, and go through the same policy.
+                if packing:
+                    samples.append((enc.preencode_sample(sample, rng), rng))
+                else:
+                    samples.append(enc.encode_sample(sample, rng))
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
                 skipped_keys.append(f"{err.path}:{err.key}")
-                continue
-            if packing:
-                samples.append((enc.preencode_sample(sample, rng), rng))
-            else:
-                samples.append(enc.encode_sample(sample, rng))
         if packing:
             rngs = {id(s): r for s, r in samples}
             groups = enc.select_samples_to_pack([s for s, _ in samples])

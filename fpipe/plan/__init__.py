@@ -5,7 +5,13 @@ Each stage is one module holding its Config, its State, a factory and pure funct
 """
 
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
-from fpipe.plan.distribute import DistributeConfig, DistributeState, distribute
+from fpipe.plan.distribute import (
+    DistributeConfig,
+    DistributeState,
+    PerRankConfig,
+    distribute,
+    per_rank,
+)
 from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
 from fpipe.plan.map_refs import MapRefsConfig, map_refs
 from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat
@@ -27,6 +33,7 @@ __all__ = [
     "FilterState",
     "InMemoryConfig",
     "MapRefsConfig",
+    "PerRankConfig",
     "Remainder",
     "RepeatConfig",
     "RepeatState",
@@ -40,6 +47,7 @@ __all__ = [
     "filter_refs",
     "in_memory",
     "map_refs",
+    "per_rank",
     "repeat",
     "samples",
     "slice_shuffle",

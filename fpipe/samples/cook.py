@@ -109,12 +109,12 @@ def cook_sample(
             whole = decoded.get(src.ext, _MISSING)
             if whole is _MISSING:
                 if _av_member(src.ext, av_metadata, av_limits):
-                    whole = _decode_av_member(src.ext, raw[src.ext], av_metadata, av_limits,
-                                              path=path, key=key)
+                    whole = _decode_av_member(
+                        src.ext, raw[src.ext], av_metadata, av_limits, path=path, key=key
+                    )
                 else:
                     whole = decode_field(
-                        src.ext, raw[src.ext], path=path, key=key, image_options=img_opts,
-                        rng=rng
+                        src.ext, raw[src.ext], path=path, key=key, image_options=img_opts, rng=rng
                     )
                 decoded[src.ext] = whole
             value = _walk(whole, src.path) if src.path else whole

@@ -50,7 +50,12 @@ __all__ = [
 AV_DIR = "av"
 #: float64 statistics (NaN where absent): column ``<field>.<stat>``.
 FLOAT_STATS = (
-    "duration_s", "fps", "video_start_s", "video_duration_s", "audio_start_s", "audio_duration_s",
+    "duration_s",
+    "fps",
+    "video_start_s",
+    "video_duration_s",
+    "audio_start_s",
+    "audio_duration_s",
 )
 #: int64 statistics (-1 where absent): column ``<field>.<stat>``.
 INT_STATS = ("frames", "width", "height", "audio_rate", "audio_channels")
@@ -110,7 +115,8 @@ class KeyframeBuilder:
         """Keyframes of the next sample (fields it lacks get none)."""
         for f, arr in per_field.items():
             self._fields.setdefault(f, [np.zeros(0, np.float64)] * self._n).append(
-                np.asarray(arr, np.float64))
+                np.asarray(arr, np.float64)
+            )
         self._n += 1
         for lst in self._fields.values():
             if len(lst) < self._n:
@@ -144,8 +150,7 @@ def concat_keyframes(
                 base += int(o[-1] - o[0])
             else:
                 offs.append(np.full(n, base, np.int64))
-        out[f] = (np.concatenate(vals) if vals else np.zeros(0, np.float64),
-                  np.concatenate(offs))
+        out[f] = (np.concatenate(vals) if vals else np.zeros(0, np.float64), np.concatenate(offs))
     return out
 
 
@@ -174,8 +179,10 @@ def read_keyframes(
 
     d = Path(index_dir)
     return {
-        f: (load_array(d / AV_DIR / f"{f}.keyframes.npy", mmap=False),
-            load_array(d / AV_DIR / f"{f}.keyframes.offsets.npy", mmap=False))
+        f: (
+            load_array(d / AV_DIR / f"{f}.keyframes.npy", mmap=False),
+            load_array(d / AV_DIR / f"{f}.keyframes.offsets.npy", mmap=False),
+        )
         for f in fields or {}
     }
 

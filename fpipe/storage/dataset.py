@@ -74,9 +74,7 @@ def resolve_split(
     if split is None:
         return np.arange(n, dtype=np.int64)
     if name not in split.split_parts:
-        raise ConfigError(
-            f"{where}: no split {name!r}; split.yaml has {sorted(split.split_parts)}"
-        )
+        raise ConfigError(f"{where}: no split {name!r}; split.yaml has {sorted(split.split_parts)}")
     pos = {s: i for i, s in enumerate(shard_names)}
     ids = []
     for s in split.split_parts[name] or ():
@@ -195,8 +193,13 @@ class IndexedDataset:
     def split_indices(self, name: str) -> np.ndarray:
         """Sample indices of split ``name`` (all samples without a split.yaml)."""
         return resolve_split(
-            self._split, name, self._shards, self._starts, self.column("shard_id"),
-            self.index_of_key, str(self._dir / "split.yaml"),
+            self._split,
+            name,
+            self._shards,
+            self._starts,
+            self.column("shard_id"),
+            self.index_of_key,
+            str(self._dir / "split.yaml"),
         )
 
     def _check(self, i: int) -> int:
@@ -250,7 +253,8 @@ class IndexedDataset:
                 buf = self._files.pread(path, lo, hi - lo)
                 if len(buf) < hi - lo:
                     raise BadSampleError(
-                        path, self.key(i),
+                        path,
+                        self.key(i),
                         f"shard truncated: wanted bytes {lo}..{hi}, file ends at {lo + len(buf)}",
                     )
                 mv = memoryview(buf)
@@ -279,9 +283,17 @@ class IndexedDataset:
         out: dict[str, Any] = {}
         for field, exts in self._av_fields.items():
             # the member the field was probed from: its first alternative present
-            ext = next((e for e in exts if any(
-                x in self._exts and self._array(f"members/{x}.offset.npy")[i] >= 0
-                for x in (e, e + ".gz"))), None)
+            ext = next(
+                (
+                    e
+                    for e in exts
+                    if any(
+                        x in self._exts and self._array(f"members/{x}.offset.npy")[i] >= 0
+                        for x in (e, e + ".gz")
+                    )
+                ),
+                None,
+            )
             if ext is None or ext in out:
                 continue
             meta = self._av_index.metadata(field, i)

@@ -66,13 +66,16 @@ def read_energon_meta(root: str | Path) -> EnergonMeta:
     """Parse ``.nv-meta`` of an Energon WebDataset folder."""
     meta = Path(root) / META_DIR
     ds_yaml = meta / "dataset.yaml"
-    config = dataset_config_from_obj(_load(ds_yaml), str(ds_yaml)) if ds_yaml.exists() else (
-        DatasetConfig()
+    config = (
+        dataset_config_from_obj(_load(ds_yaml), str(ds_yaml))
+        if ds_yaml.exists()
+        else (DatasetConfig())
     )
     for name in ("split.yaml", "split.json"):
         if (meta / name).exists():
             split = (
-                load_split_config(meta / name) if name.endswith("yaml")
+                load_split_config(meta / name)
+                if name.endswith("yaml")
                 else SplitConfig(**_load(meta / name))
             )
             break
@@ -179,8 +182,10 @@ class EnergonDataset:
                 parts = [np.diff(self._offsets(s)) for s in range(len(self._shards))]
                 self._cols[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
             else:
-                raise KeyError(f"{self.path}: no column {name!r}; columns: {self.column_names}"
-                               " (run `fpipe prepare` for metadata columns)")
+                raise KeyError(
+                    f"{self.path}: no column {name!r}; columns: {self.column_names}"
+                    " (run `fpipe prepare` for metadata columns)"
+                )
         return self._cols[name]
 
     @property
@@ -191,8 +196,13 @@ class EnergonDataset:
     def split_indices(self, name: str) -> np.ndarray:
         """Sample indices of split ``name`` after Energon's excludes."""
         return resolve_split(
-            self._split, name, self._shards, self._starts, self.column("shard_id"),
-            self.index_of_key, os.path.join(self.path, META_DIR, "split.yaml"),
+            self._split,
+            name,
+            self._shards,
+            self._starts,
+            self.column("shard_id"),
+            self.index_of_key,
+            os.path.join(self.path, META_DIR, "split.yaml"),
         )
 
     def _locate(self, i: int) -> tuple[int, str, int, int]:

@@ -164,8 +164,14 @@ def _to_index(scan: ShardScan, shard_bytes: int) -> IndexData:
     )
 
 
-def _scan_all(root: str, shards: list[str], opts: ScanOptions, workers: int,
-              progress: bool, keyframes: list | None = None) -> list[IndexData]:
+def _scan_all(
+    root: str,
+    shards: list[str],
+    opts: ScanOptions,
+    workers: int,
+    progress: bool,
+    keyframes: list | None = None,
+) -> list[IndexData]:
     bar = Progress(len(shards), "prepare", enabled=progress)
     out: list[IndexData] = []
 
@@ -207,8 +213,15 @@ def _guess_sample_type(field_map: dict[str, str]) -> str:
     return _GUESS.get(frozenset(field_map), CRUDE) if field_map else CRUDE
 
 
-def _report(root: Path, index_dir: Path, data: IndexData, source: str, splits: SplitConfig | None,
-            t0: float, part: tuple[int, int] | None) -> PrepareReport:
+def _report(
+    root: Path,
+    index_dir: Path,
+    data: IndexData,
+    source: str,
+    splits: SplitConfig | None,
+    t0: float,
+    part: tuple[int, int] | None,
+) -> PrepareReport:
     return PrepareReport(
         path=str(root),
         index_dir=str(index_dir),
@@ -278,9 +291,16 @@ def prepare_dataset(
     t0 = time.perf_counter()
     p = Path(path)
     if p.is_file() and tables.is_table(p):
-        return _prepare_table(p, root=root, media_columns=media_columns, aux=aux,
-                              fields=_field_map(fields), sample_type=sample_type, t0=t0,
-                              probe_av=probe_av)
+        return _prepare_table(
+            p,
+            root=root,
+            media_columns=media_columns,
+            aux=aux,
+            fields=_field_map(fields),
+            sample_type=sample_type,
+            t0=t0,
+            probe_av=probe_av,
+        )
     fmap = _field_map(fields)
     col_specs = tuple(parse_column(c) for c in columns)
     if not p.is_dir():
@@ -305,8 +325,9 @@ def prepare_dataset(
         existing = meta.config
         shard_list = list(meta.shard_counts)
         if meta.split is not None:
-            old_split = SplitConfig(split_parts=meta.split.split_parts,
-                                    exclude=exclude_to_keys(p, meta))
+            old_split = SplitConfig(
+                split_parts=meta.split.split_parts, exclude=exclude_to_keys(p, meta)
+            )
     else:
         shard_list = list_shards(p, list(shards))
     if shards and source == "energon":
@@ -320,8 +341,9 @@ def prepare_dataset(
     opts = ScanOptions(
         field_map=fmap,
         columns=col_specs,
-        extra_columns_fn=extra_columns_fn if isinstance(extra_columns_fn, str) or (
-            extra_columns_fn is None) else _callable_ref(extra_columns_fn),
+        extra_columns_fn=extra_columns_fn
+        if isinstance(extra_columns_fn, str) or (extra_columns_fn is None)
+        else _callable_ref(extra_columns_fn),
         probe_av=probe_av,
     )
 
@@ -339,9 +361,17 @@ def prepare_dataset(
             out = p / PARTS_DIR / f"part-{part[0]}-of-{part[1]}"
             out.parent.mkdir(exist_ok=True)
             kf = av_meta.concat_keyframes(kf_parts)
-            write_index(out, data, {"source": source, "part": list(part),
-                                    "field_map": fmap, "aliases": {},
-                                    **_av_info(kf, fmap)})
+            write_index(
+                out,
+                data,
+                {
+                    "source": source,
+                    "part": list(part),
+                    "field_map": fmap,
+                    "aliases": {},
+                    **_av_info(kf, fmap),
+                },
+            )
             av_meta.write_keyframes(out, kf)
             return _report(p, out, data, source, None, t0, part)
 
@@ -357,18 +387,24 @@ def prepare_dataset(
     else:
         split_cfg = _split_config(split, names, exclude, split_seed)
     config = DatasetConfig(
-        sample_type=sample_type or (existing.sample_type if existing.sample_type != CRUDE
-                                    else _guess_sample_type(fmap)),
+        sample_type=sample_type
+        or (existing.sample_type if existing.sample_type != CRUDE else _guess_sample_type(fmap)),
         field_map=fmap,
         subflavors=dict(subflavors if subflavors is not None else existing.subflavors),
         sample_loader=existing.sample_loader,
     )
     out = p / INDEX_DIR
     kf = av_meta.concat_keyframes(kf_parts)
-    write_index(out, data, {"source": source,
-                            "aliases": _aliases(data.columns, fmap),
-                            "field_map": fmap,
-                            **_av_info(kf, fmap)})
+    write_index(
+        out,
+        data,
+        {
+            "source": source,
+            "aliases": _aliases(data.columns, fmap),
+            "field_map": fmap,
+            **_av_info(kf, fmap),
+        },
+    )
     av_meta.write_keyframes(out, kf)
     dump_yaml(out / "dataset.yaml", config)
     if split_cfg is not None:
@@ -398,8 +434,11 @@ def _av_info(kf: dict, fmap: dict[str, str]) -> dict[str, Any]:
     for f in kf:
         exts = [f]  # crude datasets: the field is the member extension
         if f in fmap:
-            exts = [a.ext[:-3] if a.ext.endswith(".gz") else a.ext
-                    for a in parse_field_spec(fmap[f]) if not a.path and av_meta.is_av_ext(a.ext)]
+            exts = [
+                a.ext[:-3] if a.ext.endswith(".gz") else a.ext
+                for a in parse_field_spec(fmap[f])
+                if not a.path and av_meta.is_av_ext(a.ext)
+            ]
         fields[f] = exts
     return {"av": {"fields": fields}}
 
@@ -418,7 +457,7 @@ def _merge_parts(root: Path, keyframes: list | None = None) -> tuple[IndexData, 
             f"{parts_dir}: expected parts of one run (part-i-of-n), found "
             f"{sorted(found) or 'none'}; run `fpipe prepare DIR --part i/n` for every i first"
         )
-    (n, parts), = found.items()
+    ((n, parts),) = found.items()
     missing = [i for i in range(n) if i not in parts]
     if missing:
         raise ConfigError(f"{parts_dir}: parts {missing} of {n} are missing")
@@ -432,34 +471,49 @@ def _merge_parts(root: Path, keyframes: list | None = None) -> tuple[IndexData, 
     return concat_index(datas), n
 
 
-def _prepare_table(path: Path, *, root, media_columns, aux, fields, sample_type,
-                   t0: float, probe_av: bool = True) -> PrepareReport:
+def _prepare_table(
+    path: Path, *, root, media_columns, aux, fields, sample_type, t0: float, probe_av: bool = True
+) -> PrepareReport:
     folder = path.parent
     arrays, problems = tables.table_index(
-        path, root=root, media_columns=None if media_columns is None else list(media_columns),
-        aux=aux, probe_av=probe_av,
+        path,
+        root=root,
+        media_columns=None if media_columns is None else list(media_columns),
+        aux=aux,
+        probe_av=probe_av,
     )
     info = arrays.pop("_info")
     info["table"]["path"] = path.name
     info["table"]["root"] = os.path.relpath(root if root is not None else folder, folder)
     info["table"]["aux"] = None if aux is None else os.path.relpath(aux, folder)
-    rel_problems = [(os.path.relpath(a, folder) if os.path.isabs(a) else a, k, r)
-                    for a, k, r in problems]
+    rel_problems = [
+        (os.path.relpath(a, folder) if os.path.isabs(a) else a, k, r) for a, k, r in problems
+    ]
     out = folder / INDEX_DIR
     write_folder(out, arrays, info, rel_problems)
-    config = DatasetConfig(sample_type=sample_type or _guess_sample_type(fields or {}),
-                           field_map=dict(fields or {}))
+    config = DatasetConfig(
+        sample_type=sample_type or _guess_sample_type(fields or {}), field_map=dict(fields or {})
+    )
     dump_yaml(out / "dataset.yaml", config)
     return PrepareReport(
-        path=str(path), index_dir=str(out), kind="table", source="table",
-        num_samples=int(info["num_samples"]), num_shards=0,
+        path=str(path),
+        index_dir=str(out),
+        kind="table",
+        source="table",
+        num_samples=int(info["num_samples"]),
+        num_shards=0,
         problems=tuple(Problem(*q) for q in rel_problems),
-        columns=tuple(info["columns"]), members=tuple(info["table"]["media_columns"]),
-        splits={}, elapsed_s=time.perf_counter() - t0,
+        columns=tuple(info["columns"]),
+        members=tuple(info["table"]["media_columns"]),
+        splits={},
+        elapsed_s=time.perf_counter() - t0,
     )
 
 
 def image_fields(field_map: dict[str, str]) -> list[str]:
     """Fields of a field map that name image members (they get width/height columns)."""
-    return [f for f, s in field_map.items()
-            if any(not a.path and _kind(a.ext) == "image" for a in parse_field_spec(s))]
+    return [
+        f
+        for f, s in field_map.items()
+        if any(not a.path and _kind(a.ext) == "image" for a in parse_field_spec(s))
+    ]

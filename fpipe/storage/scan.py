@@ -300,9 +300,16 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
             f = open(path, "rb", buffering=1 << 14)  # noqa: SIM115 - closed below
             file_size = os.fstat(f.fileno()).st_size
     except OSError as e:
-        return ShardScan(name=name, keys=[], members={}, columns={},
-                         problems=[(name, "", f"cannot open shard: {e}")], shard_error=str(e))
+        return ShardScan(
+            name=name,
+            keys=[],
+            members={},
+            columns={},
+            problems=[(name, "", f"cannot open shard: {e}")],
+            shard_error=str(e),
+        )
     with f:
+
         def full_reader(offs, sizes, exts, content):
             def full(ext: str) -> bytes:
                 i = exts.index(ext)
@@ -314,6 +321,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
                         raise _Bad(f"member {ext!r} is truncated")
                     content[ext] = data
                 return data
+
             return full
 
         try:
@@ -327,8 +335,13 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
                     problems.append((name, f"{stem}/{key}", str(e)))
                     continue
                 keys.append(key)
-                keyframes.add({k[len(_KEYFRAMES):]: row.pop(k) for k in list(row)
-                               if k.startswith(_KEYFRAMES)})
+                keyframes.add(
+                    {
+                        k[len(_KEYFRAMES) :]: row.pop(k)
+                        for k in list(row)
+                        if k.startswith(_KEYFRAMES)
+                    }
+                )
                 rows.append(row)
                 placed.append((exts, offs, sizes))
         except ShardError as e:
@@ -342,8 +355,15 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
                 members[ext] = (np.full(n, -1, np.int64), np.full(n, -1, np.int64))
             members[ext][0][i] = off
             members[ext][1][i] = size
-    return ShardScan(name=name, keys=keys, members=members, columns=_columns(rows, user),
-                     problems=problems, shard_error=shard_error, keyframes=keyframes.build())
+    return ShardScan(
+        name=name,
+        keys=keys,
+        members=members,
+        columns=_columns(rows, user),
+        problems=problems,
+        shard_error=shard_error,
+        keyframes=keyframes.build(),
+    )
 
 
 def peek_extensions(root: str | Path, name: str, max_samples: int = 50) -> list[str]:

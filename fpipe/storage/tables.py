@@ -32,10 +32,38 @@ from fpipe.storage.tar_index import INDEX_DIR, encode_keys, load_array, read_inf
 __all__ = ["PreparedTableDataset", "TableDataset", "is_table", "read_table"]
 
 TABLE_SUFFIXES = (".jsonl", ".csv")
-MEDIA_NAMES = frozenset({"path", "file", "filename", "image", "image_path", "video", "video_path",
-                         "audio", "audio_path", "media", "media_path"})
-MEDIA_SUFFIXES = IMAGE_EXTS | {"mp4", "webm", "mkv", "avi", "mov", "wav", "mp3", "flac", "ogg",
-                               "m4a", "npy", "npz", "txt", "json", "pth"}
+MEDIA_NAMES = frozenset(
+    {
+        "path",
+        "file",
+        "filename",
+        "image",
+        "image_path",
+        "video",
+        "video_path",
+        "audio",
+        "audio_path",
+        "media",
+        "media_path",
+    }
+)
+MEDIA_SUFFIXES = IMAGE_EXTS | {
+    "mp4",
+    "webm",
+    "mkv",
+    "avi",
+    "mov",
+    "wav",
+    "mp3",
+    "flac",
+    "ogg",
+    "m4a",
+    "npy",
+    "npz",
+    "txt",
+    "json",
+    "pth",
+}
 
 
 def is_table(path: str | Path) -> bool:
@@ -102,9 +130,10 @@ def _guess_media(names: list[str], rows: list[dict[str, Any]]) -> list[str]:
     for n in names:
         vals = [r.get(n) for r in sample if isinstance(r.get(n), str)]
         named = n.lower() in MEDIA_NAMES
-        if vals and (named or all(
-            v.rsplit(".", 1)[-1].lower() in MEDIA_SUFFIXES and " " not in v for v in vals
-        )):
+        if vals and (
+            named
+            or all(v.rsplit(".", 1)[-1].lower() in MEDIA_SUFFIXES and " " not in v for v in vals)
+        ):
             out.append(n)
     return out
 
@@ -229,9 +258,14 @@ class TableDataset(_TableBase):
         sample_type: str | None = None,
         field_map: dict[str, str] | None = None,
     ):
-        self._state = dict(path=str(path), root=None if root is None else str(root),
-                           media_columns=media_columns, aux=None if aux is None else str(aux),
-                           sample_type=sample_type, field_map=field_map)
+        self._state = dict(
+            path=str(path),
+            root=None if root is None else str(root),
+            media_columns=media_columns,
+            aux=None if aux is None else str(aux),
+            sample_type=sample_type,
+            field_map=field_map,
+        )
         self._setup()
         self.path = str(path)
         self._stem = Path(path).name.rsplit(".", 1)[0]
@@ -239,17 +273,23 @@ class TableDataset(_TableBase):
         self._aux_path = None if aux is None else str(aux)
         self._names, self._rows = read_table(path)
         self._n = len(self._rows)
-        self._media = list(media_columns) if media_columns else _guess_media(
-            self._names, self._rows)
+        self._media = (
+            list(media_columns) if media_columns else _guess_media(self._names, self._rows)
+        )
         missing = [c for c in self._media if c not in self._names]
         if missing:
             raise ConfigError(f"{path}: media columns {missing} not in table ({self._names})")
-        self._numeric = [c for c in self._names if c not in self._media and any(
-            _is_number(r.get(c)) for r in self._rows) and all(
-            r.get(c) is None or _is_number(r.get(c)) for r in self._rows)]
+        self._numeric = [
+            c
+            for c in self._names
+            if c not in self._media
+            and any(_is_number(r.get(c)) for r in self._rows)
+            and all(r.get(c) is None or _is_number(r.get(c)) for r in self._rows)
+        ]
         self._cols: dict[str, np.ndarray] = {}
-        self.config = DatasetConfig(sample_type=sample_type or CRUDE, field_map=dict(
-            field_map or {}))
+        self.config = DatasetConfig(
+            sample_type=sample_type or CRUDE, field_map=dict(field_map or {})
+        )
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -266,7 +306,8 @@ class TableDataset(_TableBase):
                 self._cols[name] = np.asarray(vals, np.int64)
             else:
                 self._cols[name] = np.asarray(
-                    [math.nan if v is None else v for v in vals], np.float64)
+                    [math.nan if v is None else v for v in vals], np.float64
+                )
         return self._cols[name]
 
     def _value(self, col: str, i: int) -> Any:
@@ -392,16 +433,18 @@ def table_index(
                         with open(fpath, "rb") as f:
                             head = f.read(HEADER_PREFIX)
                     if is_av:  # stream metadata and keyframes (demux only)
-                        row_av_col, row_kf[col] = av_meta.probe_stats(fpath, col, path=fpath,
-                                                                      key=key)
+                        row_av_col, row_kf[col] = av_meta.probe_stats(
+                            fpath, col, path=fpath, key=key
+                        )
                         row_av.update(row_av_col)
                 else:
                     data = ds._media_bytes(col, str(v), key)
                     row_extra[f"{col}.bytes"] = len(data)
                     head = data if _suffix(str(v)).lower() in IMAGE_EXTS else b""
                     if is_av:
-                        row_av_col, row_kf[col] = av_meta.probe_stats(data, col, path=fpath,
-                                                                      key=key)
+                        row_av_col, row_kf[col] = av_meta.probe_stats(
+                            data, col, path=fpath, key=key
+                        )
                         row_av.update(row_av_col)
                 if head:
                     try:
@@ -437,8 +480,9 @@ def table_index(
     for name in av_names:  # audio/video statistics (NaN / -1 where a row has none)
         float_col = av_meta.is_float_column(name)
         fill = math.nan if float_col else -1
-        arr = np.asarray([r.get(name, fill) for r in av_rows],
-                         np.float64 if float_col else np.int64)
+        arr = np.asarray(
+            [r.get(name, fill) for r in av_rows], np.float64 if float_col else np.int64
+        )
         arrays[f"columns/{name}.npy"] = arr
         columns[name] = str(arr.dtype)
     kf = keyframes.build()
@@ -458,8 +502,12 @@ def table_index(
         "num_samples": len(keep),
         "shards": [],
         "columns": columns,
-        "table": {"columns": ds._names, "media_columns": ds._media, "strings": strings,
-                  "nullable": nullable},
+        "table": {
+            "columns": ds._names,
+            "media_columns": ds._media,
+            "strings": strings,
+            "nullable": nullable,
+        },
     }
     if kf:  # audio/video media columns (the file's extension is added per row on load)
         arrays["_info"]["av"] = {"fields": {c: [c] for c in kf}}

@@ -104,7 +104,9 @@ def concat_index(parts: list[IndexData]) -> IndexData:
         shards=[s for p in parts for s in p.shards],
         shard_id=np.concatenate(
             [np.asarray(p.shard_id, np.int32) + b for p, b in zip(parts, shard_base[:-1])]
-        ).astype(np.int32) if parts else np.zeros(0, np.int32),
+        ).astype(np.int32)
+        if parts
+        else np.zeros(0, np.int32),
         keys=np.concatenate([p.keys for p in parts]) if parts else np.zeros(0, np.uint8),
         key_offsets=key_offsets,
         members=members,

@@ -160,9 +160,7 @@ def _checksum_ok(h: bytes) -> bool:
     return sum(h) - sum(h[148:156]) + 256 == stored
 
 
-def iter_samples(
-    f, file_size: int | None, read_plan: Callable[[str], int]
-) -> Iterator[RawSample]:
+def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> Iterator[RawSample]:
     """Walk a tar stream and yield its samples in order.
 
     Args:
@@ -194,13 +192,7 @@ def iter_samples(
                 raise ShardError(f"truncated tar header at byte {off}", key or "")
             break  # no end-of-archive blocks: tolerated, like tarfile
         typ = h[156]
-        if (
-            typ in (0x30, 0x00, 0x35)
-            and h[0]
-            and not h[345]
-            and h[124] < 0x80
-            and _checksum_ok(h)
-        ):
+        if typ in (0x30, 0x00, 0x35) and h[0] and not h[345] and h[124] < 0x80 and _checksum_ok(h):
             try:
                 size = int(h[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
                 name = h[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")

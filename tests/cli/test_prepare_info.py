@@ -12,9 +12,23 @@ from tests.storage.helpers import make_energon_dataset, make_image_caption_datas
 
 def test_prepare_flags_then_info(tmp_path, capsys):
     make_image_caption_dataset(tmp_path, shards=3, per_shard=2)
-    rc = main(["prepare", str(tmp_path), "--field", "image=jpg", "--field",
-               "caption=json[caption]", "--split", "1,1,1", "--sample-type", "CaptioningSample",
-               "--column", "score=json[score]", "--no-progress"])
+    rc = main(
+        [
+            "prepare",
+            str(tmp_path),
+            "--field",
+            "image=jpg",
+            "--field",
+            "caption=json[caption]",
+            "--split",
+            "1,1,1",
+            "--sample-type",
+            "CaptioningSample",
+            "--column",
+            "score=json[score]",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "indexed 6 samples from 3 shards" in out and "train=1" in out
     ds = open_dataset(tmp_path)
@@ -67,7 +81,10 @@ def test_no_prompt_without_terminal(tmp_path):
     make_image_caption_dataset(tmp_path, shards=1, per_shard=2)
     proc = subprocess.run(
         [sys.executable, "-m", "fpipe.cli.main", "prepare", str(tmp_path)],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert "indexed 2 samples" in proc.stdout and "1/1 shards" in proc.stderr

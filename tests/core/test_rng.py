@@ -75,3 +75,16 @@ def test_generator_is_owned_by_its_key():
     b = rng.generator(rng.fold_in(rng.key(1), 5)).random(4)
     assert a.tolist() == b.tolist()
     assert a.tolist() != rng.generator(rng.fold_in(rng.key(1), 6)).random(4).tolist()
+
+
+def test_seeds_of_any_size_and_sign_are_distinct():
+    seeds = [0, 1, -1, -2, 2**64 - 1, 2**64, 2**128 - 1, 2**128, -(2**64) - 1, 2**200 + 5]
+    keys = [rng.key(s) for s in seeds]
+    assert len(set(keys)) == len(seeds)
+
+
+def test_lazy_generator_is_the_same_stream():
+    k = rng.fold_in(rng.key(5), 1)
+    lazy = rng.LazyGenerator(k)
+    assert lazy.integers(0, 100, 5).tolist() == rng.generator(k).integers(0, 100, 5).tolist()
+    assert "LazyGenerator" in repr(rng.LazyGenerator(k))

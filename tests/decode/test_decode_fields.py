@@ -203,3 +203,35 @@ def test_video_handle_with_real_module():
     av_mod = pytest.importorskip("fpipe.decode.av")
     h = decode_field("mp4", b"not parsed yet", key="v/2")  # lazy: nothing is read here
     assert isinstance(h, av_mod.AVDecoder)
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(7, dtype=np.int32),
+        np.zeros((3, 4), np.float32),
+        np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        np.array(5, np.int64),
+        np.zeros((0,), np.uint8),
+        np.arange(6, dtype=">i2").reshape(2, 3),
+    ],
+)
+def test_npy_fast_path_matches_np_load(arr):
+    from fpipe.decode.fields import _npy_fast
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    fast = _npy_fast(buf.getvalue())
+    ref = np.load(io.BytesIO(buf.getvalue()), allow_pickle=False)
+    assert fast is not None and fast.dtype == ref.dtype and fast.shape == ref.shape
+    assert np.array_equal(fast, ref) and fast.flags.writeable
+
+
+def test_npy_fast_path_leaves_odd_input_to_np_load():
+    from fpipe.decode.fields import _npy_fast
+
+    buf = io.BytesIO()
+    np.save(buf, np.array(["x"], dtype=object), allow_pickle=True)
+    assert _npy_fast(buf.getvalue()) is None  # object arrays: np.load refuses them
+    np.save(buf := io.BytesIO(), np.arange(4))
+    assert _npy_fast(buf.getvalue()[:-3]) is None  # truncated: np.load reports it

@@ -66,3 +66,14 @@ def test_six_stage_contract():
         ),
         cut_points=[0, 1, 37, 100],
     )
+
+
+def test_per_rank_refusal_says_why_and_how_to_switch():
+    from fpipe.core import SnapshotMismatchError
+    from fpipe.plan import per_rank
+
+    def make(world):
+        return Pipeline(chain(repeat(per_rank(samples(20), rank=0, world_size=world)), batch(2)), 1)
+
+    with pytest.raises(SnapshotMismatchError, match=r"world_size(.|\n)*distribution='global'"):
+        make(3).restore(make(2).snapshot(make(2).init()))

@@ -1,7 +1,7 @@
 """Build small WebDataset shards, Energon folders and tables for tests (importable by others).
 
-    from tests.storage.helpers import make_image_caption_dataset
-    expected = make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
+from tests.storage.helpers import make_image_caption_dataset
+expected = make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
 """
 
 from __future__ import annotations
@@ -88,10 +88,12 @@ def image_caption_samples(start: int, count: int, *, with_json: bool = True) -> 
         caption = f"caption number {i} " + "é" * (i % 3)
         members = {"jpg": jpeg_bytes(w, h), "txt": caption.encode("utf-8")}
         if with_json:
-            members["json"] = json.dumps({"caption": caption, "score": i / 10,
-                                          "tags": ["a"] * (i % 4)}).encode()
-        out.append({"key": f"{i:06d}", "members": members, "width": w, "height": h,
-                    "caption": caption})
+            members["json"] = json.dumps(
+                {"caption": caption, "score": i / 10, "tags": ["a"] * (i % 4)}
+            ).encode()
+        out.append(
+            {"key": f"{i:06d}", "members": members, "width": w, "height": h, "caption": caption}
+        )
     return out
 
 
@@ -137,8 +139,9 @@ def make_energon_dataset(
     import yaml
 
     root = Path(root)
-    expected = make_image_caption_dataset(root, shards=shards, per_shard=per_shard,
-                                          pattern="shards/part_{:03d}.tar")
+    expected = make_image_caption_dataset(
+        root, shards=shards, per_shard=per_shard, pattern="shards/part_{:03d}.tar"
+    )
     counts = {}
     for s in range(shards):
         name = f"shards/part_{s:03d}.tar"
@@ -154,13 +157,18 @@ def make_energon_dataset(
         counts[name] = per_shard
     meta = root / ".nv-meta"
     meta.mkdir()
-    (meta / "dataset.yaml").write_text(yaml.safe_dump({
-        "sample_type": {"__module__": "megatron.energon", "__class__": "CaptioningSample"},
-        "field_map": {"image": "jpg", "caption": "txt"},
-    }))
+    (meta / "dataset.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "sample_type": {"__module__": "megatron.energon", "__class__": "CaptioningSample"},
+                "field_map": {"image": "jpg", "caption": "txt"},
+            }
+        )
+    )
     split = split or {"train": list(counts)}
-    (meta / "split.yaml").write_text(yaml.safe_dump({"split_parts": split,
-                                                     "exclude": exclude or []}))
+    (meta / "split.yaml").write_text(
+        yaml.safe_dump({"split_parts": split, "exclude": exclude or []})
+    )
     info = {"energon_version": "6.0.0", "shard_counts": counts}
     if info_json:
         (meta / ".info.json").write_text(json.dumps(info))

@@ -46,9 +46,14 @@ def test_corrupt_shard_header(tmp_path):
 
 
 def test_missing_required_field(tmp_path):
-    write_tar(tmp_path / "m.tar", [("a", {"jpg": jpeg_bytes(4, 4), "txt": b"x"}),
-                                   ("b", {"jpg": jpeg_bytes(4, 4)}),
-                                   ("c", {"png": b"?", "txt": b"y"})])
+    write_tar(
+        tmp_path / "m.tar",
+        [
+            ("a", {"jpg": jpeg_bytes(4, 4), "txt": b"x"}),
+            ("b", {"jpg": jpeg_bytes(4, 4)}),
+            ("c", {"png": b"?", "txt": b"y"}),
+        ],
+    )
     rep = prepare_dataset(tmp_path, fields=["image=jpg", "caption=txt"])
     assert rep.num_samples == 1
     reasons = {p.key: p.reason for p in rep.problems}
@@ -58,9 +63,14 @@ def test_missing_required_field(tmp_path):
 
 
 def test_alternatives_and_json_path_missing(tmp_path):
-    write_tar(tmp_path / "j.tar", [("a", {"png": b"\x89PNG", "json": b'{"c": "x"}'}),
-                                   ("b", {"jpg": jpeg_bytes(3, 2), "json": b'{"d": 1}'}),
-                                   ("c", {"jpg": jpeg_bytes(3, 2), "json": b"{broken"})])
+    write_tar(
+        tmp_path / "j.tar",
+        [
+            ("a", {"png": b"\x89PNG", "json": b'{"c": "x"}'}),
+            ("b", {"jpg": jpeg_bytes(3, 2), "json": b'{"d": 1}'}),
+            ("c", {"jpg": jpeg_bytes(3, 2), "json": b"{broken"}),
+        ],
+    )
     rep = prepare_dataset(tmp_path, fields={"image": "jpg,png", "caption": "json[c]"})
     reasons = {p.key: p.reason for p in rep.problems}
     assert "undecodable image header" in reasons["j/a"]  # png alternative chosen, bad header
@@ -69,11 +79,14 @@ def test_alternatives_and_json_path_missing(tmp_path):
 
 
 def test_undecodable_image_and_bad_gzip_and_duplicates(tmp_path):
-    write_tar(tmp_path / "b.tar", [
-        ("good", {"jpg": jpeg_bytes(5, 6), "txt.gz": gzip.compress(b"ok")}),
-        ("badimg", {"jpg": b"\xff\xd8\xff garbage", "txt.gz": gzip.compress(b"ok")}),
-        ("badgz", {"jpg": jpeg_bytes(5, 6), "txt.gz": b"not gzip"}),
-    ])
+    write_tar(
+        tmp_path / "b.tar",
+        [
+            ("good", {"jpg": jpeg_bytes(5, 6), "txt.gz": gzip.compress(b"ok")}),
+            ("badimg", {"jpg": b"\xff\xd8\xff garbage", "txt.gz": gzip.compress(b"ok")}),
+            ("badgz", {"jpg": jpeg_bytes(5, 6), "txt.gz": b"not gzip"}),
+        ],
+    )
     write_tar(tmp_path / "d.tar", [("dup", {"txt": b"1"}), ("dup", {"txt": b"2"})])
     rep = prepare_dataset(tmp_path)  # crude: every image/text member is checked
     reasons = {p.key: p.reason for p in rep.problems}

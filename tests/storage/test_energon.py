@@ -29,9 +29,13 @@ def test_loads_without_preparing(tmp_path, info_json):
 
 def test_energon_split_and_excludes(tmp_path):
     make_energon_dataset(
-        tmp_path, shards=3, per_shard=2,
-        split={"train": ["shards/part_000.tar", "shards/part_001.tar"],
-               "val": ["shards/part_002.tar"]},
+        tmp_path,
+        shards=3,
+        per_shard=2,
+        split={
+            "train": ["shards/part_000.tar", "shards/part_001.tar"],
+            "val": ["shards/part_002.tar"],
+        },
         exclude=["shards/part_000.tar/1", "shards/part_002.tar"],
     )
     ds = open_dataset(tmp_path)
@@ -42,7 +46,8 @@ def test_energon_split_and_excludes(tmp_path):
 
 def test_convert_in_place_leaves_shards_alone(tmp_path):
     expected = make_energon_dataset(
-        tmp_path, shards=2, per_shard=3, exclude=["shards/part_001.tar/0"])
+        tmp_path, shards=2, per_shard=3, exclude=["shards/part_001.tar/0"]
+    )
     before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
     rep = prepare_dataset(tmp_path)
     assert rep.source == "energon" and rep.num_samples == 6

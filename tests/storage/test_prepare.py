@@ -70,8 +70,11 @@ def test_missing_member_offset_is_minus_one(tmp_path):
 
 def test_json_fields_and_columns(ds_dir):
     root, expected = ds_dir
-    prepare_dataset(root, fields={"image": "jpg", "caption": "json[caption]"},
-                    columns=["score=json[score]", "ntags=len(json[tags])", "miss=json[nope]"])
+    prepare_dataset(
+        root,
+        fields={"image": "jpg", "caption": "json[caption]"},
+        columns=["score=json[score]", "ntags=len(json[tags])", "miss=json[nope]"],
+    )
     ds = open_dataset(root)
     assert ds.config.field_map["caption"] == "json[caption]"
     assert np.allclose(ds.column("score"), [int(e["key"][-6:]) / 10 for e in expected])
@@ -84,13 +87,16 @@ def test_json_fields_and_columns(ds_dir):
 def test_extra_columns_function(ds_dir, tmp_path, monkeypatch):
     root, expected = ds_dir
     mod = tmp_path / "mylen.py"
-    mod.write_text(textwrap.dedent("""
+    mod.write_text(
+        textwrap.dedent("""
         def tokens(sample):
             return {"tokens": len(sample["txt"].split()), "has_json": "json" in sample}
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    rep = prepare_dataset(root, fields={"image": "jpg", "caption": "txt"},
-                          extra_columns_fn="mylen:tokens")
+    rep = prepare_dataset(
+        root, fields={"image": "jpg", "caption": "txt"}, extra_columns_fn="mylen:tokens"
+    )
     assert not rep.problems
     ds = open_dataset(root)
     assert list(ds.column("tokens")) == [len(e["caption"].split()) for e in expected]
@@ -109,8 +115,11 @@ def test_split_ratios_explicit_and_exclude(ds_dir):
     split = yaml.safe_load((root / ".fpipe" / "split.yaml").read_text())
     assert split["split_parts"]["val"] == ["shard-0001.tar"]
 
-    prepare_dataset(root, split={"train": ["shard-000{0,2}.tar"], "val": "shard-0001.tar"},
-                    exclude=["shard-0000.tar/1", expected[9]["key"], "shard-0001.tar"])
+    prepare_dataset(
+        root,
+        split={"train": ["shard-000{0,2}.tar"], "val": "shard-0001.tar"},
+        exclude=["shard-0000.tar/1", expected[9]["key"], "shard-0001.tar"],
+    )
     ds = open_dataset(root)
     assert list(ds.split_indices("train")) == [0, 2, 3, 8, 10, 11]
     assert list(ds.split_indices("val")) == []

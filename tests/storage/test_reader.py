@@ -88,6 +88,8 @@ def test_consecutive_samples_are_consecutive_ranges(tmp_path):
     make_image_caption_dataset(tmp_path, shards=1, per_shard=6)
     prepare_dataset(tmp_path)
     ds = open_dataset(tmp_path)
-    starts = [min(int(ds._array(f"members/{e}.offset.npy")[i]) for e in ("jpg", "txt", "json"))
-              for i in range(6)]
+    starts = [
+        min(int(ds._array(f"members/{e}.offset.npy")[i]) for e in ("jpg", "txt", "json"))
+        for i in range(6)
+    ]
     assert starts == sorted(starts)

@@ -17,9 +17,11 @@ def _opensora(tmp_path, missing=False):
     media.mkdir()
     (media / "a.mp4").write_bytes(b"mp4-a")
     (media / "b.mp4").write_bytes(b"mp4-bb")
-    rows = ["path,text,num_frames,height,width",
-            "videos/a.mp4,a cat,120,480,640",
-            '"videos/b.mp4","a dog, running",64,720,1280']
+    rows = [
+        "path,text,num_frames,height,width",
+        "videos/a.mp4,a cat,120,480,640",
+        '"videos/b.mp4","a dog, running",64,720,1280',
+    ]
     if missing:
         rows.append("videos/gone.mp4,lost,10,10,10")
     (tmp_path / "meta.csv").write_text("\n".join(rows) + "\n")
@@ -31,8 +33,14 @@ def test_opensora_csv_as_is(tmp_path):
     assert len(ds) == 2
     assert ds.column_names == ("num_frames", "height", "width")
     assert list(ds.column("num_frames")) == [120, 64]
-    assert ds.read(1) == {"path": b"mp4-bb", "mp4": b"mp4-bb", "text": b"a dog, running",
-                          "num_frames": b"64", "height": b"720", "width": b"1280"}
+    assert ds.read(1) == {
+        "path": b"mp4-bb",
+        "mp4": b"mp4-bb",
+        "text": b"a dog, running",
+        "num_frames": b"64",
+        "height": b"720",
+        "width": b"1280",
+    }
     assert ds.key(0) == "meta/0"
     assert list(ds.split_indices("train")) == [0, 1]
 
@@ -57,8 +65,10 @@ def test_missing_media_raises_at_read_and_is_left_out_by_prepare(tmp_path):
 def test_jsonl_with_images_nested_and_missing_values(tmp_path):
     (tmp_path / "img").mkdir()
     (tmp_path / "img" / "x.jpg").write_bytes(jpeg_bytes(30, 20))
-    rows = [{"image": "img/x.jpg", "caption": "hi", "score": 0.5, "meta": {"a": 1}},
-            {"image": "img/x.jpg", "caption": None, "score": None}]
+    rows = [
+        {"image": "img/x.jpg", "caption": "hi", "score": 0.5, "meta": {"a": 1}},
+        {"image": "img/x.jpg", "caption": None, "score": None},
+    ]
     (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     ds = open_dataset(tmp_path / "t.jsonl")
     assert np.isnan(ds.column("score")[1])

@@ -31,7 +31,13 @@ def test_split_name_follows_webdataset():
 def test_expand_braces():
     assert expand_braces("s-{0..2}.tar") == ["s-0.tar", "s-1.tar", "s-2.tar"]
     assert expand_braces("{a,b}/{008..010}") == [
-        "a/008", "a/009", "a/010", "b/008", "b/009", "b/010"]
+        "a/008",
+        "a/009",
+        "a/010",
+        "b/008",
+        "b/009",
+        "b/010",
+    ]
     assert expand_braces("plain") == ["plain"]
 
 
@@ -65,22 +71,24 @@ def test_walk_long_names_and_formats(tmp_path, fmt):
 
 
 def test_walk_pax_headers_with_unicode(tmp_path):
-    path = write_tar(tmp_path / "u.tar", [("clé/été", {"txt": "ü".encode()})],
-                     fmt=tarfile.PAX_FORMAT)
-    (key, exts, _, _, content), = _walk(path.read_bytes())
+    path = write_tar(
+        tmp_path / "u.tar", [("clé/été", {"txt": "ü".encode()})], fmt=tarfile.PAX_FORMAT
+    )
+    ((key, exts, _, _, content),) = _walk(path.read_bytes())
     assert key == "clé/été" and content["txt"] == "ü".encode()
 
 
 def test_walk_plan_reads_prefix_only(tmp_path):
     img = jpeg_bytes(50, 40)
     path = write_tar(tmp_path / "p.tar", [("a", {"jpg": img, "cls": b"1"})])
-    (_, _, _, _, content), = _walk(path.read_bytes(), lambda e: 10 if e == "jpg" else 0)
+    ((_, _, _, _, content),) = _walk(path.read_bytes(), lambda e: 10 if e == "jpg" else 0)
     assert content == {"jpg": img[:10]}
 
 
 def test_walk_nonconsecutive_key_is_new_sample(tmp_path):
-    path = write_tar(tmp_path / "n.tar", [("a", {"txt": b"1"}), ("b", {"txt": b"2"}),
-                                         ("a", {"cls": b"3"})])
+    path = write_tar(
+        tmp_path / "n.tar", [("a", {"txt": b"1"}), ("b", {"txt": b"2"}), ("a", {"cls": b"3"})]
+    )
     assert [g[0] for g in _walk(path.read_bytes())] == ["a", "b", "a"]
 
 

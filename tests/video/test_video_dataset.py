@@ -47,8 +47,7 @@ def shard_ds(tmp_path_factory, videos) -> Path:
     d = tmp_path_factory.mktemp("video_shards")
     for s in range(2):
         samples = [
-            (f"{s}{j:03d}", {"mp4": videos[j], "txt": f"clip {s}-{j}".encode()})
-            for j in range(4)
+            (f"{s}{j:03d}", {"mp4": videos[j], "txt": f"clip {s}-{j}".encode()}) for j in range(4)
         ]
         write_tar(d / f"shard-{s}.tar", samples)
     rep = prepare_dataset(
@@ -72,7 +71,9 @@ def csv_ds(tmp_path_factory, videos) -> Path:
             (media / "clips" / f"{i}.mp4").write_bytes(videos[i % 4])
             w.writerow([f"clips/{i}.mp4", f"a clip number {i}", 24 + 6 * (i % 4), H, W])
     rep = prepare_dataset(
-        table / "train.csv", root=media, fields={"video": "mp4", "caption": "text"},
+        table / "train.csv",
+        root=media,
+        fields={"video": "mp4", "caption": "text"},
         sample_type="CaptionedVideoSample",
     )
     assert rep.num_samples == 6 and not rep.problems
@@ -81,9 +82,7 @@ def csv_ds(tmp_path_factory, videos) -> Path:
 
 def _build(path, **kw):
     kw.setdefault("task_encoder", VideoTaskEncoder(CFG))
-    return fpipe.get_train_dataset(
-        path, batch_size=2, max_samples_per_sequence=2, seed=11, **kw
-    )
+    return fpipe.get_train_dataset(path, batch_size=2, max_samples_per_sequence=2, seed=11, **kw)
 
 
 def _take(loader, n):
@@ -137,8 +136,15 @@ def test_batches_workers_and_exact_resume(which, shard_ds, csv_ds):
 
 def test_index_stores_metadata_and_keyframes(shard_ds, csv_ds, videos):
     ds = open_dataset(shard_ds)
-    for name in ("video.duration_s", "video.fps", "video.frames", "video.width",
-                 "video.height", "video.audio_rate", "width"):
+    for name in (
+        "video.duration_s",
+        "video.fps",
+        "video.frames",
+        "video.width",
+        "video.height",
+        "video.audio_rate",
+        "width",
+    ):
         assert name in ds.column_names
     assert ds.column("video.duration_s").dtype == np.float64
     assert (shard_ds / ".fpipe" / "av" / "video.keyframes.npy").exists()
@@ -162,12 +168,21 @@ def test_index_stores_metadata_and_keyframes(shard_ds, csv_ds, videos):
 
 def test_late_clip_decodes_from_stored_keyframe(tmp_path, monkeypatch):
     n = 96  # 8 s at 12 fps, keyframe every 0.5 s
-    write_tar(tmp_path / "long.tar", [
-        ("000", {"mp4": write_video(None, num_frames=n, fps=FPS, width=W, height=H, gop=GOP),
-                 "txt": b"long"}),
-    ])
-    prepare_dataset(tmp_path, fields={"video": "mp4", "caption": "txt"},
-                    sample_type="CaptionedVideoSample")
+    write_tar(
+        tmp_path / "long.tar",
+        [
+            (
+                "000",
+                {
+                    "mp4": write_video(None, num_frames=n, fps=FPS, width=W, height=H, gop=GOP),
+                    "txt": b"long",
+                },
+            ),
+        ],
+    )
+    prepare_dataset(
+        tmp_path, fields={"video": "mp4", "caption": "txt"}, sample_type="CaptionedVideoSample"
+    )
     ds = fpipe.get_train_dataset(tmp_path, batch_size=1, task_encoder=VideoTaskEncoder(CFG))
 
     def no_probe(*a, **k):
@@ -181,8 +196,9 @@ def test_late_clip_decodes_from_stored_keyframe(tmp_path, monkeypatch):
     assert [frame_index(f) for f in out.video_clips[0]] == [88, 89, 90, 91]
     assert dec.frames_decoded <= GOP + 4 + 1  # from the keyframe at frame 84, not from 0
     # the encoder decodes its clip the same way
-    enc = VideoTaskEncoder(VideoTransformConfig(num_frames=2, height=OUT, width=OUT,
-                                                temporal="random"))
+    enc = VideoTaskEncoder(
+        VideoTransformConfig(num_frames=2, height=OUT, width=OUT, temporal="random")
+    )
     sample, rng = ds.materializer.sample(0, 0, 0, 5)
     x = enc.encode_sample(sample, rng)
     assert sample.video.frames_decoded <= GOP + 2 + 1
@@ -224,15 +240,13 @@ def test_corrupt_video(tmp_path, videos):
     assert all("mp4" in p.reason for p in rep.problems)
 
     # indexed without probing: the loader meets them; raise names file and key, skip counts
-    prepare_dataset(tmp_path, fields=fields, sample_type="CaptionedVideoSample",
-                    probe_av=False)
+    prepare_dataset(tmp_path, fields=fields, sample_type="CaptionedVideoSample", probe_av=False)
     assert "video.frames" not in open_dataset(tmp_path).column_names
     with pytest.raises(BadSampleError) as e:
         _take(fpipe.get_loader(_build(tmp_path), num_workers=0), 2)
     assert e.value.key in ("shard-0/001", "shard-0/002") and e.value.key in str(e.value)
     assert str(tmp_path) in str(e.value)
-    loader = fpipe.get_loader(_build(tmp_path, error_policy="skip", num_epochs=1),
-                              num_workers=2)
+    loader = fpipe.get_loader(_build(tmp_path, error_policy="skip", num_epochs=1), num_workers=2)
     out = list(loader)  # one epoch: 4 samples, 2 bad
     assert loader.stats().skipped == 2 and loader.stats().samples == 2
     assert sorted(c for b in out for c in b.caption) == ["ok", "ok too"]
@@ -242,12 +256,13 @@ def test_corrupt_row_of_opensora_csv(tmp_path, videos):
     (tmp_path / "good.mp4").write_bytes(videos[0])
     (tmp_path / "bad.mp4").write_bytes(b"\x00" * 100)
     (tmp_path / "t.csv").write_text(
-        "path,text,num_frames,height,width\n"
-        "good.mp4,fine,24,24,32\n"
-        "bad.mp4,broken,24,24,32\n"
+        "path,text,num_frames,height,width\ngood.mp4,fine,24,24,32\nbad.mp4,broken,24,24,32\n"
     )
-    rep = prepare_dataset(tmp_path / "t.csv", fields={"video": "mp4", "caption": "text"},
-                          sample_type="CaptionedVideoSample")
+    rep = prepare_dataset(
+        tmp_path / "t.csv",
+        fields={"video": "mp4", "caption": "text"},
+        sample_type="CaptionedVideoSample",
+    )
     assert rep.num_samples == 1
     (p,) = rep.problems
     assert p.key == "t/1" and "bad.mp4" in p.path
@@ -260,8 +275,12 @@ def test_unprepared_table_and_tensor_input(tmp_path, videos):
         "path,text,num_frames,height,width\na.mp4,first,36,24,32\nb.mp4,second,42,24,32\n"
     )
     ds = fpipe.get_train_dataset(
-        tmp_path / "t.csv", batch_size=2, seed=1, task_encoder=VideoTaskEncoder(CFG),
-        sample_type="CaptionedVideoSample", field_map={"video": "mp4", "caption": "text"},
+        tmp_path / "t.csv",
+        batch_size=2,
+        seed=1,
+        task_encoder=VideoTaskEncoder(CFG),
+        sample_type="CaptionedVideoSample",
+        field_map={"video": "mp4", "caption": "text"},
     )
     (b,) = _take(fpipe.get_loader(ds, num_workers=0), 1)
     _check_batch(b)
@@ -291,8 +310,10 @@ def test_table_media_column_as_field(csv_ds):
 
 def test_crude_dataset_and_parts_merge(tmp_path, videos):
     for s in range(3):
-        write_tar(tmp_path / f"shard-{s}.tar",
-                  [(f"{s}{j}", {"mp4": videos[(s + j) % 4], "txt": b"x"}) for j in range(2)])
+        write_tar(
+            tmp_path / f"shard-{s}.tar",
+            [(f"{s}{j}", {"mp4": videos[(s + j) % 4], "txt": b"x"}) for j in range(2)],
+        )
     prepare_dataset(tmp_path)  # crude: one field per extension
     ds = open_dataset(tmp_path)
     whole = [ds.av_metadata(i) for i in range(len(ds))]
