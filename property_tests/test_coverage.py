@@ -6,28 +6,8 @@ from collections import Counter
 from hypothesis import given
 
 from fpipe.core.testing import run
+from fpipe.plan import drop_counters
 from property_tests.strategies import plan_specs
-
-
-def _dropped(state) -> dict:
-    """Counters found anywhere in a pipeline state: FilterState.dropped, BatchState.dropped."""
-    from fpipe.plan import BatchState, DistributeState, FilterState
-
-    out = {"filtered": 0, "remainder": 0, "global_remainder": 0}
-    stack = [state]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, FilterState):
-            out["filtered"] += s.dropped
-        elif isinstance(s, BatchState):
-            out["remainder"] += s.dropped
-        elif isinstance(s, DistributeState):
-            out["global_remainder"] += s.dropped
-        elif hasattr(s, "__struct_fields__"):
-            stack.extend(getattr(s, f) for f in s.__struct_fields__)
-        elif isinstance(s, tuple):
-            stack.extend(s)
-    return out
 
 
 @given(spec=plan_specs(world_sizes=(1, 5)))
@@ -38,10 +18,10 @@ def test_every_sample_once_per_epoch_across_ranks(spec):
         state, out = run(spec.build(rank))
         for r in out:
             seen.update((e, i) for _, i, e in r.refs.triples())
-        d = _dropped(state)
+        d = drop_counters(state)
         filtered = d["filtered"]  # same plan on every rank: same count
         global_remainder = d["global_remainder"]  # likewise
-        remainder += d["remainder"]
+        remainder += d["batch_remainder"]
     remainder += global_remainder
     assert all(c == 1 for c in seen.values()), "a sample was emitted twice in one epoch"
     kept = set(spec.kept().tolist())

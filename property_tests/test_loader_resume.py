@@ -10,24 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpipe.storage import prepare_dataset
-from tests.loader.helpers import build, take
-from tests.storage.helpers import make_image_caption_dataset
+from tests.loader.helpers import build, prepared_images, take
 
 AFTER = 4  # batches compared after each cut
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lr")
-    make_image_caption_dataset(root, shards=3, per_shard=10, with_json=False)
-    prepare_dataset(
-        root,
-        fields={"image": "jpg", "caption": "txt"},
-        sample_type="CaptioningSample",
-        split="1,0,0",
-    )
-    return str(root)
+    return prepared_images(tmp_path_factory.mktemp("lr"), shards=3, per_shard=10)
 
 
 _RESTORE = (

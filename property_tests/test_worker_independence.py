@@ -7,22 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpipe.storage import prepare_dataset
-from tests.loader.helpers import build, take
-from tests.storage.helpers import make_image_caption_dataset
+from tests.loader.helpers import build, prepared_images, take
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wi")
-    make_image_caption_dataset(root, shards=4, per_shard=10, with_json=False)
-    prepare_dataset(
-        root,
-        fields={"image": "jpg", "caption": "txt"},
-        sample_type="CaptioningSample",
-        split="1,0,0",
-    )
-    return str(root)
+    return prepared_images(tmp_path_factory.mktemp("wi"), shards=4, per_shard=10)
 
 
 @functools.lru_cache(maxsize=8)

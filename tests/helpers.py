@@ -36,3 +36,28 @@ def six_stage(
         batch(batch_size),
     )
     return Pipeline(src, seed=seed)
+
+
+def fast_forward(p: Pipeline, steps: int):
+    """The state after ``steps`` batches of the six-stage plan, without pulling batch by batch.
+
+    The inner stream (repeat -> window shuffle -> filter) is pulled in large chunks, then the
+    distribute and batch states are put at that global-batch boundary. test_fast_forward_matches
+    checks that this equals the state of the real run.
+    """
+    from fpipe.core import Lifted
+    from fpipe.plan import BatchState
+
+    state = p.init()
+    batch_lift = state
+    dist_lift = batch_lift.up
+    inner = dist_lift.up
+    gbs = p.source.parts[-2][1].global_batch_size
+    need = steps * gbs
+    inner_next = p.source.upstream.upstream.next  # the stream under distribute
+    while need:
+        inner, chunk = inner_next(inner, min(need, 1 << 20))
+        assert len(chunk), "stream ended"
+        need -= len(chunk)
+    bs = batch_lift.st
+    return Lifted(Lifted(inner, dist_lift.st, 0), BatchState(bs.key, steps, bs.dropped), 0)

@@ -13,12 +13,14 @@ import collections
 import dataclasses
 from typing import Any
 
+import msgspec
 import torch.utils.data
 
 from fpipe.core.errors import SnapshotError
 from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
 from fpipe.loader.state import LoaderState, decode_loader_state, encode_loader_state
+from fpipe.plan.stats import drop_counters
 
 __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
 
@@ -48,6 +50,8 @@ class _PlanSampler:
         while True:
             state, out = self.plan.next(state, 1)
             if not len(out):
+                # The end-of-stream state holds the final drop counts (a dropped remainder).
+                self.pending.append((state, None))
                 return
             recipe = out[0]
             epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
@@ -58,7 +62,7 @@ class _PlanSampler:
 @dataclasses.dataclass(frozen=True)
 class LoaderStats:
     """What the loader has delivered: batches, samples, samples skipped by the error policy,
-    the epoch of the last batch, and the plan's own drop counters (filtered, remainders)."""
+    the epoch of the last batch, and the plan's drop counters (see fpipe.plan.drop_counters)."""
 
     batches: int
     samples: int
@@ -136,6 +140,10 @@ class Loader:
                     continue  # every sample of the batch was skipped by the error policy
                 yield encoder.pin_memory(result.batch) if pin else result.batch
             if not restarted:
+                while pending:  # the end marker, once every batch has been taken
+                    plan_state, epoch = pending.popleft()
+                    if epoch is None:
+                        self._state = msgspec.structs.replace(self._state, plan=plan_state)
                 return
 
     # --- state -------------------------------------------------------------------------------
@@ -182,25 +190,7 @@ class Loader:
     def stats(self) -> LoaderStats:
         """Delivered batches and samples, skipped samples, epoch, plan drop counters."""
         s = self._state
-        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, _drop_counters(s.plan))
-
-
-def _drop_counters(state) -> dict:
-    from fpipe.plan import BatchState, DistributeState, FilterState
-
-    out = {"filtered": 0, "remainder": 0}
-    stack = [state]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, FilterState):
-            out["filtered"] += s.dropped
-        elif isinstance(s, (BatchState, DistributeState)):
-            out["remainder"] += s.dropped
-        elif hasattr(s, "__struct_fields__"):
-            stack.extend(getattr(s, f) for f in s.__struct_fields__)
-        elif isinstance(s, tuple):
-            stack.extend(s)
-    return out
+        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, drop_counters(s.plan))
 
 
 def get_loader(

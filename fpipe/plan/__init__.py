@@ -23,6 +23,7 @@ from fpipe.plan.shuffle import (
     window_shuffle,
 )
 from fpipe.plan.source import InMemoryConfig, SamplesConfig, View, in_memory, samples
+from fpipe.plan.stats import drop_counters
 
 __all__ = [
     "BatchConfig",
@@ -44,6 +45,7 @@ __all__ = [
     "WindowShuffleState",
     "batch",
     "distribute",
+    "drop_counters",
     "filter_refs",
     "in_memory",
     "map_refs",

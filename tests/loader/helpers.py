@@ -10,6 +10,21 @@ from fpipe.decode.image import ImageDecodeOptions
 from fpipe.loader import Topology
 
 
+def prepared_images(root, *, shards, per_shard, split="1,0,0") -> str:
+    """Write and prepare a small image-caption dataset (no json members); returns its path."""
+    from fpipe.storage import prepare_dataset
+    from tests.storage.helpers import make_image_caption_dataset
+
+    make_image_caption_dataset(root, shards=shards, per_shard=per_shard, with_json=False)
+    prepare_dataset(
+        root,
+        fields={"image": "jpg", "caption": "txt"},
+        sample_type="CaptioningSample",
+        split=split,
+    )
+    return str(root)
+
+
 def build(
     path,
     *,

@@ -145,3 +145,18 @@ def test_restore_in_a_fresh_process(image_dataset, tmp_path):
     import json
 
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ref[4:]
+
+
+def test_stats_count_the_dropped_remainder_at_the_end(image_dataset):
+    # 96 train samples, global batch 10 with drop_last: 9 batches, 6 samples dropped.
+    ds = fpipe.get_train_dataset(
+        image_dataset,
+        batch_size=10,
+        seed=0,
+        num_epochs=1,
+        image_decode=ImageDecodeOptions(target_size=8),
+    )
+    loader = fpipe.get_loader(ds, num_workers=1)
+    assert len(list(loader)) == 9
+    st = loader.stats()
+    assert st.samples == 90 and st.dropped["global_remainder"] == 6
