@@ -153,10 +153,16 @@ class LazyGenerator:
     materialize tier hands out this proxy. Same key, same stream: nothing observable changes.
     """
 
-    __slots__ = ("_gen", "key")
+    __slots__ = ("_data", "_gen", "_root")
 
-    def __init__(self, k: Key):
-        self.key = k
+    def __init__(self, k: Key, *data: int):
+        # The key is fold_in(k, *data), folded only if the generator is ever used.
+        self._root, self._data = k, data
+
+    @property
+    def key(self) -> Key:
+        """The generator's key: ``fold_in(k, *data)``."""
+        return fold_in(self._root, *self._data)
 
     def __getattr__(self, name):
         if name == "_gen" or name.startswith("__"):

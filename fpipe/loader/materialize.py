@@ -16,7 +16,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy
 from fpipe.core.records import Recipe, Refs
-from fpipe.core.rng import LazyGenerator, fold_in
+from fpipe.core.rng import LazyGenerator, fold_in_array
 
 __all__ = ["DatasetSource", "MaterializedBatch", "Materializer", "decode_recipe", "encode_recipe"]
 
@@ -125,12 +125,12 @@ class Materializer:
             self._field_maps[i] = fm
         return fm
 
-    def sample(self, dataset: int, index: int, epoch: int, key: int) -> Any:
-        """Read and cook one sample; returns it with its encode rng (BadSampleError on bad
-        input). Both rngs are lazy: building a generator costs more than most samples."""
+    def sample(self, dataset: int, index: int, epoch: int, skey: int) -> Any:
+        """Read and cook one sample whose key is ``skey = fold_in(recipe.key, dataset, index,
+        epoch)``; returns it with its encode rng (BadSampleError on bad input). Both rngs are
+        lazy: building a generator costs more than most samples."""
         src = self.sources[dataset]
         ds = self.dataset(dataset)
-        skey = fold_in(key, dataset, index, epoch)
         sample_key = ds.key(index)
         raw = ds.read(index)
         restore_key = (dataset, index, epoch)
@@ -155,27 +155,30 @@ class Materializer:
             av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
             sample = cook_sample(
                 raw,
-                sample_type=src.sample_type,
+                sample_type=self.field_map(dataset).sample_type,
                 field_map=self.field_map(dataset),
                 key=sample_key,
                 restore_key=restore_key,
                 subflavors=src.subflavors,
                 path=str(path),
                 image_decode_options=self.image_decode,
-                rng=LazyGenerator(fold_in(skey, _COOK)),
+                rng=LazyGenerator(skey, _COOK),
                 av_metadata=av_metadata,
                 av_limits=getattr(self.task_encoder, "av_limits", None),
             )
-        return sample, LazyGenerator(fold_in(skey, _ENCODE))
+        return sample, LazyGenerator(skey, _ENCODE)
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
         enc = self.task_encoder
         refs = recipe.refs
         samples, skipped_keys = [], []
         packing = enc.select_samples_to_pack is not None
-        for d, i, e in zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist()):
+        # Per-sample keys for the whole recipe at once: fold_in(recipe.key, dataset, index, epoch).
+        skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
+        ids = zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys)
+        for d, i, e, skey in ids:
             try:
-                sample, rng = self.sample(d, i, e, recipe.key)
+                sample, rng = self.sample(d, i, e, skey)
                 # Lazy fields (video frames) are decoded inside the encoder: their failures
                 # are bad input too, and go through the same policy.
                 if packing:
