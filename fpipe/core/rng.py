@@ -308,5 +308,11 @@ def inverse_permutation(k: Key, n: int, index: np.ndarray | int) -> np.ndarray:
 
 
 def permute_index(k: Key, n: int, i: int) -> int:
-    """Scalar form of :func:`permutation`: where position ``i`` of [0, n) goes."""
-    return int(permutation(k, n, np.array([i]))[0])
+    """Scalar form of :func:`permutation`: where position ``i`` of [0, n) goes (pure Python,
+    no numpy call: the fast path for one-off lookups)."""
+    if not 0 <= i < n:
+        raise IndexError(f"index {i} out of range for a permutation of {n}")
+    if n == 1:
+        return 0
+    half, mask = _feistel_params(n)
+    return _feistel_scalar(_round_keys(k), half, mask, n, int(i), False)

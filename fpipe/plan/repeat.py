@@ -6,8 +6,6 @@ restore is O(1) at any step. A chunk never crosses an epoch boundary.
 
 from __future__ import annotations
 
-import numpy as np
-
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.rng import fold_in, name_id
@@ -47,7 +45,7 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
     if size == 0 and num_epochs is None:
         raise ConfigError(f"view {view.name!r} is empty: repeating it forever yields nothing")
     config = RepeatConfig(num_epochs=num_epochs)
-    gather = view.gather
+    take_range = view.take_range
     empty = Refs.empty()
 
     def init(key):
@@ -58,7 +56,7 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
         if (num_epochs is not None and epoch >= num_epochs) or size == 0 or n <= 0:
             return state, empty
         take = min(n, size - pos)
-        chunk = gather(state.key, epoch, np.arange(pos, pos + take, dtype=np.int64))
+        chunk = take_range(state.key, epoch, pos, pos + take)
         pos += take
         if pos == size:
             epoch, pos = epoch + 1, 0

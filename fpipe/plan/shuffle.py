@@ -15,9 +15,9 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, inverse_permutation, permutation
+from fpipe.core.rng import fold_in, inverse_permutation, name_id, permutation, permute_index
 from fpipe.core.stage import Stage
-from fpipe.plan.source import View, view_key
+from fpipe.plan.source import View
 
 __all__ = [
     "SliceShuffleConfig",
@@ -54,16 +54,18 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
     inner = view.gather
     config = SliceShuffleConfig(slice_size=slice_size)
 
+    own_id, inner_id = name_id(name), name_id(view.name)
+
     @functools.lru_cache(maxsize=8)
     def epoch_params(key, epoch):
-        # Pure memo: the epoch's key and the slot where the short last slice lands.
-        ek = fold_in(view_key(key, name), epoch)
-        return ek, int(inverse_permutation(ek, num_slices, num_slices - 1))
+        # Pure memo: the epoch's key, the slot where the short last slice lands, inner's key.
+        ek = fold_in(key, own_id, epoch)
+        return ek, int(inverse_permutation(ek, num_slices, num_slices - 1)), fold_in(key, inner_id)
 
     def gather(key, epoch, positions):
         if num_slices <= 1:
-            return inner(view_key(key, view.name), epoch, positions)
-        ek, q = epoch_params(key, epoch)
+            return inner(fold_in(key, inner_id), epoch, positions)
+        ek, q, inner_key = epoch_params(key, epoch)
         p = np.asarray(positions, dtype=np.int64)
         before = p < q * k
         in_short = (~before) & (p < q * k + short)
@@ -76,10 +78,38 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
             sl = permutation(ek, num_slices, np.arange(lo, hi + 1))[slot - lo]
         else:
             sl = permutation(ek, num_slices, slot)
-        return inner(view_key(key, view.name), epoch, sl * k + offset)
+        return inner(inner_key, epoch, sl * k + offset)
+
+    def gather_range(key, epoch, start, stop):
+        # positions start..stop-1 in order (what repeat asks for): walk the few slices they
+        # cover with integer arithmetic instead of array ops over every position.
+        if num_slices <= 1:
+            return inner(fold_in(key, inner_id), epoch, np.arange(start, stop, dtype=np.int64))
+        ek, q, inner_key = epoch_params(key, epoch)
+        pieces, pos = [], start
+        while pos < stop:
+            if pos < q * k:
+                slot, offset, length = pos // k, pos % k, k
+            elif pos < q * k + short:
+                slot, offset, length = q, pos - q * k, short
+            else:
+                r = pos - short
+                slot, offset, length = r // k + 1, r % k, k
+            take = min(stop - pos, length - offset)
+            first = permute_index(ek, num_slices, slot) * k + offset
+            pieces.append(np.arange(first, first + take, dtype=np.int64))
+            pos += take
+        if len(pieces) == 1:
+            return inner(inner_key, epoch, pieces[0])
+        return inner(inner_key, epoch, np.concatenate(pieces) if pieces else np.zeros(0, np.int64))
 
     return View(
-        name=name, config=config, size=n, gather=gather, parts=view.parts + ((name, config),)
+        name=name,
+        config=config,
+        size=n,
+        gather=gather,
+        gather_range=gather_range,
+        parts=view.parts + ((name, config),),
     )
 
 

@@ -27,6 +27,8 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
       name, config: description (fingerprinted).
       size: refs per epoch.
       gather: ``(key, epoch, positions: int64 array) -> Refs``; pure.
+      gather_range: optional fast form of ``gather(key, epoch, arange(start, stop))``; the
+        same refs, computed without per-position array work.
       parts: (name, config) of this view and those it is built on, innermost first.
     """
 
@@ -34,7 +36,14 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
     config: Config
     size: int
     gather: Callable[[int, int, np.ndarray], Refs]
+    gather_range: Callable[[int, int, int, int], Refs] | None = None
     parts: tuple = ()
+
+    def take_range(self, key: int, epoch: int, start: int, stop: int) -> Refs:
+        """Refs at positions ``start..stop-1`` of ``epoch`` (uses ``gather_range`` if set)."""
+        if self.gather_range is not None:
+            return self.gather_range(key, epoch, start, stop)
+        return self.gather(key, epoch, np.arange(start, stop, dtype=np.int64))
 
 
 def view_key(key: int, name: str) -> int:

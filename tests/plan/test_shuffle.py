@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fpipe.core import ConfigError, Pipeline, Refs, chain
 from fpipe.core.testing import check_pipeline, check_stage, run
@@ -73,3 +75,16 @@ def test_full_chain_contract():
         )
 
     check_pipeline(make, cut_points=[0, 1, 9, 10, 19])
+
+
+@given(
+    n=st.integers(1, 500),
+    k=st.integers(1, 40),
+    epoch=st.integers(0, 3),
+    bounds=st.tuples(st.integers(0, 500), st.integers(0, 500)),
+)
+def test_slice_shuffle_range_path_equals_general_path(n, k, epoch, bounds):
+    v = slice_shuffle(samples(n), k)
+    start, stop = sorted(min(b, n) for b in bounds)
+    fast = v.take_range(9, epoch, start, stop)
+    assert fast == v.gather(9, epoch, np.arange(start, stop, dtype=np.int64))
