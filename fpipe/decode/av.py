@@ -23,16 +23,22 @@ import io
 import math
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import BinaryIO, Literal, Union
 
 import av
 import av.error
-import msgspec
 import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError
+from fpipe.decode.av_records import (
+    AVClips,
+    AVLimits,
+    AVMetadata,
+    check_av_limits,
+    random_clip_ranges,
+    uniform_clip_ranges,
+)
 
 __all__ = [
     "AVClips",
@@ -105,59 +111,6 @@ def av_open(source: AVSource, *, path: str = "", key: str = ""):
         container.close()
         raise
     return container
-
-
-class AVMetadata(msgspec.Struct, frozen=True, kw_only=True):
-    """Stream metadata of one audio/video file, as stored in the index by ``fpipe prepare``.
-
-    Only the first video stream and the first audio stream are described; fields of a missing
-    stream are None. Times are seconds on the presentation timeline.
-    """
-
-    duration_s: float  #: span of the video and audio streams together, seconds
-    video_start_s: float | None = None  #: pts of the first video frame, seconds (usually 0)
-    video_duration_s: float | None = None  #: first frame start to last frame end, seconds
-    video_fps: float | None = None  #: average frame rate, frames per second
-    video_num_frames: int | None = None  #: number of video packets (= frames), from a demux
-    width: int | None = None  #: coded frame width, pixels
-    height: int | None = None  #: coded frame height, pixels
-    video_codec: str | None = None  #: FFmpeg codec name, e.g. "h264"
-    #: presentation times of the video keyframes, seconds, ascending (from ``is_keyframe``)
-    keyframes_s: tuple[float, ...] = ()
-    audio_codec: str | None = None  #: FFmpeg codec name, e.g. "aac"
-    audio_sample_rate: int | None = None  #: samples per second per channel
-    audio_channels: int | None = None  #: number of channels
-    audio_start_s: float | None = None  #: pts of the first audio packet, seconds
-    audio_duration_s: float | None = None  #: first packet start to last packet end, seconds
-
-
-class AVLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Refuse videos beyond these sizes (None turns a limit off).
-
-    A file over a limit raises :class:`BadSampleError` naming the file, the key and the limit,
-    so the loader's error policy (raise or skip and count) applies to it.
-    """
-
-    max_duration_s: float | None = 4 * 3600.0  #: longest stream span, seconds
-    max_frames: int | None = 500_000  #: most video frames in the file (and decoded per call)
-    max_pixels: int | None = 7680 * 4320  #: most pixels per frame (width * height)
-
-
-def check_av_limits(
-    metadata: AVMetadata, limits: AVLimits, *, path: str = "", key: str = ""
-) -> None:
-    """Raise :class:`BadSampleError` if ``metadata`` exceeds ``limits``; return None otherwise."""
-    m, lim = metadata, limits
-    if lim.max_duration_s is not None and m.duration_s > lim.max_duration_s:
-        reason = f"duration {m.duration_s:.3f} s exceeds max_duration_s={lim.max_duration_s}"
-        raise BadSampleError(path, key, reason)
-    if lim.max_frames is not None and (m.video_num_frames or 0) > lim.max_frames:
-        reason = f"{m.video_num_frames} video frames exceed max_frames={lim.max_frames}"
-        raise BadSampleError(path, key, reason)
-    pixels = (m.width or 0) * (m.height or 0)
-    if lim.max_pixels is not None and pixels > lim.max_pixels:
-        reason = f"frame size {m.width}x{m.height} exceeds max_pixels={lim.max_pixels}"
-        raise BadSampleError(path, key, reason)
 
 
 def _seconds(ts: int, time_base) -> float:
@@ -251,76 +204,6 @@ def probe_av(data: AVSource, *, path: str = "", key: str = "") -> AVMetadata:
     """
     with av_open(data, path=path, key=key) as container:
         return _probe_container(container, path=path, key=key)
-
-
-@dataclass(frozen=True, eq=False)
-class AVClips:
-    """Decoded clips; entry ``i`` of each list belongs to requested range ``i``.
-
-    Attributes:
-      video_clips: one ``uint8`` tensor ``[T, 3, H, W]`` (RGB) per video range, stored in
-        ``torch.channels_last`` memory format (a view of the decoded ``[T, H, W, 3]`` pixels;
-        call ``.contiguous()`` if you need the default layout); ``T`` may be 0 for a range
-        after the end of the video.
-      video_timestamps: ``(start, end)`` seconds covered by each clip: pts of its first frame
-        and pts + duration of its last frame.
-      video_frame_times: one ``float64`` tensor ``[T]`` per clip: the pts of each frame, s.
-      audio_clips: one ``float32`` tensor ``[channels, samples]`` per audio range.
-      audio_timestamps: ``(start, end)`` seconds of the first sample and just past the last.
-      audio_sample_rate: sample rate of ``audio_clips`` (None if no audio was requested).
-      video_frames_decoded: video frames this call decoded (including frames decoded only to
-        reach a clip start from its keyframe).
-    """
-
-    video_clips: list[torch.Tensor]
-    video_timestamps: list[tuple[float, float]]
-    video_frame_times: list[torch.Tensor]
-    audio_clips: list[torch.Tensor]
-    audio_timestamps: list[tuple[float, float]]
-    audio_sample_rate: int | None
-    video_frames_decoded: int
-
-
-def uniform_clip_ranges(
-    start_s: float, duration_s: float, num_clips: int, clip_duration_s: float
-) -> list[tuple[float, float]]:
-    """``num_clips`` ranges of ``clip_duration_s`` evenly spread over ``[start_s, start_s +
-    duration_s)``: the first starts at ``start_s``, the last ends at the end. A clip longer
-    than the media is cut to the whole media.
-
-    >>> uniform_clip_ranges(0.0, 10.0, 3, 2.0)
-    [(0.0, 2.0), (4.0, 6.0), (8.0, 10.0)]
-    """
-    if num_clips < 1 or clip_duration_s <= 0:
-        raise ValueError(
-            f"need num_clips >= 1 and clip_duration_s > 0, got {num_clips} and {clip_duration_s}"
-        )
-    length = min(clip_duration_s, duration_s)
-    starts = np.linspace(start_s, start_s + duration_s - length, num_clips)
-    return [(float(s), float(s) + length) for s in starts]
-
-
-def random_clip_ranges(
-    start_s: float,
-    duration_s: float,
-    num_clips: int,
-    clip_duration_s: float,
-    rng: np.random.Generator,
-) -> list[tuple[float, float]]:
-    """``num_clips`` ranges of ``clip_duration_s`` with starts drawn uniformly from ``rng``
-    (sorted by start). The only randomness is ``rng``; pass the sample's generator.
-
-    >>> r = random_clip_ranges(0.0, 10.0, 2, 2.0, np.random.default_rng(0))
-    >>> all(0.0 <= s and e <= 10.0 and abs(e - s - 2.0) < 1e-9 for s, e in r)
-    True
-    """
-    if num_clips < 1 or clip_duration_s <= 0:
-        raise ValueError(
-            f"need num_clips >= 1 and clip_duration_s > 0, got {num_clips} and {clip_duration_s}"
-        )
-    length = min(clip_duration_s, duration_s)
-    starts = np.sort(rng.uniform(start_s, start_s + duration_s - length, size=num_clips))
-    return [(float(s), float(s) + length) for s in starts]
 
 
 def _layout_name(channels: int) -> str:

@@ -104,7 +104,7 @@ class VideoTaskEncoder(TaskEncoder):
                 f"VideoTaskEncoder needs a VideoTransformConfig, got {type(config).__name__}"
             )
         if av_limits is None:
-            from fpipe.decode.av import AVLimits
+            from fpipe.decode.av_records import AVLimits
 
             av_limits = AVLimits()
         self.config = config

@@ -201,7 +201,7 @@ class AVIndex:
 
     def metadata(self, field: str, i: int) -> Any:
         """The ``AVMetadata`` of field ``field`` of sample ``i``, or None if it has none."""
-        from fpipe.decode.av import AVMetadata
+        from fpipe.decode.av_records import AVMetadata  # no PyAV needed to read the index
 
         col = self._array
         dur = float(col(f"columns/{field}.duration_s.npy")[i])
