@@ -167,9 +167,9 @@ class Loader:
 
         Under torch.distributed this first checks that the ranks' states agree (every rank must
         call it; set ``loader.check_consistency = False`` to save from one rank alone)."""
-        from fpipe.loader.consistency import check_loader_consistency  # issue 5
+        from fpipe.loader.consistency import check_loader_consistency
 
-        check_loader_consistency(self)  # issue 5
+        check_loader_consistency(self)
         return {"fpipe_snapshot": self.snapshot()}
 
     def load_state_dict(self, state_dict: dict | bytes) -> None:

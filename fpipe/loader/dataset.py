@@ -22,7 +22,7 @@ from fpipe.core.stage import Stage
 from fpipe.loader.materialize import DatasetSource, Materializer
 from fpipe.loader.topology import Topology
 from fpipe.plan import batch, distribute, repeat, samples, slice_shuffle, window_shuffle
-from fpipe.plan.distribute import per_rank  # issue 5: per-rank mode
+from fpipe.plan.distribute import per_rank
 
 __all__ = ["PlannedDataset", "get_train_dataset", "get_val_dataset"]
 
@@ -43,7 +43,7 @@ class PlannedDataset:
     materializer: Materializer
     topology: Topology
     batch_size: int
-    distribution: str = "global"  # issue 5
+    distribution: str = "global"
 
     def __iter__(self):
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
@@ -144,11 +144,9 @@ def get_train_dataset(
     from fpipe.encode import DefaultTaskEncoder
 
     topo = topology or worker_config or Topology.from_env()
-    # --- issue 5: global / per-rank distribution, global batch size -----------------------
     if distribution not in ("global", "per_rank"):
         raise ConfigError(f"distribution must be 'global' or 'per_rank', got {distribution!r}")
     batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
-    # --- end issue 5 -------------------------------------------------------------------------
     source, view = _source_and_view(
         path,
         split,
@@ -158,14 +156,14 @@ def get_train_dataset(
         columns=columns,
         open_kwargs=open_kwargs,
     )
-    if distribution == "per_rank":  # issue 5: this rank's own contiguous part
+    if distribution == "per_rank":  # this rank's own contiguous part
         view = per_rank(view, rank=topo.rank, world_size=topo.world_size)
     view = slice_shuffle(view, max_samples_per_sequence or 1)
     stages = []
     if shuffle_buffer_size and shuffle_buffer_size > 1:
         stages.append(window_shuffle(shuffle_buffer_size))
     stages.extend(plan_stages)
-    if distribution == "global":  # issue 5: per-rank mode has no distribute stage
+    if distribution == "global":  # per-rank mode has no distribute stage
         stages.append(
             distribute(
                 batch_size * topo.world_size,

@@ -147,7 +147,7 @@ class Materializer:
             )
             sample = self.task_encoder.cook_crude_sample(crude)
         else:
-            # Audio/video (issue 6): stream metadata + keyframes stored by `fpipe prepare`
+            # Audio/video: stream metadata + keyframes stored by `fpipe prepare`
             # (empty when none) let the lazy AVDecoder seek without probing the file; the
             # task encoder's `av_limits` (None: default limits, no eager probe) bound it.
             from fpipe.samples import cook_sample
