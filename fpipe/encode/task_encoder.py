@@ -4,11 +4,15 @@ For each batch recipe, the materializer calls, in order::
 
     cook_crude_sample(crude)              # only for CrudeSample datasets
     encode_sample(sample, rng)            # per sample; rng is keyed by the sample and epoch
-      (or preencode_sample / postencode_sample around packing)
-    select_samples_to_pack(samples)       # optional: groups of samples to pack together
-    pack_selected_samples(group)          # one packed sample per group
     batch(samples)                        # collate
     encode_batch(batch)                   # per batch
+and with a packing buffer (``packing_buffer_size``; Energon's order, see fpipe.encode.packing)::
+
+    preencode_sample(sample, rng)         # per sample (or encode_sample if only it is defined)
+    select_samples_to_pack(samples)       # one buffer -> groups of samples to pack together
+    postencode_sample(sample, rng)        # per selected sample
+    pack_selected_samples(group)          # one packed sample per group
+    batch(packs); encode_batch(batch)     # batch_size packs per batch
 and the loader calls ``pin_memory(batch)`` in the main process when pinning is on.
 
 Every hook must be a pure function of its inputs: randomness only from the ``rng`` handed in
@@ -75,9 +79,10 @@ class TaskEncoder:
         """Part of encoding done after packing selection (default: unchanged)."""
         return sample
 
-    # Packing inside a batch recipe: None means "no packing".
+    # Packing hooks: None means "no packing"; used with get_train_dataset(packing_buffer_size=N).
     select_samples_to_pack = None
-    """Optional ``(samples) -> list[list[sample]]``: groups to pack (deterministic)."""
+    """Optional ``(samples) -> list[list[sample]]``: groups to pack from one packing buffer
+    (deterministic; any objects may be returned)."""
 
     def pack_selected_samples(self, samples: list[Any]) -> Any:
         """Merge one group chosen by ``select_samples_to_pack`` into one sample."""

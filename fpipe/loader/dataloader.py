@@ -19,6 +19,7 @@ import torch.utils.data
 from fpipe.core.errors import SnapshotError
 from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
+from fpipe.loader.pack_batches import PackBatcher
 from fpipe.loader.state import LoaderState, decode_loader_state, encode_loader_state
 from fpipe.plan.stats import drop_counters
 
@@ -123,11 +124,17 @@ class Loader:
             generation = self._generation
             pending: collections.deque = collections.deque()
             restarted = False
+            packer = self._pack_batcher()
             for result in self._dataloader(pending):
                 if self._generation != generation:
                     restarted = True  # load_state_dict during iteration: start over from it
                     break
                 plan_state, epoch = pending.popleft()
+                if packer is not None:  # a packing buffer: batches of packs across buffers
+                    for batch, state in packer.feed(result, plan_state, epoch, self._state):
+                        self._state = state
+                        yield encoder.pin_memory(batch) if pin else batch
+                    continue
                 s = self._state
                 self._state = LoaderState(
                     plan_state,
@@ -142,9 +149,21 @@ class Loader:
             if not restarted:
                 while pending:  # the end marker, once every batch has been taken
                     plan_state, epoch = pending.popleft()
-                    if epoch is None:
+                    if epoch is None and packer is not None:
+                        for batch, state in packer.finish(plan_state, self._state):
+                            self._state = state
+                            if batch is not None:
+                                yield encoder.pin_memory(batch) if pin else batch
+                    elif epoch is None:
                         self._state = msgspec.structs.replace(self._state, plan=plan_state)
                 return
+
+    def _pack_batcher(self) -> PackBatcher | None:
+        """With a packing buffer, what makes batches of packs (None otherwise)."""
+        ds = self.dataset
+        if not getattr(ds, "packing_buffer_size", None):
+            return None
+        return PackBatcher(ds.materializer.task_encoder, ds.batch_size, ds.drop_last, self._state)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -190,7 +209,10 @@ class Loader:
     def stats(self) -> LoaderStats:
         """Delivered batches and samples, skipped samples, epoch, plan drop counters."""
         s = self._state
-        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, drop_counters(s.plan))
+        dropped = drop_counters(s.plan)
+        if s.pack_remainder:
+            dropped["pack_remainder"] = s.pack_remainder
+        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, dropped)
 
 
 def get_loader(

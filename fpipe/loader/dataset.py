@@ -37,6 +37,9 @@ class PlannedDataset:
       topology: the rank / world size the plan was built for.
       batch_size: samples per batch on this rank.
       distribution: ``"global"`` or ``"per_rank"`` (see docs/distributed.md).
+      packing_buffer_size: with Energon's packing hooks, the samples per packing buffer (each
+        recipe is one buffer; the loader makes batches of ``batch_size`` packs), else None.
+      drop_last: drop a short final batch (of packs, with a packing buffer).
     """
 
     plan: Pipeline
@@ -44,6 +47,8 @@ class PlannedDataset:
     topology: Topology
     batch_size: int
     distribution: str = "global"
+    packing_buffer_size: int | None = None
+    drop_last: bool = True
 
     def __iter__(self):
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
@@ -108,6 +113,7 @@ def get_train_dataset(
     open_kwargs: dict | None = None,
     global_batch_size: int | None = None,
     distribution: str = "global",
+    packing_buffer_size: int | None = None,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
@@ -134,6 +140,9 @@ def get_train_dataset(
         every global batch; snapshots are the same on every rank and restore on any world size.
         ``"per_rank"``: each rank reads its own contiguous part of the data sequentially;
         snapshots restore only on the same world size. See docs/distributed.md.
+      packing_buffer_size: turns on the task encoder's packing hooks (Energon semantics):
+        ``select_samples_to_pack`` gets buffers of this many samples per rank, and a batch is
+        ``batch_size`` packed samples. See docs/packing.md.
 
     Example::
 
@@ -163,25 +172,36 @@ def get_train_dataset(
     if shuffle_buffer_size and shuffle_buffer_size > 1:
         stages.append(window_shuffle(shuffle_buffer_size))
     stages.extend(plan_stages)
-    if distribution == "global":  # per-rank mode has no distribute stage
-        stages.append(
-            distribute(
-                batch_size * topo.world_size,
-                rank=topo.rank,
-                world_size=topo.world_size,
-                drop_last=drop_last,
-            )
-        )
-    stages.append(batch(batch_size, drop_last=drop_last))
-    plan = Pipeline(chain(repeat(view, num_epochs), *stages), seed=seed)
     mat = Materializer(
         [source],
         task_encoder or DefaultTaskEncoder(),
         image_decode=image_decode,
         error_policy=error_policy,
+        packing_buffer_size=packing_buffer_size,
     )
+    # With a packing buffer, recipes are buffers (the last one may be short, as in Energon) and
+    # the loader batches their packs; otherwise recipes are batches.
+    recipe_size = packing_buffer_size if mat.packing else batch_size
+    recipe_drop_last = drop_last and not mat.packing
+    if distribution == "global":  # per-rank mode has no distribute stage
+        stages.append(
+            distribute(
+                recipe_size * topo.world_size,
+                rank=topo.rank,
+                world_size=topo.world_size,
+                drop_last=recipe_drop_last,
+            )
+        )
+    stages.append(batch(recipe_size, drop_last=recipe_drop_last))
+    plan = Pipeline(chain(repeat(view, num_epochs), *stages), seed=seed)
     return PlannedDataset(
-        plan=plan, materializer=mat, topology=topo, batch_size=batch_size, distribution=distribution
+        plan=plan,
+        materializer=mat,
+        topology=topo,
+        batch_size=batch_size,
+        distribution=distribution,
+        packing_buffer_size=packing_buffer_size if mat.packing else None,
+        drop_last=drop_last,
     )
 
 

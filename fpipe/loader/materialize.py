@@ -2,8 +2,10 @@
 
 ``Materializer(recipe) -> MaterializedBatch``: read each ref's bytes by random access, cook a
 typed sample, ``encode_sample(sample, rng)`` with an rng keyed by (dataset, index, epoch),
-optional packing, ``batch``, ``encode_batch``. Any worker can compute any recipe and gets the
-same tensors. Recipes travel to workers as msgpack bytes (no pickle of our objects).
+``batch``, ``encode_batch``; with a packing buffer (Energon's hook path) a recipe is one buffer
+and the result is its packs (see :mod:`fpipe.encode.packing`). Any worker can compute any
+recipe and gets the same tensors. Recipes travel to workers as msgpack bytes (no pickle of our
+objects).
 """
 
 from __future__ import annotations
@@ -68,13 +70,18 @@ class DatasetSource:
 
 @dataclasses.dataclass
 class MaterializedBatch:
-    """What a worker returns: the batch, and how many samples the error policy skipped."""
+    """What a worker returns: the batch (or a buffer's packs), and how many samples the error
+    policy skipped."""
 
     step: int
     batch: Any
     num_samples: int
     skipped: int
     skipped_keys: list
+    #: With a packing buffer: the packed samples of the buffer (the loader batches them) and
+    #: how many samples each holds; ``batch`` is then None.
+    packs: list | None = None
+    pack_sizes: list | None = None
 
 
 class Materializer:
@@ -87,9 +94,14 @@ class Materializer:
         *,
         image_decode=None,
         error_policy: ErrorPolicy = ErrorPolicy.RAISE,
+        packing_buffer_size: int | None = None,
     ):
+        from fpipe.encode.packing import check_packing_hooks
+
         self.sources = list(sources)
         self.task_encoder = task_encoder
+        #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
+        self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
         self.image_decode = (
             image_decode
             if image_decode is not None
@@ -172,7 +184,11 @@ class Materializer:
         enc = self.task_encoder
         refs = recipe.refs
         samples, skipped_keys = [], []
-        packing = enc.select_samples_to_pack is not None
+        packing = self.packing
+        if packing:
+            from fpipe.encode.packing import pack_buffer, pre_pack_encoder
+
+            pre_pack = pre_pack_encoder(enc)
         # Per-sample keys for the whole recipe at once: fold_in(recipe.key, dataset, index, epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
         ids = zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys)
@@ -182,25 +198,24 @@ class Materializer:
                 # Lazy fields (video frames) are decoded inside the encoder: their failures
                 # are bad input too, and go through the same policy.
                 if packing:
-                    samples.append((enc.preencode_sample(sample, rng), rng))
+                    samples.append(pre_pack(sample, rng))
                 else:
                     samples.append(enc.encode_sample(sample, rng))
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
                 skipped_keys.append(f"{err.path}:{err.key}")
-        if packing:
-            rngs = {id(s): r for s, r in samples}
-            groups = enc.select_samples_to_pack([s for s, _ in samples])
-            samples = [
-                enc.postencode_sample(enc.pack_selected_samples(list(g)), rngs[id(g[0])])
-                for g in groups
-            ]
-        batch = enc.encode_batch(enc.batch(samples)) if samples else None
+        packs = sizes = batch = None
+        if packing:  # the loader batches the packs (a batch may take packs of two buffers)
+            packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
+        elif samples:
+            batch = enc.encode_batch(enc.batch(samples))
         return MaterializedBatch(
             step=recipe.step,
             batch=batch,
             num_samples=len(refs) - len(skipped_keys),
             skipped=len(skipped_keys),
             skipped_keys=skipped_keys,
+            packs=packs,
+            pack_sizes=sizes,
         )

@@ -25,13 +25,20 @@ class LoaderConfig(Config, frozen=True):
 
 class LoaderState(State, Generic[P], frozen=True, array_like=True):
     """``plan``: plan state after the last delivered batch; ``batches`` / ``samples``: delivered
-    so far; ``skipped``: samples the error policy skipped; ``epoch``: epoch of the last batch."""
+    so far; ``skipped``: samples the error policy skipped; ``epoch``: epoch of the last batch.
+
+    With a packing buffer (Energon's packing hooks), ``plan`` is the state at the start of the
+    buffer holding the next pack and ``packs_taken`` counts that buffer's packs already
+    delivered; ``pack_remainder`` counts samples of a dropped short final batch of packs.
+    Snapshots written before these two fields existed decode with both at 0."""
 
     plan: P
     batches: int = 0
     samples: int = 0
     skipped: int = 0
     epoch: int = 0
+    packs_taken: int = 0
+    pack_remainder: int = 0
 
 
 def _parts(plan: Pipeline) -> tuple:

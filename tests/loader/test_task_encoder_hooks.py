@@ -27,7 +27,8 @@ class PairPacker(DefaultTaskEncoder):
 
 
 def _batches(path, n, num_workers=0):
-    ds = fpipe.get_train_dataset(path, batch_size=4, seed=5, task_encoder=PairPacker(),
+    ds = fpipe.get_train_dataset(path, batch_size=2, seed=5, task_encoder=PairPacker(),
+                                 packing_buffer_size=4,
                                  image_decode=ImageDecodeOptions(target_size=8))
     it = iter(fpipe.get_loader(ds, num_workers=num_workers))
     return [next(it) for _ in range(n)]

@@ -1,0 +1,102 @@
+"""Energon's packing hooks over one packing buffer, in Energon's order.
+
+For a buffer of ``packing_buffer_size`` samples the materializer runs::
+
+    preencode_sample(sample, rng)   # or encode_sample, when only that one is overridden
+    select_samples_to_pack(samples) # -> groups; any objects may be returned
+    postencode_sample(s, rng)       # on each selected sample, before packing
+    pack_selected_samples(group)    # one packed sample per group
+
+and the loader makes batches of ``batch_size`` packed samples (``batch``, ``encode_batch``),
+taking packs across buffer boundaries. Nothing is looked up by object identity: the rng handed
+to ``postencode_sample`` is keyed by the buffer and the sample's place in the selection (group,
+position), so selection may return new objects, copies or slices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.rng import LazyGenerator
+
+__all__ = ["check_packing_hooks", "pack_buffer", "pre_pack_encoder"]
+
+_POSTENCODE = 2  # fold_in tag of postencode_sample's rng (0 and 1: cook and encode)
+
+
+def _overrides(enc: Any, name: str) -> bool:
+    from fpipe.encode.task_encoder import TaskEncoder
+
+    mine = getattr(type(enc), name, None)
+    return mine is not None and mine is not getattr(TaskEncoder, name, None)
+
+
+def check_packing_hooks(enc: Any, packing_buffer_size: int | None) -> bool:
+    """Whether the hook path is on; raises a ConfigError for a half-configured encoder.
+
+    Packing is on when ``packing_buffer_size`` is set (as in Energon). An encoder that defines
+    ``select_samples_to_pack`` without a buffer size is refused rather than silently not packed.
+    """
+    selects = getattr(enc, "select_samples_to_pack", None) is not None
+    name = type(enc).__name__
+    if packing_buffer_size is None:
+        if selects:
+            raise ConfigError(
+                f"{name} defines select_samples_to_pack, but packing_buffer_size is not set: "
+                "pass packing_buffer_size=N (samples handed to one select_samples_to_pack call) "
+                "to get_train_dataset, as with Energon"
+            )
+        return False
+    if packing_buffer_size < 1:
+        raise ConfigError(f"packing_buffer_size must be >= 1, got {packing_buffer_size}")
+    if not selects or not _overrides(enc, "pack_selected_samples"):
+        raise ConfigError(
+            f"packing_buffer_size is set but {name} does not define both select_samples_to_pack "
+            "and pack_selected_samples"
+        )
+    if _overrides(enc, "preencode_sample") and _overrides(enc, "encode_sample"):
+        raise ConfigError(
+            f"{name} overrides both encode_sample and preencode_sample; with packing, define "
+            "preencode_sample/postencode_sample (before/after selection) or encode_sample alone"
+        )
+    return True
+
+
+def pre_pack_encoder(enc: Any) -> Callable[[Any, Any], Any]:
+    """The hook run on each sample before selection: ``preencode_sample`` if the encoder
+    overrides it, else ``encode_sample`` if it overrides that, else the identity (Energon's rule;
+    ``postencode_sample`` then runs after selection, never twice)."""
+    if _overrides(enc, "preencode_sample"):
+        return enc.preencode_sample
+    if _overrides(enc, "encode_sample"):
+        return enc.encode_sample
+    return _unchanged
+
+
+def _unchanged(sample: Any, rng: Any) -> Any:
+    return sample
+
+
+def pack_buffer(enc: Any, samples: list, key: int) -> tuple[list, list[int]]:
+    """Select, post-encode and pack one buffer of pre-encoded samples.
+
+    Returns the packed samples in selection order and, for each, the size of its group.
+    ``key`` identifies the buffer (any key derived from its refs).
+    """
+    groups = enc.select_samples_to_pack(list(samples))
+    post = _overrides(enc, "postencode_sample")
+    packs, sizes = [], []
+    for g, group in enumerate(groups):
+        group = list(group)
+        if not group:
+            continue
+        if post:
+            group = [
+                enc.postencode_sample(s, LazyGenerator(key, _POSTENCODE, g, j))
+                for j, s in enumerate(group)
+            ]
+        packs.append(enc.pack_selected_samples(group))
+        sizes.append(len(group))
+    return packs, sizes

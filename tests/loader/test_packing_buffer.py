@@ -1,0 +1,136 @@
+"""Energon's packing hooks with a packing buffer: order of hooks, new objects, buffer size,
+exact resume from inside a buffer and independence from the number of workers."""
+
+import pytest
+
+import fpipe
+from fpipe.core.errors import ConfigError
+from fpipe.decode.image import ImageDecodeOptions
+from fpipe.encode import DefaultTaskEncoder
+from fpipe.samples import TextSample
+
+DECODE = ImageDecodeOptions(target_size=8)
+
+
+class EncodeThenPack(DefaultTaskEncoder):
+    """Overrides encode_sample (not preencode): Energon runs it before selection."""
+
+    def encode_sample(self, sample, rng):
+        return TextSample(text=f"enc:{sample.caption}", __key__=sample.__key__)
+
+    def select_samples_to_pack(self, samples):
+        assert all(s.text.startswith("enc:") for s in samples), "encode_sample was not run"
+        return [samples[i : i + 3] for i in range(0, len(samples), 3)]
+
+    def pack_selected_samples(self, samples):
+        return TextSample(
+            text="|".join(s.text for s in samples), __key__="+".join(s.__key__ for s in samples)
+        )
+
+    def encode_batch(self, batch):
+        return {"texts": batch.text, "keys": batch.__key__}
+
+
+class Trace(DefaultTaskEncoder):
+    """Records the hook order in the samples; selection returns *new* objects."""
+
+    def preencode_sample(self, sample, rng):
+        return TextSample(text="pre", __key__=sample.__key__)
+
+    def select_samples_to_pack(self, samples):
+        # New objects (Energon allows any objects): reversed pairs, copies of the samples.
+        fresh = [s.replace(text=s.text + ">sel") for s in reversed(samples)]
+        return [fresh[i : i + 2] for i in range(0, len(fresh), 2)]
+
+    def postencode_sample(self, sample, rng):
+        return sample.replace(text=f"{sample.text}>post{int(rng.integers(100))}")
+
+    def pack_selected_samples(self, samples):
+        assert all(">post" in s.text for s in samples), "postencode_sample must run before"
+        return TextSample(
+            text=" & ".join(s.text for s in samples), __key__="+".join(s.__key__ for s in samples)
+        )
+
+    def encode_batch(self, batch):
+        return {"texts": batch.text, "keys": batch.__key__}
+
+
+def _dataset(path, encoder, **kw):
+    kw.setdefault("packing_buffer_size", 7)
+    return fpipe.get_train_dataset(
+        path, batch_size=2, seed=3, task_encoder=encoder, image_decode=DECODE, **kw
+    )
+
+
+def _take(ds, n, num_workers=0):
+    it = iter(fpipe.get_loader(ds, num_workers=num_workers))
+    return [next(it) for _ in range(n)]
+
+
+def test_encode_sample_runs_before_selection(image_dataset):
+    batches = _take(_dataset(image_dataset, EncodeThenPack()), 3)
+    for b in batches:
+        assert all(t.startswith("enc:") for t in b["texts"])
+
+
+def test_select_may_return_new_objects_and_postencode_runs_per_selected_sample(image_dataset):
+    batches = _take(_dataset(image_dataset, Trace()), 4)
+    for b in batches:
+        for text in b["texts"]:
+            for part in text.split(" & "):
+                assert part.startswith("pre>sel>post")
+
+
+def test_packing_buffer_size_sets_the_buffer_and_batch_size_counts_packs(image_dataset):
+    # 7 samples per buffer, packs of 3: 3 packs per buffer (3 + 3 + 1); batches of 2 packs
+    # take packs across buffer boundaries, so every batch has exactly 2 packs.
+    batches = _take(_dataset(image_dataset, EncodeThenPack()), 6)
+    assert all(len(b["texts"]) == 2 for b in batches)
+    sizes = [k.count("+") + 1 for b in batches for k in b["keys"]]
+    assert sizes == [3, 3, 1] * 4
+    keys = [k for b in batches for key in b["keys"] for k in key.split("+")]
+    assert len(keys) == len(set(keys)) == 28  # four buffers, each sample once
+
+
+def test_packing_hooks_need_a_packing_buffer(image_dataset):
+    with pytest.raises(ConfigError, match="packing_buffer_size"):
+        _dataset(image_dataset, EncodeThenPack(), packing_buffer_size=None)
+
+
+def test_pre_and_encode_sample_both_overridden_is_refused(image_dataset):
+    class Both(EncodeThenPack):
+        def preencode_sample(self, sample, rng):
+            return sample
+
+    with pytest.raises(ConfigError, match="preencode_sample"):
+        _dataset(image_dataset, Both())
+
+
+def test_same_batches_with_workers_and_exact_resume_inside_a_buffer(image_dataset):
+    ds = _dataset(image_dataset, Trace(), packing_buffer_size=9)
+    ref = _take(ds, 8)
+    assert _take(ds, 8, num_workers=2) == ref
+    for cut in (1, 2, 3):
+        loader = fpipe.get_loader(ds, num_workers=0)
+        it = iter(loader)
+        head = [next(it) for _ in range(cut)]
+        snap = loader.state_dict()
+        resumed = fpipe.get_loader(_dataset(image_dataset, Trace(), packing_buffer_size=9))
+        resumed.load_state_dict(snap)
+        it2 = iter(resumed)
+        assert head + [next(it2) for _ in range(8 - cut)] == ref
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_end_of_epoch_short_batch_of_packs_is_counted_or_kept(image_dataset, drop_last):
+    ds = _dataset(image_dataset, EncodeThenPack(), num_epochs=1, drop_last=drop_last)
+    loader = fpipe.get_loader(ds)
+    batches = list(loader)
+    keys = [k for b in batches for key in b["keys"] for k in key.split("+")]
+    stats = loader.stats()
+    # 96 samples in buffers of 7 (the last one holds 5): 13 * 3 + 2 = 41 packs.
+    if drop_last:
+        assert len(batches) == 20 and stats.dropped["pack_remainder"] == 2
+    else:
+        assert len(batches) == 21 and len(batches[-1]["keys"]) == 1
+    assert stats.samples == len(keys) == len(set(keys)) == 96 - (2 if drop_last else 0)
