@@ -2,10 +2,6 @@
 process; the following batches (tensors bit-equal, per-sample randomness included) equal the
 uninterrupted run."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,27 +16,15 @@ def dataset(tmp_path_factory):
     return prepared_images(tmp_path_factory.mktemp("lr"), shards=3, per_shard=10)
 
 
-_RESTORE = (
-    "import sys, json\n"
-    "from tests.loader.helpers import build, take\n"
-    "args = json.loads(sys.argv[1])\n"
-    "out = []\n"
-    "for path in args['states']:\n"
-    "    loader = build(args['dataset'], seed=args['seed'], num_workers=args['num_workers'])\n"
-    "    loader.restore(open(path, 'rb').read())\n"
-    f"    out.append(take(loader, {AFTER}))\n"
-    "print(json.dumps(out))\n"
-)
-
-
-# One fresh process per example (it restores every cut of the example), so examples are few.
+# Every cut of an example is restored in the shared fresh process; examples are few because each
+# builds a loader with worker processes per cut.
 @settings(max_examples=4, deadline=None)
 @given(
     seed=st.integers(0, 2**31),
     cuts=st.lists(st.integers(0, 20), min_size=1, max_size=3, unique=True),
     workers=st.tuples(st.sampled_from([0, 2]), st.sampled_from([0, 1])),
 )
-def test_resume_in_fresh_process(dataset, tmp_path_factory, seed, cuts, workers):
+def test_resume_in_fresh_process(dataset, tmp_path_factory, fresh_process, seed, cuts, workers):
     tmp = tmp_path_factory.mktemp("states")
     reference = take(build(dataset, seed=seed), max(cuts) + AFTER)
     paths = []
@@ -52,11 +36,6 @@ def test_resume_in_fresh_process(dataset, tmp_path_factory, seed, cuts, workers)
         path = tmp / f"state_{k}.bin"
         path.write_bytes(loader.snapshot())
         paths.append(str(path))
-    arg = json.dumps({"dataset": dataset, "seed": seed, "num_workers": workers[1], "states": paths})
-    proc = subprocess.run(
-        [sys.executable, "-c", _RESTORE, arg], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    restored = json.loads(proc.stdout.strip().splitlines()[-1])
+    restored = fresh_process.restore(dataset, paths, after=AFTER, seed=seed, num_workers=workers[1])
     for k, got in zip(cuts, restored):
         assert got == reference[k : k + AFTER], f"resume after {k} batches diverges"

@@ -1,7 +1,10 @@
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_demo_runs_and_resumes_exactly(tmp_path):
     cmd = [
         sys.executable,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # about 25 s of CPU: nine processes each import torch
+
 torch_dist = pytest.importorskip("torch.distributed")
 if not (torch_dist.is_available() and torch_dist.is_gloo_available()):
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
@@ -39,17 +41,36 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
 def _start(nproc: int, port: int, script: Path, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     cmd = [
         sys.executable, "-m", "torch.distributed.run",
         f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}",
         str(script), *args,
     ]  # fmt: skip
     return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
+
+
+def _start_ranks(nproc: int, port: int, script: Path, *args: str) -> list[subprocess.Popen]:
+    """The rank processes alone, with the variables torchrun gives them (no launcher process:
+    each launcher imports torch too, about 2.5 s of CPU)."""
+    procs = []
+    for rank in range(nproc):
+        env = _env() | dict(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        )  # fmt: skip
+        procs.append(subprocess.Popen(
+            [sys.executable, str(script), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        ))  # fmt: skip
+    return procs
 
 
 def _wait(proc: subprocess.Popen) -> None:
@@ -62,10 +83,15 @@ def _wait(proc: subprocess.Popen) -> None:
     assert proc.returncode == 0, f"torchrun failed:\n{out[-4000:]}"
 
 
-def _launch_all(jobs):
-    """Start every (nproc, script, args) job at once (they are independent); wait for all."""
+def _launch_all(jobs, *, launcher: bool = True):
+    """Start every (nproc, script, args) job at once (they are independent); wait for all.
+    ``launcher=False`` starts the ranks directly instead of through torchrun."""
     ports = _free_ports(len(jobs))
-    procs = [_start(n, port, script, *args) for (n, script, args), port in zip(jobs, ports)]
+    procs = []
+    for (n, script, args), port in zip(jobs, ports):
+        procs += (
+            [_start(n, port, script, *args)] if launcher else _start_ranks(n, port, script, *args)
+        )
     for p in procs:
         _wait(p)
 
@@ -86,8 +112,8 @@ def _global_order(results: list[dict]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(text_dataset, tmp_path_factory):
-    """The uninterrupted 2-rank run (state saved after SAVE_AT batches), then resumes of that
-    state in new processes on 1, 2 and 3 ranks (started together)."""
+    """The uninterrupted 2-rank run under torchrun (state saved after SAVE_AT batches), then
+    resumes of that state in new processes on 1, 2 and 3 ranks (started together, directly)."""
     base = tmp_path_factory.mktemp("torchrun")
     ref = base / "ref"
     ref.mkdir()
@@ -98,7 +124,7 @@ def runs(text_dataset, tmp_path_factory):
         outs[world] = base / f"resume{world}"
         outs[world].mkdir()
         jobs.append((world, WORKER, ("resume", text_dataset, str(outs[world]), "--state", state)))
-    _launch_all(jobs)
+    _launch_all(jobs, launcher=False)
     return {
         "ref_dir": ref,
         "ref": _read(ref, "run", 2),

@@ -1,8 +1,5 @@
 """The loader: order, exact state, stats, val pass, error policy."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -123,28 +120,15 @@ def test_error_policy(tmp_path):
     assert loader.stats().skipped == 1 and loader.stats().samples == 7
 
 
-def test_restore_in_a_fresh_process(image_dataset, tmp_path):
+def test_restore_in_a_fresh_process(image_dataset, tmp_path, fresh_process):
     ref = take(build(image_dataset), 9)
     loader = build(image_dataset, num_workers=1)
     it = iter(loader)
     for _ in range(4):
         next(it)
     (tmp_path / "state.bin").write_bytes(loader.snapshot())
-    code = (
-        "import sys, json; from tests.loader.helpers import build, take; "
-        f"l = build({image_dataset!r}); l.restore(open(sys.argv[1], 'rb').read()); "
-        "print(json.dumps(take(l, 5)))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "state.bin")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    import json
-
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ref[4:]
+    [got] = fresh_process.restore(image_dataset, [str(tmp_path / "state.bin")], after=5, seed=3)
+    assert got == ref[4:]
 
 
 def test_stats_count_the_dropped_remainder_at_the_end(image_dataset):
