@@ -9,6 +9,12 @@ from fpipe.core.errors import FpipeError
 
 __all__ = ["add_parser", "format_info", "run"]
 
+_LAYOUTS = {
+    "tar": "tar shards, fpipe index",
+    "energon": "tar shards, Energon .tar.idx index",
+    "table": "table of media files",
+}
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``info`` sub-command."""
@@ -20,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def format_info(ds, list_shards: bool = False) -> str:
     """Human-readable summary of an opened dataset."""
-    lines = [f"dataset: {ds.path} ({type(ds).__name__})", f"samples: {len(ds)}"]
+    layout = _LAYOUTS.get(ds.layout, ds.layout)
+    lines = [f"dataset: {ds.path} ({layout})", f"samples: {len(ds)}"]
     shards = getattr(ds, "shards", ())
     lines.append(f"shards: {len(shards)}")
     if list_shards:
@@ -36,10 +43,10 @@ def format_info(ds, list_shards: bool = False) -> str:
         lines.append("splits (samples): " + ", ".join(parts))
     else:
         lines.append("splits: none (all samples)")
-    info = getattr(ds, "_info", None)
-    if info and info.get("problems"):
+    if ds.record.problems:
         lines.append(
-            f"left out at prepare: {info['problems']} samples (see {ds.path}/.fpipe/problems.jsonl)"
+            f"left out at prepare: {ds.record.problems} samples "
+            f"(see {ds.path}/.fpipe/problems.jsonl)"
         )
     return "\n".join(lines)
 

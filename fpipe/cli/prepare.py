@@ -114,9 +114,8 @@ def _prompt(args: argparse.Namespace) -> None:
 
     from fpipe.storage.config import load_dataset_config
     from fpipe.storage.energon import is_energon
-    from fpipe.storage.scan import peek_extensions
     from fpipe.storage.tables import is_table
-    from fpipe.storage.webdataset import list_shards
+    from fpipe.storage.webdataset import list_shards, peek_extensions
 
     root = Path(args.path)
     if is_table(root) or is_energon(root) or args.merge or args.part:

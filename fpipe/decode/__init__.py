@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 _WHERE = {
-    "AV_EXTENSIONS": "fields",
+    "AV_EXTENSIONS": "extensions",
     "decode_av": "fields",
     "decode_int": "fields",
     "decode_json": "fields",
@@ -47,7 +47,7 @@ _WHERE = {
     "decode_pth": "fields",
     "decode_txt": "fields",
     "DEFAULT_MAX_PIXELS": "image",
-    "IMAGE_EXTENSIONS": "image",
+    "IMAGE_EXTENSIONS": "extensions",
     "ImageDecodeOptions": "image",
     "decode_image": "image",
     "decode_image_with": "image",

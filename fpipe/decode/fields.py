@@ -14,6 +14,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from fpipe.decode.extensions import AV_EXTENSIONS
+
 __all__ = [
     "AV_EXTENSIONS",
     "decode_av",
@@ -26,8 +28,6 @@ __all__ = [
     "decode_txt",
 ]
 
-#: Member extensions returned as a lazy :class:`fpipe.decode.av.AVDecoder` handle.
-AV_EXTENSIONS = ("avi", "flac", "m4a", "mkv", "mov", "mp3", "mp4", "ogg", "wav", "webm")
 
 _json_decoder = msgspec.json.Decoder()
 _msgpack_decoder = msgspec.msgpack.Decoder()

@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode.extensions import IMAGE_EXTENSIONS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,10 +47,6 @@ __all__ = [
 #: Default pixel-count limit (width * height) against decompression bombs.
 DEFAULT_MAX_PIXELS = 100_000_000
 
-#: Member extensions decoded as images by the default registry.
-IMAGE_EXTENSIONS = (
-    "bmp", "gif", "jpeg", "jpg", "pbm", "pgm", "png", "pnm", "ppm", "tif", "tiff", "webp",
-)  # fmt: skip
 
 _OUTS = ("pil", "numpy", "torch")
 _RESIZES = ("short_side", "long_side", "exact")

@@ -20,7 +20,8 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode import fields
-from fpipe.decode.image import IMAGE_EXTENSIONS, ImageDecodeOptions, decode_image_with
+from fpipe.decode.extensions import AV_EXTENSIONS, IMAGE_EXTENSIONS, is_gz, strip_gz
+from fpipe.decode.image import ImageDecodeOptions, decode_image_with
 
 __all__ = [
     "Decoder",
@@ -57,7 +58,7 @@ def _builtins() -> dict[str, Decoder]:
     table["pth"] = fields.decode_pth
     for ext in IMAGE_EXTENSIONS:
         table[ext] = decode_image_default
-    for ext in fields.AV_EXTENSIONS:
+    for ext in AV_EXTENSIONS:
         table[ext] = fields.decode_av
     return table
 
@@ -144,9 +145,9 @@ def decode_field(
     """
     norm = _norm(ext)
     try:
-        if norm.endswith(".gz") or norm == "gz":
+        if is_gz(norm) or norm == "gz":
             data = gzip.decompress(data)
-            norm = norm[:-3].rstrip(".")
+            norm = "" if norm == "gz" else strip_gz(norm)
             if not norm:
                 return data
         fn = get_decoder(norm)

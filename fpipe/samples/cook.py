@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode.extensions import is_gz
 from fpipe.decode.image import ImageDecodeOptions
 from fpipe.decode.registry import decode_field
 from fpipe.samples.field_map import FieldMap, compile_field_map
@@ -143,7 +144,7 @@ def _av_member(ext: str, av_metadata: Mapping[str, Any] | None, av_limits: Any) 
     """Whether member ``ext`` gets the video branch: stored metadata or limits apply to it and
     it is audio/video (a built-in AV extension, or named in ``av_metadata`` and without a
     registered decoder). A custom decoder registered for the extension keeps precedence."""
-    if ext.endswith(".gz") or not (av_limits is not None or (av_metadata and ext in av_metadata)):
+    if is_gz(ext) or not (av_limits is not None or (av_metadata and ext in av_metadata)):
         return False
     from fpipe.decode import fields
     from fpipe.decode.registry import get_decoder

@@ -10,20 +10,23 @@ Example::
 """
 
 from fpipe.storage.config import DatasetConfig, FieldSpec, SplitConfig, parse_field_spec
-from fpipe.storage.dataset import Dataset, IndexedDataset, open_dataset
-from fpipe.storage.prepare import PrepareReport, Problem, prepare_dataset
+from fpipe.storage.dataset import Dataset, open_dataset
+from fpipe.storage.prepare import PrepareOptions, PrepareReport, Problem, prepare_dataset
 from fpipe.storage.reader import FileCache
+from fpipe.storage.record import IndexRecord, read_record
 
 __all__ = [
     "Dataset",
     "DatasetConfig",
     "FieldSpec",
     "FileCache",
-    "IndexedDataset",
+    "IndexRecord",
+    "PrepareOptions",
     "PrepareReport",
     "Problem",
     "SplitConfig",
     "open_dataset",
     "parse_field_spec",
     "prepare_dataset",
+    "read_record",
 ]

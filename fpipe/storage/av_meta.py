@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from fpipe.decode.fields import AV_EXTENSIONS
+from fpipe.decode.extensions import ext_kind
 
 __all__ = [
     "AVIndex",
@@ -59,13 +59,11 @@ FLOAT_STATS = (
 )
 #: int64 statistics (-1 where absent): column ``<field>.<stat>``.
 INT_STATS = ("frames", "width", "height", "audio_rate", "audio_channels")
-_AV = frozenset(AV_EXTENSIONS)
 
 
 def is_av_ext(ext: str) -> bool:
     """True for member extensions decoded as audio/video (last part, ``.gz`` ignored)."""
-    base = ext[:-3] if ext.endswith(".gz") else ext
-    return base.rsplit(".", 1)[-1].lower() in _AV
+    return ext_kind(ext) == "av"
 
 
 def is_float_column(name: str) -> bool:

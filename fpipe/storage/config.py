@@ -9,29 +9,39 @@ that :mod:`fpipe.samples` resolves against its own allow-list.
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import yaml
 
 from fpipe.core.errors import ConfigError
+from fpipe.decode.extensions import strip_gz
+from fpipe.storage.webdataset import expand_braces
 
 __all__ = [
+    "ColumnSpec",
     "DatasetConfig",
     "FieldSpec",
     "SplitConfig",
+    "build_split_config",
     "dump_yaml",
     "load_dataset_config",
     "load_split_config",
+    "parse_column",
     "parse_field_spec",
     "parse_split_ratios",
+    "split_config_from_obj",
 ]
 
 #: sample type used when none was given: raw fields, cooked by the user.
 CRUDE = "CrudeSample"
 _FIELD_RE = re.compile(r"^(?P<ext>[^\[\],]+)(?P<path>(?:\[[^\[\]]+\])*)$")
+_LEN_RE = re.compile(r"^len\((.*)\)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
@@ -63,6 +73,11 @@ class FieldSpec(msgspec.Struct, frozen=True):
     ext: str  #: member extension, e.g. ``"jpg"`` or ``"json"``
     path: tuple[str, ...] = ()  #: keys / list indices into the decoded JSON, empty for raw bytes
 
+    @property
+    def base_ext(self) -> str:
+        """The extension without ``.gz``: the key the member is read under."""
+        return strip_gz(self.ext)
+
 
 def parse_field_spec(spec: str) -> tuple[FieldSpec, ...]:
     """Parse ``"jpg,png"`` or ``"json[caption][0]"`` into alternatives (first present wins).
@@ -82,6 +97,25 @@ def parse_field_spec(spec: str) -> tuple[FieldSpec, ...]:
         path = tuple(p for p in m.group("path")[1:-1].split("][") if p) if m.group("path") else ()
         out.append(FieldSpec(m.group("ext"), path))
     return tuple(out)
+
+
+class ColumnSpec(msgspec.Struct, frozen=True):
+    """A user column computed from a member (usually JSON) at prepare time."""
+
+    name: str  #: column name
+    alternatives: tuple[FieldSpec, ...]  #: where the value comes from (first present wins)
+    length: bool = False  #: store ``len(value)`` instead of the value
+
+
+def parse_column(text: str) -> ColumnSpec:
+    """``"aesthetic=json[scores][aes]"`` or ``"caption_len=len(json[caption])"``."""
+    if "=" not in text:
+        raise ConfigError(f"bad column {text!r}: use NAME=json[path] or NAME=len(json[path])")
+    name, spec = (s.strip() for s in text.split("=", 1))
+    m = _LEN_RE.match(spec)
+    return ColumnSpec(
+        check_name(name, "column"), parse_field_spec(m.group(1) if m else spec), bool(m)
+    )
 
 
 def check_name(name: str, what: str) -> str:
@@ -161,16 +195,74 @@ def load_dataset_config(path: str | Path) -> DatasetConfig:
     return dataset_config_from_obj(_load_yaml(path), str(path))
 
 
+def split_config_from_obj(obj: Any, where: str | Path) -> SplitConfig:
+    """Build a :class:`SplitConfig` from a parsed split.yaml / split.json (fpipe or Energon).
+
+    Shard names may be brace patterns, as ``energon prepare`` writes them
+    (``part-{00000..00007}.tar``, ``{a,b}.tar``): they are expanded in order, so split
+    membership and order equal Energon's.
+    """
+    obj = obj or {}
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}: a split file must be a mapping with split_parts")
+    try:
+        raw = msgspec.convert(obj, SplitConfig, strict=False)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"{where}: bad split file: {e}") from None
+    parts = {
+        name: [s for entry in shards for s in expand_braces(entry)]
+        for name, shards in raw.split_parts.items()
+    }
+    exclude = [s for entry in raw.exclude for s in expand_braces(entry)]
+    return SplitConfig(split_parts=parts, exclude=exclude)
+
+
 def load_split_config(path: str | Path) -> SplitConfig | None:
     """Read a ``split.yaml`` (fpipe or Energon form); ``None`` when the file does not exist."""
     path = Path(path)
     if not path.exists():
         return None
-    obj = _load_yaml(path) or {}
-    try:
-        return msgspec.convert(obj, SplitConfig, strict=False)
-    except msgspec.ValidationError as e:
-        raise ConfigError(f"{path}: bad split file: {e}") from None
+    return split_config_from_obj(_load_yaml(path), path)
+
+
+def build_split_config(
+    split: str | Mapping[str, Any] | SplitConfig | None,
+    shards: list[str],
+    exclude: Iterable[str],
+    seed: int | None,
+) -> SplitConfig | None:
+    """The split.yaml ``fpipe prepare`` writes for ``shards``.
+
+    ``split`` is ratios (``"8,1,1"``: train/val/test by shard counts, shards shuffled with
+    ``seed`` first when given), a mapping split name -> shard names or globs (braces
+    expanded), or a :class:`SplitConfig`; ``None`` with excludes puts every shard in train.
+    """
+    exclude = list(exclude)
+    if split is None:
+        if not exclude:
+            return None
+        return SplitConfig(split_parts={"train": list(shards)}, exclude=exclude)
+    if isinstance(split, SplitConfig):
+        return SplitConfig(split_parts=split.split_parts, exclude=list(split.exclude) + exclude)
+    if isinstance(split, Mapping):
+        parts = {}
+        for name, pats in split.items():
+            pats = [pats] if isinstance(pats, str) else list(pats)
+            pats = [q for p in pats for q in expand_braces(p)]
+            parts[str(name)] = [s for s in shards if any(fnmatch.fnmatch(s, p) for p in pats)]
+        return SplitConfig(split_parts=parts, exclude=exclude)
+    ratios = parse_split_ratios(split)
+    order = list(shards)
+    if seed is not None:
+        perm = np.random.Generator(np.random.Philox(seed)).permutation(len(order))
+        order = [order[i] for i in perm]
+    parts, start, acc = {}, 0, 0.0
+    for name, r in ratios.items():
+        acc += r
+        end = len(order) if name == list(ratios)[-1] else round(acc * len(order))
+        parts[name] = sorted(order[start:end])
+        start = end
+    return SplitConfig(split_parts=parts, exclude=exclude)
 
 
 def dump_yaml(path: str | Path, obj: msgspec.Struct | dict) -> None:

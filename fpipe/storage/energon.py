@@ -1,10 +1,12 @@
-"""Megatron-Energon datasets: load an ``energon prepare``-d folder as is, or convert it.
+"""Megatron-Energon datasets: the ``"energon"`` layout, read as ``energon prepare`` wrote it.
 
 What is read (see ``docs/energon_migration.md``):
 
 - ``.nv-meta/dataset.yaml``: ``sample_type`` (``__class__`` name), ``field_map``,
-  ``subflavors``; ``sample_loader`` / ``part_filter`` are recorded, never executed;
-- ``.nv-meta/split.yaml``: ``split_parts`` and ``exclude``;
+  ``subflavors``; ``sample_loader`` / ``part_filter`` are recorded, never executed; a crude
+  dataset (``__class__: CrudeWebdataset``) has no sample type;
+- ``.nv-meta/split.yaml``: ``split_parts`` (shard names, brace ranges such as
+  ``part-{00000..00007}.tar`` expanded) and ``exclude``;
 - ``.nv-meta/.info.yaml`` (or ``.info.json``): ``shard_counts`` (shard name -> samples);
 - ``<shard>.tar.idx`` next to each shard: little-endian uint64 byte offsets of the first tar
   header of every sample, plus one final offset (the end of the last sample).
@@ -28,13 +30,22 @@ from fpipe.storage.config import (
     DatasetConfig,
     SplitConfig,
     dataset_config_from_obj,
-    load_split_config,
+    split_config_from_obj,
 )
-from fpipe.storage.dataset import members_to_dict, resolve_split
-from fpipe.storage.reader import FileCache
+from fpipe.storage.reader import FileCache, members_to_dict
+from fpipe.storage.record import ArrayStore, IndexRecord, ShardEntry
 from fpipe.storage.webdataset import ShardError, iter_samples, shard_stem
 
-__all__ = ["EnergonDataset", "EnergonMeta", "is_energon", "read_energon_meta"]
+__all__ = [
+    "EnergonMeta",
+    "EnergonReader",
+    "energon_arrays",
+    "energon_record",
+    "exclude_to_keys",
+    "is_energon",
+    "read_energon_meta",
+    "read_tar_idx",
+]
 
 META_DIR = ".nv-meta"
 IDX_SUFFIX = ".idx"  # "<shard>.tar" -> "<shard>.tar.idx"
@@ -50,7 +61,7 @@ class EnergonMeta:
 
     def __init__(self, config: DatasetConfig, split: SplitConfig | None, counts: dict[str, int]):
         self.config = config  #: parsed dataset.yaml
-        self.split = split  #: parsed split.yaml, None if absent
+        self.split = split  #: parsed split.yaml (braces expanded), None if absent
         self.shard_counts = counts  #: shard name -> sample count, in file order
 
 
@@ -62,38 +73,42 @@ def _load(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read: {e}") from None
 
 
+def _first(meta: Path, names: tuple[str, ...]) -> Path | None:
+    return next((meta / n for n in names if (meta / n).exists()), None)
+
+
 def read_energon_meta(root: str | Path) -> EnergonMeta:
     """Parse ``.nv-meta`` of an Energon WebDataset folder."""
     meta = Path(root) / META_DIR
     ds_yaml = meta / "dataset.yaml"
     config = (
-        dataset_config_from_obj(_load(ds_yaml), str(ds_yaml))
-        if ds_yaml.exists()
-        else (DatasetConfig())
-    )
-    for name in ("split.yaml", "split.json"):
-        if (meta / name).exists():
-            split = (
-                load_split_config(meta / name)
-                if name.endswith("yaml")
-                else SplitConfig(**_load(meta / name))
-            )
-            break
-    else:
-        split = None
-    for name in (".info.yaml", ".info.json"):
-        if (meta / name).exists():
-            info = _load(meta / name) or {}
-            break
-    else:
+        dataset_config_from_obj(_load(ds_yaml), str(ds_yaml)) if ds_yaml.exists() else None
+    ) or DatasetConfig()
+    split_path = _first(meta, ("split.yaml", "split.json"))
+    split = None if split_path is None else split_config_from_obj(_load(split_path), split_path)
+    info_path = _first(meta, (".info.yaml", ".info.json"))
+    if info_path is None:
         raise ConfigError(
             f"{meta}: no .info.yaml or .info.json (needed for shard counts); "
             f"run `fpipe prepare {root}` to index the shards instead"
         )
+    info = _load(info_path) or {}
     counts = info.get("shard_counts") if isinstance(info, dict) else None
     if not isinstance(counts, dict):
-        raise ConfigError(f"{meta}: .info file has no shard_counts mapping")
+        raise ConfigError(f"{info_path}: no shard_counts mapping")
     return EnergonMeta(config, split, {str(k): int(v) for k, v in counts.items()})
+
+
+def energon_record(meta: EnergonMeta) -> IndexRecord:
+    """The index record of an Energon folder: its shards and counts, a ``bytes`` column."""
+    shards = tuple(ShardEntry(name, n) for name, n in meta.shard_counts.items())
+    return IndexRecord(
+        layout="energon",
+        num_samples=sum(meta.shard_counts.values()),
+        shards=shards,
+        columns={"bytes": "int64"},
+        source="energon",
+    )
 
 
 def read_tar_idx(shard_path: str, count: int) -> np.ndarray:
@@ -111,6 +126,25 @@ def read_tar_idx(shard_path: str, count: int) -> np.ndarray:
     return arr
 
 
+def energon_arrays(root: str, record: IndexRecord):
+    """``make(name)`` for :class:`~fpipe.storage.record.ArrayStore`: ``shard_id.npy`` from the
+    counts, ``columns/bytes.npy`` from every ``.tar.idx``, ``idx/<shard id>`` offsets."""
+
+    def make(name: str) -> np.ndarray:
+        if name == "shard_id.npy":
+            counts = [s.samples for s in record.shards]
+            return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        if name.startswith("idx/"):
+            s = record.shards[int(name[4:])]
+            return read_tar_idx(os.path.join(root, s.name), s.samples)
+        if name == "columns/bytes.npy":
+            parts = [np.diff(make(f"idx/{s}")) for s in range(len(record.shards))]
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        raise KeyError(name)
+
+    return make
+
+
 def parse_sample(buf: bytes) -> tuple[str, list[tuple[str, bytes]]]:
     """(key, [(ext, bytes)]) of the first sample in a byte range of a tar file."""
     f = io.BytesIO(buf)
@@ -119,104 +153,24 @@ def parse_sample(buf: bytes) -> tuple[str, list[tuple[str, bytes]]]:
     raise ShardError("no tar member in the sample's byte range")
 
 
-class EnergonDataset:
-    """An Energon-prepared folder read through its ``.tar.idx`` files, with no fpipe index.
+class EnergonReader:
+    """Raw members and keys of an Energon folder, through its ``.tar.idx`` sample offsets."""
 
-    Columns: ``shard_id`` and ``bytes`` (tar bytes of each sample, from the offsets). Sample
-    indices, keys and splits match Energon's (``exclude`` entries ``"<shard>/<index>"``
-    use Energon's per-shard sample index). Run ``fpipe prepare`` on the folder for image
-    sizes, text lengths and other metadata columns.
-    """
-
-    def __init__(self, path: str | os.PathLike, *, max_open_files: int = 64):
-        self.path = str(path)
-        self._max_open = max_open_files
-        meta = read_energon_meta(self.path)
-        self.config: DatasetConfig = meta.config
-        self._split = meta.split
-        self._shards = list(meta.shard_counts)
-        self._counts = np.asarray(list(meta.shard_counts.values()), dtype=np.int64)
-        self._starts = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
-        self._n = int(self._starts[-1])
-        self._idx: dict[int, np.ndarray] = {}
-        self._cols: dict[str, np.ndarray] = {}
-        self._key_index: dict[str, int] | None = None
-        self._files = FileCache(max_open_files)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "max_open_files": self._max_open}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], max_open_files=state["max_open_files"])
-
-    def __repr__(self) -> str:
-        return f"EnergonDataset({self.path!r}, samples={self._n}, shards={len(self._shards)})"
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def shards(self) -> tuple[str, ...]:
-        """Shard names as in ``.info.yaml``, in shard-id order."""
-        return tuple(self._shards)
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        """``("shard_id", "bytes")``."""
-        return ("shard_id", "bytes")
-
-    def _offsets(self, sid: int) -> np.ndarray:
-        arr = self._idx.get(sid)
-        if arr is None:
-            path = os.path.join(self.path, self._shards[sid])
-            arr = self._idx[sid] = read_tar_idx(path, int(self._counts[sid]))
-        return arr
-
-    def column(self, name: str) -> np.ndarray:
-        """``shard_id`` (int32) or ``bytes`` (int64, reads every ``.tar.idx``)."""
-        if name not in self._cols:
-            if name == "shard_id":
-                ids = np.repeat(np.arange(len(self._shards), dtype=np.int32), self._counts)
-                self._cols[name] = ids
-            elif name == "bytes":
-                parts = [np.diff(self._offsets(s)) for s in range(len(self._shards))]
-                self._cols[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-            else:
-                raise KeyError(
-                    f"{self.path}: no column {name!r}; columns: {self.column_names}"
-                    " (run `fpipe prepare` for metadata columns)"
-                )
-        return self._cols[name]
-
-    @property
-    def split_names(self) -> tuple[str, ...]:
-        """Split names from ``.nv-meta/split.yaml``."""
-        return tuple(self._split.split_parts) if self._split else ()
-
-    def split_indices(self, name: str) -> np.ndarray:
-        """Sample indices of split ``name`` after Energon's excludes."""
-        return resolve_split(
-            self._split,
-            name,
-            self._shards,
-            self._starts,
-            self.column("shard_id"),
-            self.index_of_key,
-            os.path.join(self.path, META_DIR, "split.yaml"),
-        )
-
-    def _locate(self, i: int) -> tuple[int, str, int, int]:
-        i = int(i)
-        if not 0 <= i < self._n:
-            raise IndexError(f"sample index {i} out of range for {self._n} samples")
-        sid = int(np.searchsorted(self._starts, i, side="right") - 1)
-        offs = self._offsets(sid)
-        j = i - int(self._starts[sid])
-        return sid, os.path.join(self.path, self._shards[sid]), int(offs[j]), int(offs[j + 1])
+    def __init__(self, path: str, record: IndexRecord, arrays, files: FileCache):
+        self.path = path
+        self._record = record
+        self._array = arrays
+        self._files = files
+        self._starts = record.shard_starts()
 
     def _sample(self, i: int) -> tuple[str, str, list[tuple[str, bytes]]]:
-        sid, path, lo, hi = self._locate(i)
-        where = f"{shard_stem(self._shards[sid])}/#{i - int(self._starts[sid])}"
+        sid = int(np.searchsorted(self._starts, i, side="right") - 1)
+        j = i - int(self._starts[sid])
+        offs = self._array(f"idx/{sid}")
+        lo, hi = int(offs[j]), int(offs[j + 1])
+        name = self._record.shards[sid].name
+        path = os.path.join(self.path, name)
+        where = f"{shard_stem(name)}/#{j}"
         try:
             buf = self._files.pread(path, lo, hi - lo)
         except OSError as e:
@@ -227,26 +181,20 @@ class EnergonDataset:
             key, parts = parse_sample(buf)
         except ShardError as e:
             raise BadSampleError(path, where, f"bytes {lo}..{hi}: {e.reason}") from None
-        return path, f"{shard_stem(self._shards[sid])}/{key}", parts
+        return path, f"{shard_stem(name)}/{key}", parts
 
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` (reads the sample's tar headers)."""
         return self._sample(i)[1]
-
-    def index_of_key(self, key: str) -> int | None:
-        """Index of the sample with this key (reads every sample's headers on first use)."""
-        if self._key_index is None:
-            self._key_index = {self.key(i): i for i in range(self._n)}
-        return self._key_index.get(key)
 
     def read(self, i: int) -> dict[str, bytes]:
         """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
         path, key, parts = self._sample(i)
         return members_to_dict(path, lambda: key, parts)
 
-    def close(self) -> None:
-        """Close open shard files of this process."""
-        self._files.close()
+    def av_names(self, field: str, i: int) -> tuple[str, ...]:
+        """No stored audio/video metadata without an fpipe index."""
+        return ()
 
 
 def exclude_to_keys(root: str | Path, meta: EnergonMeta) -> list[str]:
@@ -257,16 +205,22 @@ def exclude_to_keys(root: str | Path, meta: EnergonMeta) -> list[str]:
     """
     if meta.split is None:
         return []
+    record = energon_record(meta)
+    reader = None
+    starts = record.shard_starts()
+    names = record.shard_names
     out = []
-    ds = None
     for entry in meta.split.exclude:
         head, _, tail = entry.rpartition("/")
         if head in meta.shard_counts and tail.isdigit():
-            if ds is None:
-                ds = EnergonDataset(root)
-            sid = ds.shards.index(head)
+            if reader is None:
+                arrays = ArrayStore(make=energon_arrays(str(root), record))
+                reader = EnergonReader(str(root), record, arrays, FileCache(4))
             try:
-                out.append(ds.key(int(ds._starts[sid]) + int(tail)))
+                j = int(tail)
+                if j >= meta.shard_counts[head]:
+                    raise IndexError(j)
+                out.append(reader.key(int(starts[names.index(head)]) + j))
             except (BadSampleError, IndexError, ConfigError):
                 out.append(entry)
         else:

@@ -11,10 +11,8 @@ from __future__ import annotations
 import io
 import struct
 
-__all__ = ["HEADER_PREFIX", "IMAGE_EXTS", "image_size", "parse_image_size"]
+__all__ = ["HEADER_PREFIX", "image_size", "parse_image_size"]
 
-#: extensions (last dot part, lower case) whose members get width/height columns.
-IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "gif", "bmp", "webp", "tif", "tiff", "ppm", "pgm"})
 #: bytes read from the start of an image member for the header-only fast path.
 HEADER_PREFIX = 4096
 

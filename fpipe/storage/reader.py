@@ -11,10 +11,16 @@ them in order stays sequential on disk and the kernel's read-ahead applies.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
+import zlib
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 
-__all__ = ["FileCache"]
+from fpipe.core.errors import BadSampleError
+from fpipe.decode.extensions import is_gz, strip_gz
+
+__all__ = ["FileCache", "gunzip_member", "members_to_dict"]
 
 
 class FileCache:
@@ -80,3 +86,30 @@ class FileCache:
     def __del__(self):
         with contextlib.suppress(Exception):  # interpreter shutdown
             self.close()
+
+
+def gunzip_member(path: str, key: str, ext: str, data: bytes) -> bytes:
+    """Decompress a ``.gz`` member; corrupt data is a :class:`BadSampleError` naming it."""
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise BadSampleError(path, key, f"corrupt gzip member {ext!r}: {e}") from None
+
+
+def members_to_dict(
+    path: str, key_fn: Callable[[], str], parts: Iterable[tuple[str, bytes]]
+) -> dict[str, bytes]:
+    """Member bytes by extension; ``.gz`` members decompressed under their base extension.
+
+    ``key_fn()`` gives the sample key for error messages (computed only on error). A plain
+    member wins over a ``.gz`` one with the same base extension.
+    """
+    out: dict[str, bytes] = {}
+    for ext, data in parts:
+        if is_gz(ext):
+            base = strip_gz(ext)
+            if base not in out:
+                out[base] = gunzip_member(path, key_fn(), ext, data)
+        else:
+            out[ext] = data
+    return out

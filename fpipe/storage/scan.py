@@ -25,47 +25,23 @@ import gzip
 import importlib
 import math
 import os
-import re
-import zlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
 from fpipe.storage import av_meta
-from fpipe.storage.config import FieldSpec, check_name, parse_field_spec
-from fpipe.storage.image_header import HEADER_PREFIX, IMAGE_EXTS, image_size, parse_image_size
+from fpipe.storage.config import ColumnSpec, FieldSpec, parse_field_spec
+from fpipe.storage.image_header import HEADER_PREFIX, image_size, parse_image_size
+from fpipe.storage.reader import gunzip_member
 from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
 
-__all__ = ["ColumnSpec", "ScanOptions", "ShardScan", "load_function", "parse_column", "scan_shard"]
+__all__ = ["ScanOptions", "ShardScan", "load_function", "scan_shard"]
 
-#: extensions (last dot part) whose text length is measured.
-TEXT_EXTS = frozenset({"txt", "text", "caption"})
-_LEN_RE = re.compile(r"^len\((.*)\)$")
-_KEYFRAMES = "\0keyframes:"  # row entries holding a field's keyframe times (not columns)
 _json_decode = msgspec.json.decode
-
-
-class ColumnSpec(msgspec.Struct, frozen=True):
-    """A user column computed from a member (usually JSON) at prepare time."""
-
-    name: str  #: column name
-    alternatives: tuple[FieldSpec, ...]  #: where the value comes from (first present wins)
-    length: bool = False  #: store ``len(value)`` instead of the value
-
-
-def parse_column(text: str) -> ColumnSpec:
-    """``"aesthetic=json[scores][aes]"`` or ``"caption_len=len(json[caption])"``."""
-    if "=" not in text:
-        raise ConfigError(f"bad column {text!r}: use NAME=json[path] or NAME=len(json[path])")
-    name, spec = (s.strip() for s in text.split("=", 1))
-    m = _LEN_RE.match(spec)
-    return ColumnSpec(
-        check_name(name, "column"), parse_field_spec(m.group(1) if m else spec), bool(m)
-    )
 
 
 class ScanOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,19 +83,13 @@ class _Bad(Exception):
     pass
 
 
-def _kind(ext: str) -> str:
-    base = ext[:-3] if ext.endswith(".gz") else ext
-    last = base.rsplit(".", 1)[-1].lower()
-    return "image" if last in IMAGE_EXTS else "text" if last in TEXT_EXTS else ""
-
-
 def _unzip(ext: str, data: bytes) -> bytes:
-    if not ext.endswith(".gz"):
+    if not is_gz(ext):
         return data
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as e:
-        raise _Bad(f"corrupt gzip member {ext!r}: {e}") from None
+        return gunzip_member("", "", ext, data)
+    except BadSampleError as e:
+        raise _Bad(e.reason) from None
 
 
 def _access(value: Any, path: tuple[str, ...]) -> Any:
@@ -155,7 +125,7 @@ class _Sample:
     def resolve(self, alternatives: tuple[FieldSpec, ...]) -> tuple[str, Any] | None:
         """(ext, value) of the first alternative present; value is None for raw members."""
         for alt in alternatives:
-            for ext in (alt.ext, alt.ext + ".gz"):
+            for ext in (alt.ext, alt.ext + GZ):
                 if ext in self.exts:
                     if not alt.path:
                         return ext, None
@@ -174,17 +144,21 @@ def _number(v: Any) -> float | int | None:
     return None
 
 
-def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: set[str]) -> dict:
-    """Metadata columns of one sample; raises _Bad with the reason to leave it out."""
+def _row(
+    s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: set[str]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(metadata columns, keyframe times by audio/video field) of one sample; raises _Bad with
+    the reason to leave it out."""
     exts = s.exts
     if len(exts) != len(set(exts)):
         dup = sorted({e for e in exts if exts.count(e) > 1})
         raise _Bad(f"duplicate members with extension(s) {dup}")
     row: dict[str, Any] = {"bytes": sum(sizes)}
+    keyframes: dict[str, np.ndarray] = {}
     if fields is not None:
         items = fields
     else:  # crude: one field per extension, named without a .gz suffix
-        bases = dict.fromkeys(e[:-3] if e.endswith(".gz") else e for e in exts)
+        bases = dict.fromkeys(strip_gz(e) for e in exts)
         items = [(b, (FieldSpec(b),), b) for b in bases]
     for fname, alts, spec in items:
         found = s.resolve(alts)
@@ -192,13 +166,13 @@ def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: s
             raise _Bad(f"missing field {fname!r} ({spec})")
         ext, value = found
         row[f"{fname}.bytes"] = sizes[exts.index(ext)]
-        kind = _kind(ext)
+        kind = ext_kind(ext)
         if value is not None:
             if isinstance(value, str):
                 row[f"{fname}.chars"] = len(value)
         elif kind == "image":
             prefix = s.content.get(ext, b"")
-            size = parse_image_size(prefix) if not ext.endswith(".gz") else None
+            size = parse_image_size(prefix) if not is_gz(ext) else None
             if size is None:
                 try:
                     size = image_size(s.data(ext))
@@ -207,13 +181,12 @@ def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: s
             row[f"{fname}.width"], row[f"{fname}.height"] = int(size[0]), int(size[1])
         elif kind == "text":
             row[f"{fname}.chars"] = len(s.data(ext).decode("utf-8", "replace"))
-        elif opts.probe_av and av_meta.is_av_ext(ext):
+        elif kind == "av" and opts.probe_av:
             try:
-                stats, keys = av_meta.probe_stats(s.data(ext), fname, key=ext)
+                stats, keyframes[fname] = av_meta.probe_stats(s.data(ext), fname, key=ext)
             except BadSampleError as e:
                 raise _Bad(f"member {ext!r}: {e.reason}") from None
             row.update(stats)
-            row[_KEYFRAMES + fname] = keys  # ragged: taken out of the row by scan_shard
     for col in opts.columns:
         found = s.resolve(col.alternatives)
         v = None
@@ -223,7 +196,7 @@ def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: s
             v = len(s.data(found[0]))
         row[col.name] = _number(v)
     if extra is not None:
-        raw = {(e[:-3] if e.endswith(".gz") else e): s.data(e) for e in exts}
+        raw = {strip_gz(e): s.data(e) for e in exts}
         try:
             out = extra(raw)
         except Exception as e:  # noqa: BLE001 - user code: report, leave the sample out
@@ -231,7 +204,7 @@ def _row(s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: s
         for name, v in dict(out).items():
             user.add(str(name))
             row[str(name)] = _number(v)
-    return row
+    return row, keyframes
 
 
 def _read_plan(opts: ScanOptions, fields) -> Callable[[str], int]:
@@ -241,19 +214,19 @@ def _read_plan(opts: ScanOptions, fields) -> Callable[[str], int]:
     field_exts: set[str] = set()
     for _, alts, _ in fields or ():
         for a in alts:
-            (json_exts if a.path else field_exts).update((a.ext, a.ext + ".gz"))
+            (json_exts if a.path else field_exts).update((a.ext, a.ext + GZ))
     for col in opts.columns:
         for a in col.alternatives:
-            json_exts.update((a.ext, a.ext + ".gz"))
+            json_exts.update((a.ext, a.ext + GZ))
 
     def plan(ext: str) -> int:
         if ext in json_exts:
             return -1
         if fields is not None and ext not in field_exts:
             return 0
-        kind = _kind(ext)
+        kind = ext_kind(ext)
         if kind == "image":
-            return -1 if ext.endswith(".gz") else HEADER_PREFIX
+            return -1 if is_gz(ext) else HEADER_PREFIX
         return -1 if kind == "text" else 0
 
     return plan
@@ -330,18 +303,12 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
             ):
                 s = _Sample(exts, content, full_reader(offs, sizes, exts, content))
                 try:
-                    row = _row(s, sizes, opts, fields, extra, user)
+                    row, kf = _row(s, sizes, opts, fields, extra, user)
                 except (_Bad, OSError, EOFError) as e:
                     problems.append((name, f"{stem}/{key}", str(e)))
                     continue
                 keys.append(key)
-                keyframes.add(
-                    {
-                        k[len(_KEYFRAMES) :]: row.pop(k)
-                        for k in list(row)
-                        if k.startswith(_KEYFRAMES)
-                    }
-                )
+                keyframes.add(kf)
                 rows.append(row)
                 placed.append((exts, offs, sizes))
         except ShardError as e:
@@ -364,20 +331,3 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
         shard_error=shard_error,
         keyframes=keyframes.build(),
     )
-
-
-def peek_extensions(root: str | Path, name: str, max_samples: int = 50) -> list[str]:
-    """Extensions seen in the first samples of a shard (for interactive prompts)."""
-    path = os.path.join(root, name)
-    seen: dict[str, None] = {}
-    opener = gzip.open if is_gzip_shard(name) else open
-    try:
-        with opener(path, "rb") as f:
-            size = None if is_gzip_shard(name) else os.fstat(f.fileno()).st_size
-            for i, (_, exts, _, _, _) in enumerate(iter_samples(f, size, lambda e: 0)):
-                seen.update(dict.fromkeys(exts))
-                if i + 1 >= max_samples:
-                    break
-    except (ShardError, OSError):
-        pass
-    return list(seen)

@@ -30,6 +30,7 @@ __all__ = [
     "is_gzip_shard",
     "iter_samples",
     "list_shards",
+    "peek_extensions",
     "shard_stem",
     "split_name",
 ]
@@ -255,3 +256,20 @@ def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> I
             content[ext] = data
     if key is not None:
         yield key, exts, offs, sizes, content
+
+
+def peek_extensions(root: str | Path, name: str, max_samples: int = 50) -> list[str]:
+    """Extensions seen in the first samples of a shard (for interactive prompts)."""
+    path = os.path.join(root, name)
+    seen: dict[str, None] = {}
+    opener = gzip.open if is_gzip_shard(name) else open
+    try:
+        with opener(path, "rb") as f:
+            size = None if is_gzip_shard(name) else os.fstat(f.fileno()).st_size
+            for i, (_, exts, _, _, _) in enumerate(iter_samples(f, size, lambda e: 0)):
+                seen.update(dict.fromkeys(exts))
+                if i + 1 >= max_samples:
+                    break
+    except (ShardError, OSError):
+        pass
+    return list(seen)

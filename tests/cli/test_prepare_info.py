@@ -71,7 +71,7 @@ def test_energon_info_and_table(tmp_path, capsys):
     make_energon_dataset(tmp_path / "e", shards=2, per_shard=2)
     assert main(["info", str(tmp_path / "e")]) == 0
     out = capsys.readouterr().out
-    assert "EnergonDataset" in out and "samples: 4" in out and "train=4" in out
+    assert "Energon .tar.idx" in out and "samples: 4" in out and "train=4" in out
     (tmp_path / "t.csv").write_text("path,text\nmissing.mp4,hi\n")
     assert main(["prepare", str(tmp_path / "t.csv"), "--no-progress"]) == 0
     assert "missing.mp4" in capsys.readouterr().err

@@ -33,11 +33,11 @@ def test_pickle_carries_no_descriptors(tmp_path):
     prepare_dataset(tmp_path)
     ds = open_dataset(tmp_path)
     first = ds.read(0)
-    assert len(ds._files) == 1 and ds._arrays
+    assert len(ds._files) == 1 and len(ds._array)
     blob = pickle.dumps(ds)
     assert len(blob) < 500  # path only, no mapped arrays
     ds2 = pickle.loads(blob)
-    assert len(ds2._files) == 0 and not ds2._arrays
+    assert len(ds2._files) == 0 and not len(ds2._array)
     assert ds2.read(0) == first
 
 

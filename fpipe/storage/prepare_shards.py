@@ -1,0 +1,153 @@
+"""Shard work of ``fpipe prepare``: scan shards into an index, write a part, merge parts.
+
+For a cluster, ``--part i/n`` indexes the i-th of n contiguous slices of the sorted shard list
+into ``DIR/.fpipe-parts/part-i-of-n/`` (:func:`write_part`); ``--merge`` combines all n parts
+(:func:`merge_parts`) and the caller writes the final index.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage import av_meta
+from fpipe.storage.config import parse_field_spec
+from fpipe.storage.progress import Progress
+from fpipe.storage.scan import ScanOptions, ShardScan, scan_shard
+from fpipe.storage.tar_index import (
+    IndexData,
+    concat_index,
+    encode_keys,
+    read_index_data,
+    read_info,
+    write_index,
+)
+
+__all__ = ["PARTS_DIR", "Keyframes", "av_info", "merge_parts", "scan_shards", "write_part"]
+
+PARTS_DIR = ".fpipe-parts"
+#: audio/video keyframes of an index: field -> (times concatenated, offsets (n+1,))
+Keyframes = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _to_index(scan: ShardScan, shard_bytes: int) -> IndexData:
+    keys, offsets = encode_keys(scan.keys)
+    n = len(scan.keys)
+    return IndexData(
+        shards=[{"name": scan.name, "samples": n, "bytes": shard_bytes}],
+        shard_id=np.zeros(n, np.int32),
+        keys=keys,
+        key_offsets=offsets,
+        members=scan.members,
+        columns=scan.columns,
+        problems=list(scan.problems),
+        shard_errors=int(scan.shard_error is not None),
+    )
+
+
+def _size(root: str, name: str) -> int:
+    try:
+        return os.path.getsize(os.path.join(root, name))
+    except OSError:
+        return -1
+
+
+def scan_shards(
+    root: str, shards: list[str], opts: ScanOptions, workers: int, progress: bool
+) -> tuple[IndexData, Keyframes]:
+    """Index ``shards`` (in ``workers`` spawn-started processes when > 1), in order."""
+    bar = Progress(len(shards), "prepare", enabled=progress)
+    datas: list[IndexData] = []
+    keyframes: list[tuple[int, Any]] = []
+    if workers <= 1 or len(shards) <= 1:
+        scans = (scan_shard(root, name, opts) for name in shards)
+        ex = None
+    else:
+        ex = ProcessPoolExecutor(min(workers, len(shards)), mp_context=get_context("spawn"))
+        scans = ex.map(scan_shard, repeat(root), shards, repeat(opts))
+    try:
+        for name, scan in zip(shards, scans):
+            datas.append(_to_index(scan, _size(root, name)))
+            keyframes.append((len(scan.keys), scan.keyframes))
+            bar.update(1, len(scan.keys))
+    finally:
+        if ex is not None:
+            ex.shutdown()
+    bar.close()
+    return concat_index(datas), av_meta.concat_keyframes(keyframes)
+
+
+def av_info(kf: Keyframes, fmap: dict[str, str]) -> dict[str, Any]:
+    """``{"av": {"fields": {field: [member extensions]}}}`` for info.yaml ({} without AV)."""
+    if not kf:
+        return {}
+    fields = {}
+    for f in kf:
+        exts = [f]  # crude datasets: the field is the member extension
+        if f in fmap:
+            exts = [
+                a.base_ext
+                for a in parse_field_spec(fmap[f])
+                if not a.path and av_meta.is_av_ext(a.ext)
+            ]
+        fields[f] = exts
+    return {"av": {"fields": fields}}
+
+
+def write_index_with_av(out: Path, data: IndexData, kf: Keyframes, info: dict[str, Any]) -> None:
+    """Write an index folder plus its audio/video keyframe arrays."""
+    write_index(out, data, {**info, **av_info(kf, info.get("field_map") or {})})
+    av_meta.write_keyframes(out, kf)
+
+
+def write_part(
+    root: Path, part: tuple[int, int], data: IndexData, kf: Keyframes, info: dict[str, Any]
+) -> Path:
+    """Write part ``(i, n)`` to ``root/.fpipe-parts/part-i-of-n``; returns that folder."""
+    out = root / PARTS_DIR / f"part-{part[0]}-of-{part[1]}"
+    out.parent.mkdir(exist_ok=True)
+    write_index_with_av(out, data, kf, {**info, "part": list(part), "aliases": {}})
+    return out
+
+
+def part_slice(shards: list[str], part: tuple[int, int]) -> list[str]:
+    """The i-th of n contiguous slices of ``shards``."""
+    i, n = part
+    return shards[i * len(shards) // n : (i + 1) * len(shards) // n]
+
+
+def merge_parts(root: Path) -> tuple[IndexData, Keyframes]:
+    """Combine the parts of one ``--part i/n`` run, in part order."""
+    parts_dir = root / PARTS_DIR
+    found: dict[int, dict[int, Path]] = {}
+    for d in parts_dir.glob("part-*-of-*") if parts_dir.is_dir() else ():
+        try:
+            _, i, _, n = d.name.split("-")
+            found.setdefault(int(n), {})[int(i)] = d
+        except ValueError:
+            continue
+    if len(found) != 1:
+        raise ConfigError(
+            f"{parts_dir}: expected parts of one run (part-i-of-n), found "
+            f"{sorted(found) or 'none'}; run `fpipe prepare DIR --part i/n` for every i first"
+        )
+    ((n, parts),) = found.items()
+    missing = [i for i in range(n) if i not in parts]
+    if missing:
+        raise ConfigError(f"{parts_dir}: parts {missing} of {n} are missing")
+    datas = [read_index_data(parts[i]) for i in range(n)]
+    keyframes = []
+    for i, d in enumerate(datas):
+        fields = (read_info(parts[i]).get("av") or {}).get("fields")
+        keyframes.append((len(d.shard_id), av_meta.read_keyframes(parts[i], fields)))
+    data = concat_index(datas)
+    if not data.shards:
+        raise ConfigError(f"{root}: the parts hold no shards")
+    return data, av_meta.concat_keyframes(keyframes)

@@ -1,0 +1,120 @@
+"""Reader of the ``"tar"`` layout: member byte offsets from fpipe's own index.
+
+``fpipe prepare`` stores, for every member extension, the byte offset and size of the member
+in its shard (``members/<ext>.offset.npy`` / ``.size.npy``, -1 where absent) and the sample
+keys (``keys.npy``). A sample is then one positional read (or one per member when they are far
+apart). Gzip-compressed shards are decompressed once into ``.fpipe/decompressed/``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+from fpipe.core.errors import BadSampleError
+from fpipe.decode.extensions import GZ
+from fpipe.storage.reader import FileCache, members_to_dict
+from fpipe.storage.record import ArrayStore, IndexRecord
+from fpipe.storage.webdataset import is_gzip_shard, shard_stem
+
+__all__ = ["TarReader"]
+
+#: extra bytes allowed between members before a sample is read with one pread per member.
+_GAP = 64 * 1024
+
+
+class TarReader:
+    """Raw members and keys of a prepared tar dataset (see the module docstring)."""
+
+    def __init__(
+        self, path: str, index_dir: Path, record: IndexRecord, arrays: ArrayStore, files: FileCache
+    ):
+        self.path = path
+        self._dir = index_dir
+        self._record = record
+        self._array = arrays
+        self._files = files
+        self._stems = [shard_stem(s.name) for s in record.shards]
+
+    def key(self, i: int) -> str:
+        """``"<shard stem>/<member key>"`` of sample ``i`` (WebDataset's ``__key__``)."""
+        off = self._array("keys.offsets.npy")
+        raw = self._array("keys.npy")[off[i] : off[i + 1]].tobytes()
+        sid = int(self._array("shard_id.npy")[i])
+        return f"{self._stems[sid]}/{raw.decode('utf-8', 'surrogateescape')}"
+
+    def has_member(self, ext: str, i: int) -> bool:
+        """Whether sample ``i`` has a member with extension ``ext``."""
+        return ext in self._record.members and self._array(f"members/{ext}.offset.npy")[i] >= 0
+
+    def shard_path(self, shard_id: int) -> str:
+        """File to read shard ``shard_id`` from (a decompressed copy for gzip shards)."""
+        name = self._record.shards[shard_id].name
+        path = os.path.join(self.path, name)
+        if not is_gzip_shard(name):
+            return path
+        return _decompressed_copy(path, self._dir / "decompressed" / (shard_stem(name) + ".tar"))
+
+    def read(self, i: int) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
+        sid = int(self._array("shard_id.npy")[i])
+        placed = []
+        for ext in self._record.members:
+            off = int(self._array(f"members/{ext}.offset.npy")[i])
+            if off >= 0:
+                placed.append((ext, off, int(self._array(f"members/{ext}.size.npy")[i])))
+        try:
+            path = self.shard_path(sid)
+        except OSError as e:
+            name = self._record.shards[sid].name
+            raise BadSampleError(name, self.key(i), f"cannot open: {e}") from None
+        if not placed:
+            return {}
+        try:
+            parts = self._pread(path, i, placed)
+        except OSError as e:
+            raise BadSampleError(path, self.key(i), f"read failed: {e}") from None
+        return members_to_dict(path, lambda: self.key(i), parts)
+
+    def _pread(self, path: str, i: int, placed: list[tuple[str, int, int]]):
+        lo = min(p[1] for p in placed)
+        hi = max(p[1] + p[2] for p in placed)
+        if hi - lo <= sum(p[2] for p in placed) + _GAP:  # one read for the whole sample
+            buf = self._files.pread(path, lo, hi - lo)
+            if len(buf) < hi - lo:
+                raise BadSampleError(
+                    path,
+                    self.key(i),
+                    f"shard truncated: wanted bytes {lo}..{hi}, file ends at {lo + len(buf)}",
+                )
+            mv = memoryview(buf)
+            return [(ext, bytes(mv[o - lo : o - lo + s])) for ext, o, s in placed]
+        parts = []
+        for ext, o, s in placed:
+            data = self._files.pread(path, o, s)
+            if len(data) < s:
+                raise BadSampleError(path, self.key(i), f"member {ext!r} truncated")
+            parts.append((ext, data))
+        return parts
+
+    def av_names(self, field: str, i: int) -> tuple[str, ...]:
+        """Extension :meth:`read` gives field ``field``'s media under: the first of the
+        field's alternatives present in sample ``i`` (plain or ``.gz``)."""
+        for e in self._record.av_fields.get(field, ()):
+            if self.has_member(e, i) or self.has_member(e + GZ, i):
+                return (e,)
+        return ()
+
+
+def _decompressed_copy(src: str, dst: Path) -> str:
+    """Decompress a gzip shard once to ``dst`` (atomic rename; safe across processes)."""
+    if dst.exists():
+        return str(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
+    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    os.replace(tmp, dst)
+    return str(dst)
