@@ -82,3 +82,21 @@ def test_bytes_column_matches_idx(tmp_path):
     make_energon_dataset(tmp_path, shards=1, per_shard=3)
     offs = np.fromfile(tmp_path / "shards" / "part_000.tar.idx", dtype="<u8")
     assert list(open_dataset(tmp_path).column("bytes")) == list(np.diff(offs))
+
+
+def test_split_brace_ranges_load_and_convert(tmp_path):
+    # energon prepare writes consecutive shards of a split as one brace range
+    make_energon_dataset(
+        tmp_path,
+        shards=4,
+        per_shard=2,
+        split={"train": ["shards/part_{000..002}.tar"], "val": ["shards/part_003.tar"]},
+    )
+    ds = open_dataset(tmp_path)
+    assert list(ds.split_indices("train")) == list(range(6))
+    assert list(ds.split_indices("val")) == [6, 7]
+    rep = prepare_dataset(tmp_path)
+    assert rep.splits == {"train": 3, "val": 1}
+    split = yaml.safe_load((tmp_path / ".fpipe" / "split.yaml").read_text())
+    assert split["split_parts"]["train"] == [f"shards/part_{i:03d}.tar" for i in range(3)]
+    assert list(open_dataset(tmp_path).split_indices("train")) == list(range(6))
