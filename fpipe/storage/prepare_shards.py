@@ -30,7 +30,16 @@ from fpipe.storage.tar_index import (
     write_index,
 )
 
-__all__ = ["PARTS_DIR", "Keyframes", "av_info", "merge_parts", "scan_shards", "write_part"]
+__all__ = [
+    "Keyframes",
+    "PARTS_DIR",
+    "av_info",
+    "merge_parts",
+    "part_slice",
+    "scan_shards",
+    "write_index_with_av",
+    "write_part",
+]
 
 PARTS_DIR = ".fpipe-parts"
 #: audio/video keyframes of an index: field -> (times concatenated, offsets (n+1,))

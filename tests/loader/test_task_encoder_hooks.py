@@ -16,8 +16,9 @@ class PairPacker(DefaultTaskEncoder):
         return [samples[i : i + 2] for i in range(0, len(samples), 2)]
 
     def pack_selected_samples(self, samples):
-        return TextSample(text=" | ".join(s.text for s in samples),
-                          __key__="+".join(s.__key__ for s in samples))
+        return TextSample(
+            text=" | ".join(s.text for s in samples), __key__="+".join(s.__key__ for s in samples)
+        )
 
     def postencode_sample(self, sample, rng):
         return sample.replace(text=f"{sample.text} #{int(rng.integers(1000))}")
@@ -27,9 +28,14 @@ class PairPacker(DefaultTaskEncoder):
 
 
 def _batches(path, n, num_workers=0):
-    ds = fpipe.get_train_dataset(path, batch_size=2, seed=5, task_encoder=PairPacker(),
-                                 packing_buffer_size=4,
-                                 image_decode=ImageDecodeOptions(target_size=8))
+    ds = fpipe.get_train_dataset(
+        path,
+        batch_size=2,
+        seed=5,
+        task_encoder=PairPacker(),
+        packing_buffer_size=4,
+        image_decode=ImageDecodeOptions(target_size=8),
+    )
     it = iter(fpipe.get_loader(ds, num_workers=num_workers))
     return [next(it) for _ in range(n)]
 
