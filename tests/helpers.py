@@ -49,15 +49,15 @@ def fast_forward(p: Pipeline, steps: int):
     from fpipe.plan import BatchState
 
     state = p.init()
-    batch_lift = state
-    dist_lift = batch_lift.up
-    inner = dist_lift.up
-    gbs = p.source.parts[-2][1].global_batch_size
+    inner = state.up.up  # the stream under distribute (filter's lifted state)
+    gbs = dict(p.parts)["distribute"].global_batch_size
+    inner_next = p.source.inputs[0].inputs[0].next
     need = steps * gbs
-    inner_next = p.source.upstream.upstream.next  # the stream under distribute
     while need:
         inner, chunk = inner_next(inner, min(need, 1 << 20))
         assert len(chunk), "stream ended"
         need -= len(chunk)
-    bs = batch_lift.st
-    return Lifted(Lifted(inner, dist_lift.st, 0), BatchState(bs.key, steps, bs.dropped), 0)
+    bs = p.get(state, "batch")
+    return Lifted(
+        Lifted(inner, p.get(state, "distribute"), 0), BatchState(bs.key, steps, bs.dropped), 0
+    )

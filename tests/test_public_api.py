@@ -100,6 +100,17 @@ def test_core_and_plan_import_no_heavy_dependencies(module):
     assert not heavy, f"import {module} pulled in {heavy}; keep core and plan free of them"
 
 
+def test_core_imports_nothing_from_other_fpipe_packages():
+    code = "import fpipe.core, fpipe.core.testing\nimport sys\nprint('\\n'.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    others = sorted(
+        m
+        for m in out.stdout.split()
+        if m.startswith("fpipe.") and m.split(".")[1] not in ("core", "_version")
+    )
+    assert not others, f"fpipe.core imported {others}; core must not depend on other packages"
+
+
 def test_import_fpipe_stays_light():
     loaded = _fresh_modules("import fpipe\nfpipe.__version__")
     assert "torch" not in loaded, "import fpipe pulled in torch; keep torch-facing names lazy"

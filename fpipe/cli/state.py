@@ -128,14 +128,33 @@ def _named(value: Any) -> Any:
 
 
 def decode_with_config(data: bytes, kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Check ``data`` against the pipeline of a plan config and decode its state."""
+    """Check ``data`` against the pipeline of a plan config and decode its state.
+
+    ``steps`` lists every step in data-flow order (paths ``mix/0/...`` inside a multi-input
+    step) with its whole config and its own state (None for random-access views).
+    """
     from fpipe.cli.plan import build_dataset
+    from fpipe.core.fingerprint import canonical
     from fpipe.loader.state import decode_loader_state
 
     pd = build_dataset(cfg, 0)
     plan = pd.plan
     state = decode_loader_state(plan, data) if kind == "loader" else plan.restore(data)
-    return {"config": plan.describe(), "state": _named(state)}
+    plan_state = state.plan if kind == "loader" else state
+    steps = []
+    for path, config in plan.parts[1:]:
+        try:
+            own = _named(plan.get(plan_state, path))
+        except KeyError:  # a view: its position is the state of the step that reads it
+            own = None
+        fields = {f: canonical(getattr(config, f)) for f in config.__struct_fields__}
+        steps.append({"name": path, "type": type(config).__name__, "config": fields, "state": own})
+    return {
+        "config": plan.describe(),
+        "steps": steps,
+        "stats": plan.stats(plan_state),
+        "state": _named(state),
+    }
 
 
 def _default(v: Any) -> Any:
@@ -153,8 +172,16 @@ def _text(info: dict[str, Any]) -> str:
     for p in info["parts"]:
         lines.append(f"  {p['name']:<20} {p['type']:<24} fields {p['field_hashes']}")
     if "state" in info:
-        lines.append("config:")
-        lines += [f"  {json.dumps(c, default=_default)}" for c in info["config"]]
+        lines.append(f"seed {info['config'][0]['seed']}")
+        lines.append("steps (config, then state):")
+        for step in info["steps"]:
+            lines.append(
+                f"  {step['name']} ({step['type']}): {json.dumps(step['config'], default=_default)}"
+            )
+            if step["state"] is not None:
+                lines.append(f"    state: {json.dumps(step['state'], default=_default)}")
+        if "stats" in info:
+            lines.append(f"stats by step: {json.dumps(info['stats'])}")
         lines.append("state:")
         lines.append(json.dumps(info["state"], indent=2, default=_default))
     else:

@@ -1,4 +1,5 @@
-"""The functional kernel: state records, the counter-based RNG, the stage protocol, composition,
+"""The functional kernel: state records, the counter-based RNG, the step model (fpipe.core.stage),
+composition,
 snapshot encoding, fingerprints and the contract-test helpers.
 
 Belongs here: pure code over numpy and msgspec. Must not: import torch, PIL or av, touch the
@@ -6,7 +7,7 @@ filesystem, read the clock or a global RNG, or keep module-level mutable state.
 """
 
 from fpipe.core import rng
-from fpipe.core.compose import Lifted, chain, stage_key
+from fpipe.core.compose import Lifted, chain
 from fpipe.core.errors import (
     BadSampleError,
     ConfigError,
@@ -15,9 +16,10 @@ from fpipe.core.errors import (
     SnapshotError,
     SnapshotMismatchError,
 )
+from fpipe.core.graph import input_root, step_key
 from fpipe.core.pipeline import Pipeline, PipelineConfig
 from fpipe.core.records import Config, Recipe, Refs, State, Unit
-from fpipe.core.stage import Source, Stage, stateless
+from fpipe.core.stage import Source, Stage, View, stateless
 
 __all__ = [
     "BadSampleError",
@@ -36,8 +38,10 @@ __all__ = [
     "Stage",
     "State",
     "Unit",
+    "View",
     "chain",
+    "input_root",
     "rng",
-    "stage_key",
     "stateless",
+    "step_key",
 ]

@@ -1,8 +1,10 @@
-"""Composition: ``chain`` threads stages; over a source it yields a pull source (blocks rule).
+"""Composition: ``chain`` splices steps into one flat plan; over a source it yields a source.
 
 ``chain(a, b, c)`` of streaming stages is one streaming stage whose state is the tuple of the
-parts' states (like optax's ``chain``). ``chain(source, a, b)`` is a :class:`Source`: every stage
-is *lifted* over what precedes it, and the lifted state is a :class:`Lifted` record
+parts' states (like optax's ``chain``); it remembers its members, so putting it in another chain
+splices them in: ``chain(src, chain(a, b), c)`` *is* ``chain(src, a, b, c)`` (same steps, keys,
+state and fingerprint). ``chain(source, a, b)`` is a :class:`Source`: every stage is *lifted*
+over what precedes it, and the lifted state is a :class:`Lifted` record
 
     Lifted(up=<upstream state>, st=<stage state>, cur=<outputs of the block already taken>)
 
@@ -12,9 +14,9 @@ the output is recomputed from them when needed (and memoized, which is invisible
 because everything is a pure function of the state). When a block is used up, the state moves
 to the next block's start, so equal positions always have equal states.
 
-Stage keys are ``fold_in(root, name_id(stage.name))``: a stage's randomness depends on its name,
-not on how the chain was parenthesized, so ``chain(chain(s, a), b) == chain(s, a, b)``. Names in
-one pipeline must therefore be unique (checked when the pipeline is built).
+Stage keys are ``step_key(root, stage.name)`` (see :mod:`fpipe.core.graph`): a stage's
+randomness depends on its name, not on how the chain was parenthesized. Names in one plan must
+therefore be unique (checked when the chain is built).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from collections import OrderedDict
 from typing import Any, Generic, TypeVar
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.graph import step_key, step_parts
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, name_id
 from fpipe.core.stage import Source, Stage
 
-__all__ = ["ChainConfig", "Lifted", "chain", "concat_chunks", "stage_key"]
+__all__ = ["ChainConfig", "Lifted", "chain", "concat_chunks", "lift"]
 
 U = TypeVar("U")
 S = TypeVar("S")
@@ -42,14 +44,10 @@ class Lifted(State, Generic[U, S], frozen=True, array_like=True):
 
 
 class ChainConfig(Config, frozen=True):
-    """Config of a chain of streaming stages: the names of its parts, in order."""
+    """Config of a chain of streaming stages: each member's name and *whole* config, in order
+    (a chain is spliced into any pipeline it is put in, where each member is its own step)."""
 
-    parts: tuple[str, ...]
-
-
-def stage_key(root: int, name: str) -> int:
-    """The key a stage named ``name`` gets from the pipeline's root key."""
-    return fold_in(root, name_id(name))
+    steps: tuple[tuple[str, Config], ...]
 
 
 def concat_chunks(chunks: list) -> Any:
@@ -63,21 +61,8 @@ def concat_chunks(chunks: list) -> Any:
     return tuple(x for c in chunks for x in c)
 
 
-def _check_unique(names: list[str]) -> None:
-    seen = set()
-    for n in names:
-        if n in seen:
-            raise ConfigError(
-                f"two stages are named {n!r} in one pipeline; stage keys and state addresses come "
-                f"from names, so give one of them another name (name=...)"
-            )
-        seen.add(n)
-
-
-def _parts_of(x: Source | Stage) -> tuple:
-    if isinstance(x, Source):
-        return x.parts or ((x.name, x.config),)
-    return ((x.name, x.config),)
+def _members(stage: Stage) -> tuple[Stage, ...]:
+    return stage.members or (stage,)
 
 
 def chain(*parts: Source | Stage) -> Source | Stage:
@@ -101,7 +86,8 @@ def chain(*parts: Source | Stage) -> Source | Stage:
                     f"chain part {i} is a {type(stage).__name__}; only the first part may be a "
                     "Source"
                 )
-            src = lift(src, stage)
+            for member in _members(stage):
+                src = lift(src, member)
         return src
     for i, stage in enumerate(parts):
         if not isinstance(stage, Stage):
@@ -111,13 +97,24 @@ def chain(*parts: Source | Stage) -> Source | Stage:
                 f"stage {stage.name!r} works on blocks of {stage.block_size}; compose it over a "
                 "source with chain(source, ...) so its blocks can be re-read on restore"
             )
-    _check_unique([p[0] for s in parts for p in _parts_of(s)])
-    return _chain_stages(parts)
+    members = tuple(m for s in parts for m in _members(s))
+    _unique_names(members)
+    return _chain_stages(members)
+
+
+def _unique_names(stages: tuple[Stage, ...]) -> None:
+    names = [s.name for s in stages]
+    for n in names:
+        if names.count(n) > 1:
+            raise ConfigError(
+                f"two stages are named {n!r} in one pipeline; step keys and state addresses come "
+                f"from names, so give one of them another name (name=...)"
+            )
 
 
 def _chain_stages(stages: tuple[Stage, ...]) -> Stage:
     def init(key):
-        return tuple(s.init(stage_key(key, s.name)) for s in stages)
+        return tuple(s.init(step_key(key, s.name)) for s in stages)
 
     def step(states, chunk):
         new = []
@@ -140,23 +137,22 @@ def _chain_stages(stages: tuple[Stage, ...]) -> Stage:
 
     return Stage(
         name="+".join(s.name for s in stages),
-        config=ChainConfig(parts=tuple(s.name for s in stages)),
+        config=ChainConfig(steps=tuple((s.name, s.config) for s in stages)),
         init=init,
         step=step,
         flush=flush,
         state_type=tuple[tuple(s.state_type for s in stages)],
+        members=stages,
     )
 
 
 def lift(upstream: Source, stage: Stage) -> Source:
     """Run ``stage`` over ``upstream``: the result is a pull source (see module docstring)."""
-    parts = _parts_of(upstream) + _parts_of(stage)
-    _check_unique([p[0] for p in parts])
     state_type = Lifted[upstream.state_type, stage.state_type]
     up_next = upstream.next
 
     def init(key):
-        return Lifted(upstream.init(key), stage.init(stage_key(key, stage.name)), 0)
+        return Lifted(upstream.init(key), stage.init(step_key(key, stage.name)), 0)
 
     if stage.block_size is None:
 
@@ -218,12 +214,19 @@ def lift(upstream: Source, stage: Stage) -> Source:
 
         next_fn = next_block
 
-    return Source(
+    lifted = Source(
         name=stage.name,
         config=stage.config,
         init=init,
         next=next_fn,
         state_type=state_type,
-        parts=parts,
-        upstream=upstream,
+        inputs=(upstream,),
+        split=_split_lifted,
+        stats=stage.stats,
     )
+    step_parts(lifted)  # refuses two steps with one name, when the chain is built
+    return lifted
+
+
+def _split_lifted(state: Lifted) -> tuple[Any, tuple]:
+    return state.st, (state.up,)

@@ -16,22 +16,22 @@ import msgspec
 
 from fpipe.core.records import Config
 
-__all__ = ["config_fields", "describe", "diff_parts", "fingerprint", "part_digest"]
+__all__ = ["canonical", "config_fields", "diff_parts", "fingerprint", "part_digest"]
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 
 
-def _canonical(value: Any) -> Any:
+def canonical(value: Any) -> Any:
     """Plain data for hashing and printing; callables are named by module and qualname."""
     if isinstance(value, msgspec.Struct):
         return [
             type(value).__name__,
-            {f: _canonical(getattr(value, f)) for f in value.__struct_fields__},
+            {f: canonical(getattr(value, f)) for f in value.__struct_fields__},
         ]
     if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
+        return {str(k): canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        return [canonical(v) for v in value]
     if callable(value):
         return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
     return value
@@ -40,7 +40,7 @@ def _canonical(value: Any) -> Any:
 def config_fields(config: Config) -> list[tuple[str, Any]]:
     """The fingerprinted fields of a config, in declaration order, as canonical plain data."""
     skip = type(config).compatible
-    return [(f, _canonical(getattr(config, f))) for f in config.__struct_fields__ if f not in skip]
+    return [(f, canonical(getattr(config, f))) for f in config.__struct_fields__ if f not in skip]
 
 
 def _h16(value: Any) -> bytes:
@@ -65,40 +65,36 @@ def fingerprint(parts: Sequence[tuple[str, Config]]) -> bytes:
     return hashlib.blake2b(_encoder.encode(canon), digest_size=16).digest()
 
 
-def describe(parts: Sequence[tuple[str, Config]]) -> list[dict]:
-    """A printable description: one ``{"name", "type", field: value...}`` dict per part."""
-    return [
-        {
-            "name": n,
-            "type": type(c).__name__,
-            **{f: _canonical(getattr(c, f)) for f in c.__struct_fields__},
-        }
-        for n, c in parts
-    ]
-
-
 def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
-    """Readable differences between saved part digests and the current pipeline's parts."""
+    """Readable differences between saved part digests and the current pipeline's parts.
+
+    Parts are matched by step path (name), so a step added or removed elsewhere does not hide
+    a changed field: each differing field is reported as ``step 'NAME': field 'FIELD' ...``.
+    """
     out = []
-    cur = [(n, c, part_digest(n, c)) for n, c in current]
-    if len(saved) != len(cur):
+    saved_names = [str(s[0]) for s in saved]
+    cur_names = [n for n, _ in current]
+    if saved_names != cur_names:
         out.append(
-            f"the snapshot's pipeline has {len(saved)} parts "
-            f"({', '.join(str(p[0]) for p in saved)}), this one has {len(cur)} "
-            f"({', '.join(n for n, _, _ in cur)})"
+            f"the snapshot's pipeline has {len(saved)} parts ({', '.join(saved_names)}), "
+            f"this one has {len(cur_names)} ({', '.join(cur_names)})"
         )
-    for i, (s, (name, config, d)) in enumerate(zip(saved, cur)):
-        if s[0] != d[0] or s[1] != d[1]:
-            out.append(f"part {i}: snapshot has {s[0]!r} ({s[1]}), pipeline has {name!r} ({d[1]})")
+    by_name = {str(s[0]): s for s in saved}
+    for name, config in current:
+        s = by_name.get(name)
+        if s is None:
             continue
-        fields = config_fields(config)
+        d = part_digest(name, config)
+        if s[1] != d[1]:
+            out.append(f"step {name!r}: snapshot has a {s[1]}, pipeline has a {d[1]}")
+            continue
         before = len(out)
         saved_h, cur_h = _field_hashes(s[2]), _field_hashes(d[2])
-        for (field, value), hs, hc in zip(fields, saved_h, cur_h):
+        for (field, value), hs, hc in zip(config_fields(config), saved_h, cur_h):
             if hs != hc:
-                out.append(f"stage {name!r}: field {field!r} differs (now {value!r})")
+                out.append(f"step {name!r}: field {field!r} differs (now {value!r})")
         if len(saved_h) != len(cur_h):
-            out.append(f"stage {name!r}: config has {len(cur_h)} fields, snapshot {len(saved_h)}")
+            out.append(f"step {name!r}: config has {len(cur_h)} fields, snapshot {len(saved_h)}")
         hint = getattr(type(config), "mismatch_hint", "")
         if hint and len(out) > before:
             out.append(hint)

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
-from fpipe.core.fingerprint import describe, fingerprint
+from fpipe.core.fingerprint import fingerprint
+from fpipe.core.graph import collect_stats, describe_steps, get_state, step_parts
 from fpipe.core.records import Config
 from fpipe.core.rng import key
 from fpipe.core.snapshot import decode_state, encode_state
@@ -44,11 +45,9 @@ class Pipeline(msgspec.Struct, frozen=True):
 
     @property
     def parts(self) -> tuple:
-        """(name, config) of every part, in data-flow order, plus the pipeline's own config."""
-        src = self.source
-        return (("pipeline", PipelineConfig(seed=self.seed)),) + (
-            src.parts or ((src.name, src.config),)
-        )
+        """``(path, config)`` of the pipeline's own config and of every step, in data-flow
+        order (see :func:`fpipe.core.graph.step_parts`): what the fingerprint covers."""
+        return (("pipeline", PipelineConfig(seed=self.seed)),) + step_parts(self.source)
 
     @property
     def fingerprint(self) -> bytes:
@@ -56,8 +55,23 @@ class Pipeline(msgspec.Struct, frozen=True):
         return fingerprint(self.parts)
 
     def describe(self) -> list[dict]:
-        """The configuration as printable plain data."""
-        return describe(self.parts)
+        """The configuration as printable plain data: the pipeline's settings, then one dict
+        per step (name, type, every config field), flat; a multi-input step nests its inputs."""
+        own = {"name": "pipeline", "type": "PipelineConfig", "seed": self.seed}
+        return [own, *describe_steps(self.source)]
+
+    def get(self, state: Any, name: str) -> Any:
+        """The state of the step called ``name`` in the pipeline state ``state``.
+
+        Example: ``p.get(state, "window_shuffle").block``; inside input 0 of a multi-input
+        step ``mix``: ``p.get(state, "mix/0/window_shuffle")``.
+        """
+        return get_state(self.source, state, name)
+
+    def stats(self, state: Any) -> dict[str, dict[str, int]]:
+        """Counters of every step that keeps some, by step name: ``{"filter": {"filtered": 3},
+        "batch": {"batch_remainder": 0}, ...}``."""
+        return collect_stats(self.source, state)
 
     def init(self) -> Any:
         """The state before the first output."""

@@ -37,7 +37,7 @@ __all__ = [
 
 MAGIC = "fpipe-snapshot"
 FORMAT_VERSION = 1
-ORDER_VERSION = 1
+ORDER_VERSION = 2
 _CHECKSUM = 8
 
 

@@ -1,23 +1,44 @@
-"""The stage protocol: a stage is a record of pure functions, never a subclass.
+"""The plan-step model: two layers, three records, one way to compose (read this first).
 
-Types (``S`` the stage's state, ``X`` an input chunk, ``Y`` an output chunk)::
+**Layer 1, random access (:class:`View`).** One epoch of sample references with random access:
+``gather(root, epoch, positions) -> Refs``. Views compose by wrapping one inner view
+(``slice_shuffle(samples(...))``); they keep no state, because a stream position is just
+``(epoch, position)``.
+
+**Layer 2, streams.** A :class:`Stage` is a stream step, pushed chunk by chunk::
 
     init  :: Key -> S
     step  :: (S, X) -> (S, Y)        # Y may be empty; it never holds more than X allows
     flush :: S -> (S, Y)             # at the end of input; flushing twice yields nothing
 
-    Source.init :: Key -> S
-    Source.next :: (S, n) -> (S, Y)  # at most n outputs; empty only at the end of the stream
+A :class:`Source` is a pulled stream, ``next :: (S, n) -> (S, Y of at most n)``, empty only at
+the end. Users declare a Source only where a stream *starts*: :func:`fpipe.plan.repeat` turns a
+view into a stream, and a multi-input step (a blend, an interleave) turns several sub-plans
+(Sources) into one. Everything else is a Stage, and :func:`fpipe.core.chain` lifts each Stage
+over the Source before it, so a pipeline is always one Source.
 
-Chunks are :class:`~fpipe.core.records.Refs` between plan stages and tuples of recipes after
-the batch stage; both support ``len``, slicing and concatenation.
+Every record has ``name``, ``config`` (plain data: the step's *whole* configuration, which is
+fingerprinted and printed) and ``inputs`` (the records it reads from). :mod:`fpipe.core.graph`
+walks ``inputs`` to list the steps, derive keys, find a step's state by name and collect stats,
+so no factory lists its parts by hand and nobody walks states with ``isinstance``.
 
-A stage with ``block_size=None`` is *streaming*: it maps each chunk on its own and emits at most
-as many outputs as it got inputs (map, filter). A stage with ``block_size=k`` needs lookahead:
+A pipeline prints as one flat list of steps in data-flow order (a chain nested in a chain is
+spliced); only a step with several inputs nests, one list per input. One key rule: a step's key
+is the root key of its plan folded with its name, ``step_key(root, name)``; input ``i`` of a
+multi-input step ``mix`` is a sub-plan whose root key is ``input_root(root, "mix", i)``, so the
+step at path ``mix/i/child`` has key ``step_key(input_root(root, "mix", i), "child")`` (see
+:mod:`fpipe.core.graph`).
+
+Chunks are :class:`~fpipe.core.records.Refs` between plan steps, and tuples of items (recipes,
+groups of refs) after a step that emits items; both support ``len``, slicing and concatenation.
+
+A Stage with ``block_size=None`` is *streaming*: it maps each chunk on its own and emits at most
+as many outputs as it got inputs (map, filter). A Stage with ``block_size=k`` needs lookahead:
 it sees its input in fixed blocks of ``k`` items (the last block may be shorter), and its output
-for block b is a pure function of (config, key, b, input block b). :func:`fpipe.core.chain`
-turns such a stage into a pull source whose state is the input's state at the block start plus
-a cursor into the block's output, so a restore recomputes one block and nothing more.
+for block b is a pure function of (config, key, b, input block b); it may emit any number of
+items (a shuffle emits k refs, a packer emits groups, a batcher one recipe). ``chain`` keeps its
+state as the input's state at the block start plus a cursor into the block's output, so a
+restore recomputes one block and nothing more.
 """
 
 from __future__ import annotations
@@ -26,27 +47,62 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import numpy as np
 
-from fpipe.core.records import Config, Unit
+from fpipe.core.records import Config, Refs, Unit
 
-__all__ = ["Source", "Stage", "stateless"]
+__all__ = ["Source", "Stage", "View", "stateless"]
 
 
 def _no_flush(state):
     return state, ()
 
 
-class Stage(msgspec.Struct, frozen=True, kw_only=True):
-    """A pipeline stage: its name, its config (plain data) and its pure functions.
+def _own_state(state):
+    return state, ()
+
+
+class View(msgspec.Struct, frozen=True, kw_only=True):
+    """One epoch of refs with random access (layer 1; see the module docstring).
 
     Attributes:
-      name: short name, unique within a named chain (``"shuffle"``).
-      config: the stage's description; fingerprinted, printed by ``fpipe state show``.
-      init: ``Key -> S``.
+      name, config: the step's name (unique in its plan) and whole config (fingerprinted).
+      size: refs per epoch.
+      gather: ``(root, epoch, positions: int64 array) -> Refs``; pure. ``root`` is the key of
+        the plan the view belongs to; a view that shuffles folds its own name into it
+        (``step_key(root, name)``) and passes ``root`` unchanged to its input.
+      gather_range: optional fast form of ``gather(root, epoch, arange(start, stop))``.
+      inputs: the view it wraps (at most one), for descriptions and fingerprints.
+    """
+
+    name: str
+    config: Config
+    size: int
+    gather: Callable[[int, int, np.ndarray], Refs]
+    gather_range: Callable[[int, int, int, int], Refs] | None = None
+    inputs: tuple = ()
+
+    def take_range(self, root: int, epoch: int, start: int, stop: int) -> Refs:
+        """Refs at positions ``start..stop-1`` of ``epoch`` (uses ``gather_range`` if set)."""
+        if self.gather_range is not None:
+            return self.gather_range(root, epoch, start, stop)
+        return self.gather(root, epoch, np.arange(start, stop, dtype=np.int64))
+
+
+class Stage(msgspec.Struct, frozen=True, kw_only=True):
+    """A stream step: its name, its whole config (plain data) and its pure functions.
+
+    Attributes:
+      name: short name, unique within a plan (``"window_shuffle"``).
+      config: the step's whole description; fingerprinted, printed by ``fpipe state show``.
+      init: ``Key -> S`` (the key is the step's own, see :func:`fpipe.core.graph.step_key`).
       step: ``(S, X) -> (S, Y)``.
       flush: ``S -> (S, Y)``.
       state_type: the type of ``S`` (used to decode snapshots safely).
       block_size: None for streaming stages, else the input block length.
+      stats: optional ``S -> {counter: int}`` (e.g. ``{"filtered": 3}``), collected by name.
+      members: for ``chain(a, b, ...)`` of stages, the stages it is made of (spliced into any
+        chain it is put in, so it never appears as one step of its own).
     """
 
     name: str
@@ -56,18 +112,25 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
     flush: Callable[[Any], tuple[Any, Any]] = _no_flush
     state_type: Any = Unit
     block_size: int | None = None
+    stats: Callable[[Any], dict[str, int]] | None = None
+    members: tuple = ()
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True):
-    """A pull stream: ``next(state, n) -> (state, chunk of at most n)``; empty at the end.
+    """A pulled stream: ``next(state, n) -> (state, chunk of at most n)``; empty at the end.
 
     Attributes:
-      name, config: as for :class:`Stage`; ``parts`` lists the (name, config) of everything the
-        source is built from, outermost last, for fingerprints and printing.
-      init: ``Key -> S``.
+      name, config: as for :class:`Stage`.
+      init: ``root Key -> S``: the key of the plan (or sub-plan) the source is the end of;
+        every step inside derives its own key from it with ``step_key``.
       next: ``(S, int) -> (S, Y)``.
       state_type: the type of ``S``.
-      upstream: for a stage lifted over a source (see :func:`fpipe.core.chain`), that source.
+      inputs: what the source reads: one View (``repeat``), one Source (a lifted stage) or
+        several Sources (a multi-input step, whose input i is the sub-plan at path
+        ``(name, i)``).
+      split: ``S -> (own state, (state of input 0, ...))``; an input without state (a View)
+        gets None. Used to find a step's state by name.
+      stats: optional ``own state -> {counter: int}``.
     """
 
     name: str
@@ -75,8 +138,9 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     init: Callable[[int], Any]
     next: Callable[[Any, int], tuple[Any, Any]]
     state_type: Any
-    parts: tuple = ()
-    upstream: Any = None
+    inputs: tuple = ()
+    split: Callable[[Any], tuple[Any, tuple]] = _own_state
+    stats: Callable[[Any], dict[str, int]] | None = None
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

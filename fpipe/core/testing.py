@@ -1,4 +1,5 @@
-"""Contract checks every stage and pipeline must pass; used by tests/ and property_tests/.
+"""Contract checks every step and pipeline must pass; used by tests/ and property_tests/ (and by
+the contract sweep over every public plan step, tests/plan/test_contract_sweep.py).
 
 Each check takes a *factory* that builds a fresh :class:`~fpipe.core.pipeline.Pipeline`, so a
 restored run shares nothing with the run that took the snapshot but the bytes.
@@ -18,11 +19,15 @@ from typing import Any
 
 import numpy as np
 
+from fpipe.core.compose import chain
+from fpipe.core.errors import SnapshotMismatchError
 from fpipe.core.pipeline import Pipeline
 from fpipe.core.records import Recipe, Refs
+from fpipe.core.stage import Source, Stage
 
 __all__ = [
     "assert_bounded_state",
+    "assert_config_reaches_fingerprint",
     "assert_exact_resume",
     "assert_pure",
     "check_pipeline",
@@ -138,19 +143,50 @@ def check_pipeline(make: Factory, *, cut_points: Iterable[int], limit: int | Non
 
 
 def check_stage(
-    stage_factory: Callable[[], Any],
-    inputs: Refs,
+    stage_factory: Callable[[], Stage],
+    source_factory: Callable[[], Source],
     *,
     cut_points,
     seed: int = 0,
-    num_epochs: int = 1,
 ):
-    """Run the full contract on one stage fed from an in-memory chunk of refs."""
-    from fpipe.core.compose import chain
-    from fpipe.plan.repeat import repeat
-    from fpipe.plan.source import in_memory
+    """Run the full contract on one stage fed by a fresh ``source_factory()`` (for example
+    ``lambda: repeat(in_memory(refs), 2)``)."""
 
     def make():
-        return Pipeline(chain(repeat(in_memory(inputs), num_epochs), stage_factory()), seed)
+        return Pipeline(chain(source_factory(), stage_factory()), seed)
 
     check_pipeline(make, cut_points=cut_points)
+
+
+def assert_config_reaches_fingerprint(
+    make_base: Factory, make_variant: Factory, step: str, field: str, *, steps: int = 2
+) -> None:
+    """Changing ``field`` of step ``step`` changes the fingerprint, and restoring a snapshot of
+    the base pipeline into the variant is refused with a message naming the step and field.
+
+    A field the config declares ``compatible`` must do the opposite: same fingerprint, and the
+    restore is accepted.
+    """
+    base, variant = make_base(), make_variant()
+    config = dict(base.parts).get(step)
+    assert config is not None, f"no step {step!r} in {[p for p, _ in base.parts]}"
+    assert field in config.__struct_fields__, f"{type(config).__name__} has no field {field!r}"
+    state, _ = run(base, limit=steps)
+    data = base.snapshot(state)
+    if field in type(config).compatible:
+        assert base.fingerprint == variant.fingerprint, f"compatible field {step}.{field} refused"
+        variant.restore(data)
+        return
+    assert base.fingerprint != variant.fingerprint, (
+        f"changing {step}.{field} does not change the pipeline fingerprint: the config field "
+        "does not reach the fingerprint (is it missing from the step's Config?)"
+    )
+    try:
+        variant.restore(data)
+    except SnapshotMismatchError as e:
+        msg = str(e)
+        assert repr(step) in msg and repr(field) in msg, (
+            f"restore refused without naming step {step!r} and field {field!r}: {msg}"
+        )
+    else:
+        raise AssertionError(f"restore accepted a snapshot taken with another {step}.{field}")

@@ -63,13 +63,15 @@ class _PlanSampler:
 @dataclasses.dataclass(frozen=True)
 class LoaderStats:
     """What the loader has delivered: batches, samples, samples skipped by the error policy,
-    the epoch of the last batch, and the plan's drop counters (see fpipe.plan.drop_counters)."""
+    the epoch of the last batch, the plan's drop counters (see fpipe.plan.drop_counters) and
+    every plan step's own counters by step name (``steps["filter"]["filtered"]``)."""
 
     batches: int
     samples: int
     skipped: int
     epoch: int
     dropped: dict
+    steps: dict = dataclasses.field(default_factory=dict)
 
 
 class Loader:
@@ -209,10 +211,11 @@ class Loader:
     def stats(self) -> LoaderStats:
         """Delivered batches and samples, skipped samples, epoch, plan drop counters."""
         s = self._state
-        dropped = drop_counters(s.plan)
+        steps = self.plan.stats(s.plan)
+        dropped = drop_counters(steps)
         if s.pack_remainder:
             dropped["pack_remainder"] = s.pack_remainder
-        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, dropped)
+        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, dropped, steps)
 
 
 def get_loader(

@@ -1,7 +1,8 @@
 """The plan tier: every decision about order (which ref comes next, on which rank, in which
 batch), made on sample references and index metadata only. No payload is read here.
 
-Each stage is one module holding its Config, its State, a factory and pure functions.
+Each step is one module holding its Config, its State, a factory and pure functions; the step
+model (views, stages, sources) is explained in :mod:`fpipe.core.stage`.
 """
 
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch

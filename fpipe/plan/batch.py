@@ -70,4 +70,9 @@ def batch(batch_size: int, *, drop_last: bool = True, name: str = "batch") -> St
         step=step,
         state_type=BatchState,
         block_size=batch_size,
+        stats=_batch_stats,
     )
+
+
+def _batch_stats(state: BatchState) -> dict[str, int]:
+    return {"batch_remainder": state.dropped}

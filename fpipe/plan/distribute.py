@@ -21,9 +21,8 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.stage import Stage
+from fpipe.core.stage import Stage, View
 from fpipe.plan.batch import Remainder
-from fpipe.plan.source import View, view_key
 
 __all__ = ["DistributeConfig", "DistributeState", "PerRankConfig", "distribute", "per_rank"]
 
@@ -101,7 +100,12 @@ def distribute(
         step=step,
         state_type=DistributeState,
         block_size=global_batch_size,
+        stats=_distribute_stats,
     )
+
+
+def _distribute_stats(state: DistributeState) -> dict[str, int]:
+    return {"global_remainder": state.dropped}
 
 
 PER_RANK_HINT = (
@@ -148,13 +152,7 @@ def per_rank(view: View, *, rank: int, world_size: int, name: str = "per_rank") 
     inner = view.gather
     config = PerRankConfig(rank=rank, world_size=world_size)
 
-    def gather(key, epoch, positions):
-        return inner(view_key(key, view.name), epoch, np.asarray(positions, dtype=np.int64) + lo)
+    def gather(root, epoch, positions):
+        return inner(root, epoch, np.asarray(positions, dtype=np.int64) + lo)
 
-    return View(
-        name=name,
-        config=config,
-        size=hi - lo,
-        gather=gather,
-        parts=view.parts + ((name, config),),
-    )
+    return View(name=name, config=config, size=hi - lo, gather=gather, inputs=(view,))

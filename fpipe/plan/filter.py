@@ -98,4 +98,9 @@ def filter_refs(
         init=lambda key: FilterState(0),
         step=step,
         state_type=FilterState,
+        stats=_filter_stats,
     )
+
+
+def _filter_stats(state: FilterState) -> dict[str, int]:
+    return {"filtered": state.dropped}

@@ -1,6 +1,6 @@
 """Epochs: turn a random-access :class:`~fpipe.plan.source.View` into a stream of ref chunks.
 
-The state is ``(key, epoch, position)``: where the stream is, not what it has produced, so a
+The state is ``(root, epoch, position)``: where the stream is, not what it has produced, so a
 restore is O(1) at any step. A chunk never crosses an epoch boundary.
 """
 
@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, name_id
-from fpipe.core.stage import Source
-from fpipe.plan.source import View
+from fpipe.core.stage import Source, View
 
 __all__ = ["RepeatConfig", "RepeatState", "repeat"]
 
@@ -22,7 +20,8 @@ class RepeatConfig(Config, frozen=True):
 
 
 class RepeatState(State, frozen=True, array_like=True):
-    """``key``: the view's key; ``epoch``: current epoch; ``position``: next position in it."""
+    """``key``: the plan's root key (views fold their names into it); ``epoch``: current
+    epoch; ``position``: next position in it."""
 
     key: int
     epoch: int = 0
@@ -48,8 +47,8 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
     take_range = view.take_range
     empty = Refs.empty()
 
-    def init(key):
-        return RepeatState(fold_in(key, name_id(name)), 0, 0)
+    def init(root):
+        return RepeatState(root, 0, 0)
 
     def next_(state: RepeatState, n: int):
         epoch, pos = state.epoch, state.position
@@ -68,5 +67,10 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
         init=init,
         next=next_,
         state_type=RepeatState,
-        parts=view.parts + ((name, config),),
+        inputs=(view,),
+        split=_split,
     )
+
+
+def _split(state: RepeatState):
+    return state, (None,)

@@ -14,10 +14,10 @@ import functools
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.graph import step_key
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, inverse_permutation, name_id, permutation, permute_index
-from fpipe.core.stage import Stage
-from fpipe.plan.source import View
+from fpipe.core.rng import fold_in, inverse_permutation, permutation, permute_index
+from fpipe.core.stage import Stage, View
 
 __all__ = [
     "SliceShuffleConfig",
@@ -54,18 +54,16 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
     inner = view.gather
     config = SliceShuffleConfig(slice_size=slice_size)
 
-    own_id, inner_id = name_id(name), name_id(view.name)
-
     @functools.lru_cache(maxsize=8)
-    def epoch_params(key, epoch):
-        # Pure memo: the epoch's key, the slot where the short last slice lands, inner's key.
-        ek = fold_in(key, own_id, epoch)
-        return ek, int(inverse_permutation(ek, num_slices, num_slices - 1)), fold_in(key, inner_id)
+    def epoch_params(root, epoch):
+        # Pure memo: the epoch's key and the slot where the short last slice lands.
+        ek = fold_in(step_key(root, name), epoch)
+        return ek, int(inverse_permutation(ek, num_slices, num_slices - 1))
 
-    def gather(key, epoch, positions):
+    def gather(root, epoch, positions):
         if num_slices <= 1:
-            return inner(fold_in(key, inner_id), epoch, positions)
-        ek, q, inner_key = epoch_params(key, epoch)
+            return inner(root, epoch, positions)
+        ek, q = epoch_params(root, epoch)
         p = np.asarray(positions, dtype=np.int64)
         before = p < q * k
         in_short = (~before) & (p < q * k + short)
@@ -78,14 +76,14 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
             sl = permutation(ek, num_slices, np.arange(lo, hi + 1))[slot - lo]
         else:
             sl = permutation(ek, num_slices, slot)
-        return inner(inner_key, epoch, sl * k + offset)
+        return inner(root, epoch, sl * k + offset)
 
-    def gather_range(key, epoch, start, stop):
+    def gather_range(root, epoch, start, stop):
         # positions start..stop-1 in order (what repeat asks for): walk the few slices they
         # cover with integer arithmetic instead of array ops over every position.
         if num_slices <= 1:
-            return inner(fold_in(key, inner_id), epoch, np.arange(start, stop, dtype=np.int64))
-        ek, q, inner_key = epoch_params(key, epoch)
+            return inner(root, epoch, np.arange(start, stop, dtype=np.int64))
+        ek, q = epoch_params(root, epoch)
         pieces, pos = [], start
         while pos < stop:
             if pos < q * k:
@@ -100,8 +98,8 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
             pieces.append(np.arange(first, first + take, dtype=np.int64))
             pos += take
         if len(pieces) == 1:
-            return inner(inner_key, epoch, pieces[0])
-        return inner(inner_key, epoch, np.concatenate(pieces) if pieces else np.zeros(0, np.int64))
+            return inner(root, epoch, pieces[0])
+        return inner(root, epoch, np.concatenate(pieces) if pieces else np.zeros(0, np.int64))
 
     return View(
         name=name,
@@ -109,7 +107,7 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
         size=n,
         gather=gather,
         gather_range=gather_range,
-        parts=view.parts + ((name, config),),
+        inputs=(view,),
     )
 
 

@@ -1,64 +1,35 @@
 """Random-access views of one epoch of sample references, and the source they start from.
 
-A :class:`View` maps positions ``[0, size)`` of an epoch to refs: ``gather(key, epoch,
-positions) -> Refs``. Views compose (:func:`fpipe.plan.slice_shuffle` is a view over a view) and
-are turned into a stream by :func:`fpipe.plan.repeat`. Random access is what makes restores
-O(1): a stream position is just ``(epoch, position)``.
+A :class:`~fpipe.core.stage.View` maps positions ``[0, size)`` of an epoch to refs:
+``gather(root, epoch, positions) -> Refs``. Views compose (:func:`fpipe.plan.slice_shuffle` is
+a view over a view) and are turned into a stream by :func:`fpipe.plan.repeat`. Random access is
+what makes restores O(1): a stream position is just ``(epoch, position)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import hashlib
+from collections.abc import Mapping
 
-import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs
-from fpipe.core.rng import fold_in, name_id
+from fpipe.core.stage import View
 
 __all__ = ["InMemoryConfig", "SamplesConfig", "View", "in_memory", "samples"]
-
-
-class View(msgspec.Struct, frozen=True, kw_only=True):
-    """One epoch of refs with random access.
-
-    Attributes:
-      name, config: description (fingerprinted).
-      size: refs per epoch.
-      gather: ``(key, epoch, positions: int64 array) -> Refs``; pure.
-      gather_range: optional fast form of ``gather(key, epoch, arange(start, stop))``; the
-        same refs, computed without per-position array work.
-      parts: (name, config) of this view and those it is built on, innermost first.
-    """
-
-    name: str
-    config: Config
-    size: int
-    gather: Callable[[int, int, np.ndarray], Refs]
-    gather_range: Callable[[int, int, int, int], Refs] | None = None
-    parts: tuple = ()
-
-    def take_range(self, key: int, epoch: int, start: int, stop: int) -> Refs:
-        """Refs at positions ``start..stop-1`` of ``epoch`` (uses ``gather_range`` if set)."""
-        if self.gather_range is not None:
-            return self.gather_range(key, epoch, start, stop)
-        return self.gather(key, epoch, np.arange(start, stop, dtype=np.int64))
-
-
-def view_key(key: int, name: str) -> int:
-    """The key a view named ``name`` folds its decisions from."""
-    return fold_in(key, name_id(name))
 
 
 class SamplesConfig(Config, frozen=True):
     """Samples ``indices`` (or 0..num_samples-1) of dataset ``dataset``, with metadata columns.
 
     ``source_id`` identifies where the samples come from (a dataset path and split, say) so a
-    restore into a pipeline over other data is refused.
+    restore into a pipeline over other data is refused; ``indices`` is a digest of the sample
+    indices when they are given (empty for ``0..num_samples-1``).
     """
 
     num_samples: int
+    indices: str = ""
     dataset: int = 0
     columns: tuple[str, ...] = ()
     source_id: str = ""
@@ -99,6 +70,7 @@ def samples(
             raise ConfigError(f"column {cname!r} has {len(col)} rows, samples need {limit}")
     config = SamplesConfig(
         num_samples=num_samples,
+        indices="" if indices is None else _digest(indices),
         dataset=dataset,
         columns=tuple(sorted(columns)),
         source_id=source_id,
@@ -116,14 +88,25 @@ def samples(
             cols[cname] = np.asarray(col[idx])
         return Refs(cols)
 
-    return View(name=name, config=config, size=num_samples, gather=gather, parts=((name, config),))
+    return View(name=name, config=config, size=num_samples, gather=gather)
 
 
 class InMemoryConfig(Config, frozen=True):
-    """A fixed chunk of refs held in memory, identified by ``source_id`` and its length."""
+    """A fixed chunk of refs held in memory: its length, a digest of its columns, an id."""
 
     num_refs: int
+    refs: str = ""
     source_id: str = ""
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    """A short hash of array contents (so configs that differ only in data differ)."""
+    h = hashlib.blake2b(digest_size=8)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def in_memory(refs: Refs, *, source_id: str = "", name: str = "in_memory") -> View:
@@ -134,10 +117,12 @@ def in_memory(refs: Refs, *, source_id: str = "", name: str = "in_memory") -> Vi
         >>> v.gather(0, 2, np.array([2])).triples()
         [(0, 9, 2)]
     """
-    config = InMemoryConfig(num_refs=len(refs), source_id=source_id)
+    names = sorted(refs.columns)
+    digest = _digest(np.array(names), *(refs.columns[n] for n in names))
+    config = InMemoryConfig(num_refs=len(refs), refs=digest, source_id=source_id)
 
     def gather(key, epoch, positions):
         out = refs[positions]
         return out.with_columns(epoch=np.full(len(out), epoch, dtype=np.int64))
 
-    return View(name=name, config=config, size=len(refs), gather=gather, parts=((name, config),))
+    return View(name=name, config=config, size=len(refs), gather=gather)

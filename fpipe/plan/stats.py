@@ -1,4 +1,8 @@
-"""Counters kept in plan state: what the plan dropped, found anywhere in a pipeline state.
+"""What the plan dropped, by cause, summed over the per-step stats of a pipeline state.
+
+Each step that drops refs declares ``stats`` (filter: ``filtered``, batch: ``batch_remainder``,
+distribute: ``global_remainder``); :meth:`fpipe.core.Pipeline.stats` collects them by step name
+and :func:`drop_counters` sums them by counter.
 
 Example:
     >>> import numpy as np
@@ -8,37 +12,28 @@ Example:
     >>> p = Pipeline(chain(repeat(samples(10, columns={"t": np.arange(10)}), 1),
     ...                    filter_refs("t", "<", 7), batch(3)), seed=0)
     >>> state, batches = run(p)  # the state after the end of the stream
-    >>> drop_counters(state)
+    >>> p.stats(state)
+    {'filter': {'filtered': 3}, 'batch': {'batch_remainder': 1}}
+    >>> drop_counters(p.stats(state))
     {'filtered': 3, 'batch_remainder': 1, 'global_remainder': 0}
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from fpipe.plan.batch import BatchState
-from fpipe.plan.distribute import DistributeState
-from fpipe.plan.filter import FilterState
+from collections.abc import Mapping
 
 __all__ = ["drop_counters"]
 
+#: The drop causes always reported (zero when no step of that kind is in the plan).
+DROP_CAUSES = ("filtered", "batch_remainder", "global_remainder")
 
-def drop_counters(state: Any) -> dict[str, int]:
-    """Refs dropped so far, by cause: ``filtered`` (filter stages), ``batch_remainder`` (a short
-    last batch on this rank) and ``global_remainder`` (a short last global batch, dropped on
-    every rank alike)."""
-    out = {"filtered": 0, "batch_remainder": 0, "global_remainder": 0}
-    stack = [state]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, FilterState):
-            out["filtered"] += s.dropped
-        elif isinstance(s, BatchState):
-            out["batch_remainder"] += s.dropped
-        elif isinstance(s, DistributeState):
-            out["global_remainder"] += s.dropped
-        elif hasattr(s, "__struct_fields__"):
-            stack.extend(getattr(s, f) for f in s.__struct_fields__)
-        elif isinstance(s, tuple):
-            stack.extend(s)
+
+def drop_counters(stats: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """Refs dropped so far, by cause, from ``pipeline.stats(state)``: ``filtered`` (filter
+    steps), ``batch_remainder`` (a short last batch on this rank), ``global_remainder`` (a short
+    last global batch, dropped on every rank alike) and any other counter a step declares."""
+    out = dict.fromkeys(DROP_CAUSES, 0)
+    for counters in stats.values():
+        for cause, n in counters.items():
+            out[cause] = out.get(cause, 0) + n
     return out

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fpipe.core import ConfigError, Pipeline, Refs, chain, stateless
+from fpipe.core import ConfigError, Pipeline, Refs, SnapshotMismatchError, chain, stateless
 from fpipe.core.records import Config
 from fpipe.core.testing import outputs_equal, run
 from fpipe.plan import batch, filter_refs, map_refs, repeat, samples, window_shuffle
@@ -76,3 +76,32 @@ def test_map_refs_changing_length_is_an_error():
     with pytest.raises(ConfigError, match="filter_refs"):
         p = Pipeline(chain(repeat(samples(5), 1), map_refs(drop, name="drop")), 0)
         p.next(p.init(), 5)
+
+
+def _token_plan(limit, grouped):
+    src = repeat(samples(20, columns={"t": np.arange(20)}), 1)
+    if grouped:  # the filter sits inside a sub-chain of bare stages
+        return Pipeline(chain(src, chain(filter_refs("t", "<", limit), _plus(1)), batch(2)), 0)
+    return Pipeline(chain(src, filter_refs("t", "<", limit), _plus(1), batch(2)), 0)
+
+
+def test_sub_chain_fingerprints_every_members_config():
+    """A sub-chain of bare stages used to fingerprint only its members' names, so pipelines
+    differing in a filter's value had equal fingerprints and restored each other's snapshots."""
+    a, b = _token_plan(9, True), _token_plan(5, True)
+    assert a.fingerprint != b.fingerprint
+    data = a.snapshot(run(a, limit=2)[0])
+    with pytest.raises(SnapshotMismatchError, match=r"'filter'.*'value'"):
+        b.restore(data)
+
+
+def test_sub_chain_is_spliced_into_one_flat_plan():
+    grouped, flat = _token_plan(9, True), _token_plan(9, False)
+    assert grouped.parts == flat.parts and grouped.describe() == flat.describe()
+    assert [d["name"] for d in flat.describe()] == [
+        "pipeline", "samples", "repeat", "filter", "plus1", "batch"
+    ]  # fmt: skip
+    s1, out1 = run(grouped)
+    s2, out2 = run(flat)
+    assert outputs_equal(out1, out2) and grouped.snapshot(s1) == flat.snapshot(s2)
+    assert grouped.get(s1, "filter").dropped == 11

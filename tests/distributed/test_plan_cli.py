@@ -112,6 +112,14 @@ def test_state_show(text_dataset, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fpipe loader snapshot" in out and '"__type__": "BatchState"' in out
     assert '"step": 3' in out
+    # each step with its whole config, then its own state
+    assert 'window_shuffle (WindowShuffleConfig): {"window_size": 8}' in out
+    assert main(["state", "show", str(pt), "--config", cfg, "--json"]) == 0
+    steps = {s["name"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    assert steps["batch"]["config"]["batch_size"] == 3 and steps["batch"]["state"]["step"] == 3
+    assert (
+        steps["slice_shuffle"]["state"] is None and "slice_size" in steps["slice_shuffle"]["config"]
+    )
 
     # another config: refused, naming the difference
     assert main(["state", "show", str(raw), "--config", cfg, "--seed", "12"]) == 2

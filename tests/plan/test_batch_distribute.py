@@ -8,8 +8,12 @@ from fpipe.plan import batch, distribute, in_memory, map_refs, repeat, samples, 
 REFS = Refs.of(index=np.arange(23))
 
 
+def _source():
+    return repeat(in_memory(REFS), 1)
+
+
 def test_batch_contract_and_remainder():
-    check_stage(lambda: batch(4), REFS, cut_points=[0, 1, 5])
+    check_stage(lambda: batch(4), _source, cut_points=[0, 1, 5])
     state, out = run(Pipeline(chain(repeat(in_memory(REFS), 1), batch(4)), 0))
     assert [len(r) for r in out] == [4] * 5 and state.st.dropped == 3
     assert [r.step for r in out] == list(range(5))
@@ -38,7 +42,7 @@ def test_distribute_global_mode_covers_each_epoch(world):
 
 
 def test_distribute_contract():
-    check_stage(lambda: distribute(6, rank=1, world_size=3), REFS, cut_points=[0, 2, 7])
+    check_stage(lambda: distribute(6, rank=1, world_size=3), _source, cut_points=[0, 2, 7])
 
 
 def test_distribute_config_errors():
@@ -52,7 +56,7 @@ def test_map_refs():
     def add_one(r):
         return r.with_columns(index=r.index + 1)
 
-    check_stage(lambda: map_refs(add_one, name="add_one"), REFS, cut_points=[0, 4])
+    check_stage(lambda: map_refs(add_one, name="add_one"), _source, cut_points=[0, 4])
     with pytest.raises(ConfigError, match="name"):
         map_refs(lambda r: r)
 

@@ -1,0 +1,191 @@
+"""The contract table: one example plan per plan step, and a variant per config field.
+
+The sweep (test_contract_sweep.py) runs every entry through the contract checks (purity, exact
+resume through bytes in a freshly built pipeline, bounded state) and, for every field of the
+step's config, builds the variant and checks that the fingerprint changes and that a restore
+is refused naming the step and the field (for a field declared ``compatible``: that the
+restore is accepted). Every public step of ``fpipe.plan.__all__`` must have an entry.
+
+To register a new step: add an ``Example`` to ``EXAMPLES`` with a ``build(**overrides)`` that
+returns the plan's Source, the step's name in it, and one override dict per config field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fpipe.core import Refs, Source, chain
+from fpipe.plan import (
+    batch,
+    distribute,
+    filter_refs,
+    in_memory,
+    map_refs,
+    per_rank,
+    repeat,
+    samples,
+    slice_shuffle,
+    window_shuffle,
+)
+from tests.plan.interleave import interleave
+
+N = 23
+COLUMNS = {"t": (np.arange(N) * 7) % 11, "u": np.arange(N) % 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """``factory``: the public name (in ``fpipe.plan.__all__``) or dotted path it exercises;
+    ``build(**overrides)``: a fresh Source of a plan that uses it; ``step``: the step's path in
+    that plan; ``variants``: config field -> overrides that change that field."""
+
+    factory: str
+    build: Callable[..., Source]
+    step: str
+    variants: dict[str, dict[str, Any]]
+    cut_points: tuple[int, ...] = (0, 1, 6, 17)
+    limit: int | None = 60
+
+
+def src(num_epochs=2):
+    """The default input of a stream-step example: 2 epochs of N samples with columns."""
+    return repeat(samples(N, columns=COLUMNS), num_epochs)
+
+
+def keep_even(refs: Refs) -> np.ndarray:
+    return refs.index % 2 == 0
+
+
+def add_one(refs: Refs) -> Refs:
+    return refs.with_columns(index=refs.index + 1)
+
+
+def times_two(refs: Refs) -> Refs:
+    return refs.with_columns(index=refs.index * 2)
+
+
+def _samples(n=N, dataset=0, cols=("t",), source_id="", reverse=False):
+    idx = np.arange(n)[::-1] if reverse else None
+    view = samples(
+        None if reverse else n,
+        indices=idx,
+        dataset=dataset,
+        columns={c: COLUMNS[c] for c in cols},
+        source_id=source_id,
+    )
+    return repeat(view, 2)
+
+
+def _in_memory(n=N, offset=0, source_id=""):
+    return repeat(in_memory(Refs.of(index=np.arange(n) + offset), source_id=source_id), 2)
+
+
+def _filter(column="t", op="<", value=7, fn=None):
+    return chain(src(), filter_refs(fn) if fn else filter_refs(column, op, value))
+
+
+def _distribute(gbs=4, rank=0, world=1, drop_last=True):
+    return chain(src(), distribute(gbs, rank=rank, world_size=world, drop_last=drop_last))
+
+
+def _interleave(k=2, window=5):
+    subs = [chain(src(), window_shuffle(window)) for _ in range(k)]
+    return interleave(*subs)
+
+
+EXAMPLES: list[Example] = [
+    Example(
+        "samples",
+        _samples,
+        "samples",
+        {
+            "num_samples": {"n": N - 1},
+            "indices": {"reverse": True},
+            "dataset": {"dataset": 1},
+            "columns": {"cols": ("t", "u")},
+            "source_id": {"source_id": "other"},
+        },
+    ),
+    Example(
+        "in_memory",
+        _in_memory,
+        "in_memory",
+        {"num_refs": {"n": N - 1}, "refs": {"offset": 100}, "source_id": {"source_id": "x"}},
+    ),
+    Example(
+        "slice_shuffle",
+        lambda k=4: repeat(slice_shuffle(samples(N), k), 2),
+        "slice_shuffle",
+        {"slice_size": {"k": 5}},
+    ),
+    Example(
+        "per_rank",
+        lambda rank=0, world=2: repeat(per_rank(samples(N), rank=rank, world_size=world), 2),
+        "per_rank",
+        {"rank": {"rank": 1}, "world_size": {"world": 3}},
+    ),
+    Example(
+        "repeat",
+        lambda epochs=2: repeat(samples(N), epochs),
+        "repeat",
+        {"num_epochs": {"epochs": 3}},
+    ),
+    Example(
+        "window_shuffle",
+        lambda w=5: chain(src(), window_shuffle(w)),
+        "window_shuffle",
+        {"window_size": {"w": 6}},
+    ),
+    Example(
+        "filter_refs",
+        _filter,
+        "filter",
+        {
+            "column": {"column": "u"},
+            "op": {"op": "<="},
+            "value": {"value": 5},
+            "fn": {"fn": keep_even},
+        },
+    ),
+    Example(
+        "map_refs",
+        lambda fn=add_one: chain(src(), map_refs(fn, name="map_refs")),
+        "map_refs",
+        {"fn": {"fn": times_two}},
+    ),
+    Example(
+        "distribute",
+        _distribute,
+        "distribute",
+        {
+            "global_batch_size": {"gbs": 6},
+            "rank": {"rank": 1, "world": 2},
+            "world_size": {"world": 2},
+            "remainder": {"drop_last": False},
+        },
+    ),
+    Example(
+        "batch",
+        lambda b=4, drop_last=True: chain(src(), batch(b, drop_last=drop_last)),
+        "batch",
+        {"batch_size": {"b": 3}, "remainder": {"drop_last": False}},
+        cut_points=(0, 1, 5),
+    ),
+    Example(
+        "tests.plan.interleave.interleave",
+        _interleave,
+        "interleave",
+        {"num_inputs": {"k": 3}},
+    ),
+    Example(  # a step inside a sub-plan is addressed by its path
+        "tests.plan.interleave.interleave",
+        _interleave,
+        "interleave/1/window_shuffle",
+        {"window_size": {"window": 6}},
+        cut_points=(0, 3),
+    ),
+]
