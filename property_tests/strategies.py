@@ -2,6 +2,12 @@
 
 A :class:`PlanSpec` is plain data; ``spec.build(rank=..., world_size=...)`` makes a new
 :class:`~fpipe.core.Pipeline` each call, so a restored run shares nothing but snapshot bytes.
+
+To put a new stream step into the random pipelines of every property, add an entry to
+``OPTIONAL_STAGES``: a name and ``(spec) -> Stage`` built from the spec's plain data (it goes
+after the shuffles and filter, before distribution, in the order of the table). The step must
+keep the stream a stream of refs; one that changes what distribution sees (groups, buckets)
+needs its own branch in ``PlanSpec.build``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ def add_bucket(refs):
     return refs.with_columns(bucket=refs.column("tokens") // 10)
 
 
+#: Optional stream steps drawn into random pipelines: name -> (spec -> Stage).
+OPTIONAL_STAGES = {
+    "map_refs": lambda spec: map_refs(add_bucket),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class PlanSpec:
     num_samples: int
@@ -37,7 +49,7 @@ class PlanSpec:
     slice_size: int | None
     window: int | None
     token_limit: int | None  # filter tokens < token_limit
-    with_map: bool
+    extras: tuple[str, ...]  # names of OPTIONAL_STAGES, in table order
     per_rank_batch: int
     world_size: int
     drop_last: bool
@@ -56,8 +68,7 @@ class PlanSpec:
             stages.append(window_shuffle(self.window))
         if self.token_limit is not None:
             stages.append(filter_refs("tokens", "<", self.token_limit))
-        if self.with_map:
-            stages.append(map_refs(add_bucket))
+        stages.extend(OPTIONAL_STAGES[name](self) for name in self.extras)
         stages.append(distribute(b * world, rank=rank, world_size=world, drop_last=self.drop_last))
         stages.append(batch(b, drop_last=self.drop_last))
         return Pipeline(chain(repeat(view, self.num_epochs), *stages), seed=self.seed)
@@ -79,7 +90,7 @@ def plan_specs(draw, max_samples: int = 120, world_sizes=(1, 4)) -> PlanSpec:
         slice_size=draw(st.one_of(st.none(), st.integers(1, 12))),
         window=draw(st.one_of(st.none(), st.integers(1, 40))),
         token_limit=draw(st.one_of(st.none(), st.integers(0, 50))),
-        with_map=draw(st.booleans()),
+        extras=tuple(name for name in OPTIONAL_STAGES if draw(st.booleans())),
         per_rank_batch=draw(st.integers(1, 6)),
         world_size=draw(st.integers(*world_sizes)),
         drop_last=draw(st.booleans()),
