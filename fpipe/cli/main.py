@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "info": "fpipe.cli.info",
     "plan": "fpipe.cli.plan",
     "prepare": "fpipe.cli.prepare",
+    "preview": "fpipe.cli.preview",
     "state": "fpipe.cli.state",
 }
 

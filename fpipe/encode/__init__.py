@@ -1,12 +1,30 @@
 """User hooks of the materialize tier: the TaskEncoder protocol, collate, packing helpers and
 packed sequences for varlen attention.
 
-Importing this package imports torch (collate builds tensors).
+Names load on first use: ``TaskEncoder`` and ``DefaultTaskEncoder`` import no torch (building a
+dataset's plan stays torch-free); collate and the varlen helpers import torch.
 """
 
-from fpipe.encode.collate import collate, collate_samples, pad_stack
-from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
-from fpipe.encode.varlen import VarlenPack, stack_varlen, varlen_pack
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fpipe.encode.collate import collate, collate_samples, pad_stack
+    from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
+    from fpipe.encode.varlen import VarlenPack, stack_varlen, varlen_pack
+
+_LAZY = {
+    "DefaultTaskEncoder": "fpipe.encode.task_encoder",
+    "TaskEncoder": "fpipe.encode.task_encoder",
+    "VarlenPack": "fpipe.encode.varlen",
+    "collate": "fpipe.encode.collate",
+    "collate_samples": "fpipe.encode.collate",
+    "pad_stack": "fpipe.encode.collate",
+    "stack_varlen": "fpipe.encode.varlen",
+    "varlen_pack": "fpipe.encode.varlen",
+}
 
 __all__ = [
     "DefaultTaskEncoder",
@@ -18,3 +36,16 @@ __all__ = [
     "stack_varlen",
     "varlen_pack",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fpipe.encode' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

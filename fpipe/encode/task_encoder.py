@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import ConfigError
-from fpipe.encode.collate import collate_samples
 
 __all__ = ["DefaultTaskEncoder", "TaskEncoder"]
 
@@ -92,6 +91,8 @@ class TaskEncoder:
 
     def batch(self, samples: list[Any]) -> Any:
         """Collate samples into a batch (default: pad+stack tensors, lists for the rest)."""
+        from fpipe.encode.collate import collate_samples  # torch: on first batch, not import
+
         return collate_samples(samples)
 
     def encode_batch(self, batch: Any) -> Any:

@@ -21,7 +21,7 @@ BASE_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 S = TypeVar("S", bound="Sample")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class Sample:
     """Base of all typed samples.
 
@@ -42,6 +42,18 @@ class Sample:
     __restore_key__: tuple[Any, ...] = ()
     #: Subflavors from the metadataset (e.g. ``{"source": "coco"}``); used by cookers.
     __subflavors__: dict[str, Any] = field(default_factory=dict)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Subclasses keep the concise repr (shapes and dtypes, not values): a name in the
+        # class's own namespace is one that ``@dataclass`` does not overwrite.
+        super().__init_subclass__(**kwargs)
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Sample.__repr__  # type: ignore[method-assign]
+
+    def __repr__(self) -> str:
+        from fpipe.samples.describe import concise_repr
+
+        return concise_repr(self)
 
     def replace(self: S, **changes: Any) -> S:
         """A copy with some fields changed (``dataclasses.replace``)."""

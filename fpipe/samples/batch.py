@@ -18,7 +18,7 @@ __all__ = ["Batch", "map_tensors"]
 B = TypeVar("B", bound="Batch")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class Batch:
     """Base of batches built by a task encoder.
 
@@ -40,6 +40,18 @@ class Batch:
     __restore_key__: tuple[Any, ...] = ()
     #: The ``__subflavors__`` of each sample, in batch order.
     __subflavors__: list[dict[str, Any]] = field(default_factory=list)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Subclasses keep the concise repr (shapes and dtypes, not values): a name in the
+        # class's own namespace is one that ``@dataclass`` does not overwrite.
+        super().__init_subclass__(**kwargs)
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Batch.__repr__  # type: ignore[method-assign]
+
+    def __repr__(self) -> str:
+        from fpipe.samples.describe import concise_repr
+
+        return concise_repr(self)
 
     @classmethod
     def from_samples(cls: type[B], samples: Sequence[Any], **fields: Any) -> B:
