@@ -23,13 +23,14 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from fpipe.core.errors import BadSampleError, ConfigError, FpipeError
-from fpipe.decode.image import IMAGE_EXTENSIONS, decode_image
+from fpipe.decode.extensions import ext_kind, last_part
+from fpipe.decode.image import decode_image
 from fpipe.storage import Dataset, open_dataset
 
 __all__ = ["render_preview", "save_preview", "text_excerpt"]
 
-_TEXT_EXTS = ("txt", "text", "caption", "json", "cls", "md")
-_VIDEO_EXTS = ("mp4", "webm", "mkv", "avi", "mov", "m4v")
+#: Audio-only containers among the audio/video extensions (no frames to show).
+_AUDIO_ONLY = ("flac", "m4a", "mp3", "ogg", "wav")
 _BG, _FG, _DIM, _PANEL = (250, 250, 250), (20, 20, 20), (110, 110, 110), (225, 225, 225)
 _PAD = 6
 
@@ -51,8 +52,12 @@ def text_excerpt(data: bytes, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _base(ext: str) -> str:
-    return ext.rsplit(".", 1)[-1].lower()
+def _kind(ext: str) -> str:
+    """``image``, ``video``, ``text`` (text members and JSON) or ``""``."""
+    kind, last = ext_kind(ext), last_part(ext)
+    if kind == "av":
+        return "" if last in _AUDIO_ONLY else "video"
+    return "text" if kind == "text" or last == "json" else kind
 
 
 def _size(n: int) -> str:
@@ -71,12 +76,12 @@ def _names(config_field_map: Mapping[str, str]) -> dict[str, str]:
 def _picture(raw: Mapping[str, bytes], width: int, height: int, where: tuple[str, str]):
     """An image, or a strip of frames of a video, scaled to fit ``width x height``."""
     for ext, data in raw.items():
-        if _base(ext) in IMAGE_EXTENSIONS:
+        if _kind(ext) == "image":
             img = decode_image(data, out="pil", path=where[0], key=where[1])
             img.thumbnail((width, height))
             return img
     for ext, data in raw.items():
-        if _base(ext) in _VIDEO_EXTS:
+        if _kind(ext) == "video":
             return _frame_strip(data, width, height, where)
     return None
 
@@ -121,7 +126,7 @@ def _cell(ds: Dataset, i: int, width: int, pic_h: int, lines: int, font) -> Imag
     text: list[str] = []
     # members the field map reads first (the caption), then the other text members
     for ext in sorted(raw, key=lambda e: (e not in names, e)):
-        if _base(ext) in _TEXT_EXTS:
+        if _kind(ext) == "text":
             label = names.get(ext, ext)
             text += textwrap.wrap(f"{label}: {text_excerpt(raw[ext], chars * lines)}", chars - 1)
     for row in text[: lines - 1]:
@@ -165,9 +170,9 @@ def render_preview(
     if not indices:
         raise ConfigError(f"{ds.path}: split {split!r} has no samples to preview")
     font = _font()
-    exts = {_base(e) for i in indices[:1] for e in _safe_read(ds, i)}
-    video = bool(exts & set(_VIDEO_EXTS))
-    has_pic = video or bool(exts & set(IMAGE_EXTENSIONS))
+    kinds = {_kind(e) for i in indices[:1] for e in _safe_read(ds, i)}
+    video = "video" in kinds
+    has_pic = video or "image" in kinds
     width = cell_size * (2 if video or not has_pic else 1)
     pic_h = (cell_size // 2 if video else cell_size) if has_pic else 0
     lines = text_lines if has_pic else text_lines * 3
