@@ -257,26 +257,53 @@ def _least_loaded(cost: list, limit: int, placed: np.ndarray, start: int, pack_o
 
 
 def _least_ratio_after(share, limit, placed, start, pack_of) -> int:
-    """Several budgets, in units of the target load: columns of loads over the open packs."""
+    """Several budgets, in units of the target load: one column of loads per budget.
+
+    The pack with the smallest score usually fits, so the score is computed over every open
+    pack, its minimum checked with scalars, and the masked minimum only computed when it does
+    not fit (the same choice as masking first, with fewer numpy calls). Loads are mirrored in
+    Python lists for the scalar checks.
+    """
     n, k = share.shape
-    cols = np.zeros((k, n + start))
+    size = n + start
+    cols = [np.zeros(size) for _ in range(k)]
+    loads = [[0.0] * size for _ in range(k)]
+    bufs = [np.empty(size) for _ in range(k)]
     npacks = start
+    views = [col[:npacks] for col in cols]
+    outs = [buf[:npacks] for buf in bufs]
     rows = share.tolist()
     lim = limit.tolist()
-    for i in placed.tolist():
+    budgets = range(k)
+    # The first `start` items (largest first) each open an empty pack, in order: all packs
+    # score the same, and the least index wins.
+    first = placed[:start]
+    pack_of[first] = np.arange(len(first))
+    for j in budgets:
+        cols[j][: len(first)] = share[first, j]
+        loads[j][: len(first)] = share[first, j].tolist()
+    for i in placed[start:].tolist():
         ci = rows[i]
-        after = cols[0, :npacks] + ci[0]
-        fits = after <= lim[0]
-        score = after
+        score = outs[0]
+        np.add(views[0], ci[0], out=score)
         for j in range(1, k):
-            a = cols[j, :npacks] + ci[j]
-            fits &= a <= lim[j]
-            score = np.maximum(score, a)
-        p = int(np.where(fits, score, np.inf).argmin())
-        if not fits[p]:
-            p = npacks
-            npacks += 1
-        cols[:, p] += ci
+            np.add(views[j], ci[j], out=outs[j])
+            np.maximum(score, outs[j], out=score)
+        p = int(score.argmin())
+        if not all(loads[j][p] + ci[j] <= lim[j] for j in budgets):
+            fits = np.ones(npacks, dtype=bool)
+            for j in budgets:
+                fits &= views[j] <= lim[j] - ci[j]
+            p = int(np.where(fits, score, np.inf).argmin())
+            if not fits[p]:
+                p = npacks
+                npacks += 1
+                views = [col[:npacks] for col in cols]
+                outs = [buf[:npacks] for buf in bufs]
+        for j in budgets:
+            v = loads[j][p] + ci[j]
+            loads[j][p] = v
+            cols[j][p] = v
         pack_of[i] = p
     return npacks
 
