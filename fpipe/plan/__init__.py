@@ -15,6 +15,7 @@ from fpipe.plan.distribute import (
 )
 from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
 from fpipe.plan.map_refs import MapRefsConfig, map_refs
+from fpipe.plan.pack import PackConfig, PackState, pack
 from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat
 from fpipe.plan.shuffle import (
     SliceShuffleConfig,
@@ -35,6 +36,8 @@ __all__ = [
     "FilterState",
     "InMemoryConfig",
     "MapRefsConfig",
+    "PackConfig",
+    "PackState",
     "PerRankConfig",
     "Remainder",
     "RepeatConfig",
@@ -50,6 +53,7 @@ __all__ = [
     "filter_refs",
     "in_memory",
     "map_refs",
+    "pack",
     "per_rank",
     "repeat",
     "samples",
