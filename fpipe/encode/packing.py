@@ -8,9 +8,13 @@ For a buffer of ``packing_buffer_size`` samples the materializer runs::
     pack_selected_samples(group)    # one packed sample per group
 
 and the loader makes batches of ``batch_size`` packed samples (``batch``, ``encode_batch``),
-taking packs across buffer boundaries. Nothing is looked up by object identity: the rng handed
-to ``postencode_sample`` is keyed by the buffer and the sample's place in the selection (group,
-position), so selection may return new objects, copies or slices.
+taking packs across buffer boundaries. When the packs are chosen in the plan tier
+(:func:`fpipe.plan.pack`), a recipe holds ``batch_size`` packs: each sample is encoded with
+``encode_sample`` and :func:`pack_planned` calls ``pack_selected_samples`` per pack.
+
+Nothing is looked up by object identity: the rng handed to ``postencode_sample`` is keyed by
+the buffer and the sample's place in the selection (group, position), so selection may return
+new objects, copies or slices.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from fpipe.core.errors import ConfigError
 from fpipe.core.rng import LazyGenerator
 
-__all__ = ["check_packing_hooks", "pack_buffer", "pre_pack_encoder"]
+__all__ = ["check_packing_hooks", "pack_buffer", "pack_planned", "pre_pack_encoder"]
 
 _POSTENCODE = 2  # fold_in tag of postencode_sample's rng (0 and 1: cook and encode)
 
@@ -100,3 +104,14 @@ def pack_buffer(enc: Any, samples: list, key: int) -> tuple[list, list[int]]:
         packs.append(enc.pack_selected_samples(group))
         sizes.append(len(group))
     return packs, sizes
+
+
+def pack_planned(enc: Any, samples: list, pack_of, kept: list[int]) -> list:
+    """Packs chosen in the plan tier: ``pack_selected_samples`` on each group of encoded
+    samples, in pack order. ``pack_of[pos]`` is the pack of recipe position ``pos`` and
+    ``kept`` the positions of ``samples`` (a sample skipped by the error policy leaves its pack
+    smaller; a pack left empty is left out)."""
+    groups: dict[int, list] = {}
+    for pos, sample in zip(kept, samples):
+        groups.setdefault(int(pack_of[pos]), []).append(sample)
+    return [enc.pack_selected_samples(groups[p]) for p in sorted(groups)]

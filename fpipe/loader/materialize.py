@@ -28,6 +28,7 @@ _COOK, _ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a
 def encode_recipe(recipe: Recipe) -> bytes:
     """Recipe -> compact msgpack bytes (the refs' id columns only)."""
     r = recipe.refs
+    packs = r.columns.get("pack")  # after a pack step: each ref's pack number in the batch
     return msgspec.msgpack.encode(
         [
             recipe.step,
@@ -36,20 +37,22 @@ def encode_recipe(recipe: Recipe) -> bytes:
             r.dataset.tobytes(),
             r.index.tobytes(),
             r.epoch.tobytes(),
+            None if packs is None else np.asarray(packs, dtype=np.int64).tobytes(),
         ]
     )
 
 
 def decode_recipe(data: bytes) -> Recipe:
     """Inverse of :func:`encode_recipe`."""
-    step, key, bucket, ds, idx, ep = msgspec.msgpack.decode(data)
-    refs = Refs(
-        {
-            "dataset": np.frombuffer(ds, dtype=np.int32),
-            "index": np.frombuffer(idx, dtype=np.int64),
-            "epoch": np.frombuffer(ep, dtype=np.int64),
-        }
-    )
+    step, key, bucket, ds, idx, ep, packs = msgspec.msgpack.decode(data)
+    cols = {
+        "dataset": np.frombuffer(ds, dtype=np.int32),
+        "index": np.frombuffer(idx, dtype=np.int64),
+        "epoch": np.frombuffer(ep, dtype=np.int64),
+    }
+    if packs is not None:
+        cols["pack"] = np.frombuffer(packs, dtype=np.int64)
+    refs = Refs(cols)
     return Recipe(step=step, refs=refs, key=key, bucket=bucket)
 
 
@@ -192,7 +195,8 @@ class Materializer:
         # Per-sample keys for the whole recipe at once: fold_in(recipe.key, dataset, index, epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
         ids = zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys)
-        for d, i, e, skey in ids:
+        kept = []  # positions in the recipe of the samples not skipped
+        for pos, (d, i, e, skey) in enumerate(ids):
             try:
                 sample, rng = self.sample(d, i, e, skey)
                 # Lazy fields (video frames) are decoded inside the encoder: their failures
@@ -201,6 +205,7 @@ class Materializer:
                     samples.append(pre_pack(sample, rng))
                 else:
                     samples.append(enc.encode_sample(sample, rng))
+                kept.append(pos)
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
@@ -209,6 +214,10 @@ class Materializer:
         if packing:  # the loader batches the packs (a batch may take packs of two buffers)
             packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
         elif samples:
+            if "pack" in refs.columns:  # packs chosen in the plan tier
+                from fpipe.encode.packing import pack_planned
+
+                samples = pack_planned(enc, samples, refs.column("pack"), kept)
             batch = enc.encode_batch(enc.batch(samples))
         return MaterializedBatch(
             step=recipe.step,

@@ -1,15 +1,29 @@
-"""Batching: blocks of ``batch_size`` refs become :class:`~fpipe.core.records.Recipe` records."""
+"""Batching: blocks of ``batch_size`` refs become :class:`~fpipe.core.records.Recipe` records.
+
+After a pack step the items are packs (groups of refs): a batch is ``batch_size`` packs, and
+its recipe holds the packs' refs one after the other with a ``pack`` column (the pack's number
+in the batch), so the materializer calls ``pack_selected_samples`` once per pack.
+"""
 
 from __future__ import annotations
 
 import enum
 from typing import ClassVar
 
+import numpy as np
+
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Recipe, Refs, State
 from fpipe.core.stage import Stage
 
-__all__ = ["BatchConfig", "BatchState", "Remainder", "batch"]
+__all__ = ["BatchConfig", "BatchState", "Remainder", "batch", "join_packs"]
+
+
+def join_packs(packs: tuple) -> Refs:
+    """The refs of ``packs`` one after the other, with a ``pack`` column (0, 0, 1, ...)."""
+    sizes = [len(p) for p in packs]
+    joined = Refs.concat(list(packs))
+    return joined.with_columns(pack=np.repeat(np.arange(len(packs), dtype=np.int64), sizes))
 
 
 class Remainder(str, enum.Enum):
@@ -57,8 +71,13 @@ def batch(batch_size: int, *, drop_last: bool = True, name: str = "batch") -> St
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     remainder = Remainder.DROP if drop_last else Remainder.KEEP
 
-    def step(state: BatchState, chunk: Refs):
-        if len(chunk) < batch_size and remainder is Remainder.DROP:
+    def step(state: BatchState, chunk: Refs | tuple):
+        if isinstance(chunk, tuple):  # packs (groups of refs) from a pack step
+            if len(chunk) < batch_size and remainder is Remainder.DROP:
+                dropped = sum(len(p) for p in chunk)
+                return BatchState(state.key, state.step, state.dropped + dropped), ()
+            chunk = join_packs(chunk)
+        elif len(chunk) < batch_size and remainder is Remainder.DROP:
             return BatchState(state.key, state.step, state.dropped + len(chunk)), ()
         recipe = Recipe(step=state.step, refs=chunk, key=state.key)
         return BatchState(state.key, state.step + 1, state.dropped), (recipe,)

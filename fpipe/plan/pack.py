@@ -171,7 +171,9 @@ def pack(
         packs, dropped, cut = select_packs(
             config, buffer, fold_in(state.key, state.buffers), user, truncate
         )
-        new = PackState(state.key, state.buffers + 1, state.dropped + dropped, state.truncated + cut)
+        new = PackState(
+            state.key, state.buffers + 1, state.dropped + dropped, state.truncated + cut
+        )
         return new, packs
 
     return Stage(
