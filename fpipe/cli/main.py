@@ -12,6 +12,7 @@ from fpipe._version import __version__
 COMMANDS: dict[str, str] = {
     "demo": "fpipe.cli.demo",
     "info": "fpipe.cli.info",
+    "inspect": "fpipe.cli.inspect",
     "plan": "fpipe.cli.plan",
     "prepare": "fpipe.cli.prepare",
     "preview": "fpipe.cli.preview",
