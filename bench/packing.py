@@ -14,7 +14,8 @@ sample (uniform). In one run:
 3. Throughput: refs per second through the packing selection (over-budget policy plus the
    algorithm, buffer by buffer, median of ``--repeats``), per strategy; ``pack_refs_per_s`` is
    the plan pipeline ``samples -> pack -> batch`` pulled recipe by recipe with ``balanced``
-   (the slowest strategy), per CPU second of this process.
+   (the slowest strategy), per CPU second of this process; ``pack_refs_per_s_ffd`` and
+   ``pack_refs_per_s_greedy`` the same pipeline with those strategies (both budgets).
 
 Usage: ``python bench/packing.py [--samples 100000] [--repeats 3]``. Targets: ``ffd`` and
 ``balanced`` pad at most 2% of tokens; ``balanced`` keeps max/mean images per pack at most
@@ -166,6 +167,11 @@ def main() -> None:
     out["pack_refs_per_s"] = plan if plan is not None else out["select_refs_per_s_balanced"]
     out["pack_refs_per_s_source"] = "plan" if plan is not None else "selection"
     print(f"plan tier through packing (balanced): {out['pack_refs_per_s']:,.0f} refs/s")
+    for name in ("ffd", "greedy"):
+        rate_ = plan_rate(tokens, images, limits2, name, args.buffer, args.repeats)
+        out[f"pack_refs_per_s_{name}"] = rate_
+        if rate_ is not None:
+            print(f"plan tier through packing ({name}, two budgets): {rate_:,.0f} refs/s")
     out["loadavg"] = os.getloadavg()
     print(json.dumps(out))
 
