@@ -23,6 +23,7 @@ from fpipe.plan import (
     distribute,
     filter_refs,
     map_refs,
+    pack,
     repeat,
     samples,
     slice_shuffle,
@@ -53,6 +54,7 @@ class PlanSpec:
     per_rank_batch: int
     world_size: int
     drop_last: bool
+    pack: tuple[str, int, int] | None = None  # (strategy, token budget, packing_buffer_size)
 
     def tokens(self) -> np.ndarray:
         return (np.arange(self.num_samples) * 7919 + self.seed) % 50
@@ -69,6 +71,9 @@ class PlanSpec:
         if self.token_limit is not None:
             stages.append(filter_refs("tokens", "<", self.token_limit))
         stages.extend(OPTIONAL_STAGES[name](self) for name in self.extras)
+        if self.pack is not None:  # packs (groups of refs) are the items from here on
+            strategy, budget, buffer = self.pack
+            stages.append(pack({"tokens": budget}, strategy=strategy, packing_buffer_size=buffer))
         stages.append(distribute(b * world, rank=rank, world_size=world, drop_last=self.drop_last))
         stages.append(batch(b, drop_last=self.drop_last))
         return Pipeline(chain(repeat(view, self.num_epochs), *stages), seed=self.seed)
@@ -94,4 +99,14 @@ def plan_specs(draw, max_samples: int = 120, world_sizes=(1, 4)) -> PlanSpec:
         per_rank_batch=draw(st.integers(1, 6)),
         world_size=draw(st.integers(*world_sizes)),
         drop_last=draw(st.booleans()),
+        pack=draw(
+            st.one_of(
+                st.none(),
+                st.tuples(
+                    st.sampled_from(("greedy", "ffd", "bfd", "balanced")),
+                    st.integers(50, 150),  # tokens are < 50: no sample is over budget
+                    st.integers(1, 30),
+                ),
+            )
+        ),
     )

@@ -83,8 +83,9 @@ def distribute(
         n = len(chunk)
         if n == global_batch_size:
             return state, chunk[rank * per_rank : (rank + 1) * per_rank]
-        if remainder is Remainder.DROP:
-            return DistributeState(state.dropped + n), chunk[:0]
+        if remainder is Remainder.DROP:  # items are refs, or packs (count their refs)
+            dropped = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n
+            return DistributeState(state.dropped + dropped), chunk[:0]
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 

@@ -183,4 +183,9 @@ def pack(
         step=step,
         state_type=PackState,
         block_size=packing_buffer_size,
+        stats=_pack_stats,
     )
+
+
+def _pack_stats(state: PackState) -> dict[str, int]:
+    return {"over_budget": state.dropped}

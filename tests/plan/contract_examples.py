@@ -25,6 +25,7 @@ from fpipe.plan import (
     filter_refs,
     in_memory,
     map_refs,
+    pack,
     per_rank,
     repeat,
     samples,
@@ -90,6 +91,23 @@ def _filter(column="t", op="<", value=7, fn=None):
 
 def _distribute(gbs=4, rank=0, world=1, drop_last=True):
     return chain(src(), distribute(gbs, rank=rank, world_size=world, drop_last=drop_last))
+
+
+def clip_half(costs, limits):
+    """A truncate hook: halve the costs, then clip to the budgets."""
+    return np.minimum(costs // 2, limits)
+
+
+def _pack(budgets=(("t", 12),), strategy="ffd", buffer=7, over="drop", cut=None, shuffle=True):
+    step = pack(
+        dict(budgets),
+        strategy=strategy,
+        packing_buffer_size=buffer,
+        over_budget=over,
+        truncate=cut,
+        shuffle_packs=shuffle,
+    )
+    return chain(src(), step, batch(2, drop_last=False))
 
 
 def _interleave(k=2, window=5):
@@ -174,6 +192,20 @@ EXAMPLES: list[Example] = [
         "batch",
         {"batch_size": {"b": 3}, "remainder": {"drop_last": False}},
         cut_points=(0, 1, 5),
+    ),
+    Example(
+        "pack",
+        _pack,
+        "pack",
+        {
+            "budgets": {"budgets": (("t", 12), ("u", 3))},
+            "strategy": {"strategy": "balanced"},
+            "packing_buffer_size": {"buffer": 9},
+            "over_budget": {"over": "truncate"},
+            "truncate": {"over": "truncate", "cut": clip_half},
+            "shuffle_packs": {"shuffle": False},
+        },
+        cut_points=(0, 1, 4, 9),
     ),
     Example(
         "tests.plan.interleave.interleave",
