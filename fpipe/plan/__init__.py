@@ -6,6 +6,10 @@ model (views, stages, sources) is explained in :mod:`fpipe.core.stage`.
 """
 
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
+from fpipe.plan.bucket import BucketBatchConfig, GroupBatchConfig, bucket_batches, group_batches
+from fpipe.plan.bucket_assign import assign_buckets
+from fpipe.plan.bucket_config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
+from fpipe.plan.group_batch import GroupBatchState
 from fpipe.plan.distribute import (
     DistributeConfig,
     DistributeState,
@@ -30,10 +34,15 @@ from fpipe.plan.stats import drop_counters
 __all__ = [
     "BatchConfig",
     "BatchState",
+    "Bucket",
+    "BucketBatchConfig",
+    "BucketTable",
     "DistributeConfig",
     "DistributeState",
     "FilterConfig",
     "FilterState",
+    "GroupBatchConfig",
+    "GroupBatchState",
     "InMemoryConfig",
     "MapRefsConfig",
     "PackConfig",
@@ -47,13 +56,18 @@ __all__ = [
     "View",
     "WindowShuffleConfig",
     "WindowShuffleState",
+    "assign_buckets",
     "batch",
+    "bucket_batches",
     "distribute",
     "drop_counters",
     "filter_refs",
+    "group_batches",
     "in_memory",
+    "load_bucket_config",
     "map_refs",
     "pack",
+    "parse_bucket_config",
     "per_rank",
     "repeat",
     "samples",

@@ -1,0 +1,196 @@
+"""Grouped batching in global mode: every step takes one group for all ranks.
+
+The algorithm behind :func:`fpipe.plan.bucket_batches` and :func:`fpipe.plan.group_batches`,
+as pure functions over one *window* (a block of consecutive positions of an epoch, the whole
+epoch by default):
+
+- the window's refs are gathered and split into groups by an assigner on their metadata;
+  each group ``g`` has a per-rank batch size ``bs[g]``, so a global batch of it holds
+  ``bs[g] * world_size`` refs, taken from the group's members in window order;
+- at each step the group is drawn with weights equal to the number of *full* global batches
+  it has left, by ``choice(fold_in(key, epoch, block, step_in_block), weights)``: a shuffled
+  order of the window's batches, as OpenSora's sampler shuffles its per-bucket batches, so a
+  bucket's share of steps converges to (samples kept in it / its batch size), normalized;
+- rank ``r`` takes refs ``[r * bs[g], (r + 1) * bs[g])`` of the global batch: every rank has
+  the same group, and so the same shapes, at every step, without communication;
+- when no group has a full global batch left, the leftovers follow the remainder policy
+  (dropped and counted, or one short global batch per group split over the ranks), and the
+  next window starts.
+
+The state is where the stream is (epoch, window, steps) plus the refs consumed per group of
+the window: a few integers per group, counted in refs, not batches, so a restore on another
+world size continues the same window with the new global batch sizes (elastic resume). A
+restore recomputes one window of metadata.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.core.records import Recipe, Refs, State
+from fpipe.core.rng import choice, fold_in
+
+__all__ = ["GroupBatchState", "Window", "make_next"]
+
+_CHOOSE, _SAMPLE = 0xB0C7E7, 0x5A3F1E  # fold_in tags: the step's group draw, per-sample keys
+
+
+class GroupBatchState(State, frozen=True, array_like=True):
+    """Where a grouped batching stream is; the same value on every rank in global mode.
+
+    ``key``: the step's key; ``epoch``, ``block``: the current window; ``step``: recipes
+    emitted (global steps); ``block_step``: steps taken in this window; ``entered``: whether
+    the window's unfit and rejected refs are counted yet; ``consumed``: refs taken per group of
+    the window (one entry per bucket; for groups of a criterion, per group of the window in
+    order of first appearance, ``()`` before the window is entered); ``dropped``: refs of
+    leftovers dropped at the end of windows; ``unfit``: refs that fit no group; ``rejected``:
+    refs that fit but whose probability draws all said no (a new draw every epoch).
+    """
+
+    key: int
+    epoch: int = 0
+    block: int = 0
+    step: int = 0
+    block_step: int = 0
+    entered: bool = False
+    consumed: tuple[int, ...] = ()
+    dropped: int = 0
+    unfit: int = 0
+    rejected: int = 0
+
+
+class Window(NamedTuple):
+    """One window's refs split into groups (a pure function of key, epoch and block)."""
+
+    refs: Refs
+    members: tuple  # per group: int64 positions into refs, in window order
+    sizes: tuple  # per group: number of members
+    batch_sizes: tuple  # per group: refs per rank and step (0: never batched)
+    ids: tuple  # per group: the id a recipe carries in ``bucket``
+    unfit: int
+    rejected: int
+
+
+Assigner = Callable[[Refs, int], tuple[np.ndarray, np.ndarray, tuple]]
+
+
+def make_window(refs: Refs, assign: Assigner, key: int) -> Window:
+    """Split ``refs`` into groups with ``assign(refs, key) -> (gid, batch_sizes, ids)``;
+    ``gid`` is -1 (fits no group) or -2 (rejected by probability) where there is no group."""
+    gid, bs, ids = assign(refs, key)
+    gid = np.asarray(gid, dtype=np.int64)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.searchsorted(gid[order], np.arange(len(bs) + 1))
+    members = tuple(order[bounds[g] : bounds[g + 1]] for g in range(len(bs)))
+    return Window(
+        refs=refs,
+        members=members,
+        sizes=tuple(len(m) for m in members),
+        batch_sizes=tuple(int(b) for b in bs),
+        ids=tuple(ids),
+        unfit=int((gid == -1).sum()),
+        rejected=int((gid == -2).sum()),
+    )
+
+
+def make_next(
+    *,
+    size: int,
+    window: int | None,
+    num_epochs: int | None,
+    take: Callable[[int, int, np.ndarray], Refs],
+    assign: Assigner,
+    rank: int,
+    world_size: int,
+    keep_remainder: bool,
+    num_groups: int | None,
+    name: str,
+):
+    """The ``next`` function of a grouped batching source over an epoch of ``size`` refs.
+
+    ``take(key, epoch, positions)`` gathers positions of an epoch; windows are
+    ``[b * window, (b + 1) * window)`` (``window=None``: the whole epoch).
+    """
+    win = size if not window else window
+    num_blocks = -(-size // win) if size else 0
+    skey_tag = _SAMPLE
+    zeros = (0,) * (num_groups or 0)
+
+    @functools.lru_cache(maxsize=4)
+    def get_window(key: int, epoch: int, block: int) -> Window:
+        # A memo of a pure function: the window's refs and groups.
+        lo = block * win
+        positions = np.arange(lo, min(lo + win, size), dtype=np.int64)
+        return make_window(take(key, epoch, positions), assign, key)
+
+    def one(state: GroupBatchState) -> tuple[GroupBatchState, Recipe | None]:
+        empty_blocks = 0
+        while True:
+            key, epoch, block = state.key, state.epoch, state.block
+            if (num_epochs is not None and epoch >= num_epochs) or num_blocks == 0:
+                return state, None
+            w = get_window(key, epoch, block)
+            if not state.entered:  # entering the window: count what it leaves out
+                state = GroupBatchState(
+                    key, epoch, block, state.step, 0, True, (0,) * len(w.batch_sizes),
+                    state.dropped, state.unfit + w.unfit, state.rejected + w.rejected,
+                )  # fmt: skip
+            bs = w.batch_sizes
+            left = [n - c for n, c in zip(w.sizes, state.consumed)]
+            full = [x // (b * world_size) if b else 0 for x, b in zip(left, bs)]
+            if any(full):
+                g = choice(fold_in(key, _CHOOSE, epoch, block, state.block_step), full)
+                lo = state.consumed[g] + rank * bs[g]
+                pos = w.members[g][lo : lo + bs[g]]
+                return _advance(state, g, bs[g] * world_size), _recipe(state, w, g, pos)
+            rest_g = next((g for g, x in enumerate(left) if x > 0), None)
+            if keep_remainder and rest_g is not None:
+                rest = w.members[rest_g][state.consumed[rest_g] :]
+                cut = np.linspace(0, len(rest), world_size + 1).round().astype(np.int64)
+                pos = rest[int(cut[rank]) : int(cut[rank + 1])]
+                return _advance(state, rest_g, len(rest)), _recipe(state, w, rest_g, pos)
+            dropped = state.dropped + sum(left)
+            epoch, block = (epoch, block + 1) if block + 1 < num_blocks else (epoch + 1, 0)
+            state = GroupBatchState(
+                key, epoch, block, state.step, 0, False, zeros, dropped, state.unfit,
+                state.rejected,
+            )  # fmt: skip
+            empty_blocks += 1
+            if num_epochs is None and empty_blocks > num_blocks:
+                raise ConfigError(
+                    f"{name}: a whole epoch gave no batch: no group has {world_size} x its "
+                    f"batch size of samples (check the metadata columns and the groups' batch "
+                    f"sizes; unfit so far: {state.unfit}, rejected: {state.rejected})"
+                )
+
+    def _advance(state: GroupBatchState, g: int, n: int) -> GroupBatchState:
+        consumed = list(state.consumed)
+        consumed[g] += n
+        return GroupBatchState(
+            state.key, state.epoch, state.block, state.step + 1, state.block_step + 1, True,
+            tuple(consumed), state.dropped, state.unfit, state.rejected,
+        )  # fmt: skip
+
+    def _recipe(state: GroupBatchState, w: Window, g: int, pos: np.ndarray) -> Recipe:
+        return Recipe(
+            step=state.step,
+            refs=w.refs[pos],
+            key=fold_in(state.key, skey_tag),
+            bucket=int(w.ids[g]),
+        )
+
+    def next_(state: GroupBatchState, n: int):
+        out = []
+        while len(out) < n:
+            state, recipe = one(state)
+            if recipe is None:
+                break
+            out.append(recipe)
+        return state, tuple(out)
+
+    return next_
