@@ -9,7 +9,6 @@ from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
 from fpipe.plan.bucket import BucketBatchConfig, GroupBatchConfig, bucket_batches, group_batches
 from fpipe.plan.bucket_assign import assign_buckets
 from fpipe.plan.bucket_config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
-from fpipe.plan.group_batch import GroupBatchState
 from fpipe.plan.distribute import (
     DistributeConfig,
     DistributeState,
@@ -18,6 +17,7 @@ from fpipe.plan.distribute import (
     per_rank,
 )
 from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
+from fpipe.plan.group_batch import GroupBatchState
 from fpipe.plan.map_refs import MapRefsConfig, map_refs
 from fpipe.plan.pack import PackConfig, PackState, pack
 from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat

@@ -106,7 +106,7 @@ def aspect_ratio(name: Any) -> float:
     if isinstance(name, int) and not isinstance(name, bool):
         raise ConfigError(
             f"bucket_config: aspect ratio key {name!r} is a number, not a 'W:H' string. In YAML "
-            "quote the ratio (\"1:1\", \"16:9\"): unquoted, YAML reads 1:1 as the base-60 number "
+            'quote the ratio ("1:1", "16:9"): unquoted, YAML reads 1:1 as the base-60 number '
             "61 and 16:9 as 969"
         )
     m = _RATIO.match(str(name)) if isinstance(name, str) else None
@@ -162,9 +162,7 @@ def _frames(where: str, t: Any) -> int:
 
 def _value(where: str, v: Any) -> tuple[float, int]:
     if not isinstance(v, (tuple, list)) or len(v) != 2:
-        raise ConfigError(
-            f"{where}: expected (probability, batch_size), e.g. (1.0, 16), got {v!r}"
-        )
+        raise ConfigError(f"{where}: expected (probability, batch_size), e.g. (1.0, 16), got {v!r}")
     p, bs = v
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
         raise ConfigError(f"{where}: probability {p!r} must be a number in [0, 1]")

@@ -116,7 +116,7 @@ def make_next(
     ``take(key, epoch, positions)`` gathers positions of an epoch; windows are
     ``[b * window, (b + 1) * window)`` (``window=None``: the whole epoch).
     """
-    win = size if not window else window
+    win = window or size
     num_blocks = -(-size // win) if size else 0
     skey_tag = _SAMPLE
     zeros = (0,) * (num_groups or 0)
