@@ -89,6 +89,13 @@ class TaskEncoder:
             f"{type(self).__name__} defines select_samples_to_pack but not pack_selected_samples"
         )
 
+    def for_bucket(self, shape: tuple[int, ...]) -> TaskEncoder:
+        """The encoder for a batch of one bucket, whose samples all get ``shape``
+        (``(frames, height, width)`` for OpenSora's buckets). Default: ``self`` (the encoder
+        ignores buckets); :class:`~fpipe.encode.video_task.VideoTaskEncoder` returns one that
+        resizes and crops to the shape."""
+        return self
+
     def batch(self, samples: list[Any]) -> Any:
         """Collate samples into a batch (default: pad+stack tensors, lists for the rest)."""
         from fpipe.encode.collate import collate_samples  # torch: on first batch, not import

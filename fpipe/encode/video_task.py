@@ -83,8 +83,9 @@ class VideoTaskEncoder(TaskEncoder):
         limit is a bad sample (``BadSampleError`` naming file and key; the loader's error
         policy raises or skips and counts it). The loader also hands these limits to the
         decoders it cooks, which then probe files without stored metadata while cooking.
-      video_field: the sample attribute holding the video (``AVDecoder``, encoded bytes, or
-        decoded ``uint8 [T, 3, H, W]`` frames).
+      video_field: the sample attribute holding the video (``AVDecoder``, encoded bytes,
+        decoded ``uint8 [T, 3, H, W]`` frames, or an image ``[3, H, W]``: a 1-frame clip);
+        samples without it use their ``image`` attribute (image datasets).
       caption_field: the sample attribute copied into ``caption`` (None to skip).
 
     Randomness comes only from the ``rng`` handed to :meth:`encode_sample`, so a sample
@@ -113,9 +114,27 @@ class VideoTaskEncoder(TaskEncoder):
         self.caption_field = caption_field
         # after the frames are picked: no temporal sampling left, only resize/crop/normalize
         self._spatial = msgspec.structs.replace(config, stride=1, temporal="first")
+        self._buckets: dict[tuple[int, ...], VideoTaskEncoder] = {}
 
     def __repr__(self) -> str:
         return f"VideoTaskEncoder({self.config!r}, av_limits={self.av_limits!r})"
+
+    def for_bucket(self, shape: tuple[int, ...]) -> VideoTaskEncoder:
+        """This encoder with ``(num_frames, height, width) = shape`` (a bucket's shape): every
+        sample of the batch is sampled, resized and cropped to it, images as 1-frame clips."""
+        t, h, w = (int(x) for x in shape)
+        if (t, h, w) == (self.config.num_frames, self.config.height, self.config.width):
+            return self
+        enc = self._buckets.get((t, h, w))
+        if enc is None:
+            cfg = msgspec.structs.replace(self.config, num_frames=t, height=h, width=w)
+            enc = self._buckets[(t, h, w)] = VideoTaskEncoder(
+                cfg,
+                av_limits=self.av_limits,
+                video_field=self.video_field,
+                caption_field=self.caption_field,
+            )
+        return enc
 
     def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
         """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices)."""
@@ -158,7 +177,11 @@ class VideoTaskEncoder(TaskEncoder):
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedVideoSample:
         """Decode ``num_frames`` frames and transform them to ``float32 [3, T, H, W]``."""
-        video = getattr(sample, self.video_field)
+        video = getattr(sample, self.video_field, None)
+        if video is None:  # an image sample: a 1-frame clip, as OpenSora treats images
+            video = getattr(sample, "image", None)
+        if isinstance(video, torch.Tensor) and video.ndim == 3:  # an image [3, H, W]
+            video = video.unsqueeze(0)
         if isinstance(video, torch.Tensor):  # already decoded frames [T, 3, H, W]
             cfg = self.config
             idx = sample_frame_indices(
