@@ -104,32 +104,33 @@ def assign_buckets(
         logr = np.log(np.where(ok, w / np.where(ok, h, 1.0), 1.0))
     a = np.searchsorted(lk.mid, logr) if len(lk.mid) else np.zeros(n, dtype=np.int64)
     area = w * h
-    image = t <= 1
     out = np.full(n, UNFIT, dtype=np.int64)
     fits_any = np.zeros(n, dtype=bool)
-    pending = ok.copy()
     nl, nj = lk.frames.shape[1:]
     idx = np.asarray(index, dtype=np.int64)
     ds = np.broadcast_to(np.asarray(dataset, dtype=np.int64), (n,))
     ep = np.broadcast_to(np.asarray(epoch, dtype=np.int64), (n,))
+    p = np.flatnonzero(ok)  # samples still without a bucket, as positions
     for level in range(nl):
-        if not pending.any():
+        if not len(p):
             break
-        res_ok = pending & (lk.area[a, level] <= area)
-        if not res_ok.any():
-            continue
-        choice = np.full(n, -1, dtype=np.int64)
+        res_ok = lk.area[a[p], level] <= area[p]  # else the resolution is above the sample's
+        later, p = p[~res_ok], p[res_ok]
+        ap, tp = a[p], t[p]
+        image = tp <= 1
+        choice = np.full(len(p), -1, dtype=np.int64)
         for j in range(nj):  # frame options ascending: the last that fits wins
-            ft = lk.frames[a, level, j]
-            fit = res_ok & np.where(image, ft == 1, (ft > 1) & (ft <= t))
-            choice = np.where(fit, lk.bid[a, level, j], choice)
+            ft = lk.frames[ap, level, j]
+            fit = np.where(image, ft == 1, (ft > 1) & (ft <= tp))
+            choice = np.where(fit, lk.bid[ap, level, j], choice)
         cand = choice >= 0
-        if not cand.any():
-            continue
-        fits_any |= cand
-        u = (fold_in_array(key, ds, idx, ep, level) >> np.uint64(11)) * (1.0 / (1 << 53))
-        keep = cand & (u < lk.prob[choice])
-        out = np.where(keep, choice, out)
-        pending &= ~keep
+        c, choice = p[cand], choice[cand]
+        fits_any[c] = True
+        u = (fold_in_array(key, ds[c], idx[c], ep[c], level) >> np.uint64(11)) * (1.0 / (1 << 53))
+        keep = u < lk.prob[choice]
+        out[c[keep]] = choice[keep]
+        # not kept here (or no frame option at this resolution): try the next smaller one
+        p = np.concatenate([later, p[~cand], c[~keep]])
+        p.sort()
     out[fits_any & (out < 0)] = REJECTED
     return out

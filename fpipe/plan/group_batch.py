@@ -92,7 +92,7 @@ def make_window(refs: Refs, assign: Assigner, key: int) -> Window:
         members=members,
         sizes=tuple(len(m) for m in members),
         batch_sizes=tuple(int(b) for b in bs),
-        ids=tuple(ids),
+        ids=tuple(int(i) for i in ids),
         unfit=int((gid == -1).sum()),
         rejected=int((gid == -2).sum()),
     )
@@ -118,15 +118,16 @@ def make_next(
     """
     win = window or size
     num_blocks = -(-size // win) if size else 0
-    skey_tag = _SAMPLE
     zeros = (0,) * (num_groups or 0)
 
     @functools.lru_cache(maxsize=4)
-    def get_window(key: int, epoch: int, block: int) -> Window:
-        # A memo of a pure function: the window's refs and groups.
+    def get_window(key: int, epoch: int, block: int) -> tuple[Window, int, int]:
+        # A memo of a pure function: the window's refs and groups, the key the window's group
+        # draws fold their step into, and the per-sample key root of its recipes.
         lo = block * win
         positions = np.arange(lo, min(lo + win, size), dtype=np.int64)
-        return make_window(take(key, epoch, positions), assign, key)
+        w = make_window(take(key, epoch, positions), assign, key)
+        return w, fold_in(key, _CHOOSE, epoch, block), fold_in(key, _SAMPLE)
 
     def one(state: GroupBatchState) -> tuple[GroupBatchState, Recipe | None]:
         empty_blocks = 0
@@ -134,7 +135,7 @@ def make_next(
             key, epoch, block = state.key, state.epoch, state.block
             if (num_epochs is not None and epoch >= num_epochs) or num_blocks == 0:
                 return state, None
-            w = get_window(key, epoch, block)
+            w, choose_key, sample_key = get_window(key, epoch, block)
             if not state.entered:  # entering the window: count what it leaves out
                 state = GroupBatchState(
                     key, epoch, block, state.step, 0, True, (0,) * len(w.batch_sizes),
@@ -144,16 +145,20 @@ def make_next(
             left = [n - c for n, c in zip(w.sizes, state.consumed)]
             full = [x // (b * world_size) if b else 0 for x, b in zip(left, bs)]
             if any(full):
-                g = choice(fold_in(key, _CHOOSE, epoch, block, state.block_step), full)
+                g = choice(choose_key, full, state.block_step)
                 lo = state.consumed[g] + rank * bs[g]
                 pos = w.members[g][lo : lo + bs[g]]
-                return _advance(state, g, bs[g] * world_size), _recipe(state, w, g, pos)
+                recipe = Recipe(step=state.step, refs=w.refs[pos], key=sample_key, bucket=w.ids[g])
+                return _advance(state, g, bs[g] * world_size), recipe
             rest_g = next((g for g, x in enumerate(left) if x > 0), None)
             if keep_remainder and rest_g is not None:
                 rest = w.members[rest_g][state.consumed[rest_g] :]
                 cut = np.linspace(0, len(rest), world_size + 1).round().astype(np.int64)
                 pos = rest[int(cut[rank]) : int(cut[rank + 1])]
-                return _advance(state, rest_g, len(rest)), _recipe(state, w, rest_g, pos)
+                recipe = Recipe(
+                    step=state.step, refs=w.refs[pos], key=sample_key, bucket=w.ids[rest_g]
+                )
+                return _advance(state, rest_g, len(rest)), recipe
             dropped = state.dropped + sum(left)
             epoch, block = (epoch, block + 1) if block + 1 < num_blocks else (epoch + 1, 0)
             state = GroupBatchState(
@@ -175,14 +180,6 @@ def make_next(
             state.key, state.epoch, state.block, state.step + 1, state.block_step + 1, True,
             tuple(consumed), state.dropped, state.unfit, state.rejected,
         )  # fmt: skip
-
-    def _recipe(state: GroupBatchState, w: Window, g: int, pos: np.ndarray) -> Recipe:
-        return Recipe(
-            step=state.step,
-            refs=w.refs[pos],
-            key=fold_in(state.key, skey_tag),
-            bucket=int(w.ids[g]),
-        )
 
     def next_(state: GroupBatchState, n: int):
         out = []
