@@ -91,8 +91,7 @@ def python_assign(table, width, height, frames, seed: int) -> list[int]:
             fit = [
                 b
                 for b in cands
-                if (b.height, b.width) == hw
-                and (b.frames == 1 if t <= 1 else 1 < b.frames <= t)
+                if (b.height, b.width) == hw and (b.frames == 1 if t <= 1 else 1 < b.frames <= t)
             ]
             if fit:
                 b = max(fit, key=lambda b: b.frames)
