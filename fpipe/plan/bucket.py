@@ -37,9 +37,10 @@ _ASSIGN = 0xA551C7  # fold_in tag of the keep-or-not draws
 
 class BucketBatchConfig(Config, frozen=True):
     """Batches by bucket: ``buckets`` (the parsed bucket_config), the metadata columns read
-    (``frames=None``: every sample is an image), the window (None: one epoch), the epochs
-    (None: forever), this rank of ``world_size`` (both compatible: elastic resume), and what
-    happens to leftovers at the end of a window."""
+    (``frames=None``: every sample is an image), the window (None: one epoch), whether each
+    bucket's samples are shuffled in the window, the epochs (None: forever), this rank of
+    ``world_size`` (both compatible: elastic resume), and what happens to leftovers at the end
+    of a window."""
 
     compatible: ClassVar[frozenset[str]] = frozenset({"rank", "world_size"})
 
@@ -48,6 +49,7 @@ class BucketBatchConfig(Config, frozen=True):
     height: str = "height"
     frames: str | None = "num_frames"
     window: int | None = None
+    shuffle: bool = True
     num_epochs: int | None = None
     rank: int = 0
     world_size: int = 1
@@ -65,6 +67,7 @@ class GroupBatchConfig(Config, frozen=True):
     columns: tuple[str, ...]
     max_groups: int = 16
     window: int | None = None
+    shuffle: bool = True
     num_epochs: int | None = None
     rank: int = 0
     world_size: int = 1
@@ -93,6 +96,7 @@ def _source(
         world_size=world_size,
         keep_remainder=not drop_last,
         num_groups=num_groups,
+        shuffle=config.shuffle,
         name=name,
     )
     own = name_id(name)
@@ -116,6 +120,7 @@ def bucket_batches(
     drop_last: bool = True,
     num_epochs: int | None = None,
     window: int | None = None,
+    shuffle: bool = True,
     width: str = "width",
     height: str = "height",
     frames: str | None = "num_frames",
@@ -127,7 +132,11 @@ def bucket_batches(
     ``bucket_config`` is OpenSora's mapping, a YAML string or file, or a parsed
     :class:`~fpipe.plan.bucket_config.BucketTable`. The view must carry the ``width``,
     ``height`` (and ``frames``) metadata columns. ``recipe.bucket`` is the bucket id
-    (``table.buckets[id]`` has its shape).
+    (``table.buckets[id]`` has its shape). ``window``: refs per block of an epoch that is
+    bucketed at once (None: the whole epoch, as OpenSora; a restore recomputes one window);
+    ``shuffle``: permute each bucket's samples in the window (keyed), else keep view order;
+    ``drop_last``: drop the leftovers of each bucket at the end of a window (counted in
+    ``state.dropped``), else emit them as one short global batch per bucket.
 
     Example:
         >>> from fpipe.core import Pipeline
@@ -150,6 +159,7 @@ def bucket_batches(
         height=height,
         frames=frames,
         window=window,
+        shuffle=shuffle,
         num_epochs=num_epochs,
         rank=rank,
         world_size=world_size,
@@ -206,6 +216,7 @@ def group_batches(
     drop_last: bool = True,
     num_epochs: int | None = None,
     window: int | None = None,
+    shuffle: bool = True,
     name: str = "group_batches",
 ) -> Source:
     """Grouped batching on metadata: ``batch_group_criterion(row) -> (group, batch_size)``.
@@ -223,8 +234,8 @@ def group_batches(
         ...     return row["t"] % 2, 2
         >>> v = samples(8, columns={"t": np.arange(8)})
         >>> p = Pipeline(group_batches(v, by_parity, columns=["t"], num_epochs=1), seed=0)
-        >>> sorted(r.refs.column("t").tolist() for r in p.next(p.init(), 9)[1])
-        [[0, 2], [1, 3], [4, 6], [5, 7]]
+        >>> [r.refs.column("t").tolist() for r in p.next(p.init(), 9)[1]]
+        [[1, 7], [5, 3], [4, 2], [6, 0]]
     """
     _check_common(view, rank, world_size, window, num_epochs)
     if max_groups < 1:
@@ -235,6 +246,7 @@ def group_batches(
         columns=columns,
         max_groups=max_groups,
         window=window,
+        shuffle=shuffle,
         num_epochs=num_epochs,
         rank=rank,
         world_size=world_size,

@@ -6,7 +6,8 @@ epoch by default):
 
 - the window's refs are gathered and split into groups by an assigner on their metadata;
   each group ``g`` has a per-rank batch size ``bs[g]``, so a global batch of it holds
-  ``bs[g] * world_size`` refs, taken from the group's members in window order;
+  ``bs[g] * world_size`` refs, taken from the group's members in a keyed order of the window
+  (as OpenSora shuffles each bucket every epoch), or in window order with ``shuffle=False``;
 - at each step the group is drawn with weights equal to the number of *full* global batches
   it has left, by ``choice(fold_in(key, epoch, block, step_in_block), weights)``: a shuffled
   order of the window's batches, as OpenSora's sampler shuffles its per-bucket batches, so a
@@ -33,11 +34,12 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Recipe, Refs, State
-from fpipe.core.rng import choice, fold_in
+from fpipe.core.rng import choice, fold_in, permutation
 
 __all__ = ["GroupBatchState", "Window", "make_next"]
 
-_CHOOSE, _SAMPLE = 0xB0C7E7, 0x5A3F1E  # fold_in tags: the step's group draw, per-sample keys
+# fold_in tags: the step's group draw, per-sample keys, the in-group shuffle of a window
+_CHOOSE, _SAMPLE, _SHUFFLE = 0xB0C7E7, 0x5A3F1E, 0x5B0F1E
 
 
 class GroupBatchState(State, frozen=True, array_like=True):
@@ -79,14 +81,19 @@ class Window(NamedTuple):
 Assigner = Callable[[Refs, int], tuple[np.ndarray, np.ndarray, tuple]]
 
 
-def make_window(refs: Refs, assign: Assigner, key: int) -> Window:
+def make_window(refs: Refs, assign: Assigner, key: int, shuffle_key: int | None) -> Window:
     """Split ``refs`` into groups with ``assign(refs, key) -> (gid, batch_sizes, ids)``;
-    ``gid`` is -1 (fits no group) or -2 (rejected by probability) where there is no group."""
+    ``gid`` is -1 (fits no group) or -2 (rejected by probability) where there is no group.
+    Members keep the window's order, or are permuted per group by ``shuffle_key``."""
     gid, bs, ids = assign(refs, key)
     gid = np.asarray(gid, dtype=np.int64)
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(len(bs) + 1))
     members = tuple(order[bounds[g] : bounds[g + 1]] for g in range(len(bs)))
+    if shuffle_key is not None:
+        members = tuple(
+            m[permutation(fold_in(shuffle_key, g), len(m))] for g, m in enumerate(members)
+        )
     return Window(
         refs=refs,
         members=members,
@@ -109,6 +116,7 @@ def make_next(
     world_size: int,
     keep_remainder: bool,
     num_groups: int | None,
+    shuffle: bool,
     name: str,
 ):
     """The ``next`` function of a grouped batching source over an epoch of ``size`` refs.
@@ -126,7 +134,8 @@ def make_next(
         # draws fold their step into, and the per-sample key root of its recipes.
         lo = block * win
         positions = np.arange(lo, min(lo + win, size), dtype=np.int64)
-        w = make_window(take(key, epoch, positions), assign, key)
+        shuffle_key = fold_in(key, _SHUFFLE, epoch, block) if shuffle else None
+        w = make_window(take(key, epoch, positions), assign, key, shuffle_key)
         return w, fold_in(key, _CHOOSE, epoch, block), fold_in(key, _SAMPLE)
 
     def one(state: GroupBatchState) -> tuple[GroupBatchState, Recipe | None]:
