@@ -35,11 +35,12 @@ class PlannedDataset:
       plan: the :class:`~fpipe.core.Pipeline` of batch recipes for this rank.
       materializer: the pure ``recipe -> batch`` function run in workers.
       topology: the rank / world size the plan was built for.
-      batch_size: samples per batch on this rank.
+      batch_size: samples per batch on this rank (0 with buckets: each bucket has its own).
       distribution: ``"global"`` or ``"per_rank"`` (see docs/distributed.md).
       packing_buffer_size: with Energon's packing hooks, the samples per packing buffer (each
         recipe is one buffer; the loader makes batches of ``batch_size`` packs), else None.
       drop_last: drop a short final batch (of packs, with a packing buffer).
+      buckets: the parsed bucket_config (:class:`~fpipe.plan.BucketTable`) or None.
     """
 
     plan: Pipeline
@@ -49,6 +50,7 @@ class PlannedDataset:
     distribution: str = "global"
     packing_buffer_size: int | None = None
     drop_last: bool = True
+    buckets: Any = None
 
     def __iter__(self):
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
@@ -114,6 +116,8 @@ def get_train_dataset(
     global_batch_size: int | None = None,
     distribution: str = "global",
     packing_buffer_size: int | None = None,
+    bucket_config: Any = None,
+    bucket_window: int | None = None,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
@@ -143,6 +147,14 @@ def get_train_dataset(
       packing_buffer_size: turns on the task encoder's packing hooks (Energon semantics):
         ``select_samples_to_pack`` gets buffers of this many samples per rank, and a batch is
         ``batch_size`` packed samples. See docs/packing.md.
+      bucket_config: OpenSora's ``bucket_config`` (a mapping, YAML text or file): batch by
+        bucket instead of ``batch_size``. Every step is one bucket on every rank, each rank
+        gets ``batch_size(bucket)`` samples, and the task encoder's ``for_bucket(shape)``
+        makes them that bucket's ``(frames, height, width)``. The index must have ``width``
+        and ``height`` columns (and ``num_frames``, ``frames`` or ``<field>.frames`` for
+        videos; without one every sample is an image). Global distribution only; the window
+        shuffle is replaced by a shuffle inside each bucket. See docs/buckets.md.
+      bucket_window: samples of an epoch bucketed at once (None: the whole epoch).
 
     Example::
 
@@ -155,6 +167,8 @@ def get_train_dataset(
     topo = topology or worker_config or Topology.from_env()
     if distribution not in ("global", "per_rank"):
         raise ConfigError(f"distribution must be 'global' or 'per_rank', got {distribution!r}")
+    if bucket_config is not None:
+        return _bucketed(path, bucket_config, bucket_window, topo, locals())
     batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
     source, view = _source_and_view(
         path,
@@ -203,6 +217,75 @@ def get_train_dataset(
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=drop_last,
     )
+
+
+def _bucket_columns(ds) -> tuple[str, str, str | None]:
+    """The width, height and frame-count columns of a dataset's index, for bucketing."""
+    names = tuple(ds.column_names)
+    missing = [c for c in ("width", "height") if c not in names]
+    if missing:
+        raise ConfigError(
+            f"bucket_config needs the index columns width and height; {missing} missing "
+            f"(columns: {list(names)}). Prepare the dataset with its media field, or add them "
+            "to the table (OpenSora's CSV has num_frames, height, width)"
+        )
+    frames = next((c for c in ("num_frames", "frames") if c in names), None)
+    if frames is None:
+        frames = next((c for c in names if c.endswith(".frames")), None)
+    return "width", "height", frames
+
+
+def _bucketed(path, bucket_config, bucket_window, topo, kw) -> PlannedDataset:
+    """``get_train_dataset`` with a bucket_config: slices, then bucketed batches per rank."""
+    from fpipe.encode import DefaultTaskEncoder
+    from fpipe.plan import bucket_batches, load_bucket_config
+
+    if kw["distribution"] != "global":
+        raise ConfigError(
+            "bucket_config works in global distribution mode only (every rank takes the same "
+            "bucket at every step); drop distribution='per_rank'"
+        )
+    if kw["batch_size"] is not None or kw["global_batch_size"] is not None:
+        raise ConfigError(
+            "with bucket_config each bucket sets its own batch size; leave out batch_size and "
+            "global_batch_size"
+        )
+    table = load_bucket_config(bucket_config)
+    width, height, frames = _bucket_columns(_open(path, kw["open_kwargs"]))
+    cols = tuple(dict.fromkeys((*kw["columns"], width, height, *([frames] if frames else []))))
+    source, view = _source_and_view(
+        path,
+        kw["split"],
+        sample_type=kw["sample_type"],
+        field_map=kw["field_map"],
+        subflavors=kw["subflavors"],
+        columns=cols,
+        open_kwargs=kw["open_kwargs"],
+    )
+    view = slice_shuffle(view, kw["max_samples_per_sequence"] or 1)
+    src = bucket_batches(
+        view,
+        table,
+        rank=topo.rank,
+        world_size=topo.world_size,
+        drop_last=kw["drop_last"],
+        num_epochs=kw["num_epochs"],
+        window=bucket_window,
+        width=width,
+        height=height,
+        frames=frames,
+    )
+    if kw["plan_stages"] or kw["packing_buffer_size"]:
+        raise ConfigError("plan_stages and packing_buffer_size do not combine with bucket_config")
+    mat = Materializer(
+        [source],
+        kw["task_encoder"] or DefaultTaskEncoder(),
+        image_decode=kw["image_decode"],
+        error_policy=kw["error_policy"],
+        bucket_shapes=tuple(b.shape for b in table.buckets),
+    )
+    plan = Pipeline(src, seed=kw["seed"])
+    return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=0, buckets=table)
 
 
 def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int:

@@ -98,6 +98,7 @@ class Materializer:
         image_decode=None,
         error_policy: ErrorPolicy = ErrorPolicy.RAISE,
         packing_buffer_size: int | None = None,
+        bucket_shapes: tuple = (),
     ):
         from fpipe.encode.packing import check_packing_hooks
 
@@ -105,6 +106,9 @@ class Materializer:
         self.task_encoder = task_encoder
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
         self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
+        #: ``(frames, height, width)`` per bucket id: a recipe of bucket b is encoded with
+        #: ``task_encoder.for_bucket(bucket_shapes[b])``.
+        self.bucket_shapes = tuple(tuple(s) for s in bucket_shapes)
         self.image_decode = (
             image_decode
             if image_decode is not None
@@ -185,6 +189,8 @@ class Materializer:
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
         enc = self.task_encoder
+        if self.bucket_shapes and recipe.bucket >= 0:
+            enc = enc.for_bucket(self.bucket_shapes[recipe.bucket])
         refs = recipe.refs
         samples, skipped_keys = [], []
         packing = self.packing
