@@ -111,7 +111,7 @@ def test_batch_shapes_per_bucket(table):
         t, h, w = ds.buckets.buckets[r.bucket].shape
         assert isinstance(b, VideoBatch)
         assert b.video.shape == (len(r), 3, t, h, w) and b.video.dtype == torch.float32
-        assert -1.0 <= b.video.min() and b.video.max() <= 1.0
+        assert b.video.min() >= -1.0 and b.video.max() <= 1.0
         assert b.caption == [f"sample {i}" for i in r.refs.index.tolist()]
 
 
