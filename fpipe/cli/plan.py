@@ -15,10 +15,13 @@ CONFIG is a small YAML file holding the arguments of :func:`fpipe.get_train_data
     num_epochs: null             # default: repeat forever
     drop_last: true
     distribution: global         # or per_rank
+    bucket_config: buckets.yaml  # OpenSora's bucket_config (a mapping, or a YAML file next to
+                                 # this one) instead of batch_size: prints each step's bucket
 
 or the dataset folder itself, with the same settings as flags (``--batch-size 32
 --world-size 8 ...``); flags override the YAML. Steps count from 0, like
-``enumerate(loader)`` on a fresh loader.
+``enumerate(loader)`` on a fresh loader. With a ``bucket_config``, ``--buckets N`` prints how
+many of the first N steps each bucket gets (a histogram, from the plan alone).
 """
 
 from __future__ import annotations
@@ -31,7 +34,15 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError, FpipeError
 
-__all__ = ["add_parser", "build_dataset", "load_plan_config", "plan_step", "run"]
+__all__ = [
+    "add_parser",
+    "bucket_histogram",
+    "build_dataset",
+    "format_histogram",
+    "load_plan_config",
+    "plan_step",
+    "run",
+]
 
 #: Keys a plan CONFIG may hold (all but ``path`` and ``world_size`` go to get_train_dataset).
 CONFIG_KEYS = (
@@ -46,6 +57,8 @@ CONFIG_KEYS = (
     "num_epochs",
     "drop_last",
     "distribution",
+    "bucket_config",
+    "bucket_window",
 )
 
 
@@ -78,7 +91,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", help="plan YAML file, or a prepared dataset folder plus flags")
-    p.add_argument("--step", type=int, required=True, help="global step, counted from 0")
+    p.add_argument("--step", type=int, default=0, help="global step, counted from 0")
+    p.add_argument(
+        "--buckets",
+        type=int,
+        metavar="N",
+        help="with a bucket_config: a histogram of the buckets of the first N steps",
+    )
     p.add_argument("--rank", type=int, help="show only this rank")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_config_arguments(p)
@@ -105,6 +124,9 @@ def load_plan_config(config: str, args: argparse.Namespace | None = None) -> dic
             raise ConfigError(f"{p}: the plan config needs 'path' (the dataset)")
         dpath = Path(str(cfg["path"])).expanduser()
         cfg["path"] = str(dpath if dpath.is_absolute() else p.parent / dpath)
+        bc = cfg.get("bucket_config")
+        if isinstance(bc, str) and "\n" not in bc and not Path(bc).expanduser().is_absolute():
+            cfg["bucket_config"] = str(p.parent / bc)  # a YAML file next to the config
     else:
         cfg["path"] = config
     if args is not None:
@@ -112,8 +134,14 @@ def load_plan_config(config: str, args: argparse.Namespace | None = None) -> dic
             v = getattr(args, k, None)
             if v is not None:
                 cfg[k] = v
-    if cfg.get("batch_size") is None and cfg.get("global_batch_size") is None:
-        raise ConfigError("the plan needs batch_size (per rank) or global_batch_size")
+    if (
+        cfg.get("batch_size") is None
+        and cfg.get("global_batch_size") is None
+        and cfg.get("bucket_config") is None
+    ):
+        raise ConfigError(
+            "the plan needs batch_size (per rank), global_batch_size or a bucket_config"
+        )
     return cfg
 
 
@@ -171,7 +199,7 @@ def plan_step(cfg: dict[str, Any], step: int, ranks: list[int] | None = None) ->
             {"key": ds.key(int(i)), "index": int(i), "epoch": int(e)}
             for i, e in zip(refs.index.tolist(), refs.epoch.tolist())
         ]
-        out.append({"rank": r, "samples": samples})
+        out.append({"rank": r, "samples": samples, **_bucket_of(pd, got[0])})
     return {
         "step": step,
         "distribution": distribution,
@@ -181,10 +209,80 @@ def plan_step(cfg: dict[str, Any], step: int, ranks: list[int] | None = None) ->
     }
 
 
+def _bucket_of(pd, recipe) -> dict[str, Any]:
+    if pd.buckets is None or recipe.bucket < 0:
+        return {}
+    b = pd.buckets.buckets[recipe.bucket]
+    return {"bucket": b.label, "shape": list(b.shape), "bucket_batch_size": b.batch_size}
+
+
+def bucket_histogram(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
+    """How many of the first ``steps`` steps each bucket gets (rank 0's plan; in global mode
+    every rank has the same bucket at every step): ``{"steps", "buckets": [{"bucket",
+    "shape", "batch_size", "steps", "samples_per_rank"}...], "unfit", "rejected",
+    "dropped"}``."""
+    pd = build_dataset(cfg, 0)
+    if pd.buckets is None:
+        raise ConfigError("--buckets needs a bucket_config in the plan")
+    table = pd.buckets
+    counts = [0] * len(table)
+    state, done = pd.plan.init(), 0
+    while done < steps:
+        state, got = pd.plan.next(state, min(1024, steps - done))
+        if not len(got):
+            break
+        for r in got:
+            counts[r.bucket] += 1
+        done += len(got)
+    rows = [
+        {
+            "bucket": b.label,
+            "shape": list(b.shape),
+            "batch_size": b.batch_size,
+            "steps": counts[i],
+            "samples_per_rank": counts[i] * b.batch_size,
+        }
+        for i, b in enumerate(table.buckets)
+    ]
+    return {
+        "steps": done,
+        "buckets": rows,
+        "unfit": state.unfit,
+        "rejected": state.rejected,
+        "dropped": state.dropped,
+    }
+
+
+def format_histogram(result: dict[str, Any]) -> str:
+    """Human-readable form of :func:`bucket_histogram`'s result."""
+    n = max(result["steps"], 1)
+    lines = [f"buckets of the first {result['steps']} steps:"]
+    for row in result["buckets"]:
+        t, h, w = row["shape"]
+        bar = "#" * round(40 * row["steps"] / n)
+        lines.append(
+            f"  {row['bucket']:<20} {t:>3}x{h}x{w:<5} bs {row['batch_size']:>3} "
+            f"{row['steps']:>7} steps {100 * row['steps'] / n:5.1f}% {bar}"
+        )
+    lines.append(
+        f"samples seen so far that fit no bucket: {result['unfit']}, not kept by probability: "
+        f"{result['rejected']}, dropped as window leftovers: {result['dropped']}"
+    )
+    return "\n".join(lines)
+
+
 def format_plan(result: dict[str, Any]) -> str:
     """Human-readable form of :func:`plan_step`'s result."""
+    first = next((r for r in result["ranks"] if r.get("bucket")), None)
+    if first is not None:
+        t, h, w = first["shape"]
+        head = (
+            f"bucket {first['bucket']} ({t} frames of {h}x{w}), batch {first['bucket_batch_size']}"
+        )
+    else:
+        head = f"batch {result['batch_size']}"
     lines = [
-        f"step {result['step']}: {result['world_size']} rank(s) x batch {result['batch_size']}"
+        f"step {result['step']}: {result['world_size']} rank(s) x {head}"
         f" ({result['distribution']} mode)"
     ]
     for r in result["ranks"]:
@@ -200,6 +298,10 @@ def run(args: argparse.Namespace) -> int:
     """Print the keys of the step; exit status 2 on a bad config, 1 if past the end."""
     try:
         cfg = load_plan_config(args.config, args)
+        if args.buckets is not None:
+            hist = bucket_histogram(cfg, args.buckets)
+            print(json.dumps(hist, indent=1) if args.json else format_histogram(hist))
+            return 0
         result = plan_step(cfg, args.step, None if args.rank is None else [args.rank])
     except FpipeError as e:
         print(f"fpipe plan: error: {e}", file=sys.stderr)

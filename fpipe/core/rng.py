@@ -100,15 +100,26 @@ def fold_in(k: Key, *data: int) -> Key:
     return k
 
 
-def fold_in_array(k: Key, *data: np.ndarray | int) -> np.ndarray:
-    """Vectorized :func:`fold_in`: one key per element of the broadcast ``data`` arrays."""
+def fold_in_array(k: Key | np.ndarray, *data: np.ndarray | int) -> np.ndarray:
+    """Vectorized :func:`fold_in`: one key per element of the broadcast ``data`` arrays.
+
+    ``k`` may itself be a ``uint64`` array of keys (broadcast with ``data``), so
+    ``fold_in_array(fold_in_array(k, a), b) == fold_in_array(k, a, b)``.
+    """
     arrays = [np.asarray(x).astype(np.int64, copy=False).view(np.uint64) for x in data]
-    shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
-    out = np.full(shape, np.uint64(k), dtype=np.uint64)
+    if isinstance(k, np.ndarray):
+        keys = k.astype(np.uint64, copy=False)
+    else:
+        keys = np.uint64(int(k) & _M64)
+    shape = np.broadcast_shapes(np.shape(keys), *(a.shape for a in arrays))
+    out = np.broadcast_to(keys, shape)
     with np.errstate(over="ignore"):
         for a in arrays:
-            out = _mix_np(out ^ _mix_np(a ^ np.uint64(_GAMMA)))
-    return out
+            if a.ndim == 0:  # a scalar: hash it once
+                out = _mix_np(out ^ np.uint64(_mix((int(a) & _M64) ^ _GAMMA)))
+            else:
+                out = _mix_np(out ^ _mix_np(a ^ np.uint64(_GAMMA)))
+    return out if arrays else np.array(out)  # never the read-only broadcast view
 
 
 def split(k: Key, n: int = 2) -> tuple[Key, ...]:

@@ -111,6 +111,9 @@ def assign_buckets(
     ds = np.broadcast_to(np.asarray(dataset, dtype=np.int64), (n,))
     ep = np.broadcast_to(np.asarray(epoch, dtype=np.int64), (n,))
     p = np.flatnonzero(ok)  # samples still without a bucket, as positions
+    base = fold_in_array(key, ds[p], idx[p], ep[p])  # per sample; a level is folded in below
+    slot = np.empty(n, dtype=np.int64)
+    slot[p] = np.arange(len(p))
     for level in range(nl):
         if not len(p):
             break
@@ -126,7 +129,7 @@ def assign_buckets(
         cand = choice >= 0
         c, choice = p[cand], choice[cand]
         fits_any[c] = True
-        u = (fold_in_array(key, ds[c], idx[c], ep[c], level) >> np.uint64(11)) * (1.0 / (1 << 53))
+        u = (fold_in_array(base[slot[c]], level) >> np.uint64(11)) * (1.0 / (1 << 53))
         keep = u < lk.prob[choice]
         out[c[keep]] = choice[keep]
         # not kept here (or no frame option at this resolution): try the next smaller one

@@ -69,9 +69,8 @@ class GroupBatchState(State, frozen=True, array_like=True):
 class Window(NamedTuple):
     """One window's refs split into groups (a pure function of key, epoch and block)."""
 
-    refs: Refs
-    members: tuple  # per group: int64 positions into refs, in window order
-    sizes: tuple  # per group: number of members
+    groups: tuple  # per group: its refs (Refs), in the order batches take them
+    sizes: tuple  # per group: number of refs
     batch_sizes: tuple  # per group: refs per rank and step (0: never batched)
     ids: tuple  # per group: the id a recipe carries in ``bucket``
     unfit: int
@@ -87,7 +86,8 @@ def make_window(refs: Refs, assign: Assigner, key: int, shuffle_key: int | None)
     Members keep the window's order, or are permuted per group by ``shuffle_key``."""
     gid, bs, ids = assign(refs, key)
     gid = np.asarray(gid, dtype=np.int64)
-    order = np.argsort(gid, kind="stable")
+    # small ints: a stable radix sort, O(n)
+    order = np.argsort(gid.astype(np.int16 if len(bs) < 2**15 - 2 else np.int64), kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(len(bs) + 1))
     members = tuple(order[bounds[g] : bounds[g + 1]] for g in range(len(bs)))
     if shuffle_key is not None:
@@ -95,8 +95,7 @@ def make_window(refs: Refs, assign: Assigner, key: int, shuffle_key: int | None)
             m[permutation(fold_in(shuffle_key, g), len(m))] for g, m in enumerate(members)
         )
     return Window(
-        refs=refs,
-        members=members,
+        groups=tuple(refs[m] for m in members),
         sizes=tuple(len(m) for m in members),
         batch_sizes=tuple(int(b) for b in bs),
         ids=tuple(int(i) for i in ids),
@@ -156,18 +155,16 @@ def make_next(
             if any(full):
                 g = choice(choose_key, full, state.block_step)
                 lo = state.consumed[g] + rank * bs[g]
-                pos = w.members[g][lo : lo + bs[g]]
-                recipe = Recipe(step=state.step, refs=w.refs[pos], key=sample_key, bucket=w.ids[g])
+                refs = w.groups[g][lo : lo + bs[g]]
+                recipe = Recipe(step=state.step, refs=refs, key=sample_key, bucket=w.ids[g])
                 return _advance(state, g, bs[g] * world_size), recipe
             rest_g = next((g for g, x in enumerate(left) if x > 0), None)
             if keep_remainder and rest_g is not None:
-                rest = w.members[rest_g][state.consumed[rest_g] :]
-                cut = np.linspace(0, len(rest), world_size + 1).round().astype(np.int64)
-                pos = rest[int(cut[rank]) : int(cut[rank + 1])]
-                recipe = Recipe(
-                    step=state.step, refs=w.refs[pos], key=sample_key, bucket=w.ids[rest_g]
-                )
-                return _advance(state, rest_g, len(rest)), recipe
+                lo = state.consumed[rest_g]
+                cut = np.linspace(0, left[rest_g], world_size + 1).round().astype(np.int64)
+                refs = w.groups[rest_g][lo + int(cut[rank]) : lo + int(cut[rank + 1])]
+                recipe = Recipe(step=state.step, refs=refs, key=sample_key, bucket=w.ids[rest_g])
+                return _advance(state, rest_g, left[rest_g]), recipe
             dropped = state.dropped + sum(left)
             epoch, block = (epoch, block + 1) if block + 1 < num_blocks else (epoch + 1, 0)
             state = GroupBatchState(

@@ -138,3 +138,45 @@ def test_bucket_config_refuses_batch_size_and_per_rank(table):
         _dataset(table, batch_size=4)
     with pytest.raises(fpipe.core.ConfigError, match="global distribution"):
         _dataset(table, distribution="per_rank")
+
+
+BUCKETS_YAML = """
+"1:1":
+  256: {1: [1.0, 64], 17: [1.0, 16], 65: [0.5, 4]}
+  512: {1: [1.0, 16], 17: [1.0, 4], 65: [0.25, 1]}
+"16:9":
+  240x426: {17: [1.0, 8], 65: [0.5, 2]}
+  480x854: {17: [0.5, 2], 65: [0.25, 1]}
+"9:16":
+  426x240: {17: [1.0, 8]}
+"""
+
+
+def test_fpipe_plan_prints_the_bucket_of_a_step_and_a_histogram(table, capsys):
+    import json
+
+    from fpipe.cli.main import main
+
+    d = table.parent
+    (d / "buckets.yaml").write_text(BUCKETS_YAML)
+    cfg = {"path": table.name, "bucket_config": "buckets.yaml", "world_size": 2, "seed": 3}
+    cfg.update(num_epochs=1, drop_last=False)
+    (d / "plan.yaml").write_text(json.dumps(cfg))  # JSON is YAML
+    recipes = _recipes(_dataset(table, 0, 2).plan)
+    labels = [b.label for b in _dataset(table).buckets.buckets]
+    for step in (0, len(recipes) - 1):
+        assert main(["plan", str(d / "plan.yaml"), "--step", str(step), "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert {r["bucket"] for r in got["ranks"]} == {labels[recipes[step].bucket]}
+    assert main(["plan", str(d / "plan.yaml"), "--step", "0"]) == 0
+    assert f"bucket {labels[recipes[0].bucket]}" in capsys.readouterr().out
+    assert main(["plan", str(d / "plan.yaml"), "--buckets", "100", "--json"]) == 0
+    hist = json.loads(capsys.readouterr().out)
+    assert hist["steps"] == len(recipes) and hist["unfit"] == 1
+    counts = {row["bucket"]: row["steps"] for row in hist["buckets"] if row["steps"]}
+    assert counts == {
+        lab: sum(labels[r.bucket] == lab for r in recipes)
+        for lab in {labels[r.bucket] for r in recipes}
+    }
+    assert main(["plan", str(d / "plan.yaml"), "--buckets", "100"]) == 0
+    assert "buckets of the first" in capsys.readouterr().out
