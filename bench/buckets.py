@@ -41,19 +41,10 @@ from _common import machine_line
 from fpipe.core import Pipeline
 from fpipe.core.testing import run
 from fpipe.plan import assign_buckets, bucket_batches, parse_bucket_config, samples, slice_shuffle
+from tests.helpers import OPENSORA_BUCKET_CONFIG
 
 # The OpenSora example of docs/buckets.md (seed document, verbatim).
-BUCKET_CONFIG = {
-    "1:1": {
-        256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)},
-        512: {1: (1.0, 16), 17: (1.0, 4), 65: (0.25, 1)},
-    },
-    "16:9": {
-        "240x426": {17: (1.0, 8), 65: (0.5, 2)},
-        "480x854": {17: (0.5, 2), 65: (0.25, 1)},
-    },
-    "9:16": {"426x240": {17: (1.0, 8)}},
-}
+BUCKET_CONFIG = OPENSORA_BUCKET_CONFIG
 
 
 def metadata(n: int, seed: int) -> dict[str, np.ndarray]:

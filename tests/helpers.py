@@ -61,3 +61,18 @@ def fast_forward(p: Pipeline, steps: int):
     return Lifted(
         Lifted(inner, p.get(state, "distribute"), 0), BatchState(bs.key, steps, bs.dropped), 0
     )
+
+
+# OpenSora's bucket_config as its configs (and docs/buckets.md) write it: aspect ratio ->
+# resolution (int side or "HxW") -> frames -> (probability, batch size), tuples as values.
+OPENSORA_BUCKET_CONFIG = {
+    "1:1": {
+        256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)},
+        512: {1: (1.0, 16), 17: (1.0, 4), 65: (0.25, 1)},
+    },
+    "16:9": {
+        "240x426": {17: (1.0, 8), 65: (0.5, 2)},
+        "480x854": {17: (0.5, 2), 65: (0.25, 1)},
+    },
+    "9:16": {"426x240": {17: (1.0, 8)}},
+}

@@ -83,18 +83,16 @@ def _check_common(view: View, rank: int, world_size: int, window, num_epochs) ->
         raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
 
 
-def _source(
-    view: View, name: str, config, assign, *, rank, world_size, drop_last, num_groups=None
-) -> Source:
+def _source(view: View, name: str, config, assign, num_groups: int) -> Source:
     nxt = make_next(
         size=view.size,
         window=config.window,
         num_epochs=config.num_epochs,
         take=view.gather,
         assign=assign,
-        rank=rank,
-        world_size=world_size,
-        keep_remainder=not drop_last,
+        rank=config.rank,
+        world_size=config.world_size,
+        keep_remainder=config.remainder is Remainder.KEEP,
         num_groups=num_groups,
         shuffle=config.shuffle,
         name=name,
@@ -181,16 +179,7 @@ def bucket_batches(
         )
         return gid, sizes, ids
 
-    return _source(
-        view,
-        name,
-        config,
-        assign,
-        rank=rank,
-        world_size=world_size,
-        drop_last=drop_last,
-        num_groups=len(table),
-    )
+    return _source(view, name, config, assign, num_groups=len(table))
 
 
 def _fn_id(fn: Callable, name: str, default: str) -> str:
@@ -286,13 +275,4 @@ def group_batches(
         pad = max_groups - len(sizes)  # unused slots: empty groups, so the state keeps its size
         return gid, np.array(sizes + [0] * pad, dtype=np.int64), ids + (-1,) * pad
 
-    return _source(
-        view,
-        name,
-        config,
-        assign,
-        rank=rank,
-        world_size=world_size,
-        drop_last=drop_last,
-        num_groups=max_groups,
-    )
+    return _source(view, name, config, assign, num_groups=max_groups)

@@ -7,19 +7,9 @@ import pytest
 from fpipe.core import ConfigError
 from fpipe.plan import assign_buckets, load_bucket_config, parse_bucket_config
 from fpipe.plan.bucket_assign import REJECTED, UNFIT
+from tests.helpers import OPENSORA_BUCKET_CONFIG
 
-# OpenSora's bucket_config as its configs write it: int and "HxW" keys, tuples as values.
-OPENSORA = {
-    "1:1": {
-        256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)},
-        512: {1: (1.0, 16), 17: (1.0, 4), 65: (0.25, 1)},
-    },
-    "16:9": {
-        "240x426": {17: (1.0, 8), 65: (0.5, 2)},
-        "480x854": {17: (0.5, 2), 65: (0.25, 1)},
-    },
-    "9:16": {"426x240": {17: (1.0, 8)}},
-}
+OPENSORA = OPENSORA_BUCKET_CONFIG
 
 YAML = """
 bucket_config:

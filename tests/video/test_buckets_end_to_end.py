@@ -21,19 +21,10 @@ from fpipe.encode.video_task import VideoBatch, VideoTaskEncoder
 from fpipe.loader import Topology
 from fpipe.storage import prepare_dataset
 from tests.decode.av_helpers import write_video
+from tests.helpers import OPENSORA_BUCKET_CONFIG
 
-# The bucket_config of OpenSora's configs as the issue and docs/buckets.md quote it.
-BUCKET_CONFIG = {
-    "1:1": {
-        256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)},
-        512: {1: (1.0, 16), 17: (1.0, 4), 65: (0.25, 1)},
-    },
-    "16:9": {
-        "240x426": {17: (1.0, 8), 65: (0.5, 2)},
-        "480x854": {17: (0.5, 2), 65: (0.25, 1)},
-    },
-    "9:16": {"426x240": {17: (1.0, 8)}},
-}
+# The bucket_config of OpenSora's configs, verbatim (int and "HxW" keys, tuples as values).
+BUCKET_CONFIG = OPENSORA_BUCKET_CONFIG
 
 # (kind, width, height, frames, how many) -> the bucket each should land in
 MEDIA = [
