@@ -96,8 +96,11 @@ def test_batch_shapes_per_bucket(table):
         got[labels[r.bucket]] = got.get(labels[r.bucket], 0) + len(r)
     assert got == expected  # every sample in the bucket its metadata says, once
 
-    batches = list(fpipe.get_loader(ds, num_workers=0))
+    loader = fpipe.get_loader(ds, num_workers=0)
+    batches = list(loader)
     assert len(batches) == len(recipes)
+    dropped = loader.stats().dropped
+    assert (dropped["unfit"], dropped["rejected"], dropped["group_remainder"]) == (1, 0, 0)
     for r, b in zip(recipes, batches):
         t, h, w = ds.buckets.buckets[r.bucket].shape
         assert isinstance(b, VideoBatch)
