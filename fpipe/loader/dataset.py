@@ -168,7 +168,39 @@ def get_train_dataset(
     if distribution not in ("global", "per_rank"):
         raise ConfigError(f"distribution must be 'global' or 'per_rank', got {distribution!r}")
     if bucket_config is not None:
-        return _bucketed(path, bucket_config, bucket_window, topo, locals())
+        if batch_size is not None or global_batch_size is not None:
+            raise ConfigError(
+                "with bucket_config each bucket sets its own batch size; leave out batch_size "
+                "and global_batch_size"
+            )
+        if distribution != "global":
+            raise ConfigError(
+                "bucket_config works in global distribution mode only (every rank takes the "
+                "same bucket at every step); drop distribution='per_rank'"
+            )
+        if plan_stages or packing_buffer_size:
+            raise ConfigError(
+                "plan_stages and packing_buffer_size do not combine with bucket_config"
+            )
+        return _bucketed(
+            path,
+            bucket_config,
+            bucket_window,
+            topo,
+            split=split,
+            sample_type=sample_type,
+            field_map=field_map,
+            subflavors=subflavors,
+            columns=columns,
+            open_kwargs=open_kwargs,
+            max_samples_per_sequence=max_samples_per_sequence,
+            drop_last=drop_last,
+            num_epochs=num_epochs,
+            seed=seed,
+            task_encoder=task_encoder,
+            image_decode=image_decode,
+            error_policy=error_policy,
+        )
     batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
     source, view = _source_and_view(
         path,
@@ -235,21 +267,11 @@ def _bucket_columns(ds) -> tuple[str, str, str | None]:
     return "width", "height", frames
 
 
-def _bucketed(path, bucket_config, bucket_window, topo, kw) -> PlannedDataset:
+def _bucketed(path, bucket_config, bucket_window, topo, **kw) -> PlannedDataset:
     """``get_train_dataset`` with a bucket_config: slices, then bucketed batches per rank."""
     from fpipe.encode import DefaultTaskEncoder
     from fpipe.plan import bucket_batches, load_bucket_config
 
-    if kw["distribution"] != "global":
-        raise ConfigError(
-            "bucket_config works in global distribution mode only (every rank takes the same "
-            "bucket at every step); drop distribution='per_rank'"
-        )
-    if kw["batch_size"] is not None or kw["global_batch_size"] is not None:
-        raise ConfigError(
-            "with bucket_config each bucket sets its own batch size; leave out batch_size and "
-            "global_batch_size"
-        )
     table = load_bucket_config(bucket_config)
     width, height, frames = _bucket_columns(_open(path, kw["open_kwargs"]))
     cols = tuple(dict.fromkeys((*kw["columns"], width, height, *([frames] if frames else []))))
@@ -275,8 +297,6 @@ def _bucketed(path, bucket_config, bucket_window, topo, kw) -> PlannedDataset:
         height=height,
         frames=frames,
     )
-    if kw["plan_stages"] or kw["packing_buffer_size"]:
-        raise ConfigError("plan_stages and packing_buffer_size do not combine with bucket_config")
     mat = Materializer(
         [source],
         kw["task_encoder"] or DefaultTaskEncoder(),
