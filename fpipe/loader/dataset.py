@@ -182,7 +182,9 @@ def get_train_dataset(
             raise ConfigError(
                 "plan_stages and packing_buffer_size do not combine with bucket_config"
             )
-        return _bucketed(
+        from fpipe.loader.bucketed import bucketed_dataset
+
+        return bucketed_dataset(
             path,
             bucket_config,
             bucket_window,
@@ -249,63 +251,6 @@ def get_train_dataset(
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=drop_last,
     )
-
-
-def _bucket_columns(ds) -> tuple[str, str, str | None]:
-    """The width, height and frame-count columns of a dataset's index, for bucketing."""
-    names = tuple(ds.column_names)
-    missing = [c for c in ("width", "height") if c not in names]
-    if missing:
-        raise ConfigError(
-            f"bucket_config needs the index columns width and height; {missing} missing "
-            f"(columns: {list(names)}). Prepare the dataset with its media field, or add them "
-            "to the table (OpenSora's CSV has num_frames, height, width)"
-        )
-    frames = next((c for c in ("num_frames", "frames") if c in names), None)
-    if frames is None:
-        frames = next((c for c in names if c.endswith(".frames")), None)
-    return "width", "height", frames
-
-
-def _bucketed(path, bucket_config, bucket_window, topo, **kw) -> PlannedDataset:
-    """``get_train_dataset`` with a bucket_config: slices, then bucketed batches per rank."""
-    from fpipe.encode import DefaultTaskEncoder
-    from fpipe.plan import bucket_batches, load_bucket_config
-
-    table = load_bucket_config(bucket_config)
-    width, height, frames = _bucket_columns(_open(path, kw["open_kwargs"]))
-    cols = tuple(dict.fromkeys((*kw["columns"], width, height, *([frames] if frames else []))))
-    source, view = _source_and_view(
-        path,
-        kw["split"],
-        sample_type=kw["sample_type"],
-        field_map=kw["field_map"],
-        subflavors=kw["subflavors"],
-        columns=cols,
-        open_kwargs=kw["open_kwargs"],
-    )
-    view = slice_shuffle(view, kw["max_samples_per_sequence"] or 1)
-    src = bucket_batches(
-        view,
-        table,
-        rank=topo.rank,
-        world_size=topo.world_size,
-        drop_last=kw["drop_last"],
-        num_epochs=kw["num_epochs"],
-        window=bucket_window,
-        width=width,
-        height=height,
-        frames=frames,
-    )
-    mat = Materializer(
-        [source],
-        kw["task_encoder"] or DefaultTaskEncoder(),
-        image_decode=kw["image_decode"],
-        error_policy=kw["error_policy"],
-        bucket_shapes=tuple(b.shape for b in table.buckets),
-    )
-    plan = Pipeline(src, seed=kw["seed"])
-    return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=0, buckets=table)
 
 
 def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int:
