@@ -244,12 +244,15 @@ def bucket_histogram(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
         }
         for i, b in enumerate(table.buckets)
     ]
+    from fpipe.plan import drop_counters
+
+    dropped = drop_counters(pd.plan.stats(state))
     return {
         "steps": done,
         "buckets": rows,
-        "unfit": state.unfit,
-        "rejected": state.rejected,
-        "dropped": state.dropped,
+        "unfit": dropped.get("unfit", 0),
+        "rejected": dropped.get("rejected", 0),
+        "dropped": dropped.get("group_remainder", 0),
     }
 
 

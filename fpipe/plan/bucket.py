@@ -18,12 +18,11 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs
 from fpipe.core.rng import fold_in, name_id
-from fpipe.core.stage import Source
+from fpipe.core.stage import Source, View
 from fpipe.plan.batch import Remainder
 from fpipe.plan.bucket_assign import assign_buckets
 from fpipe.plan.bucket_config import BucketTable, load_bucket_config
 from fpipe.plan.group_batch import GroupBatchState, make_next
-from fpipe.plan.source import View
 
 __all__ = [
     "BucketBatchConfig",
@@ -97,16 +96,25 @@ def _source(view: View, name: str, config, assign, num_groups: int) -> Source:
         shuffle=config.shuffle,
         name=name,
     )
-    own = name_id(name)
     zeros = (0,) * (num_groups or 0)
     return Source(
         name=name,
         config=config,
-        init=lambda key: GroupBatchState(fold_in(key, own), consumed=zeros),
+        init=lambda root: GroupBatchState(root, consumed=zeros),
         next=nxt,
         state_type=GroupBatchState,
-        parts=view.parts + ((name, config),),
+        inputs=(view,),
+        split=_split,
+        stats=_stats,
     )
+
+
+def _split(state: GroupBatchState):
+    return state, (None,)
+
+
+def _stats(state: GroupBatchState) -> dict[str, int]:
+    return {"unfit": state.unfit, "rejected": state.rejected, "group_remainder": state.dropped}
 
 
 def bucket_batches(

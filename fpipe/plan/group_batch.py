@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.graph import step_key
 from fpipe.core.records import Recipe, Refs, State
 from fpipe.core.rng import choice, fold_in, permutation
 
@@ -45,7 +46,8 @@ _CHOOSE, _SAMPLE, _SHUFFLE = 0xB0C7E7, 0x5A3F1E, 0x5B0F1E
 class GroupBatchState(State, frozen=True, array_like=True):
     """Where a grouped batching stream is; the same value on every rank in global mode.
 
-    ``key``: the step's key; ``epoch``, ``block``: the current window; ``step``: recipes
+    ``key``: the plan's root key (the view folds its own name into it; this step's decisions
+    use ``step_key(key, name)``); ``epoch``, ``block``: the current window; ``step``: recipes
     emitted (global steps); ``block_step``: steps taken in this window; ``entered``: whether
     the window's unfit and rejected refs are counted yet; ``consumed``: refs taken per group of
     the window (one entry per bucket; for groups of a criterion, per group of the window in
@@ -128,13 +130,16 @@ def make_next(
     zeros = (0,) * (num_groups or 0)
 
     @functools.lru_cache(maxsize=4)
-    def get_window(key: int, epoch: int, block: int) -> tuple[Window, int, int]:
+    def get_window(root: int, epoch: int, block: int) -> tuple[Window, int, int]:
         # A memo of a pure function: the window's refs and groups, the key the window's group
-        # draws fold their step into, and the per-sample key root of its recipes.
+        # draws fold their step into, and the per-sample key root of its recipes. The view
+        # gets the plan's root (it folds its own name in); this step's key is step_key(root,
+        # name).
+        key = step_key(root, name)
         lo = block * win
         positions = np.arange(lo, min(lo + win, size), dtype=np.int64)
         shuffle_key = fold_in(key, _SHUFFLE, epoch, block) if shuffle else None
-        w = make_window(take(key, epoch, positions), assign, key, shuffle_key)
+        w = make_window(take(root, epoch, positions), assign, key, shuffle_key)
         return w, fold_in(key, _CHOOSE, epoch, block), fold_in(key, _SAMPLE)
 
     def one(state: GroupBatchState) -> tuple[GroupBatchState, Recipe | None]:

@@ -21,8 +21,10 @@ import numpy as np
 from fpipe.core import Refs, Source, chain
 from fpipe.plan import (
     batch,
+    bucket_batches,
     distribute,
     filter_refs,
+    group_batches,
     in_memory,
     map_refs,
     pack,
@@ -115,7 +117,70 @@ def _interleave(k=2, window=5):
     return interleave(*subs)
 
 
+BUCKET_COLUMNS = {
+    "width": 40 + (np.arange(N) * 13) % 50,
+    "height": 40 + (np.arange(N) * 7) % 30,
+    "frames": 1 + (np.arange(N) * 5) % 9,
+    "w2": 40 + (np.arange(N) * 3) % 50,
+    "h2": 40 + (np.arange(N) * 11) % 30,
+}
+BUCKETS = {"1:1": {32: {1: (1.0, 2), 4: (0.8, 1)}}, "4:3": {"36x48": {1: (1.0, 1), 5: (1.0, 2)}}}
+
+
+def _buckets(config=BUCKETS, width="width", height="height", frames="frames", epochs=2, **kw):
+    view = slice_shuffle(samples(N, columns=BUCKET_COLUMNS), 3)
+    return bucket_batches(
+        view, config, width=width, height=height, frames=frames, num_epochs=epochs, **kw
+    )
+
+
+def by_t(row):
+    return row["t"] % 3, 1
+
+
+def by_u(row):
+    return row["u"], 2
+
+
+def _groups(fn=by_t, cols=("t", "u"), epochs=2, **kw):
+    view = slice_shuffle(samples(N, columns=COLUMNS), 3)
+    return group_batches(view, fn, columns=cols, num_epochs=epochs, **kw)
+
+
 EXAMPLES: list[Example] = [
+    Example(
+        "bucket_batches",
+        _buckets,
+        "bucket",
+        {
+            "buckets": {"config": {**BUCKETS, "1:1": {32: {1: (1.0, 1), 4: (0.8, 1)}}}},
+            "width": {"width": "w2"},
+            "height": {"height": "h2"},
+            "frames": {"frames": None},
+            "window": {"window": 10},
+            "shuffle": {"shuffle": False},
+            "num_epochs": {"epochs": 3},
+            "rank": {"rank": 1, "world_size": 2},
+            "world_size": {"world_size": 2},
+            "remainder": {"drop_last": False},
+        },
+    ),
+    Example(
+        "group_batches",
+        _groups,
+        "group_batches",
+        {
+            "criterion": {"fn": by_u},
+            "columns": {"cols": ("u", "t")},
+            "max_groups": {"max_groups": 8},
+            "window": {"window": 10},
+            "shuffle": {"shuffle": False},
+            "num_epochs": {"epochs": 3},
+            "rank": {"rank": 1, "world_size": 2},
+            "world_size": {"world_size": 2},
+            "remainder": {"drop_last": False},
+        },
+    ),
     Example(
         "samples",
         _samples,
