@@ -1,27 +1,20 @@
 """bucket_config parsing (OpenSora's nested form, Python tuples and YAML lists) and the
 assignment of samples to buckets from their metadata."""
 
+import textwrap
+
 import numpy as np
 import pytest
 
 from fpipe.core import ConfigError
 from fpipe.plan import assign_buckets, load_bucket_config, parse_bucket_config
 from fpipe.plan.bucket_assign import REJECTED, UNFIT
-from tests.helpers import OPENSORA_BUCKET_CONFIG
+from tests.helpers import OPENSORA_BUCKET_CONFIG, OPENSORA_BUCKET_YAML
 
 OPENSORA = OPENSORA_BUCKET_CONFIG
 
-YAML = """
-bucket_config:
-  "1:1":
-    256: {1: [1.0, 64], 17: [1.0, 16], 65: [0.5, 4]}
-    512: {1: [1.0, 16], 17: [1.0, 4], 65: [0.25, 1]}
-  "16:9":
-    240x426: {17: [1.0, 8], 65: [0.5, 2]}
-    480x854: {17: [0.5, 2], 65: [0.25, 1]}
-  "9:16":
-    426x240: {17: [1.0, 8]}
-"""
+# under a bucket_config key, as in a training config file
+YAML = "bucket_config:\n" + textwrap.indent(OPENSORA_BUCKET_YAML, "  ")
 
 
 def shapes(table):

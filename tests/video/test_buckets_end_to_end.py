@@ -21,7 +21,7 @@ from fpipe.encode.video_task import VideoBatch, VideoTaskEncoder
 from fpipe.loader import Topology
 from fpipe.storage import prepare_dataset
 from tests.decode.av_helpers import write_video
-from tests.helpers import OPENSORA_BUCKET_CONFIG
+from tests.helpers import OPENSORA_BUCKET_CONFIG, OPENSORA_BUCKET_YAML
 
 # The bucket_config of OpenSora's configs, verbatim (int and "HxW" keys, tuples as values).
 BUCKET_CONFIG = OPENSORA_BUCKET_CONFIG
@@ -134,25 +134,13 @@ def test_bucket_config_refuses_batch_size_and_per_rank(table):
         _dataset(table, distribution="per_rank")
 
 
-BUCKETS_YAML = """
-"1:1":
-  256: {1: [1.0, 64], 17: [1.0, 16], 65: [0.5, 4]}
-  512: {1: [1.0, 16], 17: [1.0, 4], 65: [0.25, 1]}
-"16:9":
-  240x426: {17: [1.0, 8], 65: [0.5, 2]}
-  480x854: {17: [0.5, 2], 65: [0.25, 1]}
-"9:16":
-  426x240: {17: [1.0, 8]}
-"""
-
-
 def test_fpipe_plan_prints_the_bucket_of_a_step_and_a_histogram(table, capsys):
     import json
 
     from fpipe.cli.main import main
 
     d = table.parent
-    (d / "buckets.yaml").write_text(BUCKETS_YAML)
+    (d / "buckets.yaml").write_text(OPENSORA_BUCKET_YAML)
     cfg = {"path": table.name, "bucket_config": "buckets.yaml", "world_size": 2, "seed": 3}
     cfg.update(num_epochs=1, drop_last=False)
     (d / "plan.yaml").write_text(json.dumps(cfg))  # JSON is YAML
