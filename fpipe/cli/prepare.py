@@ -19,7 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "member, metadata columns, dataset.yaml and split.yaml. Asks for missing settings "
         "only when run on a terminal.",
     )
-    p.add_argument("path", help="dataset folder, or a .jsonl/.csv table")
+    p.add_argument(
+        "path", help="dataset folder, a .jsonl/.csv table, or a URL (s3://bucket/prefix)"
+    )
     p.add_argument(
         "--field",
         action="append",
@@ -90,6 +92,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="tables: column naming media files (default: guessed)",
     )
     p.add_argument("--aux", default=None, help="tables: prepared tar dataset holding media")
+    p.add_argument(
+        "--index-dir",
+        default=None,
+        help="for s3://, gs://, az:// datasets: write the index to this local folder "
+        "(default: PATH/.fpipe/ in the bucket)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--probe-av",
@@ -117,6 +125,10 @@ def _prompt(args: argparse.Namespace) -> None:
     from fpipe.storage.tables import is_table
     from fpipe.storage.webdataset import list_shards, peek_extensions
 
+    from fpipe.storage.remote import is_url
+
+    if is_url(args.path):
+        return
     root = Path(args.path)
     if is_table(root) or is_energon(root) or args.merge or args.part:
         return
@@ -164,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             media_columns=args.media_column,
             aux=args.aux,
             probe_av=args.probe_av,
+            index_dir=args.index_dir,
         )
     except FpipeError as e:
         print(f"fpipe prepare: error: {e}", file=sys.stderr)

@@ -108,7 +108,7 @@ class Loader:
             kwargs = dict(
                 prefetch_factor=self.prefetch_factor,
                 timeout=self.timeout,
-                multiprocessing_context=self.multiprocessing_context,
+                multiprocessing_context=self._mp_context(),
             )
         return torch.utils.data.DataLoader(
             _RecipeDataset(self.dataset.materializer),
@@ -118,6 +118,21 @@ class Loader:
             collate_fn=_identity,
             **kwargs,
         )
+
+    def _mp_context(self):
+        if self.multiprocessing_context is not None:
+            return self.multiprocessing_context
+        from fpipe.storage.remote import is_url
+
+        if any(is_url(s.path) for s in self.dataset.materializer.sources):
+            # Object storage: obstore's runtime does not survive fork. The fork server imports
+            # torch and the materializer once; each worker is then a cheap fork of it.
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["torch", "fpipe.loader.materialize", "fpipe.storage"])
+            return ctx
+        return None
 
     def __iter__(self):
         encoder = self.dataset.materializer.task_encoder

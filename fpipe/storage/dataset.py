@@ -38,9 +38,11 @@ from fpipe.storage.config import (
 from fpipe.storage.energon import EnergonReader, energon_arrays, energon_record, read_energon_meta
 from fpipe.storage.reader import FileCache
 from fpipe.storage.record import ArrayStore, IndexRecord, read_record
+from fpipe.storage.remote import RemoteFiles, StorageOptions, is_url
 from fpipe.storage.tables import TableReader, table_record
 from fpipe.storage.tar_index import INDEX_DIR
 from fpipe.storage.tar_reader import TarReader
+from fpipe.storage.webdataset import is_gzip_shard
 
 __all__ = ["Dataset", "Reader", "open_dataset", "resolve_split"]
 
@@ -208,6 +210,16 @@ class Dataset:
         """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
         return self.reader.read(self._check(i))
 
+    def prefetch(self, indices) -> None:
+        """Start fetching samples ``indices`` for the :meth:`read` calls that follow.
+
+        A no-op on local files; on object storage the ranges are fetched concurrently (see
+        :mod:`fpipe.storage.remote`). Errors surface in the matching :meth:`read`.
+        """
+        fn = getattr(self.reader, "prefetch", None)
+        if fn is not None:
+            fn([self._check(i) for i in indices])
+
     def av_metadata(self, i: int) -> dict[str, Any]:
         """Audio/video stream metadata stored by ``fpipe prepare`` for sample ``i``, by the key
         :meth:`read` returns the media under: ``{"mp4": AVMetadata}`` (empty when nothing was
@@ -257,6 +269,45 @@ def _open_prepared(p: Path, max_open_files: int = 64) -> Dataset:
     )
 
 
+def _open_remote(
+    url: str,
+    *,
+    index_dir: str | os.PathLike | None = None,
+    storage: StorageOptions | dict | None = None,
+) -> Dataset:
+    from fpipe.storage.remote_index import local_index
+
+    options = storage if isinstance(storage, StorageOptions) else StorageOptions(**(storage or {}))
+    local = local_index(url, index_dir, options)
+    record = read_record(local)
+    if record.layout != "tar":
+        raise ConfigError(
+            f"{url}: only datasets of tar shards prepared by `fpipe prepare` are read from object "
+            f"storage (this index is a {record.layout!r} layout)"
+        )
+    gz = [s.name for s in record.shards if is_gzip_shard(s.name)]
+    if gz:
+        raise ConfigError(
+            f"{url}: shard {gz[0]!r} is gzip-compressed; random access into it needs a "
+            "decompressed copy, which fpipe does not make in a bucket. Re-shard without "
+            "compression, or copy the dataset to a local disk"
+        )
+    arrays = ArrayStore(local)
+    files = RemoteFiles(url, options)
+    reader = TarReader(url, local, record, arrays, files)
+    return Dataset(
+        url,
+        record,
+        load_dataset_config(local / "dataset.yaml"),
+        load_split_config(local / "split.yaml"),
+        arrays,
+        reader,
+        files,
+        where=str(local / "split.yaml"),
+        open_args={"index_dir": None if index_dir is None else str(index_dir), "storage": options},
+    )
+
+
 def _open_energon(p: Path, max_open_files: int = 64) -> Dataset:
     meta = read_energon_meta(p)
     record = energon_record(meta)
@@ -301,9 +352,12 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
     """Open a prepared dataset folder (fpipe or Energon) or a ``.jsonl`` / ``.csv`` table.
 
     Args:
-      path: folder with ``.fpipe/`` (from ``fpipe prepare``) or ``.nv-meta/`` (Energon), or a
-        table file.
-      **kwargs: for a table file: ``root`` (media folder), ``media_columns``, ``aux``
+      path: folder with ``.fpipe/`` (from ``fpipe prepare``) or ``.nv-meta/`` (Energon), a
+        table file, or the URL of a prepared dataset on object storage.
+      **kwargs: for an object-storage URL (``s3://bucket/prefix``, ``gs://``, ``az://``):
+        ``index_dir`` (a local folder holding the index; default: the bucket's ``.fpipe/``,
+        cached locally) and ``storage`` (:class:`~fpipe.storage.remote.StorageOptions` or a
+        dict of its fields); for a table file: ``root`` (media folder), ``media_columns``, ``aux``
         (prepared tar dataset holding media), ``sample_type``, ``field_map``; for folders:
         ``max_open_files`` (shard files kept open per process, default 64).
 
@@ -315,6 +369,8 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
       >>> ds.read(0)["jpg"][:3]                       # doctest: +SKIP
       b'\\xff\\xd8\\xff'
     """
+    if is_url(path):
+        return _open_remote(str(path), **kwargs)
     p = Path(path)
     if p.is_file():
         return _open_table(p, **kwargs)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -50,6 +51,8 @@ from fpipe.storage.prepare_shards import (
     write_part,
 )
 from fpipe.storage.prepare_table import write_table_index
+from fpipe.storage.remote import StorageOptions, is_url
+from fpipe.storage.remote_index import remote_shards, upload_index
 from fpipe.storage.scan import ScanOptions
 from fpipe.storage.tables import is_table
 from fpipe.storage.tar_index import INDEX_DIR, IndexData
@@ -180,14 +183,26 @@ def _prepare_part(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> Pre
     return _report(p, out, data, src.kind, None, t0, opts.part)
 
 
-def _prepare_full(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:
+class _Index(msgspec.Struct):
+    """An index computed in memory, ready to be written (see :func:`_write_index`)."""
+
+    data: IndexData
+    keyframes: Any
+    config: DatasetConfig
+    split: SplitConfig | None
+    info: dict[str, Any]
+    source: str
+
+
+def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
+    """Scan every shard of ``src`` under ``root`` (a folder or a URL), or merge the parts."""
     fmap = opts.fields if opts.fields is not None else dict(src.config.field_map)
     if opts.merge:
-        data, kf = merge_parts(p)
+        data, kf = merge_parts(Path(root))
         source = "merged-" + src.kind
     else:
         scan = _scan_options(opts, fmap)
-        data, kf = scan_shards(str(p), src.shards, scan, opts.workers, opts.progress)
+        data, kf = scan_shards(root, src.shards, scan, opts.workers, opts.progress)
         source = src.kind
     names = [s["name"] for s in data.shards]
     if opts.split is None and not opts.exclude:
@@ -202,24 +217,55 @@ def _prepare_full(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> Pre
         subflavors=dict(opts.subflavors if opts.subflavors is not None else existing.subflavors),
         sample_loader=existing.sample_loader,
     )
-    out = p / INDEX_DIR
     info = {"source": source, "aliases": _aliases(data.columns, fmap), "field_map": fmap}
-    write_index_with_av(out, data, kf, info)
-    dump_yaml(out / "dataset.yaml", config)
-    if split is not None:
-        dump_yaml(out / "split.yaml", split)
+    return _Index(data, kf, config, split, info, source)
+
+
+def _write_index(out: Path, index: _Index) -> None:
+    """Write ``index`` into the index folder ``out`` (``DIR/.fpipe`` or ``--index-dir``)."""
+    write_index_with_av(out, index.data, index.keyframes, index.info)
+    dump_yaml(out / "dataset.yaml", index.config)
+    if index.split is not None:
+        dump_yaml(out / "split.yaml", index.split)
     elif (out / "split.yaml").exists():
         (out / "split.yaml").unlink()
+
+
+def _prepare_full(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:
+    index = _compute_index(str(p), src, opts)
+    out = p / INDEX_DIR
+    _write_index(out, index)
     if opts.merge:
         shutil.rmtree(p / PARTS_DIR, ignore_errors=True)
-    return _report(p, out, data, source, split, t0)
+    return _report(p, out, index.data, index.source, index.split, t0)
+
+
+def _prepare_remote(url: str, opts: PrepareOptions, t0: float) -> PrepareReport:
+    """Index the shards under an object-storage URL, streaming each once; write the index to
+    ``opts.index_dir`` or, without one, to ``URL/.fpipe/`` in the bucket."""
+    if opts.part is not None or opts.merge:
+        raise ConfigError(f"{url}: part/merge runs are for local folders; use workers= instead")
+    shards = remote_shards(url, opts.shards, opts.storage)
+    src = _Source("webdataset", shards, DatasetConfig(), None)
+    index = _compute_index(url, src, opts)
+    if opts.index_dir is not None:
+        out = Path(opts.index_dir)
+        _write_index(out, index)
+        where = str(out)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fpipe-index-") as tmp:
+            _write_index(Path(tmp), index)
+            where = upload_index(Path(tmp), url, opts.storage or StorageOptions())
+    report = _report(Path(), Path(), index.data, index.source, index.split, t0)
+    return msgspec.structs.replace(report, path=url, index_dir=where)
 
 
 def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
     """Index a WebDataset folder, an Energon-prepared folder, or a JSONL/CSV table.
 
     Args:
-      path: dataset folder, or a ``.jsonl`` / ``.csv`` table.
+      path: dataset folder, a ``.jsonl`` / ``.csv`` table, or the URL of a folder of shards on
+        object storage (``s3://bucket/prefix``; see :mod:`fpipe.storage.remote`).
       **options: keyword arguments, checked by :func:`.prepare_options.make_options` into a
         :class:`PrepareOptions` before any file is read (an unknown name is a TypeError):
       fields: field map, ``{"image": "jpg", "caption": "json[caption]"}`` or
@@ -240,6 +286,9 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
       split_seed: shuffle shards with this seed before splitting by ratio.
       subflavors: written to dataset.yaml.
       root, media_columns, aux: for tables (see :mod:`fpipe.storage.tables`).
+      index_dir: for a dataset at a URL, a local folder to write the index to (default:
+        ``URL/.fpipe/`` in the bucket).
+      storage: for a URL, :class:`~fpipe.storage.remote.StorageOptions` (or a dict of them).
       probe_av: probe audio/video members (or table media files) and store their stream
         metadata columns and keyframe times (:mod:`fpipe.storage.av_meta`); a file that
         cannot be probed is left out and reported.
@@ -249,6 +298,8 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
     """
     t0 = time.perf_counter()
     opts = make_options(**options)
+    if is_url(path):
+        return _prepare_remote(str(path), opts, t0)
     p = Path(path)
     if p.is_file() and is_table(p):
         return _prepare_table(p, opts, t0)

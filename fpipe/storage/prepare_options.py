@@ -15,6 +15,7 @@ import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config import ColumnSpec, SplitConfig, parse_column, parse_field_spec
+from fpipe.storage.remote import StorageOptions
 
 __all__ = ["PrepareOptions", "PrepareReport", "Problem", "make_options"]
 
@@ -72,6 +73,8 @@ class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
     media_columns: tuple[str, ...] | None = None  #: tables: media columns (None: guessed)
     aux: str | None = None  #: tables: prepared tar dataset holding media
     probe_av: bool = True  #: probe audio/video members for stream metadata and keyframes
+    index_dir: str | None = None  #: URL datasets: local folder for the index (else the bucket)
+    storage: StorageOptions | None = None  #: URL datasets: how to reach the bucket
 
 
 def _field_map(fields: Mapping[str, str] | Iterable[str] | None) -> dict[str, str] | None:
@@ -134,6 +137,8 @@ def make_options(
     media_columns: Iterable[str] | None = None,
     aux: str | os.PathLike | None = None,
     probe_av: bool = True,
+    index_dir: str | os.PathLike | None = None,
+    storage: StorageOptions | Mapping[str, Any] | None = None,
 ) -> PrepareOptions:
     """Check and normalize the arguments of ``prepare_dataset`` (same names and meanings)."""
     opts = PrepareOptions(
@@ -154,6 +159,10 @@ def make_options(
         media_columns=None if media_columns is None else tuple(media_columns),
         aux=None if aux is None else str(aux),
         probe_av=bool(probe_av),
+        index_dir=None if index_dir is None else str(index_dir),
+        storage=storage
+        if storage is None or isinstance(storage, StorageOptions)
+        else StorageOptions(**storage),
     )
     if opts.part is not None and opts.merge:
         raise ConfigError("use either part (index one slice) or merge (combine slices)")

@@ -83,7 +83,7 @@ def scan_shards(
         scans = ex.map(scan_shard, repeat(root), shards, repeat(opts))
     try:
         for name, scan in zip(shards, scans):
-            datas.append(_to_index(scan, _size(root, name)))
+            datas.append(_to_index(scan, scan.size if scan.size >= 0 else _size(root, name)))
             keyframes.append((len(scan.keys), scan.keyframes))
             bar.update(1, len(scan.keys))
     finally:

@@ -37,6 +37,7 @@ from fpipe.storage import av_meta
 from fpipe.storage.config import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.reader import gunzip_member
+from fpipe.storage.remote import RemoteFiles, StorageOptions, is_url
 from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
 
 __all__ = ["ScanOptions", "ShardScan", "load_function", "scan_shard"]
@@ -51,6 +52,7 @@ class ScanOptions(msgspec.Struct, frozen=True, kw_only=True):
     columns: tuple[ColumnSpec, ...] = ()
     extra_columns_fn: str | None = None  #: "module:function" called with the member dict
     probe_av: bool = True  #: probe audio/video members: stream metadata and keyframes
+    storage: StorageOptions | None = None  #: how to reach shards given by URL
 
 
 class ShardScan(msgspec.Struct, kw_only=True):
@@ -62,6 +64,7 @@ class ShardScan(msgspec.Struct, kw_only=True):
     columns: dict[str, np.ndarray]  #: metadata columns, one value per kept sample
     problems: list[tuple[str, str, str]]  #: (shard, key, reason) of left-out samples
     shard_error: str | None = None  #: why the shard could not be read to its end
+    size: int = -1  #: shard size in bytes when read (-1: unknown, e.g. gzip)
     #: audio/video fields: field -> (keyframe times concatenated, offsets (n+1,))
     keyframes: dict[str, tuple[np.ndarray, np.ndarray]] = msgspec.field(default_factory=dict)
 
@@ -267,7 +270,9 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
     problems: list[tuple[str, str, str]] = []
     shard_error = None
     try:
-        if is_gzip_shard(name):
+        if is_url(root):  # streamed once through a large read buffer: a few ranged GETs
+            f, file_size = RemoteFiles(root, opts.storage).open_stream(path)
+        elif is_gzip_shard(name):
             f, file_size = gzip.open(path, "rb"), None  # noqa: SIM115 - closed below
         else:
             f = open(path, "rb", buffering=1 << 14)  # noqa: SIM115 - closed below
@@ -330,4 +335,5 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
         problems=problems,
         shard_error=shard_error,
         keyframes=keyframes.build(),
+        size=-1 if file_size is None else int(file_size),
     )

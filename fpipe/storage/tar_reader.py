@@ -57,14 +57,33 @@ class TarReader:
             return path
         return _decompressed_copy(path, self._dir / "decompressed" / (shard_stem(name) + ".tar"))
 
-    def read(self, i: int) -> dict[str, bytes]:
-        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
-        sid = int(self._array("shard_id.npy")[i])
+    def _placed(self, i: int) -> list[tuple[str, int, int]]:
+        """(ext, offset, size) of the members of sample ``i``."""
         placed = []
         for ext in self._record.members:
             off = int(self._array(f"members/{ext}.offset.npy")[i])
             if off >= 0:
                 placed.append((ext, off, int(self._array(f"members/{ext}.size.npy")[i])))
+        return placed
+
+    def prefetch(self, indices) -> None:
+        """Hand the byte ranges of samples ``indices`` to the file layer, which may fetch them
+        concurrently (object storage) before :meth:`read` asks for them."""
+        fetch = getattr(self._files, "prefetch", None)
+        if fetch is None:
+            return
+        ranges = []
+        for i in indices:
+            placed = self._placed(i)
+            if placed:
+                path = self.shard_path(int(self._array("shard_id.npy")[i]))
+                ranges.extend((path, o, s) for o, s in _read_ranges(placed))
+        fetch(ranges)
+
+    def read(self, i: int) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
+        sid = int(self._array("shard_id.npy")[i])
+        placed = self._placed(i)
         try:
             path = self.shard_path(sid)
         except OSError as e:
@@ -79,9 +98,10 @@ class TarReader:
         return members_to_dict(path, lambda: self.key(i), parts)
 
     def _pread(self, path: str, i: int, placed: list[tuple[str, int, int]]):
-        lo = min(p[1] for p in placed)
-        hi = max(p[1] + p[2] for p in placed)
-        if hi - lo <= sum(p[2] for p in placed) + _GAP:  # one read for the whole sample
+        ranges = _read_ranges(placed)
+        if len(ranges) == 1:  # one read for the whole sample
+            lo, size = ranges[0]
+            hi = lo + size
             buf = self._files.pread(path, lo, hi - lo)
             if len(buf) < hi - lo:
                 raise BadSampleError(
@@ -106,6 +126,16 @@ class TarReader:
             if self.has_member(e, i) or self.has_member(e + GZ, i):
                 return (e,)
         return ()
+
+
+def _read_ranges(placed: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """``(offset, size)`` reads for a sample's members: one covering them all when they are
+    close (they are contiguous in a tar, separated by headers), else one per member."""
+    lo = min(p[1] for p in placed)
+    hi = max(p[1] + p[2] for p in placed)
+    if hi - lo <= sum(p[2] for p in placed) + _GAP:
+        return [(lo, hi - lo)]
+    return [(o, s) for _, o, s in placed]
 
 
 def _decompressed_copy(src: str, dst: Path) -> str:

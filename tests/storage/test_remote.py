@@ -1,0 +1,191 @@
+"""Datasets on object storage, against a real S3-compatible server on 127.0.0.1 (moto)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("obstore")
+pytest.importorskip("moto.server")
+
+import fpipe  # noqa: E402
+from fpipe.core.errors import BadSampleError, ConfigError  # noqa: E402
+from fpipe.storage import open_dataset, prepare_dataset, remote  # noqa: E402
+from tests.loader.helpers import build, digest, take  # noqa: E402
+from tests.storage.helpers import make_image_caption_dataset, write_tar  # noqa: E402
+from tests.storage.s3_server import FlakyProxy, LocalS3, restore_env, set_env  # noqa: E402
+
+FIELDS = {"image": "jpg", "caption": "txt"}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = LocalS3()
+    old = set_env({**server.env(), "FPIPE_CACHE": str(tmp_path_factory.mktemp("cache"))})
+    yield server
+    restore_env(old)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def pair(s3, tmp_path_factory):
+    """The same shards prepared locally and in the bucket (index in the bucket)."""
+    local = tmp_path_factory.mktemp("data") / "imgs"
+    make_image_caption_dataset(local, shards=3, per_shard=8, with_json=False)
+    url = s3.upload(local, "fpipe-test", "imgs")
+    opts = dict(fields=FIELDS, sample_type="CaptioningSample", split="1,0,0")
+    prepare_dataset(local, **opts)
+    report = prepare_dataset(url, **opts)
+    assert report.num_samples == 24 and report.index_dir == url + "/.fpipe"
+    return str(local), url
+
+
+def test_is_url():
+    assert remote.is_url("s3://b/x") and remote.is_url("gs://b") and remote.is_url("az://c/p")
+    assert not remote.is_url("/data/x") and not remote.is_url("x.tar")
+    assert remote.split_url("s3://b/data/x/") == ("s3://b", "data/x")
+
+
+def test_remote_dataset_reads_the_same_bytes(pair):
+    local, url = pair
+    a, b = open_dataset(local), open_dataset(url)
+    assert len(a) == len(b) == 24
+    assert [a.key(i) for i in range(24)] == [b.key(i) for i in range(24)]
+    b.prefetch(range(24))
+    assert all(a.read(i) == b.read(i) for i in range(24))
+    files = b.reader._files
+    assert files.requests == 24  # one ranged GET per multi-member sample, nothing more
+
+
+def test_batches_and_snapshots_are_identical_to_local(pair):
+    local, url = pair
+    la, lb = build(local, num_workers=0), build(url, num_workers=0)
+    assert take(la, 5) == take(lb, 5)
+    assert la.state_dict() == lb.state_dict()  # snapshots do not depend on where the data is
+
+
+def test_resume_moves_between_local_and_bucket(pair):
+    local, url = pair
+    ref = build(local)
+    expected = take(ref, 7)
+    first = build(url)
+    got = take(first, 3)
+    state = first.state_dict()
+    moved = build(local)  # the data moved back to a local disk: resume stays exact
+    moved.load_state_dict(state)
+    assert got + take(moved, 4) == expected
+
+
+def test_workers_read_the_bucket(pair):
+    local, url = pair
+    # obstore does not survive fork: the loader starts remote workers with forkserver
+    assert take(build(url, num_workers=2), 4) == take(build(local), 4)
+
+
+def test_local_index_dir(s3, pair, tmp_path):
+    local, _ = pair
+    url = s3.upload(local, "fpipe-test", "imgs-local-index")
+    index = tmp_path / "index"
+    report = prepare_dataset(url, fields=FIELDS, index_dir=index)
+    assert report.index_dir == str(index) and (index / "info.yaml").exists()
+    ds = open_dataset(url, index_dir=index)
+    assert ds.read(5) == open_dataset(local).read(5)
+    with pytest.raises(ConfigError, match="no .fpipe/info.yaml in the bucket"):
+        open_dataset(url)  # the bucket has no index of its own
+
+
+def test_index_copy_is_refreshed_when_prepared_anew(s3, tmp_path):
+    src = tmp_path / "d"
+    make_image_caption_dataset(src, shards=1, per_shard=3, with_json=False)
+    url = s3.upload(src, "fpipe-test", "refresh")
+    prepare_dataset(url, fields=FIELDS)
+    assert len(open_dataset(url)) == 3
+    write_tar(src / "shard-0001.tar", [("k9", {"jpg": b"x", "txt": b"y"})])
+    s3.upload(src, "fpipe-test", "refresh")
+    prepare_dataset(url, fields={"caption": "txt"})
+    assert len(open_dataset(url)) == 4
+
+
+def test_deleted_object_follows_the_error_policy(s3, pair, tmp_path):
+    local, _ = pair
+    url = s3.upload(local, "fpipe-test", "deleted")
+    prepare_dataset(url, fields=FIELDS, sample_type="CaptioningSample")
+    s3.client().delete_object(Bucket="fpipe-test", Key="deleted/shard-0001.tar")
+    ds = open_dataset(url)
+    with pytest.raises(BadSampleError, match=r"shard-0001\.tar.*no such object") as e:
+        ds.read(8)
+    assert e.value.key == ds.key(8)
+    # skip policy: a batch loses the sample and the loader counts it
+    skipping = fpipe.get_train_dataset(
+        url, batch_size=24, seed=0, error_policy="skip", num_epochs=1
+    )
+    loader = fpipe.get_loader(skipping, num_workers=0)
+    batch = next(iter(loader))
+    assert len(batch.caption) == 16 and loader.stats().skipped == 8
+
+
+def test_transient_failures_are_retried(s3, pair):
+    local, url = pair
+    proxy = FlakyProxy(s3.endpoint, fail_every=3)
+    old = set_env({"AWS_ENDPOINT_URL": proxy.endpoint})
+    try:
+        options = remote.StorageOptions(backoff_s=0.01, max_backoff_s=0.05)
+        ds = open_dataset(url, storage=options)
+        ds.prefetch(range(24))
+        got = [ds.read(i) for i in range(24)]
+    finally:
+        restore_env(old)
+        proxy.stop()
+    assert proxy.failed >= 5  # the proxy really failed requests, and every one was retried
+    ref = open_dataset(local)
+    assert got == [ref.read(i) for i in range(24)]
+
+
+def test_retries_are_bounded(s3, pair):
+    _, url = pair
+    proxy = FlakyProxy(s3.endpoint, fail_every=1)  # every GET fails
+    old = set_env({"AWS_ENDPOINT_URL": proxy.endpoint})
+    try:
+        options = remote.StorageOptions(max_retries=2, backoff_s=0.01, max_backoff_s=0.02)
+        files = remote.RemoteFiles(url, options)
+        with pytest.raises(OSError):
+            files.pread(url + "/shard-0000.tar", 0, 10)
+    finally:
+        restore_env(old)
+        proxy.stop()
+    assert 3 <= proxy.failed <= 4  # the first try, then max_retries retries
+
+
+def test_gzip_shards_are_refused(s3, tmp_path):
+    src = tmp_path / "gz"
+    write_tar(src / "a.tar.gz", [("k", {"txt": b"x"})], compress=True)
+    url = s3.upload(src, "fpipe-test", "gz")
+    with pytest.raises(ConfigError, match="gzip-compressed.*Re-shard"):
+        prepare_dataset(url, fields={"text": "txt"})
+
+
+def test_forked_child_gets_an_error_not_a_hang(pair, monkeypatch):
+    _, url = pair
+    open_dataset(url).read(0)  # obstore's runtime is running in this process
+    monkeypatch.setattr(remote, "_STORES_PID", os.getpid() + 1)  # as a forked child sees it
+    with pytest.raises(ConfigError, match="forkserver"):
+        remote.open_store(url)
+
+
+def test_unprepared_bucket_says_what_to_run(s3, tmp_path):
+    src = tmp_path / "raw"
+    make_image_caption_dataset(src, shards=1, per_shard=2, with_json=False)
+    url = s3.upload(src, "fpipe-test", "raw")
+    with pytest.raises(ConfigError, match="fpipe prepare s3://fpipe-test/raw"):
+        open_dataset(url)
+    shutil.rmtree(src)
+
+
+def test_digest_of_first_batch_is_stable(pair):
+    # the same first batch whatever the location, also through get_train_dataset directly
+    local, url = pair
+    ds = [fpipe.get_train_dataset(p, batch_size=4, seed=5, num_epochs=1) for p in (local, url)]
+    first = [digest(next(iter(fpipe.get_loader(d, num_workers=0)))) for d in ds]
+    assert first[0] == first[1]
