@@ -122,10 +122,9 @@ def _prompt(args: argparse.Namespace) -> None:
 
     from fpipe.storage.config import load_dataset_config
     from fpipe.storage.energon import is_energon
+    from fpipe.storage.remote import is_url
     from fpipe.storage.tables import is_table
     from fpipe.storage.webdataset import list_shards, peek_extensions
-
-    from fpipe.storage.remote import is_url
 
     if is_url(args.path):
         return
