@@ -19,11 +19,10 @@ Times are seconds on the stream's presentation timeline (``pts * time_base``).
 from __future__ import annotations
 
 import bisect
-import io
 import math
 import os
 from collections.abc import Iterator, Sequence
-from typing import BinaryIO, Literal, Union
+from typing import Literal
 
 import av
 import av.error
@@ -31,6 +30,8 @@ import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError
+from fpipe.decode import av_probe
+from fpipe.decode.av_probe import AVSource, av_open, probe_av
 from fpipe.decode.av_records import (
     AVClips,
     AVLimits,
@@ -53,157 +54,7 @@ __all__ = [
     "uniform_clip_ranges",
 ]
 
-#: What :func:`av_open` accepts: encoded bytes, a seekable binary file-like object, or a path.
-AVSource = Union[bytes, bytearray, memoryview, str, os.PathLike, BinaryIO]
-
 _EPS = 1e-6  # seconds; absorbs float rounding of pts * time_base and of requested ranges
-
-
-def av_open(source: AVSource, *, path: str = "", key: str = ""):
-    """Open a container for reading, with codec threads off. The only opener fpipe uses.
-
-    Every stream's codec context gets ``thread_type = "NONE"`` and ``thread_count = 1``
-    before anything is decoded, so FFmpeg never starts decoder threads. The reasons:
-
-    * fpipe decodes in forked torch DataLoader workers. A process that forks while FFmpeg
-      threads hold locks (for example a decoder used once in the main process for a preview)
-      gives children that can deadlock on those locks; without threads there is nothing to
-      inherit.
-    * closing a container whose frame threads are still running can deadlock in FFmpeg.
-    * parallelism comes from the workers: N workers each starting "auto" (one per core)
-      threads oversubscribe the CPU and make throughput worse, not better.
-
-    Args:
-      source: encoded bytes, a seekable binary file-like object (read from its current
-        position; :class:`AVDecoder` rewinds it), or a filesystem path.
-      path, key: the file and sample key named in errors (``path`` defaults to ``source``
-        when that is a path).
-
-    Returns:
-      An ``av`` input container; use it as a context manager to close it.
-
-    Raises:
-      BadSampleError: the data is not a container FFmpeg can open (corrupt, truncated,
-        unsupported, missing file).
-
-    Example:
-      >>> with av_open(video_bytes, key="shard-0/000042") as container:  # doctest: +SKIP
-      ...     print(container.streams.video[0].average_rate)
-    """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        file = io.BytesIO(source)
-    elif isinstance(source, (str, os.PathLike)):
-        file = os.fspath(source)
-        path = path or file
-    else:
-        file = source
-    try:
-        container = av.open(file, mode="r")
-    except av.error.FFmpegError as e:
-        raise BadSampleError(path, key, f"cannot open as audio/video: {e}") from e
-    try:
-        for stream in container.streams:
-            ctx = stream.codec_context
-            if ctx is not None:
-                ctx.thread_type = "NONE"
-                ctx.thread_count = 1
-    except Exception:
-        container.close()
-        raise
-    return container
-
-
-def _seconds(ts: int, time_base) -> float:
-    return float(ts * time_base)
-
-
-def _probe_container(container, *, path: str, key: str) -> AVMetadata:
-    vs = container.streams.video[0] if container.streams.video else None
-    aus = container.streams.audio[0] if container.streams.audio else None
-    if vs is None and aus is None:
-        raise BadSampleError(path, key, "no audio or video stream")
-    v_first = v_last = v_last_end = a_first = a_last_end = None
-    v_count = 0
-    keys: list[int] = []
-    try:
-        for packet in container.demux([s for s in (vs, aus) if s is not None]):
-            ts = packet.pts if packet.pts is not None else packet.dts
-            if ts is None:  # flush packet at the end of a stream
-                continue
-            end = ts + (packet.duration or 0)
-            if vs is not None and packet.stream_index == vs.index:
-                v_count += 1
-                v_first = ts if v_first is None else min(v_first, ts)
-                v_last_end = end if v_last_end is None else max(v_last_end, end)
-                v_last = ts if v_last is None else max(v_last, ts)
-                if packet.is_keyframe:
-                    keys.append(ts)
-            else:
-                a_first = ts if a_first is None else min(a_first, ts)
-                a_last_end = end if a_last_end is None else max(a_last_end, end)
-    except av.error.FFmpegError as e:
-        raise BadSampleError(path, key, f"corrupt audio/video data: {e}") from e
-    fields: dict = {}
-    spans: list[tuple[float, float]] = []
-    if vs is not None:
-        if v_count == 0:
-            raise BadSampleError(path, key, "video stream has no frames")
-        tb = vs.time_base
-        rate = vs.average_rate or vs.guessed_rate
-        start, end = _seconds(v_first, tb), _seconds(v_last_end, tb)
-        fps = float(rate) if rate else None
-        if end <= start:  # packets without durations: one frame per 1/fps at the end
-            end = _seconds(max(keys or [v_first]), tb) + (1 / fps if fps else 0.0)
-        if fps is None:
-            fps = v_count / (end - start) if end > start else None
-        elif abs(_seconds(v_last, tb) - start - (v_count - 1) / fps) <= 1.5 * float(tb) + _EPS:
-            # constant frame rate: take the exact end, not one rounded in the time base
-            end = start + v_count / fps
-        spans.append((start, end))
-        ctx = vs.codec_context
-        fields.update(
-            video_start_s=start,
-            video_duration_s=end - start,
-            video_fps=fps,
-            video_num_frames=v_count,
-            width=ctx.width,
-            height=ctx.height,
-            video_codec=ctx.name,
-            keyframes_s=tuple(sorted({_seconds(k, tb) for k in keys})),
-        )
-    if aus is not None and a_first is not None:
-        tb = aus.time_base
-        start, end = _seconds(a_first, tb), _seconds(a_last_end, tb)
-        spans.append((start, end))
-        ctx = aus.codec_context
-        fields.update(
-            audio_codec=ctx.name,
-            audio_sample_rate=ctx.sample_rate,
-            audio_channels=ctx.layout.nb_channels,
-            audio_start_s=start,
-            audio_duration_s=end - start,
-        )
-    duration = max(e for _, e in spans) - min(s for s, _ in spans)
-    return AVMetadata(duration_s=duration, **fields)
-
-
-def probe_av(data: AVSource, *, path: str = "", key: str = "") -> AVMetadata:
-    """Read the stream metadata and keyframe times of a file, decoding no frame.
-
-    Demuxes every packet once (it reads the whole file but decodes nothing): the frame count
-    is the number of video packets, durations are first pts to last pts + packet duration,
-    and keyframes are the packets flagged ``is_keyframe``.
-
-    Raises:
-      BadSampleError: the file cannot be opened or demuxed, or has no audio/video stream.
-
-    Example:
-      >>> meta = probe_av(video_bytes, key="000042")  # doctest: +SKIP
-      >>> meta.video_num_frames, meta.keyframes_s[:3]  # doctest: +SKIP
-      (240, (0.0, 2.0, 4.0))
-    """
-    with av_open(data, path=path, key=key) as container:
-        return _probe_container(container, path=path, key=key)
 
 
 def _layout_name(channels: int) -> str:
@@ -291,7 +142,7 @@ class AVDecoder:
         """The stream metadata: as given, or probed (demux only) on first use."""
         if self._metadata is None:
             with self._open() as container:
-                meta = _probe_container(container, path=self.path, key=self.key)
+                meta = av_probe.probe_container(container, path=self.path, key=self.key)
             check_av_limits(meta, self.limits, path=self.path, key=self.key)
             self._metadata = meta
         return self._metadata

@@ -38,19 +38,25 @@ class AVMetadata(msgspec.Struct, frozen=True, kw_only=True):
 
     duration_s: float  #: span of the video and audio streams together, seconds
     video_start_s: float | None = None  #: pts of the first video frame, seconds (usually 0)
-    video_duration_s: float | None = None  #: first frame start to last frame end, seconds
+    video_duration_s: float | None = None  #: first frame start to last frame's end, seconds
     video_fps: float | None = None  #: average frame rate, frames per second
-    video_num_frames: int | None = None  #: number of video packets (= frames), from a demux
+    video_num_frames: int | None = None  #: number of frames (non-empty video packets), demuxed
     width: int | None = None  #: coded frame width, pixels
     height: int | None = None  #: coded frame height, pixels
     video_codec: str | None = None  #: FFmpeg codec name, e.g. "h264"
     #: presentation times of the video keyframes, seconds, ascending (from ``is_keyframe``)
     keyframes_s: tuple[float, ...] = ()
+    #: frame number of each keyframe of ``keyframes_s``: how many frames precede it in
+    #: presentation order (the first frame is 0); empty when unknown (an index written before
+    #: frame numbers were stored), in which case frame-accurate seeks probe the file once
+    keyframe_frames: tuple[int, ...] = ()
     audio_codec: str | None = None  #: FFmpeg codec name, e.g. "aac"
     audio_sample_rate: int | None = None  #: samples per second per channel
     audio_channels: int | None = None  #: number of channels
-    audio_start_s: float | None = None  #: pts of the first audio packet, seconds
-    audio_duration_s: float | None = None  #: first packet start to last packet end, seconds
+    #: time of the first audio sample, seconds (the stream's start time: priming samples that
+    #: the container discards are not counted; may be negative)
+    audio_start_s: float | None = None
+    audio_duration_s: float | None = None  #: first sample to the last packet's end, seconds
 
 
 class AVLimits(msgspec.Struct, frozen=True, kw_only=True):

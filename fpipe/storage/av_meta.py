@@ -8,14 +8,22 @@ one demux pass, no frame decoded. It stores, for field ``F``:
   ``F.audio_start_s``, ``F.audio_duration_s`` (float64, NaN where absent) and ``F.frames``,
   ``F.width``, ``F.height``, ``F.audio_rate``, ``F.audio_channels`` (int64, -1 where absent),
   usable by plan stages like any column (``filter_refs("video.duration_s", ">=", 2.0)``);
-- the keyframe times, ragged, as two arrays: ``av/F.keyframes.npy`` (float64, all samples'
-  keyframe times in seconds, concatenated) and ``av/F.keyframes.offsets.npy`` (int64,
-  ``n + 1``): sample ``i`` has ``values[off[i]:off[i + 1]]``;
+- the keyframes, ragged, as three arrays: ``av/F.keyframes.npy`` (float64, all samples'
+  keyframe times in seconds, concatenated), ``av/F.keyframe_frames.npy`` (int64, the frame
+  number of each of those keyframes in presentation order, for frame-accurate seeks) and
+  ``av/F.keyframes.offsets.npy`` (int64, ``n + 1``): sample ``i`` has
+  ``values[off[i]:off[i + 1]]`` of both;
 - ``info.yaml`` gets ``av: {fields: {F: [member extensions of F, in lookup order]}}``.
 
 At load time :class:`AVIndex` rebuilds one :class:`fpipe.decode.av.AVMetadata` per sample from
 these arrays (a few memory-mapped reads), so the lazy decoder seeks to keyframes without
-probing the file. A file that cannot be probed is left out at prepare and reported.
+probing the file. A file that cannot be probed is left out at prepare and reported. An index
+written before keyframe frame numbers were stored has no ``keyframe_frames`` file: its metadata
+gets none, and the decoder probes the file once when a frame-accurate seek needs them.
+
+In memory, one sample's keyframes are a structured array of :data:`KEYFRAME_DTYPE` (time and
+frame number per keyframe), passed through prepare unchanged until :func:`keyframe_files`
+splits it into the files above.
 
 This module does not import PyAV at import time (``fpipe prepare`` of image datasets never
 loads it).
@@ -37,6 +45,7 @@ __all__ = [
     "AV_DIR",
     "FLOAT_STATS",
     "INT_STATS",
+    "KEYFRAME_DTYPE",
     "KeyframeBuilder",
     "concat_keyframes",
     "is_av_ext",
@@ -59,6 +68,8 @@ FLOAT_STATS = (
 )
 #: int64 statistics (-1 where absent): column ``<field>.<stat>``.
 INT_STATS = ("frames", "width", "height", "audio_rate", "audio_channels")
+#: one keyframe: its presentation time (seconds) and its frame number in presentation order.
+KEYFRAME_DTYPE = np.dtype([("time_s", "<f8"), ("frame", "<i8")])
 
 
 def is_av_ext(ext: str) -> bool:
@@ -72,7 +83,8 @@ def is_float_column(name: str) -> bool:
 
 
 def probe_stats(data: Any, field: str, *, path: str = "", key: str = "") -> tuple[dict, np.ndarray]:
-    """Probe one file (bytes or path): ``({"<field>.<stat>": value}, keyframes float64)``.
+    """Probe one file (bytes or path): ``({"<field>.<stat>": value}, keyframes)``, the
+    keyframes as a :data:`KEYFRAME_DTYPE` array.
 
     Raises:
       BadSampleError: the file cannot be opened or demuxed (see :func:`probe_av`).
@@ -99,7 +111,21 @@ def probe_stats(data: Any, field: str, *, path: str = "", key: str = "") -> tupl
             row[f"{field}.{stat}"] = math.nan if v is None else float(v)
         else:
             row[f"{field}.{stat}"] = -1 if v is None else int(v)
-    return row, np.asarray(m.keyframes_s, np.float64)
+    keys = np.zeros(len(m.keyframes_s), KEYFRAME_DTYPE)
+    keys["time_s"] = m.keyframes_s
+    keys["frame"] = m.keyframe_frames or -1
+    return row, keys
+
+
+def _keys(arr: Any) -> np.ndarray:
+    """One sample's keyframes as a :data:`KEYFRAME_DTYPE` array (plain times: frame -1)."""
+    arr = np.asarray(arr)
+    if arr.dtype == KEYFRAME_DTYPE:
+        return arr
+    out = np.zeros(len(arr), KEYFRAME_DTYPE)
+    out["time_s"] = arr
+    out["frame"] = -1
+    return out
 
 
 class KeyframeBuilder:
@@ -112,13 +138,11 @@ class KeyframeBuilder:
     def add(self, per_field: Mapping[str, np.ndarray]) -> None:
         """Keyframes of the next sample (fields it lacks get none)."""
         for f, arr in per_field.items():
-            self._fields.setdefault(f, [np.zeros(0, np.float64)] * self._n).append(
-                np.asarray(arr, np.float64)
-            )
+            self._fields.setdefault(f, [np.zeros(0, KEYFRAME_DTYPE)] * self._n).append(_keys(arr))
         self._n += 1
         for lst in self._fields.values():
             if len(lst) < self._n:
-                lst.append(np.zeros(0, np.float64))
+                lst.append(np.zeros(0, KEYFRAME_DTYPE))
 
     def build(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """``{field: (values, offsets)}``."""
@@ -126,8 +150,7 @@ class KeyframeBuilder:
         for f, arrs in self._fields.items():
             off = np.zeros(len(arrs) + 1, np.int64)
             np.cumsum([len(a) for a in arrs], out=off[1:])
-            vals = np.concatenate(arrs) if arrs else np.zeros(0, np.float64)
-            out[f] = (vals.astype(np.float64), off)
+            out[f] = (np.concatenate(arrs) if arrs else np.zeros(0, KEYFRAME_DTYPE), off)
         return out
 
 
@@ -143,12 +166,15 @@ def concat_keyframes(
         for n, d in parts:
             if f in d:
                 v, o = d[f]
-                vals.append(np.asarray(v, np.float64))
+                vals.append(_keys(v))
                 offs.append(np.asarray(o[1:], np.int64) - int(o[0]) + base)
                 base += int(o[-1] - o[0])
             else:
                 offs.append(np.full(n, base, np.int64))
-        out[f] = (np.concatenate(vals) if vals else np.zeros(0, np.float64), np.concatenate(offs))
+        out[f] = (
+            np.concatenate(vals) if vals else np.zeros(0, KEYFRAME_DTYPE),
+            np.concatenate(offs),
+        )
     return out
 
 
@@ -156,7 +182,9 @@ def keyframe_files(kf: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[str,
     """Relative file names -> arrays, to write into an index folder."""
     files = {}
     for f, (vals, off) in kf.items():
-        files[f"{AV_DIR}/{f}.keyframes.npy"] = np.asarray(vals, np.float64)
+        keys = _keys(vals)
+        files[f"{AV_DIR}/{f}.keyframes.npy"] = np.ascontiguousarray(keys["time_s"])
+        files[f"{AV_DIR}/{f}.keyframe_frames.npy"] = np.ascontiguousarray(keys["frame"])
         files[f"{AV_DIR}/{f}.keyframes.offsets.npy"] = np.asarray(off, np.int64)
     return files
 
@@ -172,17 +200,20 @@ def write_keyframes(index_dir: str | Path, kf: Mapping[str, tuple[np.ndarray, np
 def read_keyframes(
     index_dir: str | Path, fields: Mapping[str, Any] | None
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Load the keyframe arrays of ``fields`` from an index folder (into memory)."""
+    """Load the keyframe arrays of ``fields`` from an index folder (into memory), as
+    ``{field: (KEYFRAME_DTYPE values, offsets)}``; frame numbers are -1 in an index written
+    before they were stored."""
     from fpipe.storage.tar_index import load_array
 
     d = Path(index_dir)
-    return {
-        f: (
-            load_array(d / AV_DIR / f"{f}.keyframes.npy", mmap=False),
-            load_array(d / AV_DIR / f"{f}.keyframes.offsets.npy", mmap=False),
-        )
-        for f in fields or {}
-    }
+    out = {}
+    for f in fields or {}:
+        keys = _keys(load_array(d / AV_DIR / f"{f}.keyframes.npy", mmap=False))
+        frames = d / AV_DIR / f"{f}.keyframe_frames.npy"
+        if frames.exists():
+            keys["frame"] = load_array(frames, mmap=False)
+        out[f] = (keys, load_array(d / AV_DIR / f"{f}.keyframes.offsets.npy", mmap=False))
+    return out
 
 
 class AVIndex:
@@ -196,6 +227,18 @@ class AVIndex:
     def __init__(self, fields: Mapping[str, list[str]], array: Callable[[str], np.ndarray]):
         self.fields = {str(f): list(e) for f, e in fields.items()}
         self._array = array
+        self._no_frames: set[str] = set()  # fields of an index without keyframe frame numbers
+
+    def _keyframe_frames(self, field: str, lo: int, hi: int) -> tuple[int, ...]:
+        if field not in self._no_frames:
+            try:
+                frames = self._array(f"{AV_DIR}/{field}.keyframe_frames.npy")[lo:hi]
+            except FileNotFoundError:
+                self._no_frames.add(field)
+            else:
+                if len(frames) == hi - lo and (hi == lo or int(frames.min()) >= 0):
+                    return tuple(int(k) for k in frames)
+        return ()
 
     def metadata(self, field: str, i: int) -> Any:
         """The ``AVMetadata`` of field ``field`` of sample ``i``, or None if it has none."""
@@ -208,7 +251,8 @@ class AVIndex:
         f = {s: float(col(f"columns/{field}.{s}.npy")[i]) for s in FLOAT_STATS}
         n = {s: int(col(f"columns/{field}.{s}.npy")[i]) for s in INT_STATS}
         off = col(f"{AV_DIR}/{field}.keyframes.offsets.npy")
-        keys = col(f"{AV_DIR}/{field}.keyframes.npy")[int(off[i]) : int(off[i + 1])]
+        lo, hi = int(off[i]), int(off[i + 1])
+        keys = col(f"{AV_DIR}/{field}.keyframes.npy")[lo:hi]
 
         def fl(s):
             return None if math.isnan(f[s]) else f[s]
@@ -225,6 +269,7 @@ class AVIndex:
             width=it("width"),
             height=it("height"),
             keyframes_s=tuple(float(k) for k in keys),
+            keyframe_frames=self._keyframe_frames(field, lo, hi),
             audio_sample_rate=it("audio_rate"),
             audio_channels=it("audio_channels"),
             audio_start_s=fl("audio_start_s"),

@@ -99,6 +99,7 @@ def write_video(
     audio_channels: int = 1,
     audio_seconds: float | None = None,
     frame_fn=None,
+    pts=None,
 ) -> bytes | Path:
     """Encode a video whose frame ``i`` encodes ``i`` (see module docstring).
 
@@ -113,6 +114,8 @@ def write_video(
       audio_sample_rate, audio_channels: the audio stream; its length is ``audio_seconds``
         (default: the video's duration ``num_frames / fps``).
       frame_fn: ``frame_fn(i, width, height) -> [H, W, 3] uint8``; default :func:`index_frame`.
+      pts: the pts of each frame in units of ``1 / fps`` (default ``range(num_frames)``), for
+        timestamp gaps, variable frame rates or a late first frame; strictly increasing.
 
     Returns:
       The bytes (``target`` None) or the path written.
@@ -138,7 +141,7 @@ def write_video(
             astream = _add_audio_stream(out, audio_codec, audio_sample_rate, audio_channels)
         for i in range(num_frames):
             frame = av.VideoFrame.from_ndarray(frame_fn(i, width, height), format="rgb24")
-            frame.pts = i
+            frame.pts = i if pts is None else int(pts[i])
             frame.time_base = Fraction(1, fps)
             for packet in vstream.encode(frame):
                 out.mux(packet)

@@ -188,7 +188,7 @@ def test_late_clip_decodes_from_stored_keyframe(tmp_path, monkeypatch):
     def no_probe(*a, **k):
         raise AssertionError("probed at load time")
 
-    monkeypatch.setattr("fpipe.decode.av._probe_container", no_probe)
+    monkeypatch.setattr("fpipe.decode.av_probe.probe_container", no_probe)
     sample, _ = ds.materializer.sample(0, 0, 0, 123)
     dec = sample.video
     assert isinstance(dec, AVDecoder) and dec.metadata.keyframes_s[-1] == pytest.approx(7.5)
