@@ -22,7 +22,7 @@ import av.error
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.av_records import AVMetadata
 
-__all__ = ["AVSource", "av_open", "probe_av", "probe_container"]
+__all__ = ["AVSource", "av_open", "probe_av", "probe_container", "seek"]
 
 #: What :func:`av_open` accepts: encoded bytes, a seekable binary file-like object, or a path.
 AVSource = Union[bytes, bytearray, memoryview, str, os.PathLike, BinaryIO]
@@ -82,6 +82,18 @@ def av_open(source: AVSource, *, path: str = "", key: str = ""):
         container.close()
         raise
     return container
+
+
+def seek(container, stream, time_s: float, first_s: float) -> None:
+    """Seek ``stream`` to the packet at or before ``time_s`` seconds. Where the demuxer
+    refuses (FFmpeg's FLAC demuxer near the end of a short file without a seek table), seek to
+    the stream's first packet at ``first_s`` instead: decoding forward is slower but right."""
+    try:
+        container.seek(round(time_s / stream.time_base), backward=True, stream=stream)
+    except av.error.FFmpegError:
+        if time_s <= first_s:
+            raise
+        container.seek(round(first_s / stream.time_base), backward=True, stream=stream)
 
 
 def _video_fields(vs, pts: list[int], ends: list[int], keys: list[int]) -> dict:

@@ -1,9 +1,8 @@
-"""Audio/video records and clip arithmetic that need no PyAV: stream metadata, limits, clip
-results and clip-range sampling.
+"""Audio/video records that need no PyAV: stream metadata, limits and clip results.
 
-Kept apart from :mod:`fpipe.decode.av` (the only module that imports ``av``) so the index and
-the plan can read stored metadata without loading PyAV. :mod:`fpipe.decode.av` re-exports
-every name here.
+Kept apart from the ``fpipe.decode.av*`` modules that import ``av`` so the index and the plan
+can read stored metadata without loading PyAV. :mod:`fpipe.decode.av` re-exports every name
+here.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
 
 from fpipe.core.errors import BadSampleError
 
@@ -24,8 +22,6 @@ __all__ = [
     "AVLimits",
     "AVMetadata",
     "check_av_limits",
-    "random_clip_ranges",
-    "uniform_clip_ranges",
 ]
 
 
@@ -114,45 +110,3 @@ class AVClips:
     audio_timestamps: list[tuple[float, float]]
     audio_sample_rate: int | None
     video_frames_decoded: int
-
-
-def uniform_clip_ranges(
-    start_s: float, duration_s: float, num_clips: int, clip_duration_s: float
-) -> list[tuple[float, float]]:
-    """``num_clips`` ranges of ``clip_duration_s`` evenly spread over ``[start_s, start_s +
-    duration_s)``: the first starts at ``start_s``, the last ends at the end. A clip longer
-    than the media is cut to the whole media.
-
-    >>> uniform_clip_ranges(0.0, 10.0, 3, 2.0)
-    [(0.0, 2.0), (4.0, 6.0), (8.0, 10.0)]
-    """
-    if num_clips < 1 or clip_duration_s <= 0:
-        raise ValueError(
-            f"need num_clips >= 1 and clip_duration_s > 0, got {num_clips} and {clip_duration_s}"
-        )
-    length = min(clip_duration_s, duration_s)
-    starts = np.linspace(start_s, start_s + duration_s - length, num_clips)
-    return [(float(s), float(s) + length) for s in starts]
-
-
-def random_clip_ranges(
-    start_s: float,
-    duration_s: float,
-    num_clips: int,
-    clip_duration_s: float,
-    rng: np.random.Generator,
-) -> list[tuple[float, float]]:
-    """``num_clips`` ranges of ``clip_duration_s`` with starts drawn uniformly from ``rng``
-    (sorted by start). The only randomness is ``rng``; pass the sample's generator.
-
-    >>> r = random_clip_ranges(0.0, 10.0, 2, 2.0, np.random.default_rng(0))
-    >>> all(0.0 <= s and e <= 10.0 and abs(e - s - 2.0) < 1e-9 for s, e in r)
-    True
-    """
-    if num_clips < 1 or clip_duration_s <= 0:
-        raise ValueError(
-            f"need num_clips >= 1 and clip_duration_s > 0, got {num_clips} and {clip_duration_s}"
-        )
-    length = min(clip_duration_s, duration_s)
-    starts = np.sort(rng.uniform(start_s, start_s + duration_s - length, size=num_clips))
-    return [(float(s), float(s) + length) for s in starts]

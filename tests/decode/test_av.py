@@ -381,3 +381,30 @@ def test_decode_then_opensora_chain(video):
     frames = ((batch[1].permute(1, 0, 2, 3) + 1) * 127.5).round().clamp(0, 255)
     assert [frame_index(f) for f in frames] == list(range(96, 112, 2))
     assert not math.isnan(float(batch.sum()))
+
+
+# -- module structure -----------------------------------------------------------------------
+
+PYAV_MODULES = {"av", "av_audio", "av_probe", "av_video"}  # fpipe/decode/<name>.py
+
+
+def test_only_the_av_modules_import_pyav():
+    """PyAV is imported by fpipe/decode/av.py, av_probe.py, av_video.py and av_audio.py only;
+    av_records.py and av_ranges.py (read by the index and the plan) stay PyAV-free."""
+    import ast
+    from pathlib import Path
+
+    import fpipe
+
+    root = Path(fpipe.__file__).parent
+    importers = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n == "av" or n.startswith("av.") for n in names):
+                importers.add(path.relative_to(root).as_posix())
+    assert importers == {f"decode/{m}.py" for m in PYAV_MODULES}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,7 @@ def test_index_stores_metadata_and_keyframes(shard_ds, csv_ds, videos):
         probed = probe_av(videos[j])
         stored = ds.av_metadata(i)["mp4"]
         assert stored.keyframes_s == probed.keyframes_s
+        assert stored.keyframe_frames == probed.keyframe_frames != ()
         assert stored.video_num_frames == probed.video_num_frames == 24 + 6 * j
         assert ds.column("video.frames")[i] == 24 + 6 * j
         assert math.isclose(stored.duration_s, probed.duration_s)
@@ -163,7 +165,24 @@ def test_index_stores_metadata_and_keyframes(shard_ds, csv_ds, videos):
     assert "path.keyframes" not in t.column_names
     meta = t.av_metadata(1)
     assert set(meta) == {"path", "mp4"} and meta["mp4"].video_num_frames == 30
+    assert meta["mp4"].keyframe_frames == probe_av(videos[1]).keyframe_frames
     assert t.column("path.frames").tolist() == t.column("num_frames").tolist()
+
+
+def test_index_without_keyframe_frame_numbers(tmp_path, shard_ds, videos):
+    """An index written before keyframe frame numbers were stored still loads; frame-accurate
+    requests then probe the file once."""
+    old = tmp_path / "old"
+    shutil.copytree(shard_ds, old)
+    (old / ".fpipe" / "av" / "video.keyframe_frames.npy").unlink()
+    ds = open_dataset(old)
+    stored = ds.av_metadata(0)["mp4"]
+    assert stored.keyframe_frames == () and stored.keyframes_s
+    j = int(ds.key(0)[-3:])
+    dec = AVDecoder(videos[j], metadata=stored)
+    out = dec.get_clips([(13, 15)], video_unit="frames")
+    assert [frame_index(f) for f in out.video_clips[0]] == [13, 14]
+    assert dec.metadata.keyframe_frames == probe_av(videos[j]).keyframe_frames
 
 
 def test_late_clip_decodes_from_stored_keyframe(tmp_path, monkeypatch):
