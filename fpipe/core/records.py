@@ -137,13 +137,16 @@ class Recipe(msgspec.Struct, frozen=True, kw_only=True):
 
     ``step``: the batch number on this rank, counted from the start of the run;
     ``refs``: the samples of the batch in order; ``key``: the plan key that per-sample RNG keys
-    are folded from (``fold_in(key, dataset, index, epoch)``); ``bucket``: bucket id or -1.
+    are folded from (``fold_in(key, dataset, index, epoch)``); ``bucket``: bucket id or -1;
+    ``shape``: the bucket's sample shape, ``(frames, height, width)`` for OpenSora's buckets
+    (``()`` when the batch has no bucket), which the task encoder resizes and crops to.
     """
 
     step: int
     refs: Any  # Refs; typed Any because Refs is a numpy chunk, not a msgspec type
     key: int
     bucket: int = -1
+    shape: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.refs)

@@ -68,7 +68,8 @@ def _items(chunk) -> list:
 
 def _same(a, b) -> bool:
     if isinstance(a, Recipe) and isinstance(b, Recipe):
-        return (a.step, a.key, a.bucket) == (b.step, b.key, b.bucket) and a.refs == b.refs
+        same = (a.step, a.key, a.bucket, a.shape) == (b.step, b.key, b.bucket, b.shape)
+        return same and a.refs == b.refs
     return bool(a == b)
 
 

@@ -1,8 +1,8 @@
 """``get_train_dataset(..., bucket_config=...)``: the bucketed plan and its materializer.
 
 The plan is ``samples(split) -> slice_shuffle(max_samples_per_sequence) -> bucket_batches``
-(global mode: one bucket per step on every rank); the materializer encodes each recipe with
-``task_encoder.for_bucket(shape of its bucket)``. See docs/buckets.md.
+(global mode: one bucket per step on every rank); each recipe carries its bucket's shape, and
+the materializer encodes it with ``task_encoder.for_bucket(recipe.shape)``. See docs/buckets.md.
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ def bucketed_dataset(path, bucket_config, bucket_window, topo, **kw) -> PlannedD
         kw["task_encoder"] or DefaultTaskEncoder(),
         image_decode=kw["image_decode"],
         error_policy=kw["error_policy"],
-        bucket_shapes=tuple(b.shape for b in table.buckets),
     )
     plan = Pipeline(src, seed=kw["seed"])
     return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=0, buckets=table)

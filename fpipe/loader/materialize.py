@@ -38,13 +38,14 @@ def encode_recipe(recipe: Recipe) -> bytes:
             r.index.tobytes(),
             r.epoch.tobytes(),
             None if packs is None else np.asarray(packs, dtype=np.int64).tobytes(),
+            list(recipe.shape),
         ]
     )
 
 
 def decode_recipe(data: bytes) -> Recipe:
     """Inverse of :func:`encode_recipe`."""
-    step, key, bucket, ds, idx, ep, packs = msgspec.msgpack.decode(data)
+    step, key, bucket, ds, idx, ep, packs, shape = msgspec.msgpack.decode(data)
     cols = {
         "dataset": np.frombuffer(ds, dtype=np.int32),
         "index": np.frombuffer(idx, dtype=np.int64),
@@ -53,7 +54,7 @@ def decode_recipe(data: bytes) -> Recipe:
     if packs is not None:
         cols["pack"] = np.frombuffer(packs, dtype=np.int64)
     refs = Refs(cols)
-    return Recipe(step=step, refs=refs, key=key, bucket=bucket)
+    return Recipe(step=step, refs=refs, key=key, bucket=bucket, shape=tuple(shape))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +99,6 @@ class Materializer:
         image_decode=None,
         error_policy: ErrorPolicy = ErrorPolicy.RAISE,
         packing_buffer_size: int | None = None,
-        bucket_shapes: tuple = (),
     ):
         from fpipe.encode.packing import check_packing_hooks
 
@@ -106,9 +106,6 @@ class Materializer:
         self.task_encoder = task_encoder
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
         self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
-        #: ``(frames, height, width)`` per bucket id: a recipe of bucket b is encoded with
-        #: ``task_encoder.for_bucket(bucket_shapes[b])``.
-        self.bucket_shapes = tuple(tuple(s) for s in bucket_shapes)
         self.image_decode = (
             image_decode
             if image_decode is not None
@@ -196,8 +193,8 @@ class Materializer:
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
         enc = self.task_encoder
-        if self.bucket_shapes and recipe.bucket >= 0:
-            enc = enc.for_bucket(self.bucket_shapes[recipe.bucket])
+        if recipe.shape:  # a bucket's batch: every sample gets the bucket's shape
+            enc = enc.for_bucket(recipe.shape)
         refs = recipe.refs
         samples, skipped_keys = [], []
         packing = self.packing

@@ -137,9 +137,10 @@ def bucket_batches(
 
     ``bucket_config`` is OpenSora's mapping, a YAML string or file, or a parsed
     :class:`~fpipe.plan.bucket_config.BucketTable`. The view must carry the ``width``,
-    ``height`` (and ``frames``) metadata columns. ``recipe.bucket`` is the bucket id
-    (``table.buckets[id]`` has its shape). ``window``: refs per block of an epoch that is
-    bucketed at once (None: the whole epoch, as OpenSora; a restore recomputes one window);
+    ``height`` (and ``frames``) metadata columns. ``recipe.bucket`` is the bucket id and
+    ``recipe.shape`` the bucket's ``(frames, height, width)``. ``window``: refs per block of an
+    epoch that is bucketed at once (None: the whole epoch, as OpenSora; a restore recomputes
+    one window);
     ``shuffle``: permute each bucket's samples in the window (keyed), else keep view order;
     ``drop_last``: drop the leftovers of each bucket at the end of a window (counted in
     ``state.dropped``), else emit them as one short global batch per bucket.
@@ -173,6 +174,7 @@ def bucket_batches(
     )
     sizes = np.array([b.batch_size for b in table.buckets], dtype=np.int64)
     ids = tuple(range(len(table)))
+    shapes = tuple(b.shape for b in table.buckets)
 
     def assign(refs: Refs, key: int):
         gid = assign_buckets(
@@ -185,7 +187,7 @@ def bucket_batches(
             dataset=refs.dataset,
             epoch=refs.epoch,
         )
-        return gid, sizes, ids
+        return gid, sizes, ids, shapes
 
     return _source(view, name, config, assign, num_groups=len(table))
 
@@ -281,6 +283,11 @@ def group_batches(
             gid[i] = g
         ids = tuple(g if isinstance(g, int) else name_id(g) for g in slots)
         pad = max_groups - len(sizes)  # unused slots: empty groups, so the state keeps its size
-        return gid, np.array(sizes + [0] * pad, dtype=np.int64), ids + (-1,) * pad
+        return (
+            gid,
+            np.array(sizes + [0] * pad, dtype=np.int64),
+            ids + (-1,) * pad,
+            ((),) * max_groups,
+        )
 
     return _source(view, name, config, assign, num_groups=max_groups)

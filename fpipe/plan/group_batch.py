@@ -75,18 +75,20 @@ class Window(NamedTuple):
     sizes: tuple  # per group: number of refs
     batch_sizes: tuple  # per group: refs per rank and step (0: never batched)
     ids: tuple  # per group: the id a recipe carries in ``bucket``
+    shapes: tuple  # per group: the shape a recipe carries in ``shape`` (``()``: none)
     unfit: int
     rejected: int
 
 
-Assigner = Callable[[Refs, int], tuple[np.ndarray, np.ndarray, tuple]]
+#: ``(refs, key) -> (group id per ref, batch size per group, recipe id per group, shape per
+#: group)``; group id -1: fits no group, -2: rejected by probability.
+Assigner = Callable[[Refs, int], tuple[np.ndarray, np.ndarray, tuple, tuple]]
 
 
 def make_window(refs: Refs, assign: Assigner, key: int, shuffle_key: int | None) -> Window:
-    """Split ``refs`` into groups with ``assign(refs, key) -> (gid, batch_sizes, ids)``;
-    ``gid`` is -1 (fits no group) or -2 (rejected by probability) where there is no group.
-    Members keep the window's order, or are permuted per group by ``shuffle_key``."""
-    gid, bs, ids = assign(refs, key)
+    """Split ``refs`` into groups with the :data:`Assigner` ``assign``. Members keep the
+    window's order, or are permuted per group by ``shuffle_key``."""
+    gid, bs, ids, shapes = assign(refs, key)
     gid = np.asarray(gid, dtype=np.int64)
     # small ints: a stable radix sort, O(n)
     order = np.argsort(gid.astype(np.int16 if len(bs) < 2**15 - 2 else np.int64), kind="stable")
@@ -101,6 +103,7 @@ def make_window(refs: Refs, assign: Assigner, key: int, shuffle_key: int | None)
         sizes=tuple(len(m) for m in members),
         batch_sizes=tuple(int(b) for b in bs),
         ids=tuple(int(i) for i in ids),
+        shapes=tuple(tuple(int(x) for x in sh) for sh in shapes),
         unfit=int((gid == -1).sum()),
         rejected=int((gid == -2).sum()),
     )
@@ -161,14 +164,22 @@ def make_next(
                 g = choice(choose_key, full, state.block_step)
                 lo = state.consumed[g] + rank * bs[g]
                 refs = w.groups[g][lo : lo + bs[g]]
-                recipe = Recipe(step=state.step, refs=refs, key=sample_key, bucket=w.ids[g])
+                recipe = Recipe(
+                    step=state.step, refs=refs, key=sample_key, bucket=w.ids[g], shape=w.shapes[g]
+                )
                 return _advance(state, g, bs[g] * world_size), recipe
             rest_g = next((g for g, x in enumerate(left) if x > 0), None)
             if keep_remainder and rest_g is not None:
                 lo = state.consumed[rest_g]
                 cut = np.linspace(0, left[rest_g], world_size + 1).round().astype(np.int64)
                 refs = w.groups[rest_g][lo + int(cut[rank]) : lo + int(cut[rank + 1])]
-                recipe = Recipe(step=state.step, refs=refs, key=sample_key, bucket=w.ids[rest_g])
+                recipe = Recipe(
+                    step=state.step,
+                    refs=refs,
+                    key=sample_key,
+                    bucket=w.ids[rest_g],
+                    shape=w.shapes[rest_g],
+                )
                 return _advance(state, rest_g, left[rest_g]), recipe
             dropped = state.dropped + sum(left)
             epoch, block = (epoch, block + 1) if block + 1 < num_blocks else (epoch + 1, 0)

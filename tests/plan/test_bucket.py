@@ -73,6 +73,7 @@ def test_batches_fit_their_bucket():
     _, out = run(make())
     for r in out:
         b = table.buckets[r.bucket]
+        assert r.shape == b.shape  # the recipe carries its bucket's (frames, height, width)
         w, h, t = (r.refs.column(c) for c in ("width", "height", "num_frames"))
         assert (w * h >= b.width * b.height).all()
         assert ((t >= b.frames) & ((t > 1) == (b.frames > 1))).all()

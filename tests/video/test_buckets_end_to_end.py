@@ -19,6 +19,7 @@ import fpipe
 from fpipe.encode.video import VideoTransformConfig
 from fpipe.encode.video_task import VideoBatch, VideoTaskEncoder
 from fpipe.loader import Topology
+from fpipe.loader.materialize import decode_recipe, encode_recipe
 from fpipe.storage import prepare_dataset
 from tests.decode.av_helpers import write_video
 from tests.helpers import OPENSORA_BUCKET_CONFIG, OPENSORA_BUCKET_YAML
@@ -103,6 +104,7 @@ def test_batch_shapes_per_bucket(table):
     assert (dropped["unfit"], dropped["rejected"], dropped["group_remainder"]) == (1, 0, 0)
     for r, b in zip(recipes, batches):
         t, h, w = ds.buckets.buckets[r.bucket].shape
+        assert decode_recipe(encode_recipe(r)).shape == r.shape == (t, h, w)  # sent to workers
         assert isinstance(b, VideoBatch)
         assert b.video.shape == (len(r), 3, t, h, w) and b.video.dtype == torch.float32
         assert b.video.min() >= -1.0 and b.video.max() <= 1.0
