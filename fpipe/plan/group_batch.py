@@ -133,7 +133,7 @@ def make_next(
     zeros = (0,) * (num_groups or 0)
 
     @functools.lru_cache(maxsize=4)
-    def get_window(root: int, epoch: int, block: int) -> tuple[Window, int, int]:
+    def get_window(root: int, epoch: int, block: int) -> tuple[Window, tuple, int, int]:
         # A memo of a pure function: the window's refs and groups, the key the window's group
         # draws fold their step into, and the per-sample key root of its recipes. The view
         # gets the plan's root (it folds its own name in); this step's key is step_key(root,
@@ -143,7 +143,8 @@ def make_next(
         positions = np.arange(lo, min(lo + win, size), dtype=np.int64)
         shuffle_key = fold_in(key, _SHUFFLE, epoch, block) if shuffle else None
         w = make_window(take(root, epoch, positions), assign, key, shuffle_key)
-        return w, fold_in(key, _CHOOSE, epoch, block), fold_in(key, _SAMPLE)
+        per_step = tuple(b * world_size for b in w.batch_sizes)  # refs of a global batch
+        return w, per_step, fold_in(key, _CHOOSE, epoch, block), fold_in(key, _SAMPLE)
 
     def one(state: GroupBatchState) -> tuple[GroupBatchState, Recipe | None]:
         empty_blocks = 0
@@ -151,23 +152,27 @@ def make_next(
             key, epoch, block = state.key, state.epoch, state.block
             if (num_epochs is not None and epoch >= num_epochs) or num_blocks == 0:
                 return state, None
-            w, choose_key, sample_key = get_window(key, epoch, block)
+            w, per_step, choose_key, sample_key = get_window(key, epoch, block)
             if not state.entered:  # entering the window: count what it leaves out
                 state = GroupBatchState(
                     key, epoch, block, state.step, 0, True, (0,) * len(w.batch_sizes),
                     state.dropped, state.unfit + w.unfit, state.rejected + w.rejected,
                 )  # fmt: skip
-            bs = w.batch_sizes
-            left = [n - c for n, c in zip(w.sizes, state.consumed)]
-            full = [x // (b * world_size) if b else 0 for x, b in zip(left, bs)]
+            consumed = state.consumed
+            full = [(n - c) // p if p else 0 for n, c, p in zip(w.sizes, consumed, per_step)]
             if any(full):
                 g = choice(choose_key, full, state.block_step)
-                lo = state.consumed[g] + rank * bs[g]
-                refs = w.groups[g][lo : lo + bs[g]]
+                bs = w.batch_sizes[g]
+                lo = consumed[g] + rank * bs
                 recipe = Recipe(
-                    step=state.step, refs=refs, key=sample_key, bucket=w.ids[g], shape=w.shapes[g]
+                    step=state.step,
+                    refs=w.groups[g][lo : lo + bs],
+                    key=sample_key,
+                    bucket=w.ids[g],
+                    shape=w.shapes[g],
                 )
-                return _advance(state, g, bs[g] * world_size), recipe
+                return _advance(state, g, per_step[g]), recipe
+            left = [n - c for n, c in zip(w.sizes, consumed)]
             rest_g = next((g for g, x in enumerate(left) if x > 0), None)
             if keep_remainder and rest_g is not None:
                 lo = state.consumed[rest_g]
