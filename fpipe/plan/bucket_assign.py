@@ -76,6 +76,13 @@ def _lookup(table: BucketTable) -> _Lookup:
     return _Lookup(table)
 
 
+def _const_or(col: np.ndarray, p: np.ndarray):
+    """``col[p]``, or its single value when every element is the same."""
+    if len(col) and (col.strides == (0,) or col.min() == col.max()):
+        return int(col[0])
+    return col[p]
+
+
 def assign_buckets(
     table: BucketTable,
     key: int,
@@ -111,7 +118,9 @@ def assign_buckets(
     ds = np.broadcast_to(np.asarray(dataset, dtype=np.int64), (n,))
     ep = np.broadcast_to(np.asarray(epoch, dtype=np.int64), (n,))
     p = np.flatnonzero(ok)  # samples still without a bucket, as positions
-    base = fold_in_array(key, ds[p], idx[p], ep[p])  # per sample; a level is folded in below
+    # per sample; a level is folded in below. A column with one value (the epoch of a window,
+    # one dataset) is folded in as a scalar: the same keys, hashed once.
+    base = fold_in_array(key, _const_or(ds, p), idx[p], _const_or(ep, p))
     slot = np.empty(n, dtype=np.int64)
     slot[p] = np.arange(len(p))
     for level in range(nl):
@@ -133,7 +142,6 @@ def assign_buckets(
         keep = u < lk.prob[choice]
         out[c[keep]] = choice[keep]
         # not kept here (or no frame option at this resolution): try the next smaller one
-        p = np.concatenate([later, p[~cand], c[~keep]])
-        p.sort()
+        p = np.concatenate([later, p[~cand], c[~keep]])  # any order: results go by position
     out[fits_any & (out < 0)] = REJECTED
     return out
