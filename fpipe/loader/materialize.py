@@ -148,7 +148,7 @@ class Materializer:
         src = self.sources[dataset]
         ds = self.dataset(dataset)
         sample_key = ds.key(index)
-        raw = ds.read(index)
+        raw = ds.read(index, self._wanted(dataset))
         restore_key = (dataset, index, epoch)
         path = getattr(ds, "path", src.path)
         if src.sample_type in ("CrudeSample", "crude"):
@@ -184,12 +184,19 @@ class Materializer:
             )
         return sample, LazyGenerator(skey, _ENCODE)
 
+    def _wanted(self, dataset: int) -> frozenset[str] | None:
+        """Member extensions samples of ``dataset`` are cooked from (None: all, for crude
+        samples, whose cooker sees every member)."""
+        if self.sources[dataset].sample_type in ("CrudeSample", "crude"):
+            return None
+        return self.field_map(dataset).extensions
+
     def _prefetch(self, refs) -> None:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
         object storage; nothing on local disks)."""
         datasets = refs.dataset
         for d in np.unique(datasets).tolist():
-            self.dataset(d).prefetch(refs.index[datasets == d].tolist())
+            self.dataset(d).prefetch(refs.index[datasets == d].tolist(), self._wanted(d))
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
         enc = self.task_encoder

@@ -48,11 +48,14 @@ __all__ = ["Dataset", "Reader", "open_dataset", "resolve_split"]
 
 
 class Reader(Protocol):
-    """What a layout provides: keys and raw members of sample ``i`` (``0 <= i < len``)."""
+    """What a layout provides: keys and raw members of sample ``i`` (``0 <= i < len``).
+
+    ``read(i, exts)`` may leave out members whose extension is not in ``exts`` (a hint: a
+    reader may return more)."""
 
     def key(self, i: int) -> str: ...
 
-    def read(self, i: int) -> dict[str, bytes]: ...
+    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]: ...
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]: ...
 
@@ -206,11 +209,15 @@ class Dataset:
             self._key_index = {self.reader.key(i): i for i in range(len(self))}
         return self._key_index.get(key)
 
-    def read(self, i: int) -> dict[str, bytes]:
-        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
-        return self.reader.read(self._check(i))
+    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed).
 
-    def prefetch(self, indices) -> None:
+        ``exts``: the members the caller will use (a compiled field map's ``extensions``);
+        readers may then skip the others (the tar reader does: fewer bytes read). None: all.
+        """
+        return self.reader.read(self._check(i), exts)
+
+    def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
         """Start fetching samples ``indices`` for the :meth:`read` calls that follow.
 
         A no-op on local files; on object storage the ranges are fetched concurrently (see
@@ -218,7 +225,7 @@ class Dataset:
         """
         fn = getattr(self.reader, "prefetch", None)
         if fn is not None:
-            fn([self._check(i) for i in indices])
+            fn([self._check(i) for i in indices], exts)
 
     def av_metadata(self, i: int) -> dict[str, Any]:
         """Audio/video stream metadata stored by ``fpipe prepare`` for sample ``i``, by the key

@@ -187,8 +187,9 @@ class EnergonReader:
         """``"<shard stem>/<member key>"`` (reads the sample's tar headers)."""
         return self._sample(i)[1]
 
-    def read(self, i: int) -> dict[str, bytes]:
-        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
+    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed).
+        ``exts`` is ignored: the sample is one range of its shard, read whole."""
         path, key, parts = self._sample(i)
         return members_to_dict(path, lambda: key, parts)
 

@@ -27,8 +27,10 @@ Credentials and endpoints come from the usual environment variables (``AWS_ACCES
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -204,6 +206,26 @@ def list_objects(url: str, options: StorageOptions | None = None) -> list[tuple[
     return sorted(out)
 
 
+class _IOLoop:
+    """A per-process asyncio loop in a daemon thread: ranged GETs run there while the caller
+    decodes the samples already fetched."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        threading.Thread(target=self.loop.run_forever, name="fpipe-io", daemon=True).start()
+
+
+_LOOP: _IOLoop | None = None
+
+
+def _io_loop() -> asyncio.AbstractEventLoop:
+    global _LOOP
+    if _LOOP is None or _LOOP.pid != os.getpid():  # threads do not survive fork
+        _LOOP = _IOLoop()
+    return _LOOP.loop
+
+
 class RemoteFiles:
     """Ranged reads of objects under one URL, with :class:`FileCache`'s ``pread`` signature.
 
@@ -214,7 +236,8 @@ class RemoteFiles:
     def __init__(self, root: str, options: StorageOptions | None = None):
         self.root = root.rstrip("/")
         self.options = options or StorageOptions()
-        self._ready: dict[tuple[str, int, int], bytes | BaseException] = {}
+        self._pending: dict[tuple[str, int, int], concurrent.futures.Future] = {}
+        self._sem: tuple[int, asyncio.Semaphore] | None = None
         #: requests sent and bytes received by this process (for benchmarks and tests)
         self.requests = 0
         self.bytes_read = 0
@@ -231,55 +254,44 @@ class RemoteFiles:
     def pread(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes of the object at ``path`` from ``offset`` (fewer only at its end).
 
-        Served from :meth:`prefetch` when it fetched this range, else one ranged GET.
+        Waits for the range :meth:`prefetch` started, if it did; else one ranged GET.
         """
-        got = self._ready.pop((path, offset, size), None)
-        if got is None:
-            got = self._get_many([(path, offset, size)])[0]
+        fut = self._pending.pop((path, offset, size), None)
+        if fut is None:
+            fut = self._submit(path, offset, size)
+        got = fut.result()
         if isinstance(got, BaseException):
             raise got
         return got
 
     def prefetch(self, ranges: Sequence[tuple[str, int, int]]) -> None:
-        """Fetch ``(path, offset, size)`` ranges concurrently for the ``pread`` calls that follow.
+        """Start fetching ``(path, offset, size)`` ranges for the ``pread`` calls that follow.
 
-        Replaces what an earlier prefetch left unread (a recipe's reads follow its prefetch).
-        Failures are kept and raised by the matching ``pread``.
+        The GETs run concurrently in a background loop (at most ``options.concurrency`` in
+        flight) while the caller reads, and decodes, the ranges that arrived first. Replaces
+        what an earlier prefetch left unread. Failures are raised by the matching ``pread``.
         """
-        todo = list(dict.fromkeys(r for r in ranges if r[2] > 0))
-        self._ready = dict(zip(todo, self._get_many(todo))) if todo else {}
+        for fut in self._pending.values():
+            fut.cancel()
+        todo = dict.fromkeys(r for r in ranges if r[2] > 0)
+        self._pending = {r: self._submit(*r) for r in todo}
 
-    def _get_many(self, ranges: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
-        obs = _obstore()
-        self.requests += len(ranges)
-        if len(ranges) == 1:
-            path, off, size = ranges[0]
-            return [self._one(obs, path, off, size)]
-        return asyncio.run(self._gather(obs, ranges))
+    def _submit(self, path: str, off: int, size: int) -> concurrent.futures.Future:
+        store, name = self._store_name(path)  # in this thread: checks for fork, opens once
+        self.requests += 1
+        return asyncio.run_coroutine_threadsafe(self._get(store, name, path, off, size), _io_loop())
 
-    def _one(self, obs, path: str, off: int, size: int) -> bytes | BaseException:
-        store, name = self._store_name(path)
-        try:
-            data = bytes(obs.get_range(store, name, start=off, length=size))
-        except Exception as e:
-            return _as_os_error(path, e)
+    async def _get(self, store, name: str, path: str, off: int, size: int):
+        pid = os.getpid()
+        if self._sem is None or self._sem[0] != pid:
+            self._sem = (pid, asyncio.Semaphore(self.options.concurrency))
+        async with self._sem[1]:
+            try:
+                data = bytes(await _obstore().get_range_async(store, name, start=off, length=size))
+            except Exception as e:
+                return _as_os_error(path, e)
         self.bytes_read += len(data)
         return data
-
-    async def _gather(self, obs, ranges) -> list[bytes | BaseException]:
-        sem = asyncio.Semaphore(self.options.concurrency)
-
-        async def one(path: str, off: int, size: int):
-            store, name = self._store_name(path)
-            async with sem:
-                try:
-                    data = bytes(await obs.get_range_async(store, name, start=off, length=size))
-                except Exception as e:
-                    return _as_os_error(path, e)
-            self.bytes_read += len(data)
-            return data
-
-        return await asyncio.gather(*(one(*r) for r in ranges))
 
     def open_stream(self, path: str, chunk: int = 8 << 20):
         """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe
@@ -311,7 +323,9 @@ class RemoteFiles:
 
     def close(self) -> None:
         """Drop prefetched data (stores stay open for the process)."""
-        self._ready = {}
+        for fut in self._pending.values():
+            fut.cancel()
+        self._pending = {}
 
     def __len__(self) -> int:
         return 0

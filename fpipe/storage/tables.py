@@ -273,8 +273,9 @@ class TableReader:
             raise BadSampleError(self._aux_path, key, f"column {col!r}: no member {value!r}")
         return data
 
-    def read(self, i: int) -> dict[str, bytes]:
-        """Every column of row ``i`` as bytes; media columns hold the file's bytes."""
+    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
+        """Every column of row ``i`` as bytes; media columns hold the file's bytes (``exts``
+        is ignored: a field map names columns, not member extensions)."""
         out: dict[str, bytes] = {}
         for col in self._t.columns:
             v = self.value(col, i)

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from fpipe.core.errors import BadSampleError
-from fpipe.decode.extensions import GZ
+from fpipe.decode.extensions import GZ, strip_gz
 from fpipe.storage.reader import FileCache, members_to_dict
 from fpipe.storage.record import ArrayStore, IndexRecord
 from fpipe.storage.webdataset import is_gzip_shard, shard_stem
@@ -57,16 +57,19 @@ class TarReader:
             return path
         return _decompressed_copy(path, self._dir / "decompressed" / (shard_stem(name) + ".tar"))
 
-    def _placed(self, i: int) -> list[tuple[str, int, int]]:
-        """(ext, offset, size) of the members of sample ``i``."""
+    def _placed(self, i: int, exts: frozenset[str] | None = None) -> list[tuple[str, int, int]]:
+        """(ext, offset, size) of the members of sample ``i`` (those in ``exts``, plain or
+        ``.gz``, when given)."""
         placed = []
         for ext in self._record.members:
+            if exts is not None and strip_gz(ext) not in exts:
+                continue
             off = int(self._array(f"members/{ext}.offset.npy")[i])
             if off >= 0:
                 placed.append((ext, off, int(self._array(f"members/{ext}.size.npy")[i])))
         return placed
 
-    def prefetch(self, indices) -> None:
+    def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
         """Hand the byte ranges of samples ``indices`` to the file layer, which may fetch them
         concurrently (object storage) before :meth:`read` asks for them."""
         fetch = getattr(self._files, "prefetch", None)
@@ -74,16 +77,17 @@ class TarReader:
             return
         ranges = []
         for i in indices:
-            placed = self._placed(i)
+            placed = self._placed(i, exts)
             if placed:
                 path = self.shard_path(int(self._array("shard_id.npy")[i]))
                 ranges.extend((path, o, s) for o, s in _read_ranges(placed))
         fetch(ranges)
 
-    def read(self, i: int) -> dict[str, bytes]:
-        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed)."""
+    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed); only
+        the members in ``exts`` when given."""
         sid = int(self._array("shard_id.npy")[i])
-        placed = self._placed(i)
+        placed = self._placed(i, exts)
         try:
             path = self.shard_path(sid)
         except OSError as e:

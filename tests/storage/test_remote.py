@@ -189,3 +189,34 @@ def test_digest_of_first_batch_is_stable(pair):
     ds = [fpipe.get_train_dataset(p, batch_size=4, seed=5, num_epochs=1) for p in (local, url)]
     first = [digest(next(iter(fpipe.get_loader(d, num_workers=0)))) for d in ds]
     assert first[0] == first[1]
+
+
+def test_only_the_members_a_sample_uses_are_fetched(s3, tmp_path):
+    src = tmp_path / "withjson"
+    make_image_caption_dataset(src, shards=1, per_shard=6, with_json=True)  # jpg, txt, json
+    url = s3.upload(src, "fpipe-test", "withjson")
+    prepare_dataset(url, fields=FIELDS, sample_type="CaptioningSample")
+    ds = open_dataset(url)
+    need = frozenset({"jpg", "txt"})
+    ds.prefetch(range(6), need)
+    got = [ds.read(i, need) for i in range(6)]
+    local = open_dataset(src if (src / ".fpipe").exists() else _prepared(src))
+    full = [local.read(i) for i in range(6)]
+    assert [set(g) for g in got] == [need] * 6
+    assert got == [{k: f[k] for k in need} for f in full]
+    files = ds.reader._files
+    used = sum(len(v) for g in got for v in g.values())
+    # one GET per sample, and the bytes beyond the used members are the txt headers only
+    assert files.requests == 6 and files.bytes_read - used <= 6 * 1024
+    # the loader asks for the field map's members only (the json member is never fetched)
+    loader = fpipe.get_loader(
+        fpipe.get_train_dataset(url, batch_size=6, seed=0, num_epochs=1), num_workers=0
+    )
+    next(iter(loader))
+    mat = loader.dataset.materializer
+    assert mat._wanted(0) == need
+
+
+def _prepared(path):
+    prepare_dataset(path, fields=FIELDS, sample_type="CaptioningSample")
+    return path
