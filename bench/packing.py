@@ -15,7 +15,8 @@ sample (uniform). In one run:
    algorithm, buffer by buffer, median of ``--repeats``), per strategy; ``pack_refs_per_s`` is
    the plan pipeline ``samples -> pack -> batch`` pulled recipe by recipe with ``balanced``
    (the slowest strategy), per CPU second of this process; ``pack_refs_per_s_ffd`` and
-   ``pack_refs_per_s_greedy`` the same pipeline with those strategies (both budgets).
+   ``pack_refs_per_s_greedy`` the same pipeline with those strategies (both budgets), and
+   ``pack_refs_per_s_{ffd,balanced}_tokens_only`` with the token budget alone.
 
 Usage: ``python bench/packing.py [--samples 100000] [--repeats 3]``. Targets: ``ffd`` and
 ``balanced`` pad at most 2% of tokens; ``balanced`` keeps max/mean images per pack at most
@@ -85,7 +86,7 @@ def rate(algorithm, costs, limits, buffer: int, repeats: int) -> float:
     return len(costs) / statistics.median(times)
 
 
-def plan_rate(tokens, images, limits, strategy: str, buffer: int, repeats: int) -> float | None:
+def plan_rate(tokens, images, limits, strategy, buffer: int, repeats: int) -> float | None:
     """Median refs/s of ``samples -> pack -> batch`` pulled one recipe at a time, or None when
     the plan-tier packing step is not available."""
     try:
@@ -94,7 +95,9 @@ def plan_rate(tokens, images, limits, strategy: str, buffer: int, repeats: int) 
     except ImportError:
         return None
     cols = {"tokens": tokens, "images": images}
-    budgets = {"tokens": limits[0], "images": limits[1]}
+    budgets = (
+        {"tokens": limits[0], "images": limits[1]} if len(limits) > 1 else {"tokens": limits[0]}
+    )
     times = []
     for _ in range(repeats):
         p = Pipeline(
@@ -172,6 +175,11 @@ def main() -> None:
         out[f"pack_refs_per_s_{name}"] = rate_
         if rate_ is not None:
             print(f"plan tier through packing ({name}, two budgets): {rate_:,.0f} refs/s")
+    for name in ("ffd", "balanced"):
+        rate_ = plan_rate(tokens, images, [BUDGET], name, args.buffer, args.repeats)
+        out[f"pack_refs_per_s_{name}_tokens_only"] = rate_
+        if rate_ is not None:
+            print(f"plan tier through packing ({name}, tokens only): {rate_:,.0f} refs/s")
     out["loadavg"] = os.getloadavg()
     print(json.dumps(out))
 

@@ -284,9 +284,12 @@ def get_val_dataset(
     image_decode: Any = None,
     error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
     open_kwargs: dict | None = None,
+    packing_buffer_size: int | None = None,
 ) -> PlannedDataset:
     """One deterministic pass over ``split`` in index order (first ``limit`` samples), no
-    shuffle, the last batch kept even if short; samples are dealt to ranks by global batch."""
+    shuffle, the last batch kept even if short; samples are dealt to ranks by global batch.
+    ``packing_buffer_size``: the task encoder's packing hooks, as in :func:`get_train_dataset`.
+    """
     from fpipe.encode import DefaultTaskEncoder
 
     topo = topology or worker_config or Topology.from_env()
@@ -300,20 +303,29 @@ def get_val_dataset(
         open_kwargs=open_kwargs,
         limit=limit,
     )
-    stages = [
-        distribute(
-            batch_size * topo.world_size,
-            rank=topo.rank,
-            world_size=topo.world_size,
-            drop_last=False,
-        ),
-        batch(batch_size, drop_last=False),
-    ]
-    plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
     mat = Materializer(
         [source],
         task_encoder or DefaultTaskEncoder(),
         image_decode=image_decode,
         error_policy=error_policy,
+        packing_buffer_size=packing_buffer_size,
     )
-    return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=batch_size)
+    recipe_size = packing_buffer_size if mat.packing else batch_size
+    stages = [
+        distribute(
+            recipe_size * topo.world_size,
+            rank=topo.rank,
+            world_size=topo.world_size,
+            drop_last=False,
+        ),
+        batch(recipe_size, drop_last=False),
+    ]
+    plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
+    return PlannedDataset(
+        plan=plan,
+        materializer=mat,
+        topology=topo,
+        batch_size=batch_size,
+        packing_buffer_size=packing_buffer_size if mat.packing else None,
+        drop_last=False,
+    )

@@ -134,3 +134,18 @@ def test_end_of_epoch_short_batch_of_packs_is_counted_or_kept(image_dataset, dro
     else:
         assert len(batches) == 21 and len(batches[-1]["keys"]) == 1
     assert stats.samples == len(keys) == len(set(keys)) == 96 - (2 if drop_last else 0)
+
+
+def test_val_dataset_with_packing_buffer_keeps_every_sample(image_dataset):
+    ds = fpipe.get_val_dataset(
+        image_dataset,
+        batch_size=2,
+        task_encoder=EncodeThenPack(),
+        image_decode=DECODE,
+        split="train",
+        packing_buffer_size=7,
+    )
+    batches = list(fpipe.get_loader(ds))
+    keys = [k for b in batches for key in b["keys"] for k in key.split("+")]
+    assert len(keys) == len(set(keys)) == 96  # the short last batch is kept
+    assert len(batches[-1]["keys"]) == 1
