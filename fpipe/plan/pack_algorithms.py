@@ -163,7 +163,7 @@ def _fit_decreasing(costs, limits, best: bool) -> Packing:
             p = int(np.where(fits, views[0], big).argmin() if best else fits.argmax())
             if not fits[p]:
                 p = -1
-            elif not all(mirror[j][p] >= ci[j] for j in others):
+            elif k > 1 and not all(mirror[j][p] >= ci[j] for j in others):
                 for j in others:
                     fits &= views[j] >= ci[j]
                 p = int(np.where(fits, views[0], big).argmin() if best else fits.argmax())
