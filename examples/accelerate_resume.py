@@ -2,8 +2,9 @@
 ``accelerator.register_for_checkpointing``.
 
 The scenario accelerate's own DataLoader gets wrong: 2 processes, 3 epochs of a shuffled
-dataset, interrupted after 2 batches of epoch 2, resumed in new processes. With fpipe the
-resumed run delivers exactly the batches the uninterrupted run would have::
+dataset (10 samples, batch 1 per process, say), interrupted after 2 batches of epoch 2, resumed
+in new processes. With fpipe the resumed run delivers exactly the batches the uninterrupted run
+would have::
 
     # train; save after 2 batches of epoch 2 and stop there (a "crash")
     accelerate launch --cpu --num_processes 2 examples/accelerate_resume.py \
@@ -63,10 +64,14 @@ def main() -> None:
     record = []
     in_epoch, last_epoch = 0, None
     for batch in loader:
-        epoch = loader.stats().epoch  # the epoch of the batch just taken (0-based)
+        # The global epoch (0-based) at the consumer: the same on every process at every step,
+        # so every process decides to save at the same step. (A batch's own samples may still
+        # belong to the previous epoch while the shuffle window spans the epoch boundary.)
+        stats = loader.stats()
+        epoch = stats.epoch
         in_epoch = in_epoch + 1 if epoch == last_epoch else 1
         last_epoch = epoch
-        record.append({"epoch": epoch, "keys": list(batch.__key__)})
+        record.append({"epoch": epoch, "position": stats.position, "keys": list(batch.__key__)})
         # ... forward, backward, optimizer step ...
         if not args.resume and epoch == 1 and in_epoch == 2:  # 2 batches into epoch 2
             accelerator.save_state(args.ckpt)

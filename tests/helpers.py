@@ -46,21 +46,21 @@ def fast_forward(p: Pipeline, steps: int):
     checks that this equals the state of the real run.
     """
     from fpipe.core import Lifted
-    from fpipe.plan import BatchState
+    from fpipe.plan import BatchState, DistributeState
 
     state = p.init()
     inner = state.up.up  # the stream under distribute (filter's lifted state)
     gbs = dict(p.parts)["distribute"].global_batch_size
     inner_next = p.source.inputs[0].inputs[0].next
-    need = steps * gbs
+    need, epoch = steps * gbs, 0
     while need:
         inner, chunk = inner_next(inner, min(need, 1 << 20))
         assert len(chunk), "stream ended"
         need -= len(chunk)
+        epoch = max(epoch, int(chunk.epoch.max()))
     bs = p.get(state, "batch")
-    return Lifted(
-        Lifted(inner, p.get(state, "distribute"), 0), BatchState(bs.key, steps, bs.dropped), 0
-    )
+    dist = DistributeState(p.get(state, "distribute").dropped, epoch, steps * gbs)
+    return Lifted(Lifted(inner, dist, 0), BatchState(bs.key, steps, bs.dropped), 0)
 
 
 # OpenSora's bucket_config as its configs (and docs/buckets.md) write it: aspect ratio ->

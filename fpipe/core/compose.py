@@ -182,15 +182,16 @@ def lift(upstream: Source, stage: Stage) -> Source:
             got, total, up_end = [], 0, up
             while total < block_size:
                 up_end, chunk = up_next(up_end, block_size - total)
-                if not len(chunk):
+                m = len(chunk)
+                if not m:
                     break
                 got.append(chunk)
-                total += len(chunk)
+                total += m
             if total:
-                st_end, out = stage.step(st, concat_chunks(got))
+                st_end, out = stage.step(st, got[0] if len(got) == 1 else concat_chunks(got))
             else:
                 st_end, out = stage.flush(st)
-            result = (up_end, st_end, out, total == 0)
+            result = (up_end, st_end, out, len(out), total == 0)
             memo[k] = result
             if len(memo) > 2:
                 memo.popitem(last=False)
@@ -198,16 +199,16 @@ def lift(upstream: Source, stage: Stage) -> Source:
 
         def next_block(state, n):
             while True:
-                up_end, st_end, out, at_end = compute_block(state.up, state.st)
+                up_end, st_end, out, size, at_end = compute_block(state.up, state.st)
                 cur = state.cur
-                if cur < len(out):
-                    taken = out[cur : cur + n]
-                    cur += len(taken)
-                    if cur < len(out):
-                        return Lifted(state.up, state.st, cur), taken
+                if cur < size:
+                    end = cur + n
+                    if end < size:
+                        return Lifted(state.up, state.st, end), out[cur:end]
                     # Block used up: move to the next block's start (after a flush, the flushed
-                    # state, whose next flush yields nothing).
-                    return Lifted(up_end, st_end, 0), taken
+                    # state, whose next flush yields nothing). Taking a whole block copies
+                    # nothing.
+                    return Lifted(up_end, st_end, 0), out[cur:] if cur else out
                 if at_end:
                     return Lifted(up_end, st_end, 0), out[:0]
                 state = Lifted(up_end, st_end, 0)  # a block with no output: go on to the next
@@ -223,6 +224,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
         inputs=(upstream,),
         split=_split_lifted,
         stats=stage.stats,
+        position=stage.position,
     )
     step_parts(lifted)  # refuses two steps with one name, when the chain is built
     return lifted

@@ -34,6 +34,7 @@ __all__ = [
     "collect_stats",
     "describe_steps",
     "get_state",
+    "global_position",
     "input_root",
     "step_key",
     "step_parts",
@@ -129,3 +130,13 @@ def collect_stats(node: Any, state: Any) -> dict[str, dict[str, int]]:
         for p, n, own in _walk(node, "", state, True)
         if getattr(n, "stats", None) is not None
     }
+
+
+def global_position(node: Any, state: Any) -> tuple[int, int] | None:
+    """``(epoch, refs taken)`` in the global order, from the last step that declares
+    ``position`` (global-mode distribution); None when no step does (per-rank mode)."""
+    found = None
+    for _, n, own in _walk(node, "", state, True):
+        if getattr(n, "position", None) is not None:
+            found = n.position(own)
+    return found

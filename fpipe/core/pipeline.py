@@ -18,7 +18,13 @@ import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.fingerprint import fingerprint
-from fpipe.core.graph import collect_stats, describe_steps, get_state, step_parts
+from fpipe.core.graph import (
+    collect_stats,
+    describe_steps,
+    get_state,
+    global_position,
+    step_parts,
+)
 from fpipe.core.records import Config
 from fpipe.core.rng import key
 from fpipe.core.snapshot import decode_state, encode_state
@@ -72,6 +78,12 @@ class Pipeline(msgspec.Struct, frozen=True):
         """Counters of every step that keeps some, by step name: ``{"filter": {"filtered": 3},
         "batch": {"batch_remainder": 0}, ...}``."""
         return collect_stats(self.source, state)
+
+    def position(self, state: Any) -> tuple[int, int] | None:
+        """``(epoch, refs taken)``: where ``state`` is in the global order, the same value on
+        every rank in global mode (None for a plan without global distribution). ``epoch`` is
+        the highest epoch of any ref taken so far, by any rank; it never goes back."""
+        return global_position(self.source, state)
 
     def init(self) -> Any:
         """The state before the first output."""

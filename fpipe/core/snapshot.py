@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 MAGIC = "fpipe-snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ORDER_VERSION = 2
 _CHECKSUM = 8
 

@@ -103,6 +103,9 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
       stats: optional ``S -> {counter: int}`` (e.g. ``{"filtered": 3}``), collected by name.
       members: for ``chain(a, b, ...)`` of stages, the stages it is made of (spliced into any
         chain it is put in, so it never appears as one step of its own).
+      position: optional ``S -> (epoch, refs taken)``: where the consumer is in the *global*
+        order, for a step that sees the global order and hands each rank its part (global-mode
+        distribution). Read with :meth:`fpipe.core.Pipeline.position`.
     """
 
     name: str
@@ -114,6 +117,7 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
     block_size: int | None = None
     stats: Callable[[Any], dict[str, int]] | None = None
     members: tuple = ()
+    position: Callable[[Any], tuple[int, int]] | None = None
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,6 +135,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
       split: ``S -> (own state, (state of input 0, ...))``; an input without state (a View)
         gets None. Used to find a step's state by name.
       stats: optional ``own state -> {counter: int}``.
+      position: optional ``own state -> (epoch, refs taken)`` in the global order (see Stage).
     """
 
     name: str
@@ -141,6 +146,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     inputs: tuple = ()
     split: Callable[[Any], tuple[Any, tuple]] = _own_state
     stats: Callable[[Any], dict[str, int]] | None = None
+    position: Callable[[Any], tuple[int, int]] | None = None
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

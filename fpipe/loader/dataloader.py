@@ -62,9 +62,18 @@ class _PlanSampler:
 
 @dataclasses.dataclass(frozen=True)
 class LoaderStats:
-    """What the loader has delivered: batches, samples, samples skipped by the error policy,
-    the epoch of the last batch, the plan's drop counters (see fpipe.plan.drop_counters) and
-    every plan step's own counters by step name (``steps["filter"]["filtered"]``)."""
+    """Where the consumer is, and what it has been given.
+
+    Global position (the same on every rank in global mode, also after a restore on another
+    world size): ``epoch``, the highest epoch of any sample handed to any rank up to the last
+    batch taken (it never goes back; with a shuffle window spanning an epoch boundary a step
+    can still hold samples of the previous epoch), and ``position``, the number of refs of the
+    global order handed out (all ranks; None in per-rank mode, where ``epoch`` is this rank's).
+
+    Per rank: ``batches``, ``samples`` delivered, ``skipped`` by the error policy. Plan
+    counters: ``dropped`` by cause (see fpipe.plan.drop_counters) and every step's own counters
+    by step name (``steps["filter"]["filtered"]``).
+    """
 
     batches: int
     samples: int
@@ -72,6 +81,7 @@ class LoaderStats:
     epoch: int
     dropped: dict
     steps: dict = dataclasses.field(default_factory=dict)
+    position: int | None = None
 
 
 class Loader:
@@ -158,7 +168,7 @@ class Loader:
                     s.batches + 1,
                     s.samples + result.num_samples,
                     s.skipped + result.skipped,
-                    epoch,
+                    max(s.epoch, epoch),
                 )
                 if result.batch is None:
                     continue  # every sample of the batch was skipped by the error policy
@@ -224,13 +234,17 @@ class Loader:
     restore_state_rank = restore
 
     def stats(self) -> LoaderStats:
-        """Delivered batches and samples, skipped samples, epoch, plan drop counters."""
+        """The global position (epoch, refs of the global order taken: identical on every rank
+        in global mode), this rank's delivered batches and samples, skipped samples, and the
+        plan's counters (see :class:`LoaderStats`)."""
         s = self._state
         steps = self.plan.stats(s.plan)
         dropped = drop_counters(steps)
         if s.pack_remainder:
             dropped["pack_remainder"] = s.pack_remainder
-        return LoaderStats(s.batches, s.samples, s.skipped, s.epoch, dropped, steps)
+        at = self.plan.position(s.plan)
+        epoch, position = (s.epoch, None) if at is None else at
+        return LoaderStats(s.batches, s.samples, s.skipped, epoch, dropped, steps, position)
 
 
 def get_loader(

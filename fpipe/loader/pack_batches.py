@@ -62,7 +62,7 @@ class PackBatcher:
                 state.batches + 1,
                 state.samples + self.carry_samples,
                 state.skipped + self.skipped + (result.skipped if done else 0),
-                epoch,
+                max(state.epoch, epoch),
                 0 if done else pos + 1,
                 state.pack_remainder,
             )

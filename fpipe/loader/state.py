@@ -25,7 +25,8 @@ class LoaderConfig(Config, frozen=True):
 
 class LoaderState(State, Generic[P], frozen=True, array_like=True):
     """``plan``: plan state after the last delivered batch; ``batches`` / ``samples``: delivered
-    so far; ``skipped``: samples the error policy skipped; ``epoch``: epoch of the last batch.
+    so far; ``skipped``: samples the error policy skipped; ``epoch``: highest epoch of this
+    rank's batches so far (the global epoch comes from the plan, see ``Loader.stats``).
 
     With a packing buffer (Energon's packing hooks), ``plan`` is the state at the start of the
     buffer holding the next pack and ``packs_taken`` counts that buffer's packs already

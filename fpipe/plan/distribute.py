@@ -44,9 +44,14 @@ class DistributeConfig(Config, frozen=True):
 
 
 class DistributeState(State, frozen=True, array_like=True):
-    """``dropped``: refs of short final global batches dropped (the same on every rank)."""
+    """The same on every rank: ``dropped``: refs of short final global batches dropped;
+    ``epoch``: the highest epoch of any ref handed out so far (to any rank); ``taken``: refs of
+    the global order handed out so far (all ranks). ``(epoch, taken)`` is the global position
+    that ``loader.stats()`` reports."""
 
     dropped: int = 0
+    epoch: int = 0
+    taken: int = 0
 
 
 def distribute(
@@ -81,11 +86,16 @@ def distribute(
 
     def step(state: DistributeState, chunk: Refs):
         n = len(chunk)
+        # items are refs, or packs (tuples of Refs): count their refs
+        refs = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n
+        if n < global_batch_size and remainder is Remainder.DROP:
+            return DistributeState(state.dropped + refs, state.epoch, state.taken), chunk[:0]
+        epoch = _max_epoch(chunk)
+        state = DistributeState(state.dropped, max(state.epoch, epoch), state.taken + refs)
         if n == global_batch_size:
+            if world_size == 1:
+                return state, chunk
             return state, chunk[rank * per_rank : (rank + 1) * per_rank]
-        if remainder is Remainder.DROP:  # items are refs, or packs (count their refs)
-            dropped = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n
-            return DistributeState(state.dropped + dropped), chunk[:0]
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
@@ -97,12 +107,24 @@ def distribute(
             world_size=world_size,
             remainder=remainder,
         ),
-        init=lambda key: DistributeState(0),
+        init=lambda key: DistributeState(0, 0, 0),
         step=step,
         state_type=DistributeState,
         block_size=global_batch_size,
         stats=_distribute_stats,
+        position=_position,
     )
+
+
+def _max_epoch(chunk) -> int:
+    """Highest epoch in a chunk of refs (or of groups of refs)."""
+    if isinstance(chunk, Refs):
+        return int(chunk.columns["epoch"].max())  # never empty here
+    return max((_max_epoch(item) for item in chunk), default=0)
+
+
+def _position(state: DistributeState) -> tuple[int, int]:
+    return state.epoch, state.taken
 
 
 def _distribute_stats(state: DistributeState) -> dict[str, int]:

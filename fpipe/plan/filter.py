@@ -87,7 +87,7 @@ def filter_refs(
         keep = np.asarray(predicate(chunk), dtype=bool)
         if keep.shape != (len(chunk),):
             raise ConfigError(f"filter {name!r} returned a mask of shape {keep.shape}")
-        kept = int(keep.sum())
+        kept = int(np.count_nonzero(keep))
         if kept == len(chunk):
             return state, chunk
         return FilterState(state.dropped + len(chunk) - kept), chunk[keep]

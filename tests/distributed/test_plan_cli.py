@@ -10,6 +10,7 @@ import yaml
 
 import fpipe
 from fpipe.cli.main import main
+from fpipe.core.snapshot import FORMAT_VERSION
 from tests.distributed.helpers import batch_keys, build_dataset
 
 SETTINGS = dict(
@@ -103,7 +104,11 @@ def test_state_show(text_dataset, tmp_path, capsys):
 
     assert main(["state", "show", str(raw), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["kind"] == "loader" and info["checksum_ok"] and info["format_version"] == 1
+    assert (
+        info["kind"] == "loader"
+        and info["checksum_ok"]
+        and info["format_version"] == FORMAT_VERSION
+    )
     assert [p["name"] for p in info["parts"]][-3:] == ["distribute", "batch", "loader"]
     assert info["payload"][1:3] == [3, 9]  # batches, samples (plain values)
 
