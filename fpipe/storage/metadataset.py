@@ -1,0 +1,449 @@
+"""``metadataset.yaml``: how several datasets are mixed, as Megatron-Energon users write it.
+
+The file is read with ``yaml.safe_load`` only and parsed into frozen msgspec records. The
+names ``__module__: megatron.energon`` / ``__class__: MetadatasetV2`` are accepted as labels,
+never imported. Relative paths are relative to the file that names them.
+
+A split is one node::
+
+    {path: ./coco, split_part: val, subflavors: {...}}             # one dataset (or a nested
+                                                                    # metadataset.yaml)
+    {blend: [{weight: 5, path: ./coco}, ...], schedule: [...]}      # weighted mix
+    {blend_epochized: [{repetitions: 2, path: ./coyo}, ...]}        # exact passes per epoch
+    {join: [{path: ./images}, {path: ./captions}], joiner: ...}     # columns joined by key
+
+:func:`load_metadataset` checks the whole tree (unknown keys, weights, missing paths, cycles
+between nested files); :func:`resolve_split` flattens one split into a :class:`Mix`: the leaf
+datasets with their composed weights (normalized at every blend level, as Energon does) or
+repetitions (multiplied down the levels), their merged subflavors and split parts, plus the
+weight schedule of the top-level blend. Storage decides no order: the plan tier turns a
+:class:`Mix` into a blend.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.config import _load_yaml
+
+__all__ = [
+    "Leaf",
+    "Metadataset",
+    "Mix",
+    "Schedule",
+    "is_metadataset",
+    "load_metadataset",
+    "resolve_split",
+]
+
+_ENERGON_CLASSES = ("MetadatasetV2",)
+_TOP_KEYS = {"__module__", "__class__", "splits"}
+_REF_KEYS = {
+    "path",
+    "name",
+    "split_part",
+    "subflavors",
+    "subflavor",
+    "dataset_config",
+    "split_config",
+    "shuffle_over_epochs_multiplier",
+}
+_BLEND_ENTRY_EXTRA = {"weight"}
+_EPOCH_ENTRY_EXTRA = {"repetitions"}
+_JOIN_KEYS = {"join", "joiner", "name", "split_part", "subflavors", "subflavor"}
+_JOIN_PART_KEYS = {"path", "nonmatch", "split_part", "subflavors", "dataset_config", "split_config"}
+
+
+class Schedule(msgspec.Struct, frozen=True, kw_only=True):
+    """Blend weights as a function of the global sample position.
+
+    ``points``: increasing sample positions, the first 0; ``weights[p][d]``: the weight of
+    dataset ``d`` from ``points[p]`` on. ``linear``: weights move linearly from one point to the
+    next (constant after the last); otherwise they change in steps at each point.
+    """
+
+    points: tuple[int, ...]
+    weights: tuple[tuple[float, ...], ...]
+    linear: bool = False
+
+
+class Leaf(msgspec.Struct, frozen=True, kw_only=True):
+    """One dataset of a resolved split.
+
+    ``name``: unique within the split (schedule keys, stats and messages use it); ``path``:
+    absolute dataset folder or table; ``split_part``: the split of that dataset to read;
+    ``subflavors``: labels set on every sample; ``weight`` (weighted blends) or
+    ``repetitions`` (epochized blends); ``where``: file and entry, for messages; ``join``:
+    the secondary datasets joined to this one by sample key, with their ``nonmatch`` policy.
+    """
+
+    name: str
+    path: str
+    split_part: str
+    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
+    weight: float = 1.0
+    repetitions: float = 1.0
+    where: str = ""
+    join: tuple[tuple[str, str, str], ...] = ()  # (path, split_part, nonmatch)
+    joiner: str | None = None
+
+
+class Mix(msgspec.Struct, frozen=True, kw_only=True):
+    """A split resolved to leaf datasets: ``mode`` is ``"single"``, ``"blend"`` (weighted) or
+    ``"blend_epochized"``; ``schedule`` is set for weighted blends (constant weights are a
+    one-point schedule)."""
+
+    split: str
+    mode: str
+    leaves: tuple[Leaf, ...]
+    schedule: Schedule | None = None
+    source: str = ""
+
+
+class Metadataset(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed metadataset file: its absolute ``path`` and the raw node of each split."""
+
+    path: str
+    splits: dict[str, Any]
+
+
+def is_metadataset(path: str | os.PathLike) -> bool:
+    """True when ``path`` names a metadataset file (``.yaml`` / ``.yml``)."""
+    p = Path(path)
+    return p.suffix.lower() in (".yaml", ".yml") and not p.is_dir()
+
+
+def load_metadataset(path: str | os.PathLike) -> Metadataset:
+    """Parse and check a metadataset file, nested files included.
+
+    Raises ConfigError naming the file and the entry for unknown keys, bad weights or
+    repetitions, missing paths and cycles between nested files.
+    """
+    md = _load(Path(path).resolve(), ())
+    for split in md.splits:
+        for mode in ("train", "val"):  # every node is checked in both readings
+            resolve_split(md, split, training=mode == "train")
+    return md
+
+
+def _load(path: Path, stack: tuple[str, ...]) -> Metadataset:
+    if str(path) in stack:
+        chain = " -> ".join([*stack[stack.index(str(path)) :], str(path)])
+        raise ConfigError(f"{stack[-1]}: nested metadatasets form a cycle: {chain}")
+    if not path.is_file():
+        raise ConfigError(f"metadataset {path} does not exist")
+    obj = _load_yaml(path)
+    where = str(path)
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}: a metadataset is a mapping with 'splits:'")
+    _no_unknown(obj, _TOP_KEYS, where, "the top level")
+    cls = obj.get("__class__", "MetadatasetV2")
+    if cls not in _ENERGON_CLASSES:
+        raise ConfigError(
+            f"{where}: __class__ {cls!r} is not supported; fpipe reads MetadatasetV2 files "
+            "(splits: with blend / blend_epochized / path / join)"
+        )
+    splits = obj.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        raise ConfigError(f"{where}: 'splits:' must map split names (train, val, test) to nodes")
+    return Metadataset(path=where, splits={str(k): v for k, v in splits.items()})
+
+
+def _no_unknown(obj: dict, allowed: set, where: str, entry: str) -> None:
+    unknown = sorted(str(k) for k in obj if k not in allowed)
+    if unknown:
+        raise ConfigError(f"{where}: {entry}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _number(value: Any, where: str, entry: str, what: str) -> float:
+    if isinstance(value, dict):
+        raise ConfigError(
+            f"{where}: {entry}: {what} must be a number; to change weights over training, give "
+            "the blend a 'schedule: [[position, {name: weight}], ...]' (see docs/metadataset.md)"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {entry}: {what} must be a number, got {value!r}")
+    value = float(value)
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{where}: {entry}: {what} must be a finite number >= 0, got {value}")
+    return value
+
+
+def _subflavors(node: dict, where: str, entry: str) -> dict:
+    sub = node.get("subflavors") or {}
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{where}: {entry}: subflavors must be a mapping")
+    sub = {str(k): v for k, v in sub.items()}
+    if node.get("subflavor") is not None:  # Energon's legacy single subflavor
+        sub.setdefault("subflavor", node["subflavor"])
+    return sub
+
+
+def resolve_split(md: Metadataset, split: str, *, training: bool = True) -> Mix:
+    """Flatten split ``split`` of ``md`` into its leaf datasets (see the module docstring).
+
+    With ``training=False`` (validation and test) weights and repetitions are ignored and the
+    leaves are concatenated in file order, as Energon does.
+
+    Example::
+
+        mix = resolve_split(load_metadataset("mix.yaml"), "train")
+        [(leaf.name, leaf.weight) for leaf in mix.leaves]   # [("coco", 0.625), ...]
+    """
+    if split not in md.splits:
+        raise ConfigError(f"{md.path}: no split {split!r}; the file has {sorted(md.splits)}")
+    mode, leaves, schedule = _node(
+        md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True
+    )
+    leaves = _unique_names(leaves, md.path, split)
+    if not training:
+        mode, schedule = ("single" if len(leaves) == 1 else "concat"), None
+        leaves = tuple(
+            msgspec.structs.replace(leaf, weight=1.0, repetitions=1.0) for leaf in leaves
+        )
+    elif mode == "blend" and schedule is None:
+        schedule = Schedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
+    return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path)
+
+
+def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...]:
+    seen: dict[str, Leaf] = {}
+    for leaf in leaves:
+        if leaf.name in seen:
+            raise ConfigError(
+                f"{where}: split {split!r}: two datasets are named {leaf.name!r} "
+                f"({seen[leaf.name].where} and {leaf.where}); give one of them a 'name:'"
+            )
+        seen[leaf.name] = leaf
+    return tuple(leaves)
+
+
+def _entry_name(item: dict) -> str:
+    """The name of a blend entry: its ``name:``, else the last part of its (first) path."""
+    if item.get("name"):
+        return str(item["name"])
+    if "path" in item:
+        return _default_name(item, item.get("split_part"))
+    parts = item["join"]
+    first = (list(parts.values()) if isinstance(parts, dict) else parts)[0]
+    return Path(str(first["path"])).name
+
+
+def _default_name(ref: dict, split_part: str | None) -> str:
+    stem = Path(str(ref["path"])).name
+    for suffix in (".yaml", ".yml"):
+        stem = stem.removesuffix(suffix)
+    return f"{stem}.{split_part}" if split_part else stem
+
+
+def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
+    """(mode, leaves, schedule) of one node; ``subflavors`` come from the levels above."""
+    where = stack[-1]
+    if not isinstance(node, dict):
+        raise ConfigError(f"{where}: {entry}: expected a mapping, got {type(node).__name__}")
+    kinds = [k for k in ("blend", "blend_epochized", "join", "path") if k in node]
+    if len(kinds) != 1:
+        raise ConfigError(
+            f"{where}: {entry}: a node has exactly one of 'path', 'blend', 'blend_epochized' or "
+            f"'join' (found {kinds or 'none'})"
+        )
+    kind = kinds[0]
+    if kind == "path":
+        _no_unknown(node, _REF_KEYS, where, entry)
+        return _reference(node, base, split, entry, subflavors, stack)
+    if kind == "join":
+        return "single", [_join(node, base, split, entry, subflavors, stack)], None
+    extra = _BLEND_ENTRY_EXTRA if kind == "blend" else _EPOCH_ENTRY_EXTRA
+    _no_unknown(node, {kind, "schedule", "schedule_mode"}, where, entry)
+    if "schedule" in node and (kind != "blend" or not top):
+        raise ConfigError(
+            f"{where}: {entry}: 'schedule' belongs to the top-level 'blend' of a split (nested "
+            "or epochized blends have fixed weights)"
+        )
+    items = node[kind]
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}: {entry}.{kind}: expected a non-empty list of entries")
+    groups, entry_weights, names = [], [], []
+    for i, item in enumerate(items):
+        e = f"{entry}.{kind}[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
+        if "join" in item:
+            _no_unknown(item, _JOIN_KEYS | extra, where, e)
+            leaves = [_join(item, base, split, e, subflavors, stack)]
+            inner_mode = "single"
+        else:
+            if "path" not in item:
+                raise ConfigError(f"{where}: {e}: missing 'path'")
+            _no_unknown(item, _REF_KEYS | extra, where, e)
+            inner_mode, leaves, _ = _reference(item, base, split, e, subflavors, stack)
+        if kind == "blend":
+            if inner_mode == "blend_epochized":
+                raise ConfigError(f"{where}: {e}: cannot blend an epochized blend by weight")
+            entry_weights.append(_number(item.get("weight", 1.0), where, e, "weight"))
+        else:
+            if inner_mode == "blend":
+                raise ConfigError(f"{where}: {e}: cannot put a weighted blend in blend_epochized")
+            reps = _number(item.get("repetitions", 1), where, e, "repetitions")
+            if reps == 0:
+                raise ConfigError(f"{where}: {e}: repetitions must be > 0")
+            leaves = [
+                msgspec.structs.replace(lf, repetitions=lf.repetitions * reps) for lf in leaves
+            ]
+        groups.append((e, leaves))
+        names.append(_entry_name(item))
+    if kind == "blend_epochized":
+        return kind, [lf for _, ls in groups for lf in ls], None
+    total = sum(entry_weights)
+    if total <= 0:
+        raise ConfigError(f"{where}: {entry}.blend: all weights are 0; at least one must be > 0")
+    out = []
+    for (_, leaves), w in zip(groups, entry_weights):
+        inner_total = sum(lf.weight for lf in leaves)
+        for lf in leaves:  # normalized at this level, then scaled by the entry's share
+            out.append(msgspec.structs.replace(lf, weight=w / total * lf.weight / inner_total))
+    schedule = None
+    if "schedule" in node:
+        schedule = _schedule(node, names, groups, where, entry)
+    return kind, out, schedule
+
+
+def _reference(node, base, split, entry, subflavors, stack):
+    where = stack[-1]
+    raw = node["path"]
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
+    path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
+    split_part = node.get("split_part") or split
+    # Subflavors: the levels above override the entry's own (Energon's merge order).
+    merged = {**_subflavors(node, where, entry), **subflavors}
+    name = _entry_name(node)
+    if not path.exists():
+        raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
+    mult = node.get("shuffle_over_epochs_multiplier", 1)
+    if mult not in (1, None):
+        raise ConfigError(
+            f"{where}: {entry}: shuffle_over_epochs_multiplier={mult!r} is not supported (each "
+            "dataset gets a fresh keyed order every epoch); remove it"
+        )
+    for key in ("dataset_config", "split_config"):
+        if node.get(key) is not None:
+            raise ConfigError(
+                f"{where}: {entry}: {key!r} overrides are not supported yet; prepare the "
+                "dataset with the config it should use"
+            )
+    if is_metadataset(path):
+        inner = _load(path, stack)
+        if split_part not in inner.splits:
+            raise ConfigError(
+                f"{where}: {entry}: nested metadataset {path} has no split {split_part!r} "
+                f"(it has {sorted(inner.splits)})"
+            )
+        mode, leaves, _ = _node(
+            inner.splits[split_part],
+            path,
+            split_part,
+            f"splits.{split_part}",
+            merged,
+            (*stack, str(path)),
+        )
+        leaves = [msgspec.structs.replace(lf, name=f"{name}/{lf.name}") for lf in leaves]
+        return mode, leaves, None
+    leaf = Leaf(
+        name=name,
+        path=str(path),
+        split_part=split_part,
+        subflavors=merged,
+        where=f"{where}: {entry}",
+    )
+    return "single", [leaf], None
+
+
+def _join(node, base, split, entry, subflavors, stack) -> Leaf:
+    where = stack[-1]
+    _no_unknown(node, _JOIN_KEYS | _BLEND_ENTRY_EXTRA | _EPOCH_ENTRY_EXTRA, where, entry)
+    parts = node["join"]
+    if isinstance(parts, dict):
+        parts = list(parts.values())
+    if not isinstance(parts, list) or len(parts) < 2:
+        raise ConfigError(f"{where}: {entry}.join: expected a list of at least two datasets")
+    split_part = node.get("split_part") or split
+    merged = {**_subflavors(node, where, entry), **subflavors}
+    resolved = []
+    for i, part in enumerate(parts):
+        e = f"{entry}.join[{i}]"
+        if not isinstance(part, dict) or "path" not in part:
+            raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
+        _no_unknown(part, _JOIN_PART_KEYS, where, e)
+        p = (base.parent / str(part["path"])).resolve()
+        if not p.exists():
+            raise ConfigError(f"{where}: {e}: path {part['path']!r} does not exist ({p})")
+        if is_metadataset(p):
+            raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")
+        nonmatch = part.get("nonmatch", "error")
+        if nonmatch not in ("error", "skip", "none"):
+            raise ConfigError(f"{where}: {e}: nonmatch must be 'error', 'skip' or 'none'")
+        if i == 0 and part.get("subflavors"):
+            merged = {**_subflavors(part, where, e), **merged}
+        resolved.append((str(p), part.get("split_part") or split_part, nonmatch))
+    joiner = node.get("joiner")
+    if isinstance(joiner, dict):
+        joiner = joiner.get("__class__")
+    first_path, first_split, _ = resolved[0]
+    return Leaf(
+        name=_entry_name(node),
+        path=first_path,
+        split_part=first_split,
+        subflavors=merged,
+        where=f"{where}: {entry}",
+        join=tuple(resolved[1:]),
+        joiner=None if joiner is None else str(joiner),
+    )
+
+
+def _schedule(node, names, groups, where, entry) -> Schedule:
+    """The top-level blend's schedule over its leaves: ``[[position, {name: weight}], ...]``."""
+    raw, mode = node["schedule"], node.get("schedule_mode", "step")
+    if mode not in ("step", "linear"):
+        raise ConfigError(f"{where}: {entry}: schedule_mode must be 'step' or 'linear'")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: {entry}.schedule: expected [[position, {{name: weight}}]...]")
+    index = {n: i for i, n in enumerate(names)}
+    if len(index) != len(names):
+        raise ConfigError(f"{where}: {entry}: entries of a scheduled blend need unique names")
+    points, rows = [], []
+    for j, item in enumerate(raw):
+        e = f"{entry}.schedule[{j}]"
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict)):
+            raise ConfigError(f"{where}: {e}: expected [position, {{name: weight, ...}}]")
+        pos, weights = item
+        if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
+            raise ConfigError(f"{where}: {e}: position must be an integer >= 0, got {pos!r}")
+        if points and pos <= points[-1]:
+            raise ConfigError(f"{where}: {e}: positions must increase ({pos} after {points[-1]})")
+        unknown = sorted(set(map(str, weights)) - set(index))
+        if unknown:
+            raise ConfigError(f"{where}: {e}: unknown dataset(s) {unknown}; entries: {names}")
+        w = [0.0] * len(names)
+        for n, v in weights.items():
+            w[index[str(n)]] = _number(v, where, e, f"weight of {n!r}")
+        if sum(w) <= 0:
+            raise ConfigError(f"{where}: {e}: all weights are 0; at least one must be > 0")
+        points.append(pos)
+        rows.append(w)
+    if points[0] != 0:
+        raise ConfigError(f"{where}: {entry}.schedule: the first point must be at position 0")
+    # Spread each entry's weight over its leaves by their normalized share within the entry.
+    leaf_rows = []
+    for w in rows:
+        row = []
+        for (_, leaves), we in zip(groups, w):
+            inner_total = sum(lf.weight for lf in leaves)
+            row.extend(we * lf.weight / inner_total for lf in leaves)
+        leaf_rows.append(tuple(row))
+    return Schedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")
