@@ -1,0 +1,251 @@
+"""Blending several datasets into one stream of refs: by weight (optionally scheduled over the
+run) or epochized (exact passes per blend epoch); and concatenation for validation.
+
+Each dataset is a :class:`~fpipe.plan.source.View` with its own slice shuffle: dataset ``d``'s
+stream is its epochs one after the other, epoch ``e`` in that view's keyed order of epoch
+``e``, so a dataset that runs out starts its next epoch in a fresh order. The blend decides
+which dataset feeds global position ``i`` from ``(key, i)`` alone (see
+:mod:`fpipe.plan.blend_choice`); the k-th position that chose ``d`` takes the k-th ref of ``d``'s
+stream. The state is therefore the position plus one counter per dataset: fixed width,
+O(datasets), whatever the step. Window shuffle, distribution and batching come after the
+blend, so a batch mixes datasets.
+
+Example:
+    >>> from fpipe.plan.source import samples
+    >>> src = blend([samples(4, dataset=0), samples(6, dataset=1)], weights=[1, 1])
+    >>> state, refs = src.next(src.init(0), 8)
+    >>> len(refs), sorted(set(refs.dataset.tolist()))
+    (8, [0, 1])
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fpipe.core.errors import ConfigError, SnapshotMismatchError
+from fpipe.core.records import Config, Refs, State
+from fpipe.core.rng import fold_in, name_id
+from fpipe.core.stage import Source
+from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
+from fpipe.plan.source import View
+
+__all__ = ["BlendConfig", "BlendState", "blend", "blend_counters"]
+
+_CHOICE = 0xB1E2D  # fold_in tag of the blend's choice key
+_BLOCK = 8192  # positions computed at once when callers ask for fewer (memoized, invisible)
+
+CHANGED_MIX_HINT = (
+    "the datasets of a blend changed: a snapshot keeps one counter per dataset, so adding, "
+    "removing or renaming a dataset cannot continue the same run. Resume with the same "
+    "datasets, or start a new run from the new metadataset."
+)
+
+
+class BlendConfig(Config, frozen=True):
+    """A blend of ``datasets`` (names, in order) with ``sizes`` refs per epoch each.
+
+    ``mode``: ``"weighted"`` (``schedule`` gives the weights) or ``"epochized"`` (dataset ``d``
+    gives ``counts[d]`` refs per blend epoch). ``num_epochs``: blend epochs before the stream
+    ends (None: forever); a weighted blend's epoch is ``sum(sizes)`` positions.
+    ``schedule`` is declared compatible: a restore checks weights itself, by dataset name, and
+    accepts a change when ``allow_changed_weights`` is set.
+    """
+
+    compatible: ClassVar[frozenset[str]] = frozenset({"schedule", "allow_changed_weights"})
+    mismatch_hint: ClassVar[str] = CHANGED_MIX_HINT
+
+    datasets: tuple[str, ...]
+    sizes: tuple[int, ...]
+    mode: str = "weighted"
+    schedule: WeightSchedule | None = None
+    counts: tuple[int, ...] = ()
+    num_epochs: int | None = None
+    allow_changed_weights: bool = False
+    #: (name, config) parts of each dataset's view: fingerprinted inside this one part, so a
+    #: snapshot's size does not grow with the parts of a hundred datasets.
+    sources: tuple[Any, ...] = ()
+
+
+class BlendState(State, frozen=True, array_like=True):
+    """``key``: the blend's key; ``position``: next global position; ``taken[d]``: refs dataset
+    ``d`` gave so far (its epoch is ``taken[d] // size``); ``weights``: 2-byte digest per
+    dataset of its scheduled weights, checked on restore."""
+
+    key: int
+    position: int
+    taken: tuple[int, ...]
+    weights: bytes = b""
+
+
+def _weight_digests(schedule: WeightSchedule | None, n: int) -> bytes:
+    if schedule is None:
+        return b""
+    out = bytearray()
+    for d in range(n):
+        col = (schedule.linear, schedule.points, tuple(row[d] for row in schedule.weights))
+        out += (name_id(repr(col)) & 0xFFFF).to_bytes(2, "little")
+    return bytes(out)
+
+
+def blend(
+    views: Sequence[View],
+    *,
+    weights: Sequence[float] | None = None,
+    schedule: WeightSchedule | None = None,
+    repetitions: Sequence[float] | None = None,
+    names: Sequence[str] | None = None,
+    num_epochs: int | None = None,
+    allow_changed_weights: bool = False,
+    name: str = "blend",
+) -> Source:
+    """A source mixing ``views`` (give exactly one of ``weights``, ``schedule``, ``repetitions``).
+
+    Args:
+      views: one view per dataset (each with its own slice shuffle); view ``d`` should tag its
+        refs with ``dataset=d``.
+      weights / schedule: a weighted blend (constant weights, or a :class:`WeightSchedule`
+        over the global position).
+      repetitions: an epochized blend: each blend epoch takes ``round(r_d * size_d)`` refs
+        from dataset ``d`` (``r_d`` whole passes when ``r_d`` is an integer), interleaved.
+      names: unique dataset names (default ``d0, d1, ...``): keys, messages and stats use them.
+      num_epochs: blend epochs before the end (None: forever).
+      allow_changed_weights: accept a snapshot taken with other weights; each dataset goes on
+        from its own counter and the new weights apply from the restored position.
+    """
+    n = len(views)
+    names = tuple(names) if names is not None else tuple(f"d{i}" for i in range(n))
+    if n == 0 or len(names) != n or len(set(names)) != n:
+        raise ConfigError(f"blend needs one unique name per view, got {names} for {n} views")
+    sizes = tuple(v.size for v in views)
+    for nm, size in zip(names, sizes):
+        if size <= 0:
+            raise ConfigError(f"blend: dataset {nm!r} has no samples")
+    if sum(x is not None for x in (weights, schedule, repetitions)) != 1:
+        raise ConfigError("blend: give exactly one of weights, schedule or repetitions")
+    if num_epochs is not None and num_epochs < 0:
+        raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
+    counts: tuple[int, ...] = ()
+    if repetitions is not None:
+        if len(repetitions) != n or any(not r > 0 for r in repetitions):
+            raise ConfigError(f"blend: repetitions must be > 0, one per dataset: {repetitions}")
+        counts = tuple(max(1, round(r * s)) for r, s in zip(repetitions, sizes))
+        mode, epoch_len = "epochized", sum(counts)
+    else:
+        if schedule is None:
+            schedule = WeightSchedule.constant(weights)
+        if len(schedule.weights[0]) != n:
+            raise ConfigError(f"blend: {len(schedule.weights[0])} weights for {n} datasets")
+        mode, epoch_len = "weighted", sum(sizes)
+    config = BlendConfig(
+        datasets=names,
+        sizes=sizes,
+        mode=mode,
+        schedule=schedule,
+        counts=counts,
+        num_epochs=num_epochs,
+        allow_changed_weights=allow_changed_weights,
+        sources=tuple(v.parts for v in views),
+    )
+    limit = None if num_epochs is None else num_epochs * epoch_len
+    digests = _weight_digests(schedule, n)
+    ranges = [v.take_range for v in views]
+    leaf_ids = [name_id(nm) for nm in names]
+    cache: OrderedDict = OrderedDict()
+
+    def init(key):
+        k = fold_in(key, name_id(name))
+        return BlendState(k, 0, (0,) * n, digests)
+
+    def choose(state, positions):
+        ck = fold_in(state.key, _CHOICE)
+        if mode == "weighted":
+            return choose_weighted(ck, schedule, positions)
+        return choose_epochized(ck, counts, positions)
+
+    def leaf_refs(state, d, start, stop) -> list[Refs]:
+        size, out, lk = sizes[d], [], fold_in(state.key, leaf_ids[d])
+        while start < stop:
+            e, pos = divmod(start, size)
+            take = min(stop - start, size - pos)
+            out.append(ranges[d](lk, e, pos, pos + take))
+            start += take
+        return out
+
+    def compute(state, m):
+        positions = np.arange(state.position, state.position + m, dtype=np.int64)
+        ids = choose(state, positions)
+        counts_ = np.bincount(ids, minlength=n)
+        order = np.argsort(ids, kind="stable")
+        chunks = []
+        for d in np.flatnonzero(counts_).tolist():
+            t0 = state.taken[d]
+            chunks.extend(leaf_refs(state, d, t0, t0 + int(counts_[d])))
+        inv = np.empty(m, dtype=np.int64)
+        inv[order] = np.arange(m, dtype=np.int64)
+        return Refs.concat(chunks)[inv], ids
+
+    def check(state):
+        if state.weights == digests or allow_changed_weights:
+            return
+        if len(state.weights) != len(digests):
+            raise SnapshotMismatchError(f"blend {name!r}: {CHANGED_MIX_HINT}")
+        changed = [
+            nm
+            for d, nm in enumerate(names)
+            if state.weights[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
+        ]
+        raise SnapshotMismatchError(
+            f"blend {name!r}: the weights of {changed} differ from the snapshot's; resuming "
+            "would change the mix mid-run. Pass allow_changed_weights=True to continue each "
+            "dataset from its own position with the new weights from here on."
+        )
+
+    def next_(state: BlendState, want: int):
+        if state.weights != digests:
+            check(state)
+            state = BlendState(state.key, state.position, state.taken, digests)
+        left = want if limit is None else min(want, limit - state.position)
+        if left <= 0:
+            return state, Refs.empty()
+        hit = cache.get(state)
+        if hit is None:
+            block = max(left, _BLOCK)
+            if limit is not None:
+                block = min(block, limit - state.position)
+            refs, ids = compute(state, block)
+            hit = (refs, ids, 0)
+        refs, ids, off = hit
+        take = min(left, len(refs) - off)
+        counts_ = np.bincount(ids[off : off + take], minlength=n)
+        taken = tuple((np.asarray(state.taken, dtype=np.int64) + counts_).tolist())
+        new = BlendState(state.key, state.position + take, taken, digests)
+        if off + take < len(refs):
+            cache[new] = (refs, ids, off + take)
+            while len(cache) > 4:
+                cache.popitem(last=False)
+        return new, refs[off : off + take]
+
+    parts = ((name, config),)
+    return Source(
+        name=name, config=config, init=init, next=next_, state_type=BlendState, parts=parts
+    )
+
+
+def blend_counters(state: Any) -> dict[str, Any] | None:
+    """``{"position", "taken"}`` of the first blend state found in a pipeline state (None
+    without a blend); dataset d's epoch is ``taken[d] // size[d]``. With a window shuffle after
+    the blend, the counters are those at the start of the current window."""
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, BlendState):
+            return {"position": s.position, "taken": list(s.taken)}
+        if hasattr(s, "__struct_fields__"):
+            stack.extend(getattr(s, f) for f in reversed(s.__struct_fields__))
+        elif isinstance(s, tuple):
+            stack.extend(reversed(s))
+    return None
