@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from fpipe.core import Pipeline
 from fpipe.core.errors import ConfigError
-from fpipe.loader.dataset import PlannedDataset, _open, _source_and_view
+from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer
+from fpipe.loader.mix import _open, dataset_view
 from fpipe.plan import bucket_batches, load_bucket_config, slice_shuffle
 
 __all__ = ["bucketed_dataset"]
@@ -35,19 +36,15 @@ def _bucket_columns(ds) -> tuple[str, str, str | None]:
 def bucketed_dataset(path, bucket_config, bucket_window, topo, **kw) -> PlannedDataset:
     """``get_train_dataset`` with a bucket_config (``kw``: its other arguments, checked)."""
     from fpipe.encode import DefaultTaskEncoder
+    from fpipe.storage.metadataset import is_metadataset
 
+    if is_metadataset(path):
+        raise ConfigError(f"{path}: bucket_config does not take a metadataset yet; give a dataset")
     table = load_bucket_config(bucket_config)
     width, height, frames = _bucket_columns(_open(path, kw["open_kwargs"]))
     cols = tuple(dict.fromkeys((*kw["columns"], width, height, *([frames] if frames else []))))
-    source, view = _source_and_view(
-        path,
-        kw["split"],
-        sample_type=kw["sample_type"],
-        field_map=kw["field_map"],
-        subflavors=kw["subflavors"],
-        columns=cols,
-        open_kwargs=kw["open_kwargs"],
-    )
+    overrides = {k: kw[k] for k in ("sample_type", "field_map", "subflavors", "open_kwargs")}
+    source, view = dataset_view(path, kw["split"], overrides=overrides, columns=cols)
     view = slice_shuffle(view, kw["max_samples_per_sequence"] or 1)
     src = bucket_batches(
         view,

@@ -21,6 +21,7 @@ from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
 from fpipe.loader.pack_batches import PackBatcher
 from fpipe.loader.state import LoaderState, decode_loader_state, encode_loader_state
+from fpipe.plan.blend import blend_counters
 from fpipe.plan.stats import drop_counters
 
 __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
@@ -72,7 +73,8 @@ class LoaderStats:
 
     Per rank: ``batches``, ``samples`` delivered, ``skipped`` by the error policy. Plan
     counters: ``dropped`` by cause (see fpipe.plan.drop_counters) and every step's own counters
-    by step name (``steps["filter"]["filtered"]``).
+    by step name (``steps["filter"]["filtered"]``). For a blend, ``datasets``: per dataset
+    name, refs the blend took from it and its epoch (see fpipe.plan.blend.blend_counters).
     """
 
     batches: int
@@ -82,6 +84,7 @@ class LoaderStats:
     dropped: dict
     steps: dict = dataclasses.field(default_factory=dict)
     position: int | None = None
+    datasets: dict = dataclasses.field(default_factory=dict)
 
 
 class Loader:
@@ -235,8 +238,8 @@ class Loader:
 
     def stats(self) -> LoaderStats:
         """The global position (epoch, refs of the global order taken: identical on every rank
-        in global mode), this rank's delivered batches and samples, skipped samples, and the
-        plan's counters (see :class:`LoaderStats`)."""
+        in global mode), this rank's delivered batches and samples, skipped samples, the plan's
+        counters and a blend's per-dataset counters (see :class:`LoaderStats`)."""
         s = self._state
         steps = self.plan.stats(s.plan)
         dropped = drop_counters(steps)
@@ -244,7 +247,10 @@ class Loader:
             dropped["pack_remainder"] = s.pack_remainder
         at = self.plan.position(s.plan)
         epoch, position = (s.epoch, None) if at is None else at
-        return LoaderStats(s.batches, s.samples, s.skipped, epoch, dropped, steps, position)
+        per_dataset = blend_counters(self.plan, s.plan)
+        return LoaderStats(
+            s.batches, s.samples, s.skipped, epoch, dropped, steps, position, per_dataset
+        )
 
 
 def get_loader(

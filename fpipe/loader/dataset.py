@@ -13,16 +13,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.stage import Stage
-from fpipe.loader.materialize import DatasetSource, Materializer
+from fpipe.loader.materialize import Materializer
+from fpipe.loader.mix import eval_head, train_head
 from fpipe.loader.topology import Topology
-from fpipe.plan import batch, distribute, repeat, samples, slice_shuffle, window_shuffle
-from fpipe.plan.distribute import per_rank
+from fpipe.plan import batch, distribute, repeat, window_shuffle
 
 __all__ = ["PlannedDataset", "get_train_dataset", "get_val_dataset"]
 
@@ -41,6 +40,7 @@ class PlannedDataset:
         recipe is one buffer; the loader makes batches of ``batch_size`` packs), else None.
       drop_last: drop a short final batch (of packs, with a packing buffer).
       buckets: the parsed bucket_config (:class:`~fpipe.plan.BucketTable`) or None.
+      datasets: the name of each dataset id in the refs (one name without a metadataset).
     """
 
     plan: Pipeline
@@ -51,45 +51,13 @@ class PlannedDataset:
     packing_buffer_size: int | None = None
     drop_last: bool = True
     buckets: Any = None
+    datasets: tuple[str, ...] = ()
 
     def __iter__(self):
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
         from fpipe.loader.dataloader import get_loader
 
         return iter(get_loader(self, num_workers=0))
-
-
-def _open(path, open_kwargs):
-    from fpipe.storage import open_dataset
-
-    return open_dataset(path, **(open_kwargs or {}))
-
-
-def _source_and_view(
-    path, split, *, sample_type, field_map, subflavors, columns, open_kwargs, limit=None
-):
-    ds = _open(path, open_kwargs)
-    cfg = ds.config
-    indices = ds.split_indices(split)
-    if limit is not None:
-        indices = indices[:limit]
-    if len(indices) == 0:
-        raise ConfigError(f"{path}: split {split!r} has no samples")
-    st = sample_type if sample_type is not None else cfg.sample_type
-    if not isinstance(st, str):
-        from fpipe.samples import sample_type_name
-
-        st = sample_type_name(st)
-    source = DatasetSource(
-        path=str(path),
-        sample_type=st,
-        field_map=dict(field_map if field_map is not None else cfg.field_map),
-        subflavors=dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {})),
-        open_kwargs=dict(open_kwargs or {}),
-    )
-    cols = {c: ds.column(c) for c in columns}
-    source_id = f"{Path(os.fspath(path)).name}#{split}#{len(ds)}"
-    return source, samples(indices=indices, columns=cols, source_id=source_id)
 
 
 def get_train_dataset(
@@ -118,18 +86,27 @@ def get_train_dataset(
     packing_buffer_size: int | None = None,
     bucket_config: Any = None,
     bucket_window: int | None = None,
+    repeat: bool = True,
+    weight_schedule: Any = None,
+    schedule_mode: str = "step",
+    allow_changed_weights: bool = False,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
     Args:
-      path: a prepared dataset folder (``fpipe prepare`` or Energon) or a table file.
+      path: a prepared dataset folder (``fpipe prepare`` or Energon), a table file, or a
+        ``metadataset.yaml`` (see docs/metadataset.md): its split is blended after each dataset's
+        own slice shuffle, before the shuffle window.
       batch_size: samples per batch on each rank (global batch = batch_size * world size).
       shuffle_buffer_size: window of the window shuffle (None or 1: no window shuffle).
       max_samples_per_sequence: consecutive samples read in order before jumping (slice size
         of the slice shuffle; None: every sample is its own slice, a full permutation).
       task_encoder: a :class:`fpipe.encode.TaskEncoder` (default: DefaultTaskEncoder).
       seed: the root of every random decision.
-      num_epochs: None repeats forever.
+      num_epochs: None repeats forever (for a blend: blend epochs; a weighted blend's epoch is
+        the sum of its datasets' sizes).
+      repeat: False stops after one epoch (Energon's ``repeat=False``; with
+        ``blend_epochized``: after one blend epoch).
       drop_last: drop a short final global batch (counted in the state).
       topology / worker_config: rank and world size (default: from torch.distributed or env).
       plan_stages: extra plan stages (e.g. ``filter_refs("width", ">=", 256)``) inserted after
@@ -155,6 +132,11 @@ def get_train_dataset(
         videos; without one every sample is an image). Global distribution only; the window
         shuffle is replaced by a shuffle inside each bucket. See docs/buckets.md.
       bucket_window: samples of an epoch bucketed at once (None: the whole epoch).
+      weight_schedule: blend weights over the run, overriding the metadataset's: a
+        :class:`fpipe.plan.WeightSchedule` or ``[(position, {dataset name: weight}), ...]``
+        (global sample positions), steps or ``schedule_mode="linear"``.
+      allow_changed_weights: resume from a snapshot taken with other blend weights (each
+        dataset goes on from its own position; the new weights apply from there).
 
     Example::
 
@@ -204,24 +186,32 @@ def get_train_dataset(
             error_policy=error_policy,
         )
     batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
-    source, view = _source_and_view(
+    if not repeat and num_epochs is None:
+        num_epochs = 1
+    head, sources, names = train_head(
         path,
         split,
-        sample_type=sample_type,
-        field_map=field_map,
-        subflavors=subflavors,
+        topology=topo,
+        distribution=distribution,
+        slice_size=max_samples_per_sequence or 1,
+        num_epochs=num_epochs,
         columns=columns,
-        open_kwargs=open_kwargs,
+        overrides=dict(
+            sample_type=sample_type,
+            field_map=field_map,
+            subflavors=subflavors,
+            open_kwargs=open_kwargs,
+        ),
+        weight_schedule=weight_schedule,
+        schedule_mode=schedule_mode,
+        allow_changed_weights=allow_changed_weights,
     )
-    if distribution == "per_rank":  # this rank's own contiguous part
-        view = per_rank(view, rank=topo.rank, world_size=topo.world_size)
-    view = slice_shuffle(view, max_samples_per_sequence or 1)
     stages = []
     if shuffle_buffer_size and shuffle_buffer_size > 1:
         stages.append(window_shuffle(shuffle_buffer_size))
     stages.extend(plan_stages)
     mat = Materializer(
-        [source],
+        sources,
         task_encoder or DefaultTaskEncoder(),
         image_decode=image_decode,
         error_policy=error_policy,
@@ -241,7 +231,7 @@ def get_train_dataset(
             )
         )
     stages.append(batch(recipe_size, drop_last=recipe_drop_last))
-    plan = Pipeline(chain(repeat(view, num_epochs), *stages), seed=seed)
+    plan = Pipeline(chain(head, *stages), seed=seed)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -250,6 +240,7 @@ def get_train_dataset(
         distribution=distribution,
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=drop_last,
+        datasets=names,
     )
 
 
@@ -289,22 +280,26 @@ def get_val_dataset(
     """One deterministic pass over ``split`` in index order (first ``limit`` samples), no
     shuffle, the last batch kept even if short; samples are dealt to ranks by global batch.
     ``packing_buffer_size``: the task encoder's packing hooks, as in :func:`get_train_dataset`.
+
+    A metadataset's split is its datasets concatenated in file order (weights and repetitions
+    ignored, as in Energon), each sample once across all ranks.
     """
     from fpipe.encode import DefaultTaskEncoder
 
     topo = topology or worker_config or Topology.from_env()
-    source, view = _source_and_view(
+    view, sources, names = eval_head(
         path,
         split,
-        sample_type=sample_type,
-        field_map=field_map,
-        subflavors=subflavors,
-        columns=(),
-        open_kwargs=open_kwargs,
         limit=limit,
+        overrides=dict(
+            sample_type=sample_type,
+            field_map=field_map,
+            subflavors=subflavors,
+            open_kwargs=open_kwargs,
+        ),
     )
     mat = Materializer(
-        [source],
+        sources,
         task_encoder or DefaultTaskEncoder(),
         image_decode=image_decode,
         error_policy=error_policy,
@@ -328,4 +323,5 @@ def get_val_dataset(
         batch_size=batch_size,
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=False,
+        datasets=names,
     )

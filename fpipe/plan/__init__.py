@@ -6,9 +6,12 @@ model (views, stages, sources) is explained in :mod:`fpipe.core.stage`.
 """
 
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
+from fpipe.plan.blend import BlendConfig, BlendState, blend, blend_counters
+from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.bucket import BucketBatchConfig, GroupBatchConfig, bucket_batches, group_batches
 from fpipe.plan.bucket_assign import assign_buckets
 from fpipe.plan.bucket_config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
+from fpipe.plan.concat import ConcatConfig, concat
 from fpipe.plan.distribute import (
     DistributeConfig,
     DistributeState,
@@ -34,9 +37,12 @@ from fpipe.plan.stats import drop_counters
 __all__ = [
     "BatchConfig",
     "BatchState",
+    "BlendConfig",
+    "BlendState",
     "Bucket",
     "BucketBatchConfig",
     "BucketTable",
+    "ConcatConfig",
     "DistributeConfig",
     "DistributeState",
     "FilterConfig",
@@ -54,11 +60,15 @@ __all__ = [
     "SamplesConfig",
     "SliceShuffleConfig",
     "View",
+    "WeightSchedule",
     "WindowShuffleConfig",
     "WindowShuffleState",
     "assign_buckets",
     "batch",
+    "blend",
+    "blend_counters",
     "bucket_batches",
+    "concat",
     "distribute",
     "drop_counters",
     "filter_refs",

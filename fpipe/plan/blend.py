@@ -235,17 +235,36 @@ def blend(
     )
 
 
-def blend_counters(state: Any) -> dict[str, Any] | None:
-    """``{"position", "taken"}`` of the first blend state found in a pipeline state (None
-    without a blend); dataset d's epoch is ``taken[d] // size[d]``. With a window shuffle after
-    the blend, the counters are those at the start of the current window."""
-    stack = [state]
-    while stack:
+def blend_counters(parts: Sequence[tuple[str, Any]], state: Any) -> dict[str, dict[str, int]]:
+    """Per dataset of the first blend in a pipeline: ``{"taken": refs it gave, "epoch": its
+    current epoch}`` (empty without a blend). ``parts`` are the pipeline's (name, config)
+    parts. The counters are global (all ranks); with a shuffle window after the blend they are
+    those at the start of the current window.
+
+    Example:
+        >>> from fpipe.core import Pipeline
+        >>> from fpipe.plan.source import samples
+        >>> p = Pipeline(blend([samples(3), samples(5, dataset=1)], weights=[1, 1],
+        ...                    names=["a", "b"]), seed=0)
+        >>> state, _ = p.next(p.init(), 10)
+        >>> c = blend_counters(p.parts, state)
+        >>> c["a"]["taken"] + c["b"]["taken"], c["a"]["epoch"] == c["a"]["taken"] // 3
+        (10, True)
+    """
+    config = next((c for _, c in parts if isinstance(c, BlendConfig)), None)
+    stack, found = [state], None
+    while stack and config is not None:
         s = stack.pop()
         if isinstance(s, BlendState):
-            return {"position": s.position, "taken": list(s.taken)}
+            found = s
+            break
         if hasattr(s, "__struct_fields__"):
             stack.extend(getattr(s, f) for f in reversed(s.__struct_fields__))
         elif isinstance(s, tuple):
             stack.extend(reversed(s))
-    return None
+    if found is None:
+        return {}
+    return {
+        name: {"taken": t, "epoch": t // size}
+        for name, t, size in zip(config.datasets, found.taken, config.sizes)
+    }

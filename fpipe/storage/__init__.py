@@ -11,6 +11,7 @@ Example::
 
 from fpipe.storage.config import DatasetConfig, FieldSpec, SplitConfig, parse_field_spec
 from fpipe.storage.dataset import Dataset, open_dataset
+from fpipe.storage.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
 from fpipe.storage.prepare import PrepareOptions, PrepareReport, Problem, prepare_dataset
 from fpipe.storage.reader import FileCache
 from fpipe.storage.record import IndexRecord, read_record
@@ -21,12 +22,17 @@ __all__ = [
     "FieldSpec",
     "FileCache",
     "IndexRecord",
+    "Leaf",
+    "Metadataset",
+    "Mix",
     "PrepareOptions",
     "PrepareReport",
     "Problem",
     "SplitConfig",
+    "load_metadataset",
     "open_dataset",
     "parse_field_spec",
     "prepare_dataset",
     "read_record",
+    "resolve_mix",
 ]

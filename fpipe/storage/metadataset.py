@@ -13,7 +13,7 @@ A split is one node::
     {join: [{path: ./images}, {path: ./captions}], joiner: ...}     # columns joined by key
 
 :func:`load_metadataset` checks the whole tree (unknown keys, weights, missing paths, cycles
-between nested files); :func:`resolve_split` flattens one split into a :class:`Mix`: the leaf
+between nested files); :func:`resolve_mix` flattens one split into a :class:`Mix`: the leaf
 datasets with their composed weights (normalized at every blend level, as Energon does) or
 repetitions (multiplied down the levels), their merged subflavors and split parts, plus the
 weight schedule of the top-level blend. Storage decides no order: the plan tier turns a
@@ -29,16 +29,16 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.storage.config import _load_yaml
 
 __all__ = [
     "Leaf",
     "Metadataset",
     "Mix",
-    "Schedule",
     "is_metadataset",
     "load_metadataset",
-    "resolve_split",
+    "resolve_mix",
 ]
 
 _ENERGON_CLASSES = ("MetadatasetV2",)
@@ -57,19 +57,6 @@ _BLEND_ENTRY_EXTRA = {"weight"}
 _EPOCH_ENTRY_EXTRA = {"repetitions"}
 _JOIN_KEYS = {"join", "joiner", "name", "split_part", "subflavors", "subflavor"}
 _JOIN_PART_KEYS = {"path", "nonmatch", "split_part", "subflavors", "dataset_config", "split_config"}
-
-
-class Schedule(msgspec.Struct, frozen=True, kw_only=True):
-    """Blend weights as a function of the global sample position.
-
-    ``points``: increasing sample positions, the first 0; ``weights[p][d]``: the weight of
-    dataset ``d`` from ``points[p]`` on. ``linear``: weights move linearly from one point to the
-    next (constant after the last); otherwise they change in steps at each point.
-    """
-
-    points: tuple[int, ...]
-    weights: tuple[tuple[float, ...], ...]
-    linear: bool = False
 
 
 class Leaf(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,7 +88,7 @@ class Mix(msgspec.Struct, frozen=True, kw_only=True):
     split: str
     mode: str
     leaves: tuple[Leaf, ...]
-    schedule: Schedule | None = None
+    schedule: WeightSchedule | None = None
     source: str = ""
 
 
@@ -127,7 +114,7 @@ def load_metadataset(path: str | os.PathLike) -> Metadataset:
     md = _load(Path(path).resolve(), ())
     for split in md.splits:
         for mode in ("train", "val"):  # every node is checked in both readings
-            resolve_split(md, split, training=mode == "train")
+            resolve_mix(md, split, training=mode == "train")
     return md
 
 
@@ -184,7 +171,7 @@ def _subflavors(node: dict, where: str, entry: str) -> dict:
     return sub
 
 
-def resolve_split(md: Metadataset, split: str, *, training: bool = True) -> Mix:
+def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
     """Flatten split ``split`` of ``md`` into its leaf datasets (see the module docstring).
 
     With ``training=False`` (validation and test) weights and repetitions are ignored and the
@@ -192,7 +179,7 @@ def resolve_split(md: Metadataset, split: str, *, training: bool = True) -> Mix:
 
     Example::
 
-        mix = resolve_split(load_metadataset("mix.yaml"), "train")
+        mix = resolve_mix(load_metadataset("mix.yaml"), "train")
         [(leaf.name, leaf.weight) for leaf in mix.leaves]   # [("coco", 0.625), ...]
     """
     if split not in md.splits:
@@ -207,7 +194,7 @@ def resolve_split(md: Metadataset, split: str, *, training: bool = True) -> Mix:
             msgspec.structs.replace(leaf, weight=1.0, repetitions=1.0) for leaf in leaves
         )
     elif mode == "blend" and schedule is None:
-        schedule = Schedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
+        schedule = WeightSchedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
     return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path)
 
 
@@ -406,7 +393,7 @@ def _join(node, base, split, entry, subflavors, stack) -> Leaf:
     )
 
 
-def _schedule(node, names, groups, where, entry) -> Schedule:
+def _schedule(node, names, groups, where, entry) -> WeightSchedule:
     """The top-level blend's schedule over its leaves: ``[[position, {name: weight}], ...]``."""
     raw, mode = node["schedule"], node.get("schedule_mode", "step")
     if mode not in ("step", "linear"):
@@ -446,4 +433,4 @@ def _schedule(node, names, groups, where, entry) -> Schedule:
             inner_total = sum(lf.weight for lf in leaves)
             row.extend(we * lf.weight / inner_total for lf in leaves)
         leaf_rows.append(tuple(row))
-    return Schedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")
+    return WeightSchedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")

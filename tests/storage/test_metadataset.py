@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.metadataset import load_metadataset, resolve_split
+from fpipe.storage.metadataset import load_metadataset, resolve_mix
 
 
 def write(path, text):
@@ -47,7 +47,7 @@ ENERGON_EXAMPLE = """\
 
 def test_energon_example_weights_paths_subflavors(dirs):
     md = load_metadataset(write(dirs / "mix.yaml", ENERGON_EXAMPLE))
-    mix = resolve_split(md, "train")
+    mix = resolve_mix(md, "train")
     assert mix.mode == "blend"
     assert [lf.name for lf in mix.leaves] == ["coco", "coyo.train", "coyo.val"]
     assert [lf.weight for lf in mix.leaves] == pytest.approx([5 / 8, 2 / 8, 1 / 8])
@@ -57,7 +57,7 @@ def test_energon_example_weights_paths_subflavors(dirs):
     assert [lf.split_part for lf in mix.leaves] == ["train", "train", "val"]
     assert mix.leaves[0].subflavors == {"augmentation_type": "small_images", "text_length": "short"}
     assert mix.schedule.points == (0,)
-    val = resolve_split(md, "val", training=False)
+    val = resolve_mix(md, "val", training=False)
     assert val.mode == "single" and val.leaves[0].split_part == "val"
 
 
@@ -103,7 +103,7 @@ def test_three_level_nesting_subflavors_and_split_part(dirs):
               - {weight: 1, path: ./l2/middle.yaml, subflavors: {source: mix}}
         """,
     )
-    mix = resolve_split(load_metadataset(top), "train")
+    mix = resolve_mix(load_metadataset(top), "train")
     by = {lf.name: lf for lf in mix.leaves}
     assert sorted(by) == ["coco", "middle/inner/coyo", "middle/inner/ocr", "middle/laion.val"]
     # Weights: normalized at every level, multiplied down.
@@ -142,14 +142,14 @@ def test_epochized_repetitions_multiply_down(dirs):
               - {repetitions: 2, path: ./inner.yaml}
         """,
     )
-    mix = resolve_split(load_metadataset(top), "train")
+    mix = resolve_mix(load_metadataset(top), "train")
     assert mix.mode == "blend_epochized" and mix.schedule is None
     assert [(lf.name, lf.repetitions) for lf in mix.leaves] == [
         ("coco", 3),
         ("inner/ocr", 4),
         ("inner/laion", 1),
     ]
-    val = resolve_split(load_metadataset(top), "train", training=False)
+    val = resolve_mix(load_metadataset(top), "train", training=False)
     assert val.mode == "concat" and {lf.repetitions for lf in val.leaves} == {1.0}
 
 
@@ -166,7 +166,7 @@ def test_schedule_yaml(dirs):
             schedule_mode: linear
         """,
     )
-    s = resolve_split(load_metadataset(top), "train").schedule
+    s = resolve_mix(load_metadataset(top), "train").schedule
     assert s.points == (0, 1_000_000) and s.linear
     assert s.weights == ((1.0, 1.0), (1.0, 3.0))
 
@@ -254,7 +254,7 @@ def test_join_entries(dirs):
               - {weight: 1, path: ./data/coyo}
         """,
     )
-    mix = resolve_split(load_metadataset(path), "train")
+    mix = resolve_mix(load_metadataset(path), "train")
     j = mix.leaves[0]
     assert j.name == "coco" and j.joiner == "CaptioningSample"
     assert j.join == ((str(dirs / "data" / "ocr"), "train", "skip"),)
