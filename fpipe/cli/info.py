@@ -3,7 +3,8 @@
 Sample and shard counts (``--shards``: samples per shard), the field map, how many samples have
 each field, splits, and a summary of every metadata column (min / median / max, how many
 samples lack it), with text histograms of image sizes and of lengths (tokens, characters,
-frames, durations). No payload is read and torch is not imported.
+frames, durations). No payload is read and torch is not imported. For a metadataset.yaml: each
+split's datasets with their weights (or repetitions), samples, split parts and subflavors.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ import numpy as np
 from fpipe.core.errors import FpipeError
 from fpipe.storage import Dataset
 
-__all__ = ["add_parser", "column_summaries", "format_info", "run", "text_histogram"]
+__all__ = [
+    "add_parser",
+    "column_summaries",
+    "format_info",
+    "format_metadataset_info",
+    "run",
+    "text_histogram",
+]
 
 DESCRIPTION = """\
 Show what a prepared dataset holds, from its index alone (no payload is read): samples and
 shards, the field map and how many samples have each field, splits, and a summary of every
-metadata column with text histograms of image sizes and lengths.
+metadata column with text histograms of image sizes and lengths. For a metadataset.yaml: each
+split's datasets with their weights, samples, split parts and subflavors.
 
 example:
   fpipe info data/coco --shards
@@ -45,7 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("path", help="prepared folder (fpipe or Energon) or a .jsonl/.csv table")
+    p.add_argument(
+        "path", help="prepared folder (fpipe or Energon), a .jsonl/.csv table or a metadataset.yaml"
+    )
     p.add_argument("--shards", action="store_true", help="list every shard with its samples")
     return p
 
@@ -163,11 +174,42 @@ def format_info(ds: Dataset, list_shards: bool = False) -> str:
     return "\n".join(lines)
 
 
+def format_metadataset_info(path: str) -> str:
+    """Each split of a metadataset: mode, and per dataset its share (weight normalized over the
+    whole split, or repetitions), samples in its split part, path and subflavors."""
+    from fpipe.storage import load_metadataset, open_dataset, resolve_mix
+
+    md = load_metadataset(path)
+    lines = [f"metadataset: {md.path}"]
+    for split in md.splits:
+        mix = resolve_mix(md, split, training=split == "train")
+        lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s)")
+        for leaf in mix.leaves:
+            n = len(open_dataset(leaf.path).split_indices(leaf.split_part))
+            share = {
+                "blend": f"weight {leaf.weight:.4g}",
+                "blend_epochized": f"repetitions {leaf.repetitions:g}",
+            }.get(mix.mode, "")
+            lines.append(
+                f"  {leaf.name}: {share + ', ' if share else ''}{n} samples "
+                f"({leaf.split_part} of {leaf.path})"
+                + (f", subflavors {leaf.subflavors}" if leaf.subflavors else "")
+            )
+        if mix.schedule is not None and len(mix.schedule.points) > 1:
+            kind = "linear" if mix.schedule.linear else "steps"
+            lines.append(f"  schedule ({kind}) at positions {list(mix.schedule.points)}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the summary; exit status 2 if the dataset cannot be opened."""
     from fpipe.storage import open_dataset
+    from fpipe.storage.metadataset import is_metadataset
 
     try:
+        if is_metadataset(args.path):
+            print(format_metadataset_info(args.path))
+            return 0
         ds = open_dataset(args.path)
         print(format_info(ds, args.shards))
     except FpipeError as e:

@@ -18,8 +18,9 @@ CONFIG is a small YAML file holding the arguments of :func:`fpipe.get_train_data
     bucket_config: buckets.yaml  # OpenSora's bucket_config (a mapping, or a YAML file next to
                                  # this one) instead of batch_size: prints each step's bucket
 
-or the dataset folder itself, with the same settings as flags (``--batch-size 32
---world-size 8 ...``); flags override the YAML. Steps count from 0, like
+``path`` may be a metadataset.yaml (each sample then also names its dataset). CONFIG may also
+be the dataset folder or the metadataset.yaml itself, with the same settings as flags
+(``--batch-size 32 --world-size 8 ...``); flags override the YAML. Steps count from 0, like
 ``enumerate(loader)`` on a fresh loader. With a ``bucket_config``, ``--buckets N`` prints how
 many of the first N steps each bucket gets (a histogram, from the plan alone).
 """
@@ -114,6 +115,8 @@ def load_plan_config(config: str, args: argparse.Namespace | None = None) -> dic
         loaded = yaml.safe_load(p.read_text()) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: a plan config is a YAML mapping")
+        if "splits" in loaded:  # a metadataset.yaml given directly: it is the dataset
+            loaded = {"path": p.name}
         unknown = sorted(set(loaded) - set(CONFIG_KEYS))
         if unknown:
             raise ConfigError(
@@ -176,7 +179,16 @@ def plan_step(cfg: dict[str, Any], step: int, ranks: list[int] | None = None) ->
             raise ConfigError(f"rank {r} is not in 0..{world - 1}")
     first = build_dataset(cfg, 0)
     distribution = first.distribution
-    ds = open_dataset(cfg["path"])
+    sources, names, opened = first.materializer.sources, first.datasets, {}
+
+    def sample(d: int, i: int, e: int) -> dict[str, Any]:
+        if d not in opened:
+            opened[d] = open_dataset(sources[d].path, **sources[d].open_kwargs)
+        out = {"key": opened[d].key(i), "index": i, "epoch": e}
+        if len(sources) > 1:  # a blend: say which dataset
+            out["dataset"] = names[d]
+        return out
+
     start = None
     if distribution == "global":
         # At a global-batch boundary the plan state is the same on every rank: advance one.
@@ -195,10 +207,7 @@ def plan_step(cfg: dict[str, Any], step: int, ranks: list[int] | None = None) ->
             out.append({"rank": r, "samples": None})
             continue
         refs = got[0].refs
-        samples = [
-            {"key": ds.key(int(i)), "index": int(i), "epoch": int(e)}
-            for i, e in zip(refs.index.tolist(), refs.epoch.tolist())
-        ]
+        samples = [sample(*t) for t in refs.triples()]
         out.append({"rank": r, "samples": samples, **_bucket_of(pd, got[0])})
     return {
         "step": step,
@@ -293,7 +302,11 @@ def format_plan(result: dict[str, Any]) -> str:
             lines.append(f"rank {r['rank']}: past the end of the stream")
             continue
         lines.append(f"rank {r['rank']} ({len(r['samples'])} samples):")
-        lines += [f"  {s['key']}  (index {s['index']}, epoch {s['epoch']})" for s in r["samples"]]
+        lines += [
+            f"  {s['key']}  ({s['dataset'] + ', ' if 'dataset' in s else ''}index {s['index']}, "
+            f"epoch {s['epoch']})"
+            for s in r["samples"]
+        ]
     return "\n".join(lines)
 
 

@@ -31,6 +31,19 @@ import msgspec
 from fpipe.core.errors import ConfigError
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.storage.config import _load_yaml
+from fpipe.storage.metadataset_entries import (
+    BLEND_ENTRY_KEYS,
+    EPOCH_ENTRY_KEYS,
+    JOIN_KEYS,
+    Leaf,
+    entry_name,
+    is_metadataset,
+    join_leaf,
+    no_unknown,
+    number,
+    schedule_of,
+    subflavors_of,
+)
 
 __all__ = [
     "Leaf",
@@ -53,31 +66,6 @@ _REF_KEYS = {
     "split_config",
     "shuffle_over_epochs_multiplier",
 }
-_BLEND_ENTRY_EXTRA = {"weight"}
-_EPOCH_ENTRY_EXTRA = {"repetitions"}
-_JOIN_KEYS = {"join", "joiner", "name", "split_part", "subflavors", "subflavor"}
-_JOIN_PART_KEYS = {"path", "nonmatch", "split_part", "subflavors", "dataset_config", "split_config"}
-
-
-class Leaf(msgspec.Struct, frozen=True, kw_only=True):
-    """One dataset of a resolved split.
-
-    ``name``: unique within the split (schedule keys, stats and messages use it); ``path``:
-    absolute dataset folder or table; ``split_part``: the split of that dataset to read;
-    ``subflavors``: labels set on every sample; ``weight`` (weighted blends) or
-    ``repetitions`` (epochized blends); ``where``: file and entry, for messages; ``join``:
-    the secondary datasets joined to this one by sample key, with their ``nonmatch`` policy.
-    """
-
-    name: str
-    path: str
-    split_part: str
-    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
-    weight: float = 1.0
-    repetitions: float = 1.0
-    where: str = ""
-    join: tuple[tuple[str, str, str], ...] = ()  # (path, split_part, nonmatch)
-    joiner: str | None = None
 
 
 class Mix(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,12 +85,6 @@ class Metadataset(msgspec.Struct, frozen=True, kw_only=True):
 
     path: str
     splits: dict[str, Any]
-
-
-def is_metadataset(path: str | os.PathLike) -> bool:
-    """True when ``path`` names a metadataset file (``.yaml`` / ``.yml``)."""
-    p = Path(path)
-    return p.suffix.lower() in (".yaml", ".yml") and not p.is_dir()
 
 
 def load_metadataset(path: str | os.PathLike) -> Metadataset:
@@ -128,7 +110,7 @@ def _load(path: Path, stack: tuple[str, ...]) -> Metadataset:
     where = str(path)
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}: a metadataset is a mapping with 'splits:'")
-    _no_unknown(obj, _TOP_KEYS, where, "the top level")
+    no_unknown(obj, _TOP_KEYS, where, "the top level")
     cls = obj.get("__class__", "MetadatasetV2")
     if cls not in _ENERGON_CLASSES:
         raise ConfigError(
@@ -139,36 +121,6 @@ def _load(path: Path, stack: tuple[str, ...]) -> Metadataset:
     if not isinstance(splits, dict) or not splits:
         raise ConfigError(f"{where}: 'splits:' must map split names (train, val, test) to nodes")
     return Metadataset(path=where, splits={str(k): v for k, v in splits.items()})
-
-
-def _no_unknown(obj: dict, allowed: set, where: str, entry: str) -> None:
-    unknown = sorted(str(k) for k in obj if k not in allowed)
-    if unknown:
-        raise ConfigError(f"{where}: {entry}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-
-
-def _number(value: Any, where: str, entry: str, what: str) -> float:
-    if isinstance(value, dict):
-        raise ConfigError(
-            f"{where}: {entry}: {what} must be a number; to change weights over training, give "
-            "the blend a 'schedule: [[position, {name: weight}], ...]' (see docs/metadataset.md)"
-        )
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}: {entry}: {what} must be a number, got {value!r}")
-    value = float(value)
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"{where}: {entry}: {what} must be a finite number >= 0, got {value}")
-    return value
-
-
-def _subflavors(node: dict, where: str, entry: str) -> dict:
-    sub = node.get("subflavors") or {}
-    if not isinstance(sub, dict):
-        raise ConfigError(f"{where}: {entry}: subflavors must be a mapping")
-    sub = {str(k): v for k, v in sub.items()}
-    if node.get("subflavor") is not None:  # Energon's legacy single subflavor
-        sub.setdefault("subflavor", node["subflavor"])
-    return sub
 
 
 def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
@@ -210,24 +162,6 @@ def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...
     return tuple(leaves)
 
 
-def _entry_name(item: dict) -> str:
-    """The name of a blend entry: its ``name:``, else the last part of its (first) path."""
-    if item.get("name"):
-        return str(item["name"])
-    if "path" in item:
-        return _default_name(item, item.get("split_part"))
-    parts = item["join"]
-    first = (list(parts.values()) if isinstance(parts, dict) else parts)[0]
-    return Path(str(first["path"])).name
-
-
-def _default_name(ref: dict, split_part: str | None) -> str:
-    stem = Path(str(ref["path"])).name
-    for suffix in (".yaml", ".yml"):
-        stem = stem.removesuffix(suffix)
-    return f"{stem}.{split_part}" if split_part else stem
-
-
 def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
     """(mode, leaves, schedule) of one node; ``subflavors`` come from the levels above."""
     where = stack[-1]
@@ -241,12 +175,12 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
         )
     kind = kinds[0]
     if kind == "path":
-        _no_unknown(node, _REF_KEYS, where, entry)
+        no_unknown(node, _REF_KEYS, where, entry)
         return _reference(node, base, split, entry, subflavors, stack)
     if kind == "join":
-        return "single", [_join(node, base, split, entry, subflavors, stack)], None
-    extra = _BLEND_ENTRY_EXTRA if kind == "blend" else _EPOCH_ENTRY_EXTRA
-    _no_unknown(node, {kind, "schedule", "schedule_mode"}, where, entry)
+        return "single", [join_leaf(node, base, split, entry, subflavors, stack)], None
+    extra = BLEND_ENTRY_KEYS if kind == "blend" else EPOCH_ENTRY_KEYS
+    no_unknown(node, {kind, "schedule", "schedule_mode"}, where, entry)
     if "schedule" in node and (kind != "blend" or not top):
         raise ConfigError(
             f"{where}: {entry}: 'schedule' belongs to the top-level 'blend' of a split (nested "
@@ -261,29 +195,29 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         if "join" in item:
-            _no_unknown(item, _JOIN_KEYS | extra, where, e)
-            leaves = [_join(item, base, split, e, subflavors, stack)]
+            no_unknown(item, JOIN_KEYS | extra, where, e)
+            leaves = [join_leaf(item, base, split, e, subflavors, stack)]
             inner_mode = "single"
         else:
             if "path" not in item:
                 raise ConfigError(f"{where}: {e}: missing 'path'")
-            _no_unknown(item, _REF_KEYS | extra, where, e)
+            no_unknown(item, _REF_KEYS | extra, where, e)
             inner_mode, leaves, _ = _reference(item, base, split, e, subflavors, stack)
         if kind == "blend":
             if inner_mode == "blend_epochized":
                 raise ConfigError(f"{where}: {e}: cannot blend an epochized blend by weight")
-            entry_weights.append(_number(item.get("weight", 1.0), where, e, "weight"))
+            entry_weights.append(number(item.get("weight", 1.0), where, e, "weight"))
         else:
             if inner_mode == "blend":
                 raise ConfigError(f"{where}: {e}: cannot put a weighted blend in blend_epochized")
-            reps = _number(item.get("repetitions", 1), where, e, "repetitions")
+            reps = number(item.get("repetitions", 1), where, e, "repetitions")
             if reps == 0:
                 raise ConfigError(f"{where}: {e}: repetitions must be > 0")
             leaves = [
                 msgspec.structs.replace(lf, repetitions=lf.repetitions * reps) for lf in leaves
             ]
         groups.append((e, leaves))
-        names.append(_entry_name(item))
+        names.append(entry_name(item))
     if kind == "blend_epochized":
         return kind, [lf for _, ls in groups for lf in ls], None
     total = sum(entry_weights)
@@ -296,7 +230,7 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
             out.append(msgspec.structs.replace(lf, weight=w / total * lf.weight / inner_total))
     schedule = None
     if "schedule" in node:
-        schedule = _schedule(node, names, groups, where, entry)
+        schedule = schedule_of(node, names, groups, where, entry)
     return kind, out, schedule
 
 
@@ -308,8 +242,8 @@ def _reference(node, base, split, entry, subflavors, stack):
     path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
     split_part = node.get("split_part") or split
     # Subflavors: the levels above override the entry's own (Energon's merge order).
-    merged = {**_subflavors(node, where, entry), **subflavors}
-    name = _entry_name(node)
+    merged = {**subflavors_of(node, where, entry), **subflavors}
+    name = entry_name(node)
     if not path.exists():
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
     mult = node.get("shuffle_over_epochs_multiplier", 1)
@@ -349,88 +283,3 @@ def _reference(node, base, split, entry, subflavors, stack):
         where=f"{where}: {entry}",
     )
     return "single", [leaf], None
-
-
-def _join(node, base, split, entry, subflavors, stack) -> Leaf:
-    where = stack[-1]
-    _no_unknown(node, _JOIN_KEYS | _BLEND_ENTRY_EXTRA | _EPOCH_ENTRY_EXTRA, where, entry)
-    parts = node["join"]
-    if isinstance(parts, dict):
-        parts = list(parts.values())
-    if not isinstance(parts, list) or len(parts) < 2:
-        raise ConfigError(f"{where}: {entry}.join: expected a list of at least two datasets")
-    split_part = node.get("split_part") or split
-    merged = {**_subflavors(node, where, entry), **subflavors}
-    resolved = []
-    for i, part in enumerate(parts):
-        e = f"{entry}.join[{i}]"
-        if not isinstance(part, dict) or "path" not in part:
-            raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
-        _no_unknown(part, _JOIN_PART_KEYS, where, e)
-        p = (base.parent / str(part["path"])).resolve()
-        if not p.exists():
-            raise ConfigError(f"{where}: {e}: path {part['path']!r} does not exist ({p})")
-        if is_metadataset(p):
-            raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")
-        nonmatch = part.get("nonmatch", "error")
-        if nonmatch not in ("error", "skip", "none"):
-            raise ConfigError(f"{where}: {e}: nonmatch must be 'error', 'skip' or 'none'")
-        if i == 0 and part.get("subflavors"):
-            merged = {**_subflavors(part, where, e), **merged}
-        resolved.append((str(p), part.get("split_part") or split_part, nonmatch))
-    joiner = node.get("joiner")
-    if isinstance(joiner, dict):
-        joiner = joiner.get("__class__")
-    first_path, first_split, _ = resolved[0]
-    return Leaf(
-        name=_entry_name(node),
-        path=first_path,
-        split_part=first_split,
-        subflavors=merged,
-        where=f"{where}: {entry}",
-        join=tuple(resolved[1:]),
-        joiner=None if joiner is None else str(joiner),
-    )
-
-
-def _schedule(node, names, groups, where, entry) -> WeightSchedule:
-    """The top-level blend's schedule over its leaves: ``[[position, {name: weight}], ...]``."""
-    raw, mode = node["schedule"], node.get("schedule_mode", "step")
-    if mode not in ("step", "linear"):
-        raise ConfigError(f"{where}: {entry}: schedule_mode must be 'step' or 'linear'")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: {entry}.schedule: expected [[position, {{name: weight}}]...]")
-    index = {n: i for i, n in enumerate(names)}
-    if len(index) != len(names):
-        raise ConfigError(f"{where}: {entry}: entries of a scheduled blend need unique names")
-    points, rows = [], []
-    for j, item in enumerate(raw):
-        e = f"{entry}.schedule[{j}]"
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict)):
-            raise ConfigError(f"{where}: {e}: expected [position, {{name: weight, ...}}]")
-        pos, weights = item
-        if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
-            raise ConfigError(f"{where}: {e}: position must be an integer >= 0, got {pos!r}")
-        if points and pos <= points[-1]:
-            raise ConfigError(f"{where}: {e}: positions must increase ({pos} after {points[-1]})")
-        unknown = sorted(set(map(str, weights)) - set(index))
-        if unknown:
-            raise ConfigError(f"{where}: {e}: unknown dataset(s) {unknown}; entries: {names}")
-        w = [0.0] * len(names)
-        for n, v in weights.items():
-            w[index[str(n)]] = _number(v, where, e, f"weight of {n!r}")
-        if sum(w) <= 0:
-            raise ConfigError(f"{where}: {e}: all weights are 0; at least one must be > 0")
-        points.append(pos)
-        rows.append(w)
-    if points[0] != 0:
-        raise ConfigError(f"{where}: {entry}.schedule: the first point must be at position 0")
-    # Spread each entry's weight over its leaves by their normalized share within the entry.
-    leaf_rows = []
-    for w in rows:
-        row = []
-        for (_, leaves), we in zip(groups, w):
-            inner_total = sum(lf.weight for lf in leaves)
-            row.extend(we * lf.weight / inner_total for lf in leaves)
-        leaf_rows.append(tuple(row))
-    return WeightSchedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")

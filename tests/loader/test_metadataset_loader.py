@@ -3,6 +3,7 @@ val passes across ranks, resume, weight changes and stats."""
 
 from __future__ import annotations
 
+import argparse
 import textwrap
 from collections import Counter
 
@@ -164,3 +165,33 @@ def test_val_covers_each_sample_once_across_ranks(tree, world):
         str(tree / "top.yaml"), batch_size=2, image_decode=DECODE, limit=3, topology=Topology()
     )
     assert sum(len(b.__key__) for b in fpipe.get_loader(limited)) == 3
+
+
+def test_cli_plan_and_info_take_a_metadataset(tree):
+    from fpipe.cli.info import format_metadataset_info
+    from fpipe.cli.plan import load_plan_config, plan_step
+
+    flags = argparse.Namespace(
+        batch_size=4, world_size=2, seed=5, shuffle_buffer_size=8, max_samples_per_sequence=2
+    )
+    cfg = load_plan_config(str(tree / "top.yaml"), flags)
+    assert cfg["path"] == str(tree / "top.yaml")
+    result = plan_step(cfg, 3)
+    names = {s["dataset"] for r in result["ranks"] for s in r["samples"]}
+    assert names <= {"coco", "middle/inner/ocr", "middle/inner/coyo.val"} and names
+    # The same step through the loader (rank 1 of 2) has the same keys.
+    ds = fpipe.get_train_dataset(
+        str(tree / "top.yaml"),
+        batch_size=4,
+        shuffle_buffer_size=8,
+        max_samples_per_sequence=2,
+        seed=5,
+        image_decode=DECODE,
+        topology=Topology(1, 2),
+    )
+    batch = [b for i, b in zip(range(4), fpipe.get_loader(ds))][3]
+    assert [s["key"] for s in result["ranks"][1]["samples"]] == list(batch.__key__)
+    text = format_metadataset_info(str(tree / "top.yaml"))
+    assert "split train: blend, 3 dataset(s)" in text
+    assert "middle/inner/coyo.val: weight 0.25, 6 samples (val of" in text
+    assert "split val: single" in text or "split val: concat" in text
