@@ -89,7 +89,7 @@ def read_snapshot_file(path: str | Path) -> bytes:
 
 def show_envelope(data: bytes) -> dict[str, Any]:
     """The envelope and plain payload of snapshot bytes, without needing the pipeline."""
-    from fpipe.core.snapshot import MAGIC, unpack
+    from fpipe.core.snapshot import MAGIC, unpack, unpack_parts
 
     if len(data) <= _CHECKSUM:
         raise SnapshotError(f"snapshot is truncated ({len(data)} bytes)")
@@ -102,7 +102,7 @@ def show_envelope(data: bytes) -> dict[str, Any]:
     if len(env) != 6 or env[0] != MAGIC:
         raise SnapshotError("these bytes are not an fpipe snapshot")
     magic, fmt, order, fp, parts, payload = env
-    parts = [list(p) for p in parts]
+    parts = unpack_parts(parts)
     return {
         "bytes": len(data),
         "checksum_ok": checksum_ok,

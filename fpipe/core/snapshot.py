@@ -1,6 +1,7 @@
 """The snapshot envelope: pipeline state <-> bytes, safely and with clear refusals.
 
 Layout: ``msgpack([magic, format_version, order_version, fingerprint, part digests, payload])``
+(the part digests zlib-compressed, see :func:`pack_parts`)
 followed by an 8-byte BLAKE2b checksum of everything before it. The payload is the state in a
 fixed-width binary form (every integer takes 8 bytes), so a snapshot's size depends only on the
 pipeline's structure, never on how far it has run. Decoding parses plain values and converts
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,11 +34,13 @@ __all__ = [
     "decode_state",
     "encode_state",
     "pack",
+    "pack_parts",
     "unpack",
+    "unpack_parts",
 ]
 
 MAGIC = "fpipe-snapshot"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 ORDER_VERSION = 2
 _CHECKSUM = 8
 
@@ -46,7 +50,7 @@ class _Envelope(msgspec.Struct, array_like=True, frozen=True):
     format_version: int
     order_version: int
     fingerprint: bytes
-    parts: list[tuple[str, str, bytes]]
+    parts: tuple[bytes, bytes]  # compressed step names, field hashes (see pack_parts)
     payload: bytes
 
 
@@ -140,6 +144,44 @@ def _unpack(m: memoryview, pos: int, depth: int) -> tuple[Any, int]:
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder(_Envelope)
+_names_dec = msgspec.msgpack.Decoder(list[tuple[str, str, int]])
+#: Decompressed step names are refused past this size (a snapshot is never a zip bomb).
+_MAX_NAMES_BYTES = 1 << 24
+
+
+def pack_parts(parts: Sequence[tuple[str, Config]]) -> tuple[bytes, bytes]:
+    """The part digests of a pipeline: ``(zlib(msgpack([[path, config type, number of fields],
+    ...])), the 2-byte hashes of every fingerprinted field, concatenated)``.
+
+    Paths and type names repeat from one dataset of a blend to the next (``blend/57/samples``,
+    ``SamplesConfig``), so compressing them keeps a hundred-dataset plan's digests near 2 KB
+    instead of 9; the hashes stay uncompressed, so the size depends on the pipeline's structure
+    only, never on config values or the step.
+    """
+    digests = [part_digest(n, c) for n, c in parts]
+    names = [(d[0], d[1], len(d[2]) // 2) for d in digests]
+    return zlib.compress(_enc.encode(names), 9), b"".join(d[2] for d in digests)
+
+
+def unpack_parts(packed: Sequence[bytes]) -> list[list]:
+    """Inverse of :func:`pack_parts`: ``[[path, config type, field hashes], ...]``; raises
+    SnapshotError on malformed, truncated or oversized bytes."""
+    try:
+        blob, hashes = packed
+        d = zlib.decompressobj()
+        raw = d.decompress(bytes(blob), _MAX_NAMES_BYTES)
+        if d.unconsumed_tail or not d.eof:
+            raise SnapshotError("snapshot part digests are truncated or too large")
+        names = _names_dec.decode(raw)
+    except (ValueError, TypeError, zlib.error, msgspec.DecodeError) as e:
+        raise SnapshotError(f"snapshot part digests are malformed: {e}") from None
+    out, pos, hashes = [], 0, bytes(hashes)
+    for path, type_name, nfields in names:
+        out.append([path, type_name, hashes[pos : pos + 2 * nfields]])
+        pos += 2 * nfields
+    if pos != len(hashes):
+        raise SnapshotError("snapshot part digests do not match their field hashes")
+    return out
 
 
 def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
@@ -151,7 +193,7 @@ def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
             FORMAT_VERSION,
             ORDER_VERSION,
             fingerprint(parts),
-            [tuple(part_digest(n, c)) for n, c in parts],
+            pack_parts(parts),
             payload,
         )
     )
@@ -199,7 +241,7 @@ def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: byt
             f"produces order version {ORDER_VERSION}: resuming would not continue the same stream"
         )
     if env.fingerprint != fingerprint(parts):
-        diffs = diff_parts([list(p) for p in env.parts], parts) or ["configs differ"]
+        diffs = diff_parts(unpack_parts(env.parts), parts) or ["configs differ"]
         raise SnapshotMismatchError(
             "snapshot was taken from a differently configured pipeline:\n  " + "\n  ".join(diffs)
         )

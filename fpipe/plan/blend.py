@@ -27,11 +27,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fpipe.core.errors import ConfigError, SnapshotMismatchError
+from fpipe.core.graph import input_root, step_key
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.rng import fold_in, name_id
-from fpipe.core.stage import Source
+from fpipe.core.stage import Source, View
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
-from fpipe.plan.source import View
 
 __all__ = ["BlendConfig", "BlendState", "blend", "blend_counters"]
 
@@ -65,15 +65,12 @@ class BlendConfig(Config, frozen=True):
     counts: tuple[int, ...] = ()
     num_epochs: int | None = None
     allow_changed_weights: bool = False
-    #: (name, config) parts of each dataset's view: fingerprinted inside this one part, so a
-    #: snapshot's size does not grow with the parts of a hundred datasets.
-    sources: tuple[Any, ...] = ()
 
 
 class BlendState(State, frozen=True, array_like=True):
-    """``key``: the blend's key; ``position``: next global position; ``taken[d]``: refs dataset
-    ``d`` gave so far (its epoch is ``taken[d] // size``); ``weights``: 2-byte digest per
-    dataset of its scheduled weights, checked on restore."""
+    """``key``: the root key of the blend's plan; ``position``: next global position;
+    ``taken[d]``: refs dataset ``d`` gave so far (its epoch is ``taken[d] // size``);
+    ``weights``: 2-byte digest per dataset of its scheduled weights, checked on restore."""
 
     key: int
     position: int
@@ -148,26 +145,23 @@ def blend(
         counts=counts,
         num_epochs=num_epochs,
         allow_changed_weights=allow_changed_weights,
-        sources=tuple(v.parts for v in views),
     )
     limit = None if num_epochs is None else num_epochs * epoch_len
     digests = _weight_digests(schedule, n)
     ranges = [v.take_range for v in views]
-    leaf_ids = [name_id(nm) for nm in names]
     cache: OrderedDict = OrderedDict()
 
-    def init(key):
-        k = fold_in(key, name_id(name))
-        return BlendState(k, 0, (0,) * n, digests)
+    def init(root):
+        return BlendState(root, 0, (0,) * n, digests)
 
     def choose(state, positions):
-        ck = fold_in(state.key, _CHOICE)
+        ck = fold_in(step_key(state.key, name), _CHOICE)
         if mode == "weighted":
             return choose_weighted(ck, schedule, positions)
         return choose_epochized(ck, counts, positions)
 
     def leaf_refs(state, d, start, stop) -> list[Refs]:
-        size, out, lk = sizes[d], [], fold_in(state.key, leaf_ids[d])
+        size, out, lk = sizes[d], [], input_root(state.key, name, d)
         while start < stop:
             e, pos = divmod(start, size)
             take = min(stop - start, size - pos)
@@ -229,17 +223,22 @@ def blend(
                 cache.popitem(last=False)
         return new, refs[off : off + take]
 
-    parts = ((name, config),)
+    no_input_state = (None,) * n
     return Source(
-        name=name, config=config, init=init, next=next_, state_type=BlendState, parts=parts
+        name=name,
+        config=config,
+        init=init,
+        next=next_,
+        state_type=BlendState,
+        inputs=tuple(views),
+        split=lambda s: (s, no_input_state),
     )
 
 
-def blend_counters(parts: Sequence[tuple[str, Any]], state: Any) -> dict[str, dict[str, int]]:
-    """Per dataset of the first blend in a pipeline: ``{"taken": refs it gave, "epoch": its
-    current epoch}`` (empty without a blend). ``parts`` are the pipeline's (name, config)
-    parts. The counters are global (all ranks); with a shuffle window after the blend they are
-    those at the start of the current window.
+def blend_counters(pipeline: Any, state: Any) -> dict[str, dict[str, int]]:
+    """Per dataset of the first blend in a :class:`~fpipe.core.Pipeline`: ``{"taken": refs it
+    gave, "epoch": its current epoch}`` (empty without a blend). The counters are global (all
+    ranks); with a shuffle window after the blend they are those at the start of the window.
 
     Example:
         >>> from fpipe.core import Pipeline
@@ -247,24 +246,16 @@ def blend_counters(parts: Sequence[tuple[str, Any]], state: Any) -> dict[str, di
         >>> p = Pipeline(blend([samples(3), samples(5, dataset=1)], weights=[1, 1],
         ...                    names=["a", "b"]), seed=0)
         >>> state, _ = p.next(p.init(), 10)
-        >>> c = blend_counters(p.parts, state)
+        >>> c = blend_counters(p, state)
         >>> c["a"]["taken"] + c["b"]["taken"], c["a"]["epoch"] == c["a"]["taken"] // 3
         (10, True)
     """
-    config = next((c for _, c in parts if isinstance(c, BlendConfig)), None)
-    stack, found = [state], None
-    while stack and config is not None:
-        s = stack.pop()
-        if isinstance(s, BlendState):
-            found = s
-            break
-        if hasattr(s, "__struct_fields__"):
-            stack.extend(getattr(s, f) for f in reversed(s.__struct_fields__))
-        elif isinstance(s, tuple):
-            stack.extend(reversed(s))
+    found = next(((p, c) for p, c in pipeline.parts if isinstance(c, BlendConfig)), None)
     if found is None:
         return {}
+    path, config = found
+    own = pipeline.get(state, path)
     return {
         name: {"taken": t, "epoch": t // size}
-        for name, t, size in zip(config.datasets, found.taken, config.sizes)
+        for name, t, size in zip(config.datasets, own.taken, config.sizes)
     }

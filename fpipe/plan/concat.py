@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.graph import input_root
 from fpipe.core.records import Config, Refs
-from fpipe.plan.source import View, view_key
+from fpipe.core.stage import View
 
 __all__ = ["ConcatConfig", "concat"]
 
@@ -22,8 +23,6 @@ class ConcatConfig(Config, frozen=True):
     datasets: tuple[str, ...]
     sizes: tuple[int, ...]
     limit: int | None = None
-    #: (name, config) parts of each view, fingerprinted inside this one part.
-    sources: tuple = ()
 
 
 def concat(
@@ -49,9 +48,7 @@ def concat(
     sizes = tuple(v.size for v in views)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     total = int(starts[-1]) if limit is None else min(int(starts[-1]), limit)
-    config = ConcatConfig(
-        datasets=tuple(names), sizes=sizes, limit=limit, sources=tuple(v.parts for v in views)
-    )
+    config = ConcatConfig(datasets=tuple(names), sizes=sizes, limit=limit)
 
     def gather(key, epoch, positions):
         p = np.asarray(positions, dtype=np.int64)
@@ -60,10 +57,10 @@ def concat(
         for d in np.unique(which).tolist():
             m = np.flatnonzero(which == d)
             v = views[d]
-            chunks.append(v.gather(view_key(key, names[d]), epoch, p[m] - starts[d]))
+            chunks.append(v.gather(input_root(key, name, d), epoch, p[m] - starts[d]))
             order.append(m)
         if not chunks:
-            return views[0].gather(view_key(key, names[0]), epoch, p)
+            return views[0].gather(input_root(key, name, 0), epoch, p)
         out = Refs.concat(chunks)
         if len(chunks) == 1:
             return out
@@ -71,4 +68,4 @@ def concat(
         inv[np.concatenate(order)] = np.arange(len(p), dtype=np.int64)
         return out[inv]
 
-    return View(name=name, config=config, size=total, gather=gather, parts=((name, config),))
+    return View(name=name, config=config, size=total, gather=gather, inputs=tuple(views))

@@ -179,7 +179,7 @@ def test_changed_weights_refused_by_name_unless_allowed():
     restored = new.restore(data)
     _, rest = run(new, restored, limit=2)
     assert len(rest) == 2
-    counters = blend_counters(new.parts, restored)
+    counters = blend_counters(new, restored)
     assert [c["taken"] for c in counters.values()] == list(_blend_state(state).taken)
 
 
