@@ -21,7 +21,9 @@ import numpy as np
 from fpipe.core import Refs, Source, chain
 from fpipe.plan import (
     batch,
+    blend,
     bucket_batches,
+    concat,
     distribute,
     filter_refs,
     group_batches,
@@ -145,6 +147,20 @@ def by_u(row):
 def _groups(fn=by_t, cols=("t", "u"), epochs=2, **kw):
     view = slice_shuffle(samples(N, columns=COLUMNS), 3)
     return group_batches(view, fn, columns=cols, num_epochs=epochs, **kw)
+
+
+def _blend(
+    names=("a", "b"), sizes=(9, 14), weights=(1.0, 2.0), reps=None, epochs=2, allow=False, k=3
+):
+    views = [slice_shuffle(samples(n, dataset=d), k) for d, n in enumerate(sizes)]
+    mix = dict(repetitions=reps) if reps else dict(weights=weights)
+    head = blend(views, names=names, num_epochs=epochs, allow_changed_weights=allow, **mix)
+    return chain(head, window_shuffle(5))
+
+
+def _concat(names=("a", "b"), sizes=(9, 14), limit=None):
+    views = [samples(n, dataset=d) for d, n in enumerate(sizes)]
+    return repeat(concat(views, names=list(names), limit=limit), 2)
 
 
 EXAMPLES: list[Example] = [
@@ -284,5 +300,32 @@ EXAMPLES: list[Example] = [
         "interleave/1/window_shuffle",
         {"window_size": {"window": 6}},
         cut_points=(0, 3),
+    ),
+    Example(
+        "blend",
+        _blend,
+        "blend",
+        {
+            "datasets": {"names": ("a", "c")},
+            "sizes": {"sizes": (9, 15)},
+            "mode": {"reps": (1, 2)},
+            "counts": {"reps": (1, 2)},
+            "num_epochs": {"epochs": 3},
+            # compatible: checked by name against the state (refused on use unless allowed)
+            "schedule": {"weights": (2.0, 1.0)},
+            "allow_changed_weights": {"allow": True},
+        },
+    ),
+    Example(  # an epochized blend; a dataset's own step is addressed by its path
+        "blend",
+        lambda k=3: _blend(reps=(2, 1), k=k),
+        "blend/0/slice_shuffle",
+        {"slice_size": {"k": 4}},
+    ),
+    Example(
+        "concat",
+        _concat,
+        "concat",
+        {"datasets": {"names": ("a", "c")}, "sizes": {"sizes": (9, 15)}, "limit": {"limit": 20}},
     ),
 ]
