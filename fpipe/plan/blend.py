@@ -149,6 +149,7 @@ def blend(
     limit = None if num_epochs is None else num_epochs * epoch_len
     digests = _weight_digests(schedule, n)
     ranges = [v.take_range for v in views]
+    sort_dtype = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
     cache: OrderedDict = OrderedDict()
 
     def init(root):
@@ -173,7 +174,8 @@ def blend(
         positions = np.arange(state.position, state.position + m, dtype=np.int64)
         ids = choose(state, positions)
         counts_ = np.bincount(ids, minlength=n)
-        order = np.argsort(ids, kind="stable")
+        # Stable sort by dataset; small integer types take numpy's radix sort.
+        order = np.argsort(ids.astype(sort_dtype, copy=False), kind="stable")
         chunks = []
         for d in np.flatnonzero(counts_).tolist():
             t0 = state.taken[d]
