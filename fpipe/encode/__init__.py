@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fpipe.encode.collate import collate, collate_samples, pad_stack
+    from fpipe.encode.collate import collate, collate_samples, pad_stack, pad_stack_lengths
     from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
     from fpipe.encode.varlen import VarlenPack, stack_varlen, varlen_pack
 
@@ -22,6 +22,7 @@ _LAZY = {
     "collate": "fpipe.encode.collate",
     "collate_samples": "fpipe.encode.collate",
     "pad_stack": "fpipe.encode.collate",
+    "pad_stack_lengths": "fpipe.encode.collate",
     "stack_varlen": "fpipe.encode.varlen",
     "varlen_pack": "fpipe.encode.varlen",
 }
@@ -33,6 +34,7 @@ __all__ = [
     "collate",
     "collate_samples",
     "pad_stack",
+    "pad_stack_lengths",
     "stack_varlen",
     "varlen_pack",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["collate", "collate_samples", "pad_stack"]
+__all__ = ["collate", "collate_samples", "pad_stack", "pad_stack_lengths"]
 
 
 def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
@@ -46,6 +46,20 @@ def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Te
     for i, t in enumerate(tensors):
         out[(i, *(slice(0, s) for s in t.shape))] = t
     return out
+
+
+def pad_stack_lengths(
+    tensors: Sequence[torch.Tensor], pad_value: float = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pad_stack` plus the length of each tensor's last dimension before padding (int64
+    ``[B]``): audio ``[C, S_i]`` -> ``([B, C, max S], lengths)``.
+
+    >>> x, n = pad_stack_lengths([torch.ones(1, 3), torch.ones(1, 5)])
+    >>> x.shape, n.tolist(), x[0, 0].tolist()
+    (torch.Size([2, 1, 5]), [3, 5], [1.0, 1.0, 1.0, 0.0, 0.0])
+    """
+    lengths = torch.tensor([t.shape[-1] for t in tensors], dtype=torch.int64)
+    return pad_stack(tensors, pad_value), lengths
 
 
 def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:

@@ -15,6 +15,12 @@ The result equals ``video_transform(config, <all frames>, rng)`` (same draws fro
 same order: temporal start, then crop) without decoding the frames it does not keep. Batches are
 :class:`VideoBatch`: ``video`` ``float32 [B, 3, T, H, W]``, ``caption`` a list of strings.
 
+With ``audio=AudioConfig(...)`` each sample also gets the audio of its clip, aligned with the
+kept frames: from the first kept frame's pts for the clip's nominal duration
+``((T - 1) * stride + 1) / fps`` (one frame period past the last kept frame at a constant rate),
+as :func:`~fpipe.encode.audio.aligned_audio` (zeros where the file has no audio), batched as
+``audio [B, C, S]`` zero-padded plus ``audio_lengths [B]``.
+
 Example::
 
     from fpipe.encode.video import VideoTransformConfig
@@ -36,6 +42,8 @@ import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.encode.audio import AudioConfig, aligned_audio
+from fpipe.encode.collate import pad_stack_lengths
 from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.encode.video import (
     VideoTransformConfig,
@@ -59,6 +67,10 @@ class EncodedVideoSample(Sample):
     caption: Any = None
     #: ``int64 [T]``: index in the source video of each output frame.
     frame_indices: Any = None
+    #: ``float64 [T]``: pts (seconds) of each output frame in the source video.
+    frame_times: Any = None
+    #: ``float32 [C, S]``: the clip's audio (with ``VideoTaskEncoder(audio=...)``), else None.
+    audio: Any = None
 
 
 @dataclass(kw_only=True)
@@ -71,6 +83,12 @@ class VideoBatch(Batch):
     caption: list = field(default_factory=list)
     #: ``int64 [B, T]``: source frame index of each output frame.
     frame_indices: Any = None
+    #: ``float64 [B, T]``: source pts (seconds) of each output frame.
+    frame_times: Any = None
+    #: ``float32 [B, C, S]``: the clips' audio, zero-padded (None without the audio option).
+    audio: Any = None
+    #: ``int64 [B]``: samples of each clip's audio before padding.
+    audio_lengths: Any = None
 
 
 class VideoTaskEncoder(TaskEncoder):
@@ -87,6 +105,8 @@ class VideoTaskEncoder(TaskEncoder):
         decoded ``uint8 [T, 3, H, W]`` frames, or an image ``[3, H, W]``: a 1-frame clip);
         samples without it use their ``image`` attribute (image datasets).
       caption_field: the sample attribute copied into ``caption`` (None to skip).
+      audio: an :class:`~fpipe.encode.audio.AudioConfig` (rate, channels) to also return the
+        clip's audio aligned with its frames; None (default) for video only.
 
     Randomness comes only from the ``rng`` handed to :meth:`encode_sample`, so a sample
     re-materialized after a restore, in any worker, gives the same tensor.
@@ -99,7 +119,10 @@ class VideoTaskEncoder(TaskEncoder):
         av_limits: Any = None,
         video_field: str = "video",
         caption_field: str | None = "caption",
+        audio: AudioConfig | None = None,
     ):
+        if audio is not None and not isinstance(audio, AudioConfig):
+            raise ConfigError(f"VideoTaskEncoder(audio=) needs an AudioConfig, got {audio!r}")
         if not isinstance(config, VideoTransformConfig):
             raise ConfigError(
                 f"VideoTaskEncoder needs a VideoTransformConfig, got {type(config).__name__}"
@@ -112,12 +135,15 @@ class VideoTaskEncoder(TaskEncoder):
         self.av_limits = av_limits
         self.video_field = video_field
         self.caption_field = caption_field
+        self.audio = audio
         # after the frames are picked: no temporal sampling left, only resize/crop/normalize
         self._spatial = msgspec.structs.replace(config, stride=1, temporal="first")
         self._buckets: dict[tuple[int, ...], VideoTaskEncoder] = {}
 
     def __repr__(self) -> str:
-        return f"VideoTaskEncoder({self.config!r}, av_limits={self.av_limits!r})"
+        return (
+            f"VideoTaskEncoder({self.config!r}, av_limits={self.av_limits!r}, audio={self.audio!r})"
+        )
 
     def for_bucket(self, shape: tuple[int, ...]) -> VideoTaskEncoder:
         """This encoder with ``(num_frames, height, width) = shape`` (a bucket's shape): every
@@ -137,7 +163,8 @@ class VideoTaskEncoder(TaskEncoder):
         return enc
 
     def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
-        """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices)."""
+        """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices, their pts, the
+        clip's audio or None)."""
         from fpipe.decode.av import AVDecoder, check_av_limits
 
         cfg = self.config
@@ -161,19 +188,27 @@ class VideoTaskEncoder(TaskEncoder):
         )
         # one single-frame range per kept frame: the decoder seeks to the keyframe before
         # the first, decodes forward, and converts only these frames to RGB
-        out = video.get_clips([(int(i), int(i) + 1) for i in idx], video_unit="frames")
-        frames, last = [], None
-        for clip in out.video_clips:
+        out = video.get_clips([(int(i), int(i)) for i in idx], video_unit="frames")
+        frames, times, last = [], [], None
+        for clip, t in zip(out.video_clips, out.video_frame_times):
             if clip.shape[0]:
-                last = clip[:1]
+                last = (clip[:1], t[:1])
             if last is None:
                 continue
-            frames.append(last)  # a frame past the end (metadata overcounts): repeat
+            frames.append(last[0])  # a frame past the end (metadata overcounts): repeat
+            times.append(last[1])
         if not frames:
             raise BadSampleError(video.path, video.key, "no video frame could be decoded")
         while len(frames) < len(idx):
             frames.insert(0, frames[0])
-        return torch.cat(frames), idx
+            times.insert(0, times[0])
+        frame_times = torch.cat(times)
+        audio = None
+        if self.audio is not None:  # from the first kept frame, the clip's nominal duration
+            t0 = float(frame_times[0])
+            span = ((len(idx) - 1) * cfg.stride + 1) / (meta.video_fps or 1.0)
+            audio = aligned_audio(video, t0, t0 + span, self.audio)
+        return torch.cat(frames), idx, frame_times, audio
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedVideoSample:
         """Decode ``num_frames`` frames and transform them to ``float32 [3, T, H, W]``."""
@@ -191,8 +226,9 @@ class VideoTaskEncoder(TaskEncoder):
                 rng=rng if cfg.temporal == "random" else None,
             )
             frames = video[torch.as_tensor(idx)]
+            frame_times, audio = None, None
         else:
-            frames, idx = self._frames(video, sample, rng)
+            frames, idx, frame_times, audio = self._frames(video, sample, rng)
         x = video_transform(self._spatial, frames, rng)
         caption = getattr(sample, self.caption_field, None) if self.caption_field else None
         return EncodedVideoSample(
@@ -202,12 +238,20 @@ class VideoTaskEncoder(TaskEncoder):
             video=x,
             caption=caption,
             frame_indices=torch.as_tensor(idx, dtype=torch.int64),
+            frame_times=frame_times,
+            audio=audio,
         )
 
     def batch(self, samples: list[EncodedVideoSample]) -> VideoBatch:
-        """Stack into ``[B, 3, T, H, W]``; captions as a list."""
+        """Stack into ``[B, 3, T, H, W]``; captions as a list; audio padded plus lengths."""
+        fields: dict[str, Any] = {"frame_times": None, "audio": None, "audio_lengths": None}
+        if all(s.frame_times is not None for s in samples):
+            fields["frame_times"] = torch.stack([s.frame_times for s in samples])
+        if all(s.audio is not None for s in samples):
+            fields["audio"], fields["audio_lengths"] = pad_stack_lengths([s.audio for s in samples])
         return VideoBatch.from_samples(
             samples,
             video=stack_videos([s.video for s in samples]),
             frame_indices=torch.stack([s.frame_indices for s in samples]),
+            **fields,
         )

@@ -26,6 +26,7 @@ from fpipe.samples.field_map import (
 )
 from fpipe.samples.registry import register_sample_type, sample_type_from_name, sample_type_name
 from fpipe.samples.types import (
+    CaptionedAudioSample,
     CaptionedVideoSample,
     CaptioningSample,
     ImageClassificationSample,
@@ -40,6 +41,7 @@ from fpipe.samples.types import (
 __all__ = [
     "BASE_FIELDS",
     "Batch",
+    "CaptionedAudioSample",
     "CaptionedVideoSample",
     "CaptioningSample",
     "Cooker",

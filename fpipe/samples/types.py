@@ -2,8 +2,8 @@
 for Energon resolve to these.
 
 An "image" is whatever the image decoder returns (by default a uint8 ``(3, H, W)`` tensor; PIL
-or numpy with other options). A "video" is a lazy ``fpipe.decode.av.AVDecoder`` handle until a
-task encoder decodes frames from it.
+or numpy with other options). A "video" (or an "audio") is a lazy ``fpipe.decode.av.AVDecoder``
+handle until a task encoder decodes frames (or samples) from it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from fpipe.samples.base import Sample
 
 __all__ = [
+    "CaptionedAudioSample",
     "CaptionedVideoSample",
     "CaptioningSample",
     "ImageClassificationSample",
@@ -97,6 +98,18 @@ class CaptionedVideoSample(Sample):
     #: Lazy audio handle or decoded audio, when the audio is a separate member.
     audio: Any = None
     #: Anything else about the clip (fps, duration, source...).
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class CaptionedAudioSample(Sample):
+    """An audio clip or file (FLAC, WAV, MP3, Opus...) with its caption or transcript."""
+
+    #: Lazy audio handle (``AVDecoder``) or decoded audio ``float32 [channels, samples]``.
+    audio: Any
+    #: The caption or transcript.
+    caption: str
+    #: Anything else about the clip (language, speaker, source...).
     metadata: dict[str, Any] | None = None
 
 

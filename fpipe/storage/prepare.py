@@ -68,6 +68,7 @@ _GUESS = {
     frozenset({"image", "label"}): "ImageClassificationSample",
     frozenset({"image", "context", "answers"}): "VQASample",
     frozenset({"video", "caption"}): "CaptionedVideoSample",
+    frozenset({"audio", "caption"}): "CaptionedAudioSample",
     frozenset({"image", "context"}): "VQASample",
 }
 

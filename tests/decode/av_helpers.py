@@ -100,6 +100,7 @@ def write_video(
     audio_seconds: float | None = None,
     frame_fn=None,
     pts=None,
+    audio_samples: np.ndarray | None = None,
 ) -> bytes | Path:
     """Encode a video whose frame ``i`` encodes ``i`` (see module docstring).
 
@@ -114,6 +115,7 @@ def write_video(
       audio_sample_rate, audio_channels: the audio stream; its length is ``audio_seconds``
         (default: the video's duration ``num_frames / fps``).
       frame_fn: ``frame_fn(i, width, height) -> [H, W, 3] uint8``; default :func:`index_frame`.
+      audio_samples: ``float32 [channels, n]`` to write instead of the sine tone.
       pts: the pts of each frame in units of ``1 / fps`` (default ``range(num_frames)``), for
         timestamp gaps, variable frame rates or a late first frame; strictly increasing.
 
@@ -150,7 +152,9 @@ def write_video(
         if astream is not None:
             seconds = num_frames / fps if audio_seconds is None else audio_seconds
             n = int(round(seconds * audio_sample_rate))
-            _mux_audio(out, astream, sine(n, audio_sample_rate, audio_channels), audio_sample_rate)
+            if audio_samples is None:
+                audio_samples = sine(n, audio_sample_rate, audio_channels)
+            _mux_audio(out, astream, audio_samples, audio_sample_rate)
     return buf.getvalue() if target is None else Path(target)
 
 
@@ -162,15 +166,18 @@ def write_audio(
     channels: int = 1,
     codec: str = "pcm_s16le",
     container_format: str | None = None,
+    samples: np.ndarray | None = None,
 ) -> bytes | Path:
-    """Encode an audio-only file holding :func:`sine` (wav with pcm by default).
+    """Encode an audio-only file holding :func:`sine` (wav with pcm by default), or
+    ``samples`` (``float32 [channels, n]``; then ``seconds`` and ``channels`` are ignored).
 
     Returns the bytes (``target`` None) or the path written.
     """
     buf = io.BytesIO() if target is None else None
     fmt = container_format or ("wav" if target is None else None)
     with av.open(buf if target is None else str(target), "w", format=fmt) as out:
-        stream = _add_audio_stream(out, codec, sample_rate, channels)
-        n = int(round(seconds * sample_rate))
-        _mux_audio(out, stream, sine(n, sample_rate, channels), sample_rate)
+        if samples is None:
+            samples = sine(int(round(seconds * sample_rate)), sample_rate, channels)
+        stream = _add_audio_stream(out, codec, sample_rate, samples.shape[0])
+        _mux_audio(out, stream, samples, sample_rate)
     return buf.getvalue() if target is None else Path(target)
