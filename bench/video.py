@@ -11,17 +11,25 @@ keyframe every 2 s (x264 ``ultrafast``, no scene-cut keyframes), then measures, 
 * ``from_start_s``: the late clip decoded from the first frame (the same decoder given only
   the first keyframe, so it cannot seek past the start) for comparison;
 * ``uniform_frames_decoded_fraction``: frames decoded by ``get_clips_uniform(4, 2.0)``
-  divided by the frames in the video (a full decode is 1.0).
+  divided by the frames in the video (a full decode is 1.0);
+* ``late_vs_early_frame_seek_ratio``: the same clip length requested in frames
+  (``video_unit="frames"``, frame-accurate: counted from the stored keyframe frame numbers),
+  starting mid keyframe interval at 90% of the video, over the one at frame 0;
+* ``audio_clip_ms``: a 3-second clip at 90% of a 10-minute 44.1 kHz stereo FLAC (written once,
+  cached), with its probed metadata, resampled to 16 kHz mono (median); next to it the same at
+  the start (``audio_late_vs_early_clip_ratio``).
 
 Usage: ``python bench/video.py [--minutes 10] [--repeats 7] [--from-start-repeats 3]``.
-Targets: ``late_vs_early_clip_ratio <= 3`` and ``uniform_frames_decoded_fraction <= 0.2``.
-The last line of output is one JSON object.
+Targets: ``late_vs_early_clip_ratio <= 3``, ``late_vs_early_frame_seek_ratio <= 3`` and
+``uniform_frames_decoded_fraction <= 0.2``. The last line of output is one JSON object; it
+records the load average, since the machine may be shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -73,6 +81,25 @@ def write_long_video(path: Path, minutes: float) -> None:
                 planes.reshape(HEIGHT * 3 // 2, WIDTH), format="yuv420p"
             )
             frame.pts, frame.time_base = i, Fraction(1, FPS)
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    tmp.rename(path)
+
+
+def write_long_flac(path: Path, minutes: float, rate: int = 44100) -> None:
+    """Encode a stereo FLAC of ``minutes``: a tone with some noise, written 1 s at a time."""
+    rng = np.random.default_rng(0)
+    tmp = path.with_suffix(".part.flac")
+    with av.open(str(tmp), "w", format="flac") as out:
+        stream = out.add_stream("flac", rate=rate, layout="stereo")
+        for sec in range(int(round(minutes * 60))):
+            t = (sec * rate + np.arange(rate)) / rate
+            tone = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * rng.standard_normal(rate)
+            x = np.stack([tone, 0.5 * tone]).astype(np.float32)
+            frame = av.AudioFrame.from_ndarray(x, format="fltp", layout="stereo")
+            frame.sample_rate, frame.pts, frame.time_base = rate, sec * rate, Fraction(1, rate)
             for packet in stream.encode(frame):
                 out.mux(packet)
         for packet in stream.encode(None):
@@ -140,7 +167,9 @@ def main() -> None:
             samples[label].append(seconds)
     early_s, late_s, unaligned_s = (statistics.median(samples[k]) for k in samples)
     early_n, late_n, unaligned_n = counts["early"], counts["late"], counts["unaligned"]
-    no_keys = msgspec.structs.replace(meta, keyframes_s=meta.keyframes_s[:1])
+    no_keys = msgspec.structs.replace(
+        meta, keyframes_s=meta.keyframes_s[:1], keyframe_frames=meta.keyframe_frames[:1]
+    )
     from_start_s, from_start_n = _timed(
         lambda: clip_at(late, metadata=no_keys), args.from_start_repeats
     )
@@ -152,12 +181,62 @@ def main() -> None:
 
     uniform_s, uniform_n = _timed(uniform, args.repeats)
 
+    # frames unit: a frame-accurate clip of the same length, late and mid keyframe interval
+    n_clip = round(clip * FPS)
+    late_frame = round(0.9 * n_frames) + GOP_S * FPS // 2
+
+    def frames_at(first: int):
+        dec = AVDecoder(data, metadata=meta, path=str(path))
+        out = dec.get_clips([(first, first + n_clip)], video_unit="frames")
+        assert out.video_clips[0].shape[0] == n_clip, out.video_clips[0].shape
+        return dec.frames_decoded
+
+    frame_samples: dict[int, list[float]] = {0: [], late_frame: []}
+    for _ in range(args.repeats):
+        for first in frame_samples:
+            seconds, counts[f"frames@{first}"] = _timed(lambda first=first: frames_at(first), 1)
+            frame_samples[first].append(seconds)
+    frames_early_s = statistics.median(frame_samples[0])
+    frames_late_s = statistics.median(frame_samples[late_frame])
+
+    # audio: a 3 s clip from a long FLAC
+    flac = Path(args.cache_dir) / f"fpipe-bench-44k-stereo-{args.minutes:g}min.flac"
+    if not flac.exists():
+        write_long_flac(flac, args.minutes)
+    flac_data = flac.read_bytes()
+    flac_meta = probe_av(flac_data, path=str(flac))
+    audio_late = round(0.9 * flac_meta.audio_duration_s, 3)
+
+    def audio_at(start: float):
+        dec = AVDecoder(flac_data, metadata=flac_meta, path=str(flac))
+        out = dec.get_clips(
+            None,
+            audio_clip_ranges=[(start, start + 3.0)],
+            audio_sample_rate=16000,
+            audio_channels=1,
+        )
+        assert out.audio_clips[0].shape == (1, 48000), out.audio_clips[0].shape
+        return dec.audio_frames_decoded
+
+    audio_at(0.0)  # warm-up
+    audio_samples: dict[float, list[float]] = {0.0: [], audio_late: []}
+    for _ in range(args.repeats):
+        for start in audio_samples:
+            seconds, counts[f"audio@{start}"] = _timed(lambda start=start: audio_at(start), 1)
+            audio_samples[start].append(seconds)
+    audio_early_s = statistics.median(audio_samples[0.0])
+    audio_late_s = statistics.median(audio_samples[audio_late])
+
     rows = [
         ("early clip", early_s, early_n),
         ("late clip", late_s, late_n),
         ("late clip, mid interval", unaligned_s, unaligned_n),
         ("late clip from start", from_start_s, from_start_n),
         (f"uniform {args.uniform_clips} clips", uniform_s, uniform_n),
+        ("frames 0..", frames_early_s, counts["frames@0"]),
+        (f"frames {late_frame}..", frames_late_s, counts[f"frames@{late_frame}"]),
+        ("audio 3 s at 0 s (packets)", audio_early_s, counts["audio@0.0"]),
+        (f"audio 3 s at {audio_late:g} s", audio_late_s, counts[f"audio@{audio_late}"]),
     ]
     for label, seconds, frames in rows:
         print(f"  {label:<26} {seconds * 1e3:9.1f} ms  {frames:6d} frames decoded")
@@ -167,6 +246,11 @@ def main() -> None:
         "late_unaligned_vs_early_clip_ratio": round(unaligned_s / early_s, 3),
         "from_start_vs_early_clip_ratio": round(from_start_s / early_s, 3),
         "uniform_frames_decoded_fraction": round(uniform_n / n_frames, 4),
+        "late_vs_early_frame_seek_ratio": round(frames_late_s / frames_early_s, 3),
+        "audio_clip_ms": round(audio_late_s * 1e3, 2),
+        "audio_late_vs_early_clip_ratio": round(audio_late_s / audio_early_s, 3),
+        "frames_early_clip_s": round(frames_early_s, 4),
+        "frames_late_clip_s": round(frames_late_s, 4),
         "early_clip_s": round(early_s, 4),
         "late_clip_s": round(late_s, 4),
         "from_start_s": round(from_start_s, 3),
@@ -176,6 +260,8 @@ def main() -> None:
         "video_seconds": round(duration, 3),
         "clip_seconds": clip,
         "uniform_clips": args.uniform_clips,
+        "audio_seconds": round(flac_meta.audio_duration_s, 3),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(result))
 

@@ -33,7 +33,9 @@ from fpipe.decode import av_probe
 from fpipe.decode.av_audio import audio_layout, decode_audio
 from fpipe.decode.av_probe import AVSource, av_open, probe_av
 from fpipe.decode.av_ranges import (
+    check_ranges,
     random_clip_ranges,
+    stream_clip_ranges,
     stream_span,
     uniform_clip_ranges,
     uniform_frame_ranges,
@@ -52,25 +54,14 @@ __all__ = [
     "audio_layout",
     "av_open",
     "check_av_limits",
+    "check_ranges",
     "probe_av",
     "random_clip_ranges",
+    "stream_clip_ranges",
     "stream_span",
     "uniform_clip_ranges",
     "uniform_frame_ranges",
 ]
-
-
-def _check_ranges(ranges, what: str, integers: bool) -> list[tuple[float, float]]:
-    out = []
-    for r in ranges:
-        start, end = float(r[0]), float(r[1])
-        if not end >= start:  # also refuses NaN
-            raise ValueError(f"{what} range {r!r}: the end must not be before the start")
-        if integers:  # frame numbers: whole frames (inf stays inf)
-            start = float(round(start)) if math.isfinite(start) else start
-            end = float(round(end)) if math.isfinite(end) else end
-        out.append((start, end))
-    return out
 
 
 class AVDecoder:
@@ -85,14 +76,10 @@ class AVDecoder:
     prepare`` to skip that pass. Metadata without keyframe frame numbers (an old index) is
     probed once when a request in frames needs them.
 
-    Ranges (``docs/video.md``, "Time and range semantics"): video ranges in seconds select
-    frames by pts, in frames by frame number (frame ``n`` is the ``n``-th decoded frame in
-    presentation order, on any container). With ``range_end="exclusive"`` (the default) a
-    range ``(start, end)`` holds the frames with ``start <= pos < end``, or the frame on screen
-    at ``start`` when it holds none (so ``(t, t)`` is the frame at ``t``); with
-    ``"inclusive"`` (Megatron-Energon's) it holds the frame on screen at ``start`` and every
-    frame with ``start < pos <= end``. A range starting after the end gives an empty clip.
-    Audio clips hold ``round((end - start) * rate)`` samples inside the stream.
+    Ranges (``docs/video.md``, "Units and range semantics"): video ranges select frames by pts
+    in seconds or by frame number (exact on any container); ``range_end`` says whether a frame
+    at a range's end belongs to it (:mod:`fpipe.decode.av_video`); ``(t, t)`` is the frame at
+    ``t``; audio clips hold ``round((end - start) * rate)`` samples inside the stream.
 
     Not thread-safe: use one decoder per thread (counters, file-like position).
 
@@ -203,8 +190,8 @@ class AVDecoder:
             w, h = video_out_frame_size
             if int(w) < 1 or int(h) < 1:
                 raise ValueError(f"video_out_frame_size must be positive, got {(w, h)}")
-        v_ranges = _check_ranges(video_clip_ranges or (), "video", video_unit == "frames")
-        a_ranges = _check_ranges(audio_clip_ranges or (), "audio", False)
+        v_ranges = check_ranges(video_clip_ranges or (), "video", video_unit == "frames")
+        a_ranges = check_ranges(audio_clip_ranges or (), "audio")
         layout = audio_layout(audio_channels)  # checks the argument before any decoding
         meta = self.metadata
         if v_ranges and meta.video_num_frames is None:
@@ -262,20 +249,12 @@ class AVDecoder:
         )
 
     def _clip_ranges(self, make, request_video: bool, request_audio: bool, what: str):
-        """(video ranges, audio ranges) from ``make(start_s, duration_s)`` over the video (the
-        audio follows the same ranges) or, without video, over the audio stream."""
-        meta = self.metadata
-        has_video = request_video and meta.video_num_frames is not None
-        has_audio = request_audio and meta.audio_sample_rate is not None
-        if has_video:
-            ranges = make(*stream_span(meta, "video"))
-            return ranges, ranges if has_audio else None
-        if has_audio:
-            return None, make(*stream_span(meta, "audio"))
-        if not (request_video or request_audio):
-            raise ValueError(f"{what}: request video, audio or both")
-        hint = "" if request_audio else " (request_audio=True decodes its audio)"
-        raise self._bad(f"{what} requested but the file has no video stream{hint}")
+        """(video, audio) ranges of a convenience method (see ``stream_clip_ranges``)."""
+        try:
+            return stream_clip_ranges(self.metadata, make, request_video, request_audio)
+        except LookupError as e:
+            hint = "" if request_audio else " (request_audio=True decodes its audio)"
+            raise self._bad(f"{what} requested but the file has {e}{hint}") from None
 
     def get_clips_uniform(
         self,

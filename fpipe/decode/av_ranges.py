@@ -16,13 +16,74 @@ Example:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
 
 from fpipe.decode.av_records import AVMetadata
 
-__all__ = ["random_clip_ranges", "stream_span", "uniform_clip_ranges", "uniform_frame_ranges"]
+__all__ = [
+    "check_ranges",
+    "random_clip_ranges",
+    "stream_clip_ranges",
+    "stream_span",
+    "uniform_clip_ranges",
+    "uniform_frame_ranges",
+]
+
+Ranges = list[tuple[float, float]]
+
+
+def check_ranges(ranges: Sequence, what: str = "video", integers: bool = False) -> Ranges:
+    """``(start, end)`` pairs as floats, refusing ``end < start`` (and NaN) with a
+    ``ValueError`` naming ``what``; with ``integers`` (frame numbers) finite values are rounded.
+
+    >>> check_ranges([(1, 2), (3.4, 3.4)], integers=True)
+    [(1.0, 2.0), (3.0, 3.0)]
+    """
+    out = []
+    for r in ranges:
+        start, end = float(r[0]), float(r[1])
+        if not end >= start:
+            raise ValueError(f"{what} range {r!r}: the end must not be before the start")
+        if integers:
+            start = float(round(start)) if math.isfinite(start) else start
+            end = float(round(end)) if math.isfinite(end) else end
+        out.append((start, end))
+    return out
+
+
+def stream_clip_ranges(
+    meta: AVMetadata,
+    make: Callable[[float, float], Ranges],
+    request_video: bool = True,
+    request_audio: bool = False,
+) -> tuple[Ranges | None, Ranges | None]:
+    """``(video ranges, audio ranges)`` for one ``get_clips`` call, from ``make(start_s,
+    duration_s)`` over the video stream (the audio follows the same ranges) or, when the file
+    has no video (or ``request_video`` is False), over the audio stream.
+
+    Raises:
+      ValueError: neither stream is requested.
+      LookupError: the file has none of the requested streams.
+
+    >>> m = AVMetadata(duration_s=4.0, audio_sample_rate=16000, audio_start_s=0.0,
+    ...                audio_duration_s=4.0)
+    >>> stream_clip_ranges(m, lambda s, d: uniform_clip_ranges(s, d, 2, 1.0), True, True)
+    (None, [(0.0, 1.0), (3.0, 4.0)])
+    """
+    if not (request_video or request_audio):
+        raise ValueError("request video, audio or both")
+    has_video = request_video and meta.video_num_frames is not None
+    has_audio = request_audio and meta.audio_sample_rate is not None
+    if has_video:
+        ranges = make(*stream_span(meta, "video"))
+        return ranges, ranges if has_audio else None
+    if has_audio:
+        return None, make(*stream_span(meta, "audio"))
+    raise LookupError("no video stream" if request_video else "no audio stream")
 
 
 def stream_span(meta: AVMetadata, stream: Literal["video", "audio"]) -> tuple[float, float]:
