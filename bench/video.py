@@ -107,6 +107,18 @@ def write_long_flac(path: Path, minutes: float, rate: int = 44100) -> None:
     tmp.rename(path)
 
 
+def _interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """Median seconds and last result of each ``fns[label]()``, the labels interleaved in
+    every round so drifting machine load hits them alike."""
+    times: dict = {k: [] for k in fns}
+    results: dict = {}
+    for _ in range(repeats):
+        for label, fn in fns.items():
+            seconds, results[label] = _timed(fn, 1)
+            times[label].append(seconds)
+    return {k: statistics.median(v) for k, v in times.items()}, results
+
+
 def _timed(fn, repeats: int) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeats):
@@ -158,14 +170,11 @@ def main() -> None:
         return dec.frames_decoded
 
     clip_at(0.0)  # warm-up (allocator, page faults, codec init), not timed
-    # interleave the three clip positions so drifting machine load hits them alike
-    samples: dict[str, list[float]] = {"early": [], "late": [], "unaligned": []}
-    counts: dict[str, int] = {}
-    for _ in range(args.repeats):
-        for label, start in (("early", 0.0), ("late", late), ("unaligned", late + 1.0)):
-            seconds, counts[label] = _timed(lambda start=start: clip_at(start), 1)
-            samples[label].append(seconds)
-    early_s, late_s, unaligned_s = (statistics.median(samples[k]) for k in samples)
+    positions = {"early": 0.0, "late": late, "unaligned": late + 1.0}
+    med, counts = _interleaved(
+        {k: (lambda start=start: clip_at(start)) for k, start in positions.items()}, args.repeats
+    )
+    early_s, late_s, unaligned_s = med["early"], med["late"], med["unaligned"]
     early_n, late_n, unaligned_n = counts["early"], counts["late"], counts["unaligned"]
     no_keys = msgspec.structs.replace(
         meta, keyframes_s=meta.keyframes_s[:1], keyframe_frames=meta.keyframe_frames[:1]
@@ -191,13 +200,11 @@ def main() -> None:
         assert out.video_clips[0].shape[0] == n_clip, out.video_clips[0].shape
         return dec.frames_decoded
 
-    frame_samples: dict[int, list[float]] = {0: [], late_frame: []}
-    for _ in range(args.repeats):
-        for first in frame_samples:
-            seconds, counts[f"frames@{first}"] = _timed(lambda first=first: frames_at(first), 1)
-            frame_samples[first].append(seconds)
-    frames_early_s = statistics.median(frame_samples[0])
-    frames_late_s = statistics.median(frame_samples[late_frame])
+    med, got = _interleaved(
+        {f"frames@{f}": (lambda f=f: frames_at(f)) for f in (0, late_frame)}, args.repeats
+    )
+    counts.update(got)
+    frames_early_s, frames_late_s = med["frames@0"], med[f"frames@{late_frame}"]
 
     # audio: a 3 s clip from a long FLAC
     flac = Path(args.cache_dir) / f"fpipe-bench-44k-stereo-{args.minutes:g}min.flac"
@@ -219,13 +226,11 @@ def main() -> None:
         return dec.audio_frames_decoded
 
     audio_at(0.0)  # warm-up
-    audio_samples: dict[float, list[float]] = {0.0: [], audio_late: []}
-    for _ in range(args.repeats):
-        for start in audio_samples:
-            seconds, counts[f"audio@{start}"] = _timed(lambda start=start: audio_at(start), 1)
-            audio_samples[start].append(seconds)
-    audio_early_s = statistics.median(audio_samples[0.0])
-    audio_late_s = statistics.median(audio_samples[audio_late])
+    med, got = _interleaved(
+        {f"audio@{t}": (lambda t=t: audio_at(t)) for t in (0.0, audio_late)}, args.repeats
+    )
+    counts.update(got)
+    audio_early_s, audio_late_s = med["audio@0.0"], med[f"audio@{audio_late}"]
 
     rows = [
         ("early clip", early_s, early_n),

@@ -43,6 +43,8 @@ __all__ = [
     "AudioTaskEncoder",
     "EncodedAudioSample",
     "aligned_audio",
+    "default_av_limits",
+    "sample_decoder",
 ]
 
 
@@ -71,6 +73,32 @@ class AudioConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"AudioConfig.clip_seconds must be > 0, got {self.clip_seconds}")
         if self.clip not in ("first", "random"):
             raise ConfigError(f"AudioConfig.clip must be 'first' or 'random', got {self.clip!r}")
+
+
+def default_av_limits(av_limits: Any) -> Any:
+    """``av_limits``, or ``AVLimits()`` when None (the task encoders' default)."""
+    if av_limits is not None:
+        return av_limits
+    from fpipe.decode.av_records import AVLimits  # no PyAV needed
+
+    return AVLimits()
+
+
+def sample_decoder(value: Any, sample: Any, field: str, limits: Any, also: str = "") -> Any:
+    """The :class:`~fpipe.decode.av.AVDecoder` of a sample's audio/video field: ``value`` as
+    is, or a decoder over encoded bytes; ``TypeError`` naming the sample, the field and what
+    it accepts (``also``: other accepted kinds) otherwise."""
+    from fpipe.decode.av import AVDecoder
+
+    key = getattr(sample, "__key__", "")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = AVDecoder(bytes(value), key=key, limits=limits)
+    if not isinstance(value, AVDecoder):
+        raise TypeError(
+            f"sample {key!r}: field {field!r} holds {type(value).__name__}; "
+            f"expected an AVDecoder{', ' if also else ' or '}encoded bytes{also}"
+        )
+    return value
 
 
 def aligned_audio(decoder: Any, start_s: float, end_s: float, config: AudioConfig) -> torch.Tensor:
@@ -145,12 +173,8 @@ class AudioTaskEncoder(TaskEncoder):
         config = AudioConfig() if config is None else config
         if not isinstance(config, AudioConfig):
             raise ConfigError(f"AudioTaskEncoder needs an AudioConfig, got {type(config).__name__}")
-        if av_limits is None:
-            from fpipe.decode.av_records import AVLimits
-
-            av_limits = AVLimits()
         self.config = config
-        self.av_limits = av_limits
+        self.av_limits = default_av_limits(av_limits)
         self.audio_field = audio_field
         self.caption_field = caption_field
 
@@ -159,18 +183,12 @@ class AudioTaskEncoder(TaskEncoder):
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedAudioSample:
         """Decode the sample's clip (or whole file) at the configured rate and channels."""
-        from fpipe.decode.av import AVDecoder, stream_span
+        from fpipe.decode.av import stream_span
 
         cfg = self.config
-        key = getattr(sample, "__key__", "")
-        dec = getattr(sample, self.audio_field)
-        if isinstance(dec, (bytes, bytearray, memoryview)):
-            dec = AVDecoder(bytes(dec), key=key, limits=self.av_limits)
-        if not isinstance(dec, AVDecoder):
-            raise TypeError(
-                f"sample {key!r}: field {self.audio_field!r} holds {type(dec).__name__}; "
-                "expected an AVDecoder or encoded bytes"
-            )
+        dec = sample_decoder(
+            getattr(sample, self.audio_field), sample, self.audio_field, self.av_limits
+        )
         if dec.metadata.audio_sample_rate is None:
             raise BadSampleError(dec.path, dec.key, "no audio stream")
         start, dur = stream_span(dec.metadata, "audio")
@@ -181,10 +199,8 @@ class AudioTaskEncoder(TaskEncoder):
             end = start + cfg.clip_seconds
         audio = aligned_audio(dec, start, end, cfg)
         caption = getattr(sample, self.caption_field, None) if self.caption_field else None
-        return EncodedAudioSample(
-            __key__=sample.__key__,
-            __restore_key__=sample.__restore_key__,
-            __subflavors__=sample.__subflavors__,
+        return EncodedAudioSample.derive_from(
+            sample,
             audio=audio,
             caption=caption,
             audio_start_s=start,

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError, ConfigError
-from fpipe.encode.audio import AudioConfig, aligned_audio
+from fpipe.encode.audio import AudioConfig, aligned_audio, default_av_limits, sample_decoder
 from fpipe.encode.collate import pad_stack_lengths
 from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.encode.video import (
@@ -127,12 +127,8 @@ class VideoTaskEncoder(TaskEncoder):
             raise ConfigError(
                 f"VideoTaskEncoder needs a VideoTransformConfig, got {type(config).__name__}"
             )
-        if av_limits is None:
-            from fpipe.decode.av_records import AVLimits
-
-            av_limits = AVLimits()
         self.config = config
-        self.av_limits = av_limits
+        self.av_limits = default_av_limits(av_limits)
         self.video_field = video_field
         self.caption_field = caption_field
         self.audio = audio
@@ -165,17 +161,11 @@ class VideoTaskEncoder(TaskEncoder):
     def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
         """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices, their pts, the
         clip's audio or None)."""
-        from fpipe.decode.av import AVDecoder, check_av_limits
+        from fpipe.decode.av import check_av_limits
 
         cfg = self.config
-        key = getattr(sample, "__key__", "")
-        if isinstance(video, (bytes, bytearray, memoryview)):
-            video = AVDecoder(bytes(video), key=key, limits=self.av_limits)
-        if not isinstance(video, AVDecoder):
-            raise TypeError(
-                f"sample {key!r}: field {self.video_field!r} holds {type(video).__name__}; "
-                "expected an AVDecoder, encoded bytes or a [T, 3, H, W] tensor"
-            )
+        also = " or a [T, 3, H, W] tensor"
+        video = sample_decoder(video, sample, self.video_field, self.av_limits, also)
         meta = video.metadata  # stored by `fpipe prepare`, else probed now (no decoding)
         check_av_limits(meta, self.av_limits, path=video.path, key=video.key)
         if not meta.video_num_frames:
@@ -231,10 +221,8 @@ class VideoTaskEncoder(TaskEncoder):
             frames, idx, frame_times, audio = self._frames(video, sample, rng)
         x = video_transform(self._spatial, frames, rng)
         caption = getattr(sample, self.caption_field, None) if self.caption_field else None
-        return EncodedVideoSample(
-            __key__=sample.__key__,
-            __restore_key__=sample.__restore_key__,
-            __subflavors__=sample.__subflavors__,
+        return EncodedVideoSample.derive_from(
+            sample,
             video=x,
             caption=caption,
             frame_indices=torch.as_tensor(idx, dtype=torch.int64),
