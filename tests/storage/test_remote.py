@@ -131,7 +131,11 @@ def test_transient_failures_are_retried(s3, pair):
     proxy = FlakyProxy(s3.endpoint, fail_every=3)
     old = set_env({"AWS_ENDPOINT_URL": proxy.endpoint})
     try:
-        options = remote.StorageOptions(backoff_s=0.01, max_backoff_s=0.05)
+        # One GET in three fails, so a request fails k times in a row with odds ~3^-k: allow
+        # enough retries (and time, under load) that a pass depends on retrying, not on luck.
+        options = remote.StorageOptions(
+            max_retries=12, backoff_s=0.01, max_backoff_s=0.05, retry_timeout_s=300
+        )
         ds = open_dataset(url, storage=options)
         ds.prefetch(range(24))
         got = [ds.read(i) for i in range(24)]
