@@ -2,8 +2,9 @@
 
 What belongs here: decoders ``fn(data: bytes) -> value``, the registry by member extension and
 image decoding (Pillow). What does not: refs, ranks, pipeline state, global RNGs. PyAV is
-imported only by :mod:`fpipe.decode.av`, torch only inside the functions that return tensors;
-names here are loaded lazily so ``import fpipe.decode`` stays cheap.
+imported only by the ``fpipe.decode.av*`` modules (:mod:`fpipe.decode.av` and the opener/probe,
+video and audio modules behind it), torch only inside the functions that return tensors; names
+here are loaded lazily so ``import fpipe.decode`` stays cheap.
 """
 
 from __future__ import annotations
