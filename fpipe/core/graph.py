@@ -31,6 +31,7 @@ from fpipe.core.records import Config
 from fpipe.core.rng import fold_in, name_id
 
 __all__ = [
+    "check_restored",
     "collect_stats",
     "describe_steps",
     "get_state",
@@ -140,3 +141,11 @@ def global_position(node: Any, state: Any) -> tuple[int, int] | None:
         if getattr(n, "position", None) is not None:
             found = n.position(own)
     return found
+
+
+def check_restored(node: Any, state: Any) -> None:
+    """Run every step's ``check`` (see :class:`~fpipe.core.stage.Source`) on a restored state."""
+    for _, n, own in _walk(node, "", state, True):
+        check = getattr(n, "check", None)
+        if check is not None:
+            check(own)

@@ -19,6 +19,7 @@ import msgspec
 from fpipe.core.errors import ConfigError
 from fpipe.core.fingerprint import fingerprint
 from fpipe.core.graph import (
+    check_restored,
     collect_stats,
     describe_steps,
     get_state,
@@ -98,5 +99,8 @@ class Pipeline(msgspec.Struct, frozen=True):
         return encode_state(self.parts, state)
 
     def restore(self, data: bytes) -> Any:
-        """The state held in snapshot bytes, after checking they belong to this pipeline."""
-        return decode_state(self.parts, self.source.state_type, data)
+        """The state held in snapshot bytes, after checking they belong to this pipeline (the
+        fingerprint, then each step's own ``check`` of its restored state)."""
+        state = decode_state(self.parts, self.source.state_type, data)
+        check_restored(self.source, state)
+        return state

@@ -135,6 +135,9 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
       split: ``S -> (own state, (state of input 0, ...))``; an input without state (a View)
         gets None. Used to find a step's state by name.
       stats: optional ``own state -> {counter: int}``.
+      check: optional ``own state -> None``, run on every restore; raises
+        SnapshotMismatchError when restored state does not fit the source's settings in a way
+        the fingerprint leaves out on purpose (a blend's weights, named by dataset).
       position: optional ``own state -> (epoch, refs taken)`` in the global order (see Stage).
     """
 
@@ -146,6 +149,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     inputs: tuple = ()
     split: Callable[[Any], tuple[Any, tuple]] = _own_state
     stats: Callable[[Any], dict[str, int]] | None = None
+    check: Callable[[Any], None] | None = None
     position: Callable[[Any], tuple[int, int]] | None = None
 
 

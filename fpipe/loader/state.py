@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
+from fpipe.core.graph import check_restored
 from fpipe.core.pipeline import Pipeline
 from fpipe.core.records import Config, State
 from fpipe.core.snapshot import decode_state, encode_state
@@ -52,5 +53,8 @@ def encode_loader_state(plan: Pipeline, state: LoaderState) -> bytes:
 
 
 def decode_loader_state(plan: Pipeline, data: bytes) -> Any:
-    """Check and decode loader snapshot bytes (see :func:`fpipe.core.snapshot.decode_state`)."""
-    return decode_state(_parts(plan), LoaderState[plan.source.state_type], data)
+    """Check and decode loader snapshot bytes (see :func:`fpipe.core.snapshot.decode_state`),
+    then each plan step's own check of its restored state (a blend's weights)."""
+    state = decode_state(_parts(plan), LoaderState[plan.source.state_type], data)
+    check_restored(plan.source, state.plan)
+    return state

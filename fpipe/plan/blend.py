@@ -234,6 +234,7 @@ def blend(
         state_type=BlendState,
         inputs=tuple(views),
         split=lambda s: (s, no_input_state),
+        check=check,
     )
 
 

@@ -311,8 +311,8 @@ EXAMPLES: list[Example] = [
             "mode": {"reps": (1, 2)},
             "counts": {"reps": (1, 2)},
             "num_epochs": {"epochs": 3},
-            # compatible: checked by name against the state (refused on use unless allowed)
-            "schedule": {"weights": (2.0, 1.0)},
+            # compatible: checked by name against the restored state, accepted when allowed
+            "schedule": {"weights": (2.0, 1.0), "allow": True},
             "allow_changed_weights": {"allow": True},
         },
     ),
