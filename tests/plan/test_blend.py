@@ -204,3 +204,21 @@ def test_bad_configs():
         blend(views([3, 3]), weights=[0, 0])
     with pytest.raises(ConfigError, match="has no samples"):
         blend([samples(0)], weights=[1])
+
+
+def test_golden_order():
+    """Pinned orders: changing them is an ITERATION ORDER BREAKING CHANGE (bump ORDER_VERSION,
+    docs/compatibility.md)."""
+    vs = views([5, 4, 6], slice_size=2)
+    names3 = ["coco", "coyo", "ocr"]
+    p = Pipeline(blend(vs, weights=[5, 2, 1], names=names3), seed=1234)
+    assert p.next(p.init(), 12)[1].triples() == [
+        (1, 0, 0), (1, 1, 0), (2, 2, 0), (2, 3, 0), (1, 2, 0), (0, 0, 0),
+        (1, 3, 0), (0, 1, 0), (0, 2, 0), (0, 3, 0), (0, 4, 0), (0, 2, 1),
+    ]  # fmt: skip
+    p = Pipeline(blend(vs, repetitions=[1, 2, 1], names=names3, num_epochs=1), seed=1234)
+    assert p.next(p.init(), 19)[1].triples() == [
+        (0, 0, 0), (1, 0, 0), (2, 2, 0), (2, 3, 0), (1, 1, 0), (1, 2, 0), (1, 3, 0),
+        (0, 1, 0), (2, 0, 0), (1, 2, 1), (1, 3, 1), (2, 1, 0), (0, 2, 0), (2, 4, 0),
+        (0, 3, 0), (1, 0, 1), (0, 4, 0), (2, 5, 0), (1, 1, 1),
+    ]  # fmt: skip
