@@ -1,29 +1,33 @@
-"""Benchmark: fpipe's loader against a bare loop, WebDataset and Megatron-Energon, in one run.
+"""Benchmark: fpipe's loader against a bare loop, WebDataset, Megatron-Energon, Grain and SPDL.
 
-Sections (every figure comes from this one process, competitors measured alongside):
+Sections (competitors measured alongside, interleaved within each repeat):
 
 1. **Images** (JPEG 128-512 px, decode + resize short side + center crop to 224, batch 32):
-   samples/s of a bare loop (``tarfile`` sequential + Pillow + the same resize/crop, one core),
-   fpipe at ``num_workers`` 0 and 2, WebDataset and Energon at 0 and 2.
-2. **Large images** (JPEG 800-1600 px, same 224 target): fpipe ``num_workers=2`` (draft decode,
-   fpipe's default) against WebDataset's full decode + resize, and the PSNR of fpipe's
-   reduced-scale path against its full decode + resize.
+   a bare loop (``tarfile`` sequential + Pillow, one core), two bare loops at once on separate
+   shards (processes: the practical 2-core ceiling), fpipe at ``num_workers`` 0 and 2 (full
+   decode, ``draft=False``, and its default draft decode), WebDataset and Energon at 0 and 2,
+   Grain (2 threads; 2 processes), SPDL (2 threads; Pillow decode, and SPDL's FFmpeg decode).
+2. **Large images** (JPEG 800-1600 px, same 224 target): fpipe nw=2 (full and draft decode),
+   WebDataset nw=2, Grain, SPDL, two bare loops; the PSNR of fpipe's draft decode and of
+   SPDL's FFmpeg decode against the shared full decode.
 3. **Text** (200,000 token-id samples, 200-400 int32 ids in one ``.npy`` member, batch 256,
    ``num_workers=0``): fpipe, WebDataset, Energon.
 4. **State**: snapshot bytes at step 10 and step 100,000 for 0, 2 and 4 workers, and the time
    from ``load_state_dict`` to the first batch at both steps (and, at ``num_workers=0``,
    against an ordinary batch).
 
-Equivalent pipelines. Every loader shuffles (buffer 1000; fpipe and Energon also read at most
-100 consecutive samples per sequence; WebDataset resamples shards), decodes the same members and
-yields the same batch: uint8 ``[32, 3, 224, 224]`` + list of captions (images), or one
-zero-padded int32 ``[256, max_len]`` tensor (text, padded by
-``fpipe.encode.collate.pad_stack`` in every loader). The bare loop, WebDataset and Energon
-use the resize a user writes (full decode, resize the whole image so its short side is 224,
-bilinear, center crop: torchvision's
-``Resize(224) + CenterCrop(224)``); fpipe uses its own ``ImageDecodeOptions(target_size=224)``
-(draft on by default; a ``draft=False`` row is printed for reference). Energon runs through
-``get_savable_loader`` (the resumable loader, as fpipe's); WebDataset through ``WebLoader``.
+Same work. Every image loader yields uint8 ``[32, 3, 224, 224]`` + captions from the same
+``.tar`` files, with 2 workers or threads where it runs in parallel. All but two rows decode
+with the same Pillow full decode and the same transform (``_peers.resize_crop_np``:
+torchvision's ``Resize(224) + CenterCrop(224)`` geometry, bilinear, resampling only the kept
+box), whose output is bit-identical to fpipe's ``ImageDecodeOptions(target_size=224,
+draft=False)``; the ``*_same_decode`` ratios use that fpipe row. fpipe's draft decode (reduced
+DCT scale, other pixels: its PSNR is printed) and SPDL's FFmpeg decode (swscale bilinear in
+YUV, RGB at 224: other pixels, PSNR printed) are separately labelled rows. Shuffling is each
+loader's own idiom (buffer 1000 for fpipe, Energon, WebDataset; a global permutation for Grain
+and SPDL, which read members by offset). Energon runs through ``get_savable_loader``,
+WebDataset through ``WebLoader``. Grain and SPDL run in their own Python (``--peers-python``,
+no torch there) as one subprocess per run, startup and warm-up untimed.
 
 Timing: each rate is samples over the wall time of ``--batches`` batches taken after a warm-up
 (worker start and shuffle-buffer fill excluded), median of ``--repeats`` runs; the loaders of a
@@ -37,24 +41,23 @@ reused (``bench-params.json``).
 
 Usage::
 
-    pip install -e '.[bench]'          # webdataset, megatron-energon (bench only)
-    python bench/loader.py             # ~6-9 minutes on 2 cores, including dataset creation
+    pip install -e '.[bench]'          # webdataset, megatron-energon, grain, spdl (bench only)
+    python bench/loader.py --peers-python /path/to/venv/bin/python   # if grain/spdl live there
     python bench/loader.py --quick     # smaller sets, one repeat: a smoke run
 
-The last line of output is one JSON object (``nw0_vs_bare_loop``, ``nw2_vs_webdataset``, ...).
+The last line of output is one JSON object (``nw0_vs_bare_loop``, ``nw2_vs_webdataset``,
+``nw2_vs_grain_same_decode``, ``nw2_vs_2x_bare_loop``, ...).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import io
 import json
 import os
 import statistics
 import sys
-import tarfile
 import tempfile
 import time
 import warnings
@@ -69,6 +72,8 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
 from _loader_data import ensure_image_set, ensure_text_set  # noqa: E402
+from _loader_runs import close_iter, in_process, measure, peer_psnr, peer_run, two_bare_loops  # noqa: E402
+from _peers import bare_batches, resize_crop_np, resize_then_crop_np  # noqa: E402
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions, decode_image, psnr  # noqa: E402
@@ -86,17 +91,8 @@ SEED = 1
 
 
 def resize_crop(img: Image.Image, size: int = TARGET) -> torch.Tensor:
-    """Full-size PIL image -> uint8 CHW tensor: resize short side to ``size`` (bilinear), center
-    crop (torchvision ``Resize(size) + CenterCrop(size)``)."""
-    if img.mode != "RGB":
-        img = img.convert("RGB")
-    w, h = img.size
-    s = size / min(w, h)
-    nw, nh = max(size, round(w * s)), max(size, round(h * s))
-    img = img.resize((nw, nh), Image.Resampling.BILINEAR)
-    left, top = (nw - size) // 2, (nh - size) // 2
-    img = img.crop((left, top, left + size, top + size))
-    return torch.from_numpy(np.asarray(img).transpose(2, 0, 1).copy())
+    """The shared transform (``_peers.resize_crop_np``) as a uint8 CHW tensor."""
+    return torch.from_numpy(resize_crop_np(img, size))
 
 
 def decode_resize(data: bytes) -> torch.Tensor:
@@ -111,35 +107,58 @@ def collate_tokens(samples: list) -> torch.Tensor:
     return pad_stack([torch.from_numpy(s[0]) for s in samples])
 
 
+def same_decode_ratios(small: dict, big: dict, ratio: Callable) -> dict[str, float | None]:
+    """fpipe ``draft=False`` (bit-identical output to every peer) over each peer, and the
+    draft decode as its own labelled figure."""
+    out = {}
+    for prefix, rates in (("", small), ("large_", big)):
+        mine = rates.get("fpipe nw=2 draft=False")
+        grain = max(rates.get("grain threads=2", 0), rates.get("grain processes=2", 0)) or None
+        peers = {
+            "webdataset": rates.get("webdataset nw=2"),
+            "energon": rates.get("energon nw=2"),
+            "grain": grain,
+            "spdl": rates.get("spdl threads=2"),
+        }
+        for name, v in peers.items():
+            if prefix and name == "energon":
+                continue
+            out[f"{prefix}nw2_vs_{name}_same_decode"] = ratio(mine, v)
+        out[f"{prefix}nw2_vs_grain_threads"] = ratio(mine, rates.get("grain threads=2"))
+        out[f"{prefix}nw2_vs_grain_processes"] = ratio(mine, rates.get("grain processes=2"))
+        out[f"{prefix}nw2_vs_spdl_ffmpeg"] = ratio(mine, rates.get("spdl-ffmpeg threads=2"))
+        out[f"{prefix}nw2_vs_2x_bare_loop"] = ratio(mine, rates.get("2 bare loops (2 processes)"))
+        out[f"{prefix}nw2_draft_vs_2x_bare_loop"] = ratio(
+            rates.get("fpipe nw=2" if not prefix else "fpipe nw=2 (draft)"),
+            rates.get("2 bare loops (2 processes)"),
+        )
+    out["large_nw2_vs_webdataset_draft"] = ratio(
+        big.get("fpipe nw=2 (draft)"), big.get("webdataset nw=2")
+    )
+    out["two_bare_loops_vs_one"] = ratio(
+        small.get("2 bare loops (2 processes)"), small.get("bare loop (1 core)")
+    )
+    return out
+
+
+def peer_loaders(python: str, root: Path, warm: int) -> dict:
+    """Grain (threads, processes) and SPDL (Pillow decode, FFmpeg decode), 2 each."""
+    return {
+        "grain threads=2": peer_run(python, "grain-threads", root, warm),
+        "grain processes=2": peer_run(python, "grain-procs", root, warm),
+        "spdl threads=2": peer_run(python, "spdl", root, warm),
+        "spdl-ffmpeg threads=2": peer_run(python, "spdl-ffmpeg", root, warm),
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # Loaders: each factory returns a fresh infinite iterator of batches
 # --------------------------------------------------------------------------------------------
 
 
 def bare_loop(root: Path, batch_size: int) -> Iterator[dict]:
-    """tarfile sequential read + Pillow decode + resize/crop, one core, no shuffle."""
-    shards = sorted(root.glob("*.tar"))
-    while True:
-        for shard in shards:
-            images, captions, cur, sample = [], [], None, {}
-            with tarfile.open(shard, "r|") as tf:
-                for m in tf:
-                    if not m.isfile():
-                        continue
-                    key, ext = m.name.split(".", 1)
-                    if key != cur and sample:
-                        images.append(decode_resize(sample["jpg"]))
-                        captions.append(sample["txt"].decode())
-                        sample = {}
-                        if len(images) == batch_size:
-                            yield {"image": torch.stack(images), "caption": captions}
-                            images, captions = [], []
-                    cur = key
-                    sample[ext] = tf.extractfile(m).read()
-            if sample:
-                images.append(decode_resize(sample["jpg"]))
-                captions.append(sample["txt"].decode())
-            # a short remainder at the end of a shard is dropped, as drop_last does
+    """tarfile sequential read + Pillow decode + the shared transform, one core, no shuffle."""
+    return bare_batches(sorted(root.glob("*.tar")), batch_size, decode_resize, torch.stack)
 
 
 def fpipe_loader(root: Path, batch_size: int, nw: int, decode: ImageDecodeOptions | None):
@@ -223,90 +242,8 @@ def energon_iter(root: Path, batch_size: int, nw: int, kind: str) -> Iterator:
 
 
 # --------------------------------------------------------------------------------------------
-# Timing
+# Timing (``_loader_runs``)
 # --------------------------------------------------------------------------------------------
-
-
-def _close(it: Any) -> None:
-    with contextlib.suppress(Exception):
-        if hasattr(it, "close"):
-            it.close()
-        elif hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-    del it
-    gc.collect()
-
-
-def _check(batch: Any, kind: str, batch_size: int) -> None:
-    if kind == "text":
-        t = batch.text if hasattr(batch, "text") else batch
-        assert t.shape[0] == batch_size and t.dtype == torch.int32, (t.shape, t.dtype)
-        return
-    img = batch.image if hasattr(batch, "image") else batch["image"]
-    cap = batch.caption if hasattr(batch, "caption") else batch["caption"]
-    assert tuple(img.shape) == (batch_size, 3, TARGET, TARGET), img.shape
-    assert img.dtype == torch.uint8 and len(cap) == batch_size
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and its live children (DataLoader workers)."""
-    t = time.process_time()
-    try:
-        import psutil
-    except ImportError:
-        return t
-    for c in psutil.Process().children(recursive=True):
-        with contextlib.suppress(Exception):
-            ct = c.cpu_times()
-            t += ct.user + ct.system
-    return t
-
-
-def run_rate(
-    make: Callable[[], Iterator], kind: str, bs: int, warm: int, n: int
-) -> tuple[float, float]:
-    """(samples per wall second, samples per CPU second of this process and its workers) over
-    ``n`` batches after ``warm`` batches of a fresh iterator."""
-    it = make()
-    try:
-        for i in range(warm):
-            b = next(it)
-            if i == 0:
-                _check(b, kind, bs)
-        c0 = _cpu_seconds()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            next(it)
-        dt = time.perf_counter() - t0
-        dc = _cpu_seconds() - c0
-    finally:
-        _close(it)
-    return n * bs / dt, n * bs / dc
-
-
-def measure(
-    loaders: dict[str, tuple[Callable, int]], kind: str, bs: int, n: int, repeats: int, log
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median samples/s (wall) and samples per CPU-second per loader; ``loaders``: name ->
-    (factory, warm-up batches)."""
-    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in loaders}
-    failed: set[str] = set()
-    for r in range(repeats):
-        for name, (make, warm) in loaders.items():
-            if name in failed:
-                continue
-            try:
-                v, c = run_rate(make, kind, bs, warm, n)
-            except Exception as e:  # a competitor that fails is reported, not hidden
-                log(f"  {name}: FAILED {type(e).__name__}: {e}")
-                failed.add(name)
-                runs[name] = []
-                continue
-            runs[name].append((v, c))
-            log(f"  [{r + 1}/{repeats}] {name:<30} {v:9.1f} samples/s  {c:9.1f} samples/cpu-s")
-    wall = {k: statistics.median(x[0] for x in v) for k, v in runs.items() if v}
-    cpu = {k: statistics.median(x[1] for x in v) for k, v in runs.items() if v}
-    return wall, cpu
 
 
 def _loadavg() -> float | None:
@@ -336,7 +273,7 @@ def _first_batch_after_restore(ds, nw: int, sd: dict) -> float:
     it = iter(loader)
     next(it)
     dt = time.perf_counter() - t0
-    _close(it)
+    close_iter(it)
     return dt
 
 
@@ -358,7 +295,7 @@ def state_section(root: Path, steps_far: int, repeats: int, log) -> dict[str, An
         for _ in range(10):
             next(it)
         near[nw] = loader.snapshot()
-        _close(it)
+        close_iter(it)
     # step 100,000: advance the plan alone (what the loader records is the plan state after
     # the last batch taken), then wrap it with the loader's counters
     t0 = time.perf_counter()
@@ -379,7 +316,7 @@ def state_section(root: Path, steps_far: int, repeats: int, log) -> dict[str, An
         it = iter(loader)
         next(it)
         far[nw] = loader.snapshot()
-        _close(it)
+        close_iter(it)
     out["plan_advance_s"] = plan_s
     out["epoch_at_far"] = epoch
     out["bytes_near"] = {nw: len(b) for nw, b in near.items()}
@@ -411,7 +348,7 @@ def state_section(root: Path, steps_far: int, repeats: int, log) -> dict[str, An
         t0 = time.perf_counter()
         next(it)
         times.append(time.perf_counter() - t0)
-    _close(it)
+    close_iter(it)
     out["ordinary_batch_nw0_s"] = statistics.median(times)
     return out
 
@@ -425,7 +362,7 @@ def psnr_section(root: Path, count: int) -> dict[str, float]:
     from fpipe.storage import open_dataset
 
     ds = open_dataset(root)
-    vals = []
+    vals, common = [], []
     seen = set()
     for i in range(len(ds)):
         data = ds.read(i)["jpg"]
@@ -435,9 +372,16 @@ def psnr_section(root: Path, count: int) -> dict[str, float]:
         a = decode_image(data, out="numpy", target_size=TARGET, draft=True)
         b = decode_image(data, out="numpy", target_size=TARGET, draft=False)
         vals.append(psnr(a, b))
+        whole = resize_then_crop_np(Image.open(io.BytesIO(data))).transpose(1, 2, 0)
+        common.append(psnr(whole, b))
         if len(vals) >= count:
             break
-    return {"mean": float(np.mean(vals)), "min": float(np.min(vals)), "images": len(vals)}
+    return {
+        "mean": float(np.mean(vals)),
+        "min": float(np.min(vals)),
+        "images": len(vals),
+        "resize_then_crop_mean": float(np.mean(common)),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -462,6 +406,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "DataLoader workers always use 1",
     )
     ap.add_argument("--no-energon", action="store_true")
+    ap.add_argument(
+        "--peers-python",
+        default=os.environ.get("FPIPE_BENCH_PEERS_PYTHON", sys.executable),
+        help="Python with grain and spdl installed (Grain/SPDL rows and the 2-loop ceiling run "
+        "there as subprocesses; default: $FPIPE_BENCH_PEERS_PYTHON or this Python)",
+    )
     ap.add_argument("--quick", action="store_true", help="small sets, 1 repeat (smoke run)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -531,33 +481,50 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # 1. images 128-512 px
     img = data / "images"
     log(f"\n## 1. images 128-512 px, batch 32, {args.batches} timed batches")
+
+    def inp(make: Callable[[], Iterator], warm: int):
+        return in_process(make, "images", 32, warm)
+
+    py = args.peers_python
     loaders = {
-        "bare loop (1 core)": (lambda: bare_loop(img, 32), 2),
-        "fpipe nw=0": (lambda: fpipe_iter(img, 32, 0, draft_on), 2),
-        "fpipe nw=0 draft=False": (lambda: fpipe_iter(img, 32, 0, draft_off), 2),
-        "fpipe nw=2": (lambda: fpipe_iter(img, 32, 2, draft_on), 6),
-        "webdataset nw=0": (lambda: wds_iter(img, 32, 0, "images"), 2),
-        "webdataset nw=2": (lambda: wds_iter(img, 32, 2, "images"), 6),
+        "bare loop (1 core)": inp(lambda: bare_loop(img, 32), 2),
+        "2 bare loops (2 processes)": two_bare_loops(py, img, 2),
+        "fpipe nw=0": inp(lambda: fpipe_iter(img, 32, 0, draft_on), 2),
+        "fpipe nw=0 draft=False": inp(lambda: fpipe_iter(img, 32, 0, draft_off), 2),
+        "fpipe nw=2": inp(lambda: fpipe_iter(img, 32, 2, draft_on), 6),
+        "fpipe nw=2 draft=False": inp(lambda: fpipe_iter(img, 32, 2, draft_off), 6),
+        "webdataset nw=0": inp(lambda: wds_iter(img, 32, 0, "images"), 2),
+        "webdataset nw=2": inp(lambda: wds_iter(img, 32, 2, "images"), 6),
     }
     if energon:
-        loaders["energon nw=0"] = (lambda: energon_iter(img, 32, 0, "images"), 2)
-        loaders["energon nw=2"] = (lambda: energon_iter(img, 32, 2, "images"), 6)
-    small, small_cpu = measure(loaders, "images", 32, args.batches, R, log)
+        loaders["energon nw=0"] = inp(lambda: energon_iter(img, 32, 0, "images"), 2)
+        loaders["energon nw=2"] = inp(lambda: energon_iter(img, 32, 2, "images"), 6)
+    loaders.update(peer_loaders(py, img, 6))
+    small, small_cpu = measure(loaders, args.batches, R, log)
 
     # 2. large images
     large = data / "large"
     log(f"\n## 2. images 800-1600 px, batch 32, {args.large_batches} timed batches")
     loaders = {
-        "fpipe nw=2 (draft)": (lambda: fpipe_iter(large, 32, 2, draft_on), 4),
-        "fpipe nw=2 draft=False": (lambda: fpipe_iter(large, 32, 2, draft_off), 4),
-        "webdataset nw=2": (lambda: wds_iter(large, 32, 2, "images"), 4),
+        "fpipe nw=2 (draft)": inp(lambda: fpipe_iter(large, 32, 2, draft_on), 4),
+        "fpipe nw=2 draft=False": inp(lambda: fpipe_iter(large, 32, 2, draft_off), 4),
+        "webdataset nw=2": inp(lambda: wds_iter(large, 32, 2, "images"), 4),
+        "2 bare loops (2 processes)": two_bare_loops(py, large, 1),
+        **peer_loaders(py, large, 4),
     }
-    big, big_cpu = measure(loaders, "images", 32, args.large_batches, R, log)
+    big, big_cpu = measure(loaders, args.large_batches, R, log)
     ps = psnr_section(large, 32)
     log(
         f"  PSNR reduced-scale vs full decode+resize: mean {ps['mean']:.2f} dB, "
-        f"min {ps['min']:.2f} dB over {ps['images']} images"
+        f"min {ps['min']:.2f} dB over {ps['images']} images; the shared transform vs "
+        f"resize-whole-then-crop: mean {ps['resize_then_crop_mean']:.2f} dB"
     )
+    ps_ffmpeg = peer_psnr(py, large, 32)
+    if ps_ffmpeg:
+        log(
+            f"  PSNR SPDL FFmpeg decode vs the shared transform: mean {ps_ffmpeg['mean']:.2f} "
+            f"dB, min {ps_ffmpeg['min']:.2f} dB over {ps_ffmpeg['images']} images"
+        )
 
     # 3. text
     text = data / "text"
@@ -566,12 +533,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{args.text_batches} timed batches"
     )
     loaders = {
-        "fpipe nw=0": (lambda: fpipe_iter(text, 256, 0), 2),
-        "webdataset nw=0": (lambda: wds_iter(text, 256, 0, "text"), 2),
+        "fpipe nw=0": in_process(lambda: fpipe_iter(text, 256, 0), "text", 256, 2),
+        "webdataset nw=0": in_process(lambda: wds_iter(text, 256, 0, "text"), "text", 256, 2),
     }
     if energon:
-        loaders["energon nw=0"] = (lambda: energon_iter(text, 256, 0, "text"), 2)
-    txt, txt_cpu = measure(loaders, "text", 256, args.text_batches, R, log)
+        loaders["energon nw=0"] = in_process(
+            lambda: energon_iter(text, 256, 0, "text"), "text", 256, 2
+        )
+    txt, txt_cpu = measure(loaders, args.text_batches, R, log)
 
     # 4. state
     log(f"\n## 4. state and restore (images set, batch 32), steps 10 and {args.far_step:,}")
@@ -596,6 +565,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "nw2_vs_webdataset_large": ratio(big.get("fpipe nw=2 (draft)"), big.get("webdataset nw=2")),
         "text_nw0_vs_webdataset": ratio(txt.get("fpipe nw=0"), txt.get("webdataset nw=0")),
         "text_nw0_vs_energon": ratio(txt.get("fpipe nw=0"), txt.get("energon nw=0")),
+        **same_decode_ratios(small, big, ratio),
+        "psnr_spdl_ffmpeg_vs_shared": round(ps_ffmpeg["mean"], 2) if ps_ffmpeg else None,
+        "psnr_resize_then_crop_vs_shared": round(ps["resize_then_crop_mean"], 2),
         "psnr_reduced_decode": round(ps["mean"], 2),
         "psnr_reduced_decode_min": round(ps["min"], 2),
         "state_bytes": state_bytes,
@@ -648,6 +620,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ("nw2 >= 1.0x energon", result["nw2_vs_energon"], 1.0, ">="),
         ("large nw2 >= 1.5x webdataset", result["nw2_vs_webdataset_large"], 1.5, ">="),
         ("text nw0 >= 3x webdataset", result["text_nw0_vs_webdataset"], 3.0, ">="),
+        *((f"{k} >= 1.1", result[k], 1.1, ">=") for k in result if k.endswith("_same_decode")),
+        ("nw2 >= 0.95x 2 bare loops", result["nw2_vs_2x_bare_loop"], 0.95, ">="),
         ("PSNR reduced decode > 30 dB", result["psnr_reduced_decode"], 30.0, ">="),
         ("state <= 1 KB", max(state_bytes, state_far), 1024, "<="),
         ("restore 1e5 / 10 <= 1.5", result["restore_ratio_1e5_vs_10"], 1.5, "<="),
