@@ -24,10 +24,6 @@ DESCRIPTION = """\
 Make a small synthetic image-caption dataset (192 samples), prepare it, show one batch and a
 preview picture, train a toy loop, snapshot the loader, then restore the snapshot in a new
 process and compare the batches that follow with the uninterrupted run.
-
-example:
-  fpipe demo
-  fpipe demo --keep /tmp/fpipe-demo --workers 0
 """
 
 

@@ -31,9 +31,6 @@ Show what a prepared dataset holds, from its index alone (no payload is read): s
 shards, the field map and how many samples have each field, splits, and a summary of every
 metadata column with text histograms of image sizes and lengths. For a metadataset.yaml: each
 split's datasets with their weights, samples, split parts and subflavors.
-
-example:
-  fpipe info data/coco --shards
 """
 
 _LAYOUTS = {

@@ -13,9 +13,6 @@ DESCRIPTION = """\
 Draw the first N samples of a split as a grid: each cell shows the sample key, the image (or
 a strip of frames spread over a video), the text members (captions, JSON) as excerpts, and
 every member with its size. Samples are taken in index order, so the picture is stable.
-
-example:
-  fpipe preview data/coco --n 16 --out grid.png
 """
 
 

@@ -8,6 +8,7 @@ file, the sample key and what to change.
 from __future__ import annotations
 
 import enum
+import re
 
 __all__ = [
     "BadSampleError",
@@ -16,6 +17,7 @@ __all__ = [
     "FpipeError",
     "SnapshotError",
     "SnapshotMismatchError",
+    "error_text",
 ]
 
 
@@ -49,6 +51,24 @@ class BadSampleError(FpipeError):
         self.key = str(key)
         self.reason = reason
         super().__init__(f"{self.path}: sample {self.key!r}: {reason}")
+
+
+_OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
+_NO_FILE_NAME = re.compile(r":\s*'<none>'$")
+_ERRNO = re.compile(r"^\[Errno -?\d+\]\s*")
+
+
+def error_text(e: BaseException) -> str:
+    """The message of a library's exception, fit for an fpipe error: object reprs such as
+    ``<_io.BytesIO object at 0x...>`` (the in-memory file the library was handed), FFmpeg's
+    ``'<none>'`` file name and ``[Errno N]`` codes are left out; fpipe's message names the file
+    and key instead.
+
+    >>> error_text(OSError("cannot identify image file <_io.BytesIO object at 0x7f01>"))
+    'cannot identify image file'
+    """
+    text = _ERRNO.sub("", _NO_FILE_NAME.sub("", _OBJECT_REPR.sub("", str(e))).strip())
+    return text or type(e).__name__
 
 
 class ErrorPolicy(str, enum.Enum):

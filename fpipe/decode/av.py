@@ -96,6 +96,11 @@ class AVDecoder:
       (torch.Size([48, 3, 480, 854]), torch.Size([1, 32000]))
     """
 
+    def __repr__(self) -> str:
+        size = f", {len(self._data)} bytes" if isinstance(self._data, (bytes, bytearray)) else ""
+        where = self.key or self.path or "<in memory>"
+        return f"AVDecoder({where!r}{size})"
+
     def __init__(
         self,
         data: AVSource,

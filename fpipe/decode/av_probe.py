@@ -19,7 +19,7 @@ from typing import BinaryIO, Union
 import av
 import av.error
 
-from fpipe.core.errors import BadSampleError
+from fpipe.core.errors import BadSampleError, error_text
 from fpipe.decode.av_records import AVMetadata
 
 __all__ = ["AVSource", "av_open", "probe_av", "probe_container", "seek"]
@@ -71,7 +71,7 @@ def av_open(source: AVSource, *, path: str = "", key: str = ""):
     try:
         container = av.open(file, mode="r")
     except av.error.FFmpegError as e:
-        raise BadSampleError(path, key, f"cannot open as audio/video: {e}") from e
+        raise BadSampleError(path, key, f"cannot open as audio/video: {error_text(e)}") from e
     try:
         for stream in container.streams:
             ctx = stream.codec_context

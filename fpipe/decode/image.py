@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.core.errors import BadSampleError, ConfigError, error_text
 from fpipe.decode.extensions import IMAGE_EXTENSIONS
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def decode_image_with(
     except ConfigError:
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        raise BadSampleError(path, key, f"cannot decode image: {type(e).__name__}: {e}") from e
+        raise BadSampleError(path, key, f"cannot decode image: {error_text(e)}") from e
     return _to_out(img, options.out)
 
 
@@ -200,7 +200,7 @@ def _open(data: bytes, max_pixels: int | None, path: str, key: str) -> Image.Ima
     except Image.DecompressionBombError as e:
         raise BadSampleError(path, key, f"image refused as a decompression bomb: {e}") from e
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise BadSampleError(path, key, f"cannot decode image: {type(e).__name__}: {e}") from e
+        raise BadSampleError(path, key, f"cannot decode image: {error_text(e)}") from e
     w, h = img.size
     if max_pixels is not None and w * h > max_pixels:
         raise BadSampleError(

@@ -113,6 +113,17 @@ class Loader:
         self._state = LoaderState(plan=self.plan.init())
         self._generation = 0
 
+    def __len__(self) -> int:
+        """Batches in the whole stream (``len(dataset)``; finite streams only): the ``total``
+        of a progress bar. It does not shrink as batches are taken or after a restore."""
+        return len(self.dataset)
+
+    def __repr__(self) -> str:
+        return (
+            f"Loader({self.dataset!r}, num_workers={self.num_workers}, "
+            f"batches_taken={self._state.batches})"
+        )
+
     # --- iteration ---------------------------------------------------------------------------
 
     def _dataloader(self, pending):

@@ -18,6 +18,7 @@ from typing import Any
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.stage import Stage
+from fpipe.loader.length import count_batches, stream_refs, warn_if_empty
 from fpipe.loader.materialize import Materializer
 from fpipe.loader.mix import eval_head, train_head
 from fpipe.loader.topology import Topology
@@ -41,6 +42,10 @@ class PlannedDataset:
       drop_last: drop a short final batch (of packs, with a packing buffer).
       buckets: the parsed bucket_config (:class:`~fpipe.plan.BucketTable`) or None.
       datasets: the name of each dataset id in the refs (one name without a metadataset).
+      num_batches: batches of the whole stream on this rank when it is finite and known in
+        advance (``len(ds)``); None for an endless stream (``num_epochs=None``) or when plan
+        stages or packing decide how many samples a batch takes.
+      path, split: where the samples come from (for the repr).
     """
 
     plan: Pipeline
@@ -52,12 +57,33 @@ class PlannedDataset:
     drop_last: bool = True
     buckets: Any = None
     datasets: tuple[str, ...] = ()
+    num_batches: int | None = None
+    path: str = ""
+    split: str = ""
 
     def __iter__(self):
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
         from fpipe.loader.dataloader import get_loader
 
         return iter(get_loader(self, num_workers=0))
+
+    def __len__(self) -> int:
+        """Batches in the whole stream on this rank (finite streams only)."""
+        if self.num_batches is None:
+            raise TypeError(
+                "len() is unknown for this dataset: it repeats forever (num_epochs=None), or "
+                "plan stages or packing decide how many samples each batch takes"
+            )
+        return self.num_batches
+
+    def __repr__(self) -> str:
+        topo = self.topology
+        batches = "endless or unknown" if self.num_batches is None else self.num_batches
+        return (
+            f"PlannedDataset({self.path!r}, split={self.split!r}, batch_size={self.batch_size}, "
+            f"batches={batches}, rank={topo.rank}/{topo.world_size} {self.distribution}, "
+            f"encoder={type(self.materializer.task_encoder).__name__})"
+        )
 
 
 def get_train_dataset(
@@ -232,6 +258,11 @@ def get_train_dataset(
         )
     stages.append(batch(recipe_size, drop_last=recipe_drop_last))
     plan = Pipeline(chain(head, *stages), seed=seed)
+    refs = stream_refs(head, num_epochs)
+    n = None
+    if refs is not None and not plan_stages and not mat.packing:
+        n = count_batches(refs, batch_size, topo, distribution, drop_last)
+        warn_if_empty(n, path, split, refs, batch_size, topo, distribution)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -241,6 +272,9 @@ def get_train_dataset(
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=drop_last,
         datasets=names,
+        num_batches=n,
+        path=str(path),
+        split=split,
     )
 
 
@@ -316,6 +350,7 @@ def get_val_dataset(
         batch(recipe_size, drop_last=False),
     ]
     plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
+    n = None if mat.packing else count_batches(view.size, batch_size, topo, "global", False)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -324,4 +359,7 @@ def get_val_dataset(
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=False,
         datasets=names,
+        num_batches=n,
+        path=str(path),
+        split=split,
     )

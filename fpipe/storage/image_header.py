@@ -77,11 +77,13 @@ def image_size(data: bytes) -> tuple[int, int]:
         return int(size[0]), int(size[1])
     from PIL import Image, UnidentifiedImageError
 
+    from fpipe.core.errors import error_text
+
     try:
         with Image.open(io.BytesIO(data)) as im:  # reads the header only
             w, h = im.size
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, struct.error) as e:
-        raise ValueError(f"undecodable image header ({e})") from None
+        raise ValueError(f"undecodable image header ({error_text(e)})") from None
     if w <= 0 or h <= 0:
         raise ValueError(f"image header gives size {w}x{h}")
     return int(w), int(h)

@@ -19,7 +19,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.storage import av_meta
 from fpipe.storage.config import parse_field_spec
-from fpipe.storage.progress import Progress
+from fpipe.storage.progress import progress_bar
 from fpipe.storage.scan import ScanOptions, ShardScan, scan_shard
 from fpipe.storage.tar_index import (
     IndexData,
@@ -72,7 +72,8 @@ def scan_shards(
     root: str, shards: list[str], opts: ScanOptions, workers: int, progress: bool
 ) -> tuple[IndexData, Keyframes]:
     """Index ``shards`` (in ``workers`` spawn-started processes when > 1), in order."""
-    bar = Progress(len(shards), "prepare", enabled=progress)
+    bar = progress_bar(len(shards), "prepare", enabled=progress)
+    samples = 0
     datas: list[IndexData] = []
     keyframes: list[tuple[int, Any]] = []
     if workers <= 1 or len(shards) <= 1:
@@ -85,7 +86,9 @@ def scan_shards(
         for name, scan in zip(shards, scans):
             datas.append(_to_index(scan, scan.size if scan.size >= 0 else _size(root, name)))
             keyframes.append((len(scan.keys), scan.keyframes))
-            bar.update(1, len(scan.keys))
+            samples += len(scan.keys)
+            bar.set_postfix_str(f"{samples:,} samples", refresh=False)
+            bar.update(1)
     finally:
         if ex is not None:
             ex.shutdown()

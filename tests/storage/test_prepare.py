@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import textwrap
 
 import numpy as np
@@ -178,11 +180,19 @@ def test_reprepare_keeps_existing_field_map(ds_dir):
     assert rep.splits == {"train": 2, "val": 1}
 
 
-def test_progress_bar_on_stderr(ds_dir, capsys):
+def test_progress_bar_on_a_terminal_only(ds_dir, capsys, monkeypatch):
     root, _ = ds_dir
     prepare_dataset(root, progress=True)
-    err = capsys.readouterr().err
-    assert "3/3 shards" in err and "12 samples" in err
+    assert capsys.readouterr().err == ""  # stderr is not a terminal: no bar, no "\r" lines
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    prepare_dataset(root, progress=True)
+    err = sys.stderr.getvalue()
+    assert "3/3" in err and "12 samples" in err and "prepare" in err
 
 
 def test_bad_arguments():

@@ -1,0 +1,73 @@
+"""The command line as a newcomer meets it: plain help with a description and an example for
+every sub-command, clean Ctrl-C / Ctrl-D, no object reprs in problem lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytest
+
+from fpipe.cli import main as cli_main
+from fpipe.cli.main import build_parser, main
+from tests.storage.helpers import write_tar
+
+
+def _all_parsers(parser, name="fpipe"):
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _all_parsers(sub, f"{name} {sub_name}")
+
+
+def test_every_command_has_plain_help_with_a_description_and_an_example():
+    parsers = dict(_all_parsers(build_parser()))
+    assert set(cli_main.COMMANDS) | {"state show"} <= {n.removeprefix("fpipe ") for n in parsers}
+    for name, p in parsers.items():
+        text = p.format_help()
+        for markup in ("``", ":mod:", ":func:", ":class:", ":meth:"):
+            assert markup not in text, f"{name} --help shows reST markup {markup!r}"
+        if name == "fpipe":
+            continue
+        assert len(p.description or "") > 40, f"{name} has no description"
+        assert "\nexample" in text and "  fpipe " in text, f"{name} --help has no example"
+
+
+def test_ctrl_d_at_the_prepare_prompt_ends_cleanly(tmp_path, monkeypatch, capsys):
+    write_tar(tmp_path / "s.tar", [("a", {"txt": b"x"})])
+
+    def eof(prompt=""):
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", eof)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    assert main(["prepare", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "fpipe prepare: no input (end of file); nothing done" in err and "Traceback" not in err
+    assert not (tmp_path / ".fpipe").exists()
+
+
+def test_ctrl_c_ends_a_command_with_status_130(monkeypatch, capsys):
+    import fpipe.cli.info
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fpipe.cli.info, "run", interrupted)
+    assert main(["info", "anything"]) == 130
+    assert capsys.readouterr().err.strip() == "fpipe info: interrupted"
+
+
+@pytest.mark.parametrize(
+    "member, data, reason",
+    [("jpg", b"\xff\xd8 junk", "undecodable image header (cannot identify image file)"),
+     ("mp4", b"junk", "cannot open as audio/video: Invalid data found when processing input")],
+)  # fmt: skip
+def test_problem_lines_name_the_sample_not_python_objects(tmp_path, capsys, member, data, reason):
+    write_tar(tmp_path / "s.tar", [("a", {member: data}), ("b", {"txt": b"fine"})])
+    assert main(["prepare", str(tmp_path), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"problem: s.tar: s/a: member '{member}': {reason}\n" in err
+    assert " object at 0x" not in err and "<none>" not in err and "[Errno" not in err
