@@ -44,6 +44,7 @@ from fpipe.storage.metadataset_entries import (
     schedule_of,
     subflavors_of,
 )
+from fpipe.storage.remote import is_url
 
 __all__ = [
     "Leaf",
@@ -239,12 +240,15 @@ def _reference(node, base, split, entry, subflavors, stack):
     raw = node["path"]
     if not isinstance(raw, str) or not raw:
         raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
-    path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
     split_part = node.get("split_part") or split
+    if is_url(raw):  # a dataset on object storage: opened (and checked) when it is loaded
+        path: Any = raw
+    else:
+        path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
     # Subflavors: the levels above override the entry's own (Energon's merge order).
     merged = {**subflavors_of(node, where, entry), **subflavors}
     name = entry_name(node)
-    if not path.exists():
+    if not is_url(raw) and not path.exists():
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
     mult = node.get("shuffle_over_epochs_multiplier", 1)
     if mult not in (1, None):
@@ -258,7 +262,7 @@ def _reference(node, base, split, entry, subflavors, stack):
                 f"{where}: {entry}: {key!r} overrides are not supported yet; prepare the "
                 "dataset with the config it should use"
             )
-    if is_metadataset(path):
+    if not is_url(raw) and is_metadataset(path):
         inner = _load(path, stack)
         if split_part not in inner.splits:
             raise ConfigError(

@@ -224,3 +224,21 @@ def test_only_the_members_a_sample_uses_are_fetched(s3, tmp_path):
 def _prepared(path):
     prepare_dataset(path, fields=FIELDS, sample_type="CaptioningSample")
     return path
+
+
+def test_metadataset_blends_a_bucket_and_a_local_folder(pair, tmp_path):
+    local, url = pair
+    md = tmp_path / "mix.yaml"
+    md.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    blend:\n      - weight: 1\n        path: {local}\n        name: disk\n"
+        f"      - weight: 1\n        path: {url}\n        name: bucket\n"
+    )
+    ds = fpipe.get_train_dataset(str(md), batch_size=8, seed=0)
+    loader = fpipe.get_loader(ds, num_workers=0)
+    it = iter(loader)
+    batches = [next(it) for _ in range(4)]
+    assert all(len(b.caption) == 8 for b in batches)
+    taken = loader.stats().datasets
+    assert set(taken) == {"disk", "bucket"}, taken
+    assert all(v["taken"] > 0 for v in taken.values()), taken
