@@ -136,7 +136,8 @@ def get_train_dataset(
       drop_last: drop a short final global batch (counted in the state).
       topology / worker_config: rank and world size (default: from torch.distributed or env).
       plan_stages: extra plan stages (e.g. ``filter_refs("width", ">=", 256)``) inserted after
-        the shuffles; ``columns`` lists the index columns they need.
+        the shuffles. The index columns they name (a ``column`` or ``columns`` field of their
+        config, as ``filter_refs`` has) are loaded automatically; ``columns`` adds others.
       sample_type, field_map, subflavors: override dataset.yaml.
       image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` (or the encoder's).
       error_policy: ``"raise"`` or ``"skip"`` bad samples (skips are counted in the stats).
@@ -221,7 +222,7 @@ def get_train_dataset(
         distribution=distribution,
         slice_size=max_samples_per_sequence or 1,
         num_epochs=num_epochs,
-        columns=columns,
+        columns=_with_stage_columns(columns, plan_stages),
         overrides=dict(
             sample_type=sample_type,
             field_map=field_map,
@@ -276,6 +277,22 @@ def get_train_dataset(
         path=str(path),
         split=split,
     )
+
+
+def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tuple[str, ...]:
+    """``columns`` plus every index column a plan stage's config names (``column`` or
+    ``columns`` fields), in first-seen order."""
+    out = list(columns)
+    for stage in stages:
+        cfg = getattr(stage, "config", None)
+        named = getattr(cfg, "column", None)
+        more = getattr(cfg, "columns", None) or ()
+        for c in ([named] if isinstance(named, str) else []) + [
+            c for c in more if isinstance(c, str)
+        ]:
+            if c not in out:
+                out.append(c)
+    return tuple(out)
 
 
 def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int:

@@ -70,3 +70,13 @@ def test_reprs_show_shapes_not_values(text, image_dataset):
     assert repr(ds).startswith(f"PlannedDataset({image_dataset!r}, split='train', batch_size=4")
     assert "batches=24" in repr(ds)  # 96 train samples / 4
     assert repr(loader).startswith("Loader(PlannedDataset(") and "batches_taken=1" in repr(loader)
+
+
+def test_columns_named_by_plan_stages_are_loaded_without_columns(text):
+    # "sample 10" .. "sample 20" have more than 8 characters; no columns= argument needed
+    ds = build_dataset(text, batch_size=1, num_epochs=1,
+                       plan_stages=[filter_refs("text.chars", ">", 8)])  # fmt: skip
+    _, recipes = run(ds.plan)
+    assert sorted(int(i) for r in recipes for i in r.refs.index) == list(range(10, 21))
+    with pytest.raises(KeyError, match="no column 'nope'"):
+        build_dataset(text, batch_size=1, plan_stages=[filter_refs("nope", ">", 8)])
