@@ -13,8 +13,10 @@ from fpipe.core.errors import (
     ConfigError,
     ErrorPolicy,
     FpipeError,
+    MaterializeError,
     SnapshotError,
     SnapshotMismatchError,
+    WorkerError,
 )
 from fpipe.core.graph import input_root, step_key
 from fpipe.core.pipeline import Pipeline, PipelineConfig
@@ -28,6 +30,7 @@ __all__ = [
     "ErrorPolicy",
     "FpipeError",
     "Lifted",
+    "MaterializeError",
     "Pipeline",
     "PipelineConfig",
     "Recipe",
@@ -39,6 +42,7 @@ __all__ = [
     "State",
     "Unit",
     "View",
+    "WorkerError",
     "chain",
     "input_root",
     "rng",

@@ -15,14 +15,32 @@ __all__ = [
     "ConfigError",
     "ErrorPolicy",
     "FpipeError",
+    "MaterializeError",
     "SnapshotError",
     "SnapshotMismatchError",
+    "WorkerError",
     "error_text",
 ]
 
 
+def _rebuild(cls: type, args: tuple, attrs: dict) -> FpipeError:
+    """Unpickle an fpipe error without calling ``__init__`` (whatever its signature)."""
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(attrs)
+    return err
+
+
 class FpipeError(Exception):
-    """Base class of every error fpipe raises on purpose."""
+    """Base class of every error fpipe raises on purpose.
+
+    Every fpipe error can be rebuilt from its message alone (``type(err)(str(err))``, what torch
+    does when it re-raises a worker's exception) and pickles with its attributes, so it keeps
+    its type across DataLoader worker processes.
+    """
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
 
 
 class ConfigError(FpipeError, ValueError):
@@ -46,11 +64,76 @@ class BadSampleError(FpipeError):
       reason: what is wrong, in words.
     """
 
-    def __init__(self, path: str, key: str, reason: str):
+    def __init__(self, path: str, key: str | None = None, reason: str | None = None):
+        if key is None and reason is None:  # rebuilt from a message alone
+            self.path, self.key, self.reason = "", "", str(path)
+            super().__init__(str(path))
+            return
         self.path = str(path)
         self.key = str(key)
-        self.reason = reason
+        self.reason = str(reason)
         super().__init__(f"{self.path}: sample {self.key!r}: {reason}")
+
+
+class MaterializeError(FpipeError):
+    """Code run while materializing a batch (a task-encoder hook, a cooker, a reader) raised an
+    exception that is not an fpipe error. It wraps the original, with where it happened.
+
+    Attributes:
+      hook: what was running (``"encode_sample"``, ``"batch"``, ``"cook"``, ``"read"``...).
+      keys: the sample key(s) it was working on (one for per-sample hooks, the batch's for
+        batch hooks).
+      step: the recipe's step (position in the plan's stream of batches).
+      position: the sample's position in the recipe (None for batch hooks).
+      original: the original exception's type name (``"ValueError"``).
+      traceback: the original traceback, as text (also shown as the ``__cause__`` when the
+        error crossed a worker process).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hook: str = "",
+        keys: tuple[str, ...] = (),
+        step: int | None = None,
+        position: int | None = None,
+        original: str = "",
+        traceback: str = "",
+    ):
+        self.hook, self.keys, self.step, self.position = hook, tuple(keys), step, position
+        self.original, self.traceback = original, traceback
+        super().__init__(message)
+
+
+class WorkerError(FpipeError):
+    """A DataLoader worker process died or produced nothing within the loader's ``timeout``.
+
+    Raised once, in the main process; the workers are shut down first. The loader's state is
+    still the one after the last batch taken, so iterating again (or ``load_state_dict`` of the
+    last ``state_dict``) resumes exactly.
+
+    Attributes:
+      worker: the worker's id (0-based), or None if unknown.
+      pid: its process id, or None.
+      reason: ``"died"`` (with the exit code or signal in the message) or ``"timed out"``.
+      step: the step of the recipe it was materializing, or None.
+      keys: the sample keys of that recipe (the first few).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker: int | None = None,
+        pid: int | None = None,
+        reason: str = "",
+        step: int | None = None,
+        keys: tuple[str, ...] = (),
+    ):
+        self.worker, self.pid, self.reason, self.step = worker, pid, reason, step
+        self.keys = tuple(keys)
+        super().__init__(message)
 
 
 _OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")

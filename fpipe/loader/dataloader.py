@@ -21,10 +21,15 @@ from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
 from fpipe.loader.pack_batches import PackBatcher
 from fpipe.loader.state import LoaderState, decode_loader_state, encode_loader_state
+from fpipe.loader.workers import POLL_S, iterate, run_in_worker
 from fpipe.plan.blend import blend_counters
 from fpipe.plan.stats import drop_counters
 
 __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
+
+
+#: Seconds the loader waits for one batch from its workers before raising WorkerError.
+DEFAULT_TIMEOUT_S = 300.0
 
 
 def _identity(x):
@@ -38,7 +43,7 @@ class _RecipeDataset(torch.utils.data.Dataset):
         self.materializer = materializer
 
     def __getitem__(self, recipe_bytes: bytes):
-        return self.materializer(decode_recipe(recipe_bytes))
+        return run_in_worker(lambda: self.materializer(decode_recipe(recipe_bytes)))
 
 
 class _PlanSampler:
@@ -53,11 +58,11 @@ class _PlanSampler:
             state, out = self.plan.next(state, 1)
             if not len(out):
                 # The end-of-stream state holds the final drop counts (a dropped remainder).
-                self.pending.append((state, None))
+                self.pending.append((state, None, None))
                 return
             recipe = out[0]
             epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
-            self.pending.append((state, epoch))
+            self.pending.append((state, epoch, recipe))
             yield encode_recipe(recipe)
 
 
@@ -100,7 +105,7 @@ class Loader:
         num_workers: int = 0,
         prefetch_factor: int = 2,
         pin_memory: bool = False,
-        timeout: float = 0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         multiprocessing_context: Any = None,
     ):
         self.dataset = dataset
@@ -131,7 +136,8 @@ class Loader:
         if self.num_workers > 0:
             kwargs = dict(
                 prefetch_factor=self.prefetch_factor,
-                timeout=self.timeout,
+                # short waits: fpipe.loader.workers.iterate applies self.timeout itself
+                timeout=min(POLL_S, self.timeout) if self.timeout else POLL_S,
                 multiprocessing_context=self._mp_context(),
             )
         return torch.utils.data.DataLoader(
@@ -166,11 +172,17 @@ class Loader:
             pending: collections.deque = collections.deque()
             restarted = False
             packer = self._pack_batcher()
-            for result in self._dataloader(pending):
+            results = iterate(
+                self._dataloader(pending),
+                timeout=self.timeout,
+                recipe_at=lambda ahead, p=pending: p[ahead][2],
+                describe=self._describe,
+            )
+            for result in results:
                 if self._generation != generation:
                     restarted = True  # load_state_dict during iteration: start over from it
                     break
-                plan_state, epoch = pending.popleft()
+                plan_state, epoch, _ = pending.popleft()
                 if packer is not None:  # a packing buffer: batches of packs across buffers
                     for batch, state in packer.feed(result, plan_state, epoch, self._state):
                         self._state = state
@@ -187,9 +199,10 @@ class Loader:
                 if result.batch is None:
                     continue  # every sample of the batch was skipped by the error policy
                 yield encoder.pin_memory(result.batch) if pin else result.batch
+            results.close()  # shuts the workers down now (on a restart, too)
             if not restarted:
                 while pending:  # the end marker, once every batch has been taken
-                    plan_state, epoch = pending.popleft()
+                    plan_state, epoch, _ = pending.popleft()
                     if epoch is None and packer is not None:
                         for batch, state in packer.finish(plan_state, self._state):
                             self._state = state
@@ -205,6 +218,12 @@ class Loader:
         if not getattr(ds, "packing_buffer_size", None):
             return None
         return PackBatcher(ds.materializer.task_encoder, ds.batch_size, ds.drop_last, self._state)
+
+    def _describe(self, recipe) -> tuple:
+        """(step, sample keys) of a recipe, for a WorkerError's message."""
+        if recipe is None:
+            return None, ()
+        return recipe.step, self.dataset.materializer.recipe_keys(recipe)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -277,6 +296,10 @@ def get_loader(
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
     The output does not depend on ``num_workers`` or ``prefetch_factor``.
+    ``timeout``: seconds to wait for one batch from the workers; a worker that produced nothing
+    for that long, or that died (noticed within about half a second), raises one
+    :class:`fpipe.core.WorkerError` naming it and the recipe it was materializing (0: wait
+    forever for a slow worker; a dead one is still reported). See docs/failures.md.
     ``check_consistency``: compare the state across ranks in ``state_dict()`` (None: when
     torch.distributed is initialized; it is a collective, so every rank must call it).
     """

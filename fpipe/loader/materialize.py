@@ -11,18 +11,45 @@ objects).
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from fpipe.core.errors import BadSampleError, ErrorPolicy
+from fpipe.core.errors import BadSampleError, ErrorPolicy, FpipeError, MaterializeError
 from fpipe.core.records import Recipe, Refs
 from fpipe.core.rng import LazyGenerator, fold_in_array
 
 __all__ = ["DatasetSource", "MaterializedBatch", "Materializer", "decode_recipe", "encode_recipe"]
 
 _COOK, _ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
+_MAX_KEYS = 8  # sample keys named in a MaterializeError of a batch hook
+
+
+def show_keys(keys) -> str:
+    """The first few sample keys, quoted, for a message."""
+    more = ", ..." if len(keys) > _MAX_KEYS else ""
+    return ", ".join(repr(k) for k in keys[:_MAX_KEYS]) + more
+
+
+def wrap_error(
+    err: Exception, hook: str, keys, step: int, position: int | None = None
+) -> MaterializeError:
+    """``err`` as a :class:`MaterializeError` naming the hook, sample key(s), recipe step and
+    position, with the original traceback."""
+    keys = tuple(str(k) for k in keys)
+    shown = show_keys(keys)
+    where = f"step {step}" + (f", position {position} in the batch" if position is not None else "")
+    return MaterializeError(
+        f"{hook} raised {type(err).__name__}: {err} (sample {shown}; {where})",
+        hook=hook,
+        keys=keys,
+        step=step,
+        position=position,
+        original=type(err).__name__,
+        traceback="".join(traceback.format_exception(err)),
+    )
 
 
 def encode_recipe(recipe: Recipe) -> bytes:
@@ -151,7 +178,7 @@ class Materializer:
         raw = ds.read(index, self._wanted(dataset))
         restore_key = (dataset, index, epoch)
         path = getattr(ds, "path", src.path)
-        if src.sample_type in ("CrudeSample", "crude"):
+        if src.sample_type in ("CrudeSample", "crude"):  # (the hook name in __call__ agrees)
             from fpipe.samples import make_crude_sample
 
             crude = make_crude_sample(
@@ -198,6 +225,18 @@ class Materializer:
         for d in np.unique(datasets).tolist():
             self.dataset(d).prefetch(refs.index[datasets == d].tolist(), self._wanted(d))
 
+    def key(self, dataset: int, index: int) -> str:
+        """The sample key of ``index`` in dataset ``dataset`` (for messages; never raises)."""
+        try:
+            return str(self.dataset(dataset).key(index))
+        except Exception:  # noqa: BLE001 - only used to name a sample in an error
+            return f"{self.sources[dataset].path}#{index}"
+
+    def recipe_keys(self, recipe: Recipe) -> tuple[str, ...]:
+        """The sample keys of a recipe, in order."""
+        refs = recipe.refs
+        return tuple(self.key(d, i) for d, i in zip(refs.dataset.tolist(), refs.index.tolist()))
+
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
         enc = self.task_encoder
         if recipe.shape:  # a bucket's batch: every sample gets the bucket's shape
@@ -215,28 +254,45 @@ class Materializer:
         ids = zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys)
         kept = []  # positions in the recipe of the samples not skipped
         for pos, (d, i, e, skey) in enumerate(ids):
+            crude = self.sources[d].sample_type in ("CrudeSample", "crude")
+            hook = "cook_crude_sample" if crude else "read/cook"
             try:
                 sample, rng = self.sample(d, i, e, skey)
                 # Lazy fields (video frames) are decoded inside the encoder: their failures
                 # are bad input too, and go through the same policy.
                 if packing:
+                    hook = getattr(pre_pack, "__name__", "preencode_sample")
                     samples.append(pre_pack(sample, rng))
                 else:
+                    hook = "encode_sample"
                     samples.append(enc.encode_sample(sample, rng))
                 kept.append(pos)
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
                 skipped_keys.append(f"{err.path}:{err.key}")
+            except FpipeError:
+                raise
+            except Exception as err:  # a hook's own failure: wrapped with where it happened
+                raise wrap_error(err, hook, (self.key(d, i),), recipe.step, pos) from err
         packs = sizes = batch = None
-        if packing:  # the loader batches the packs (a batch may take packs of two buffers)
-            packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
-        elif samples:
-            if "pack" in refs.columns:  # packs chosen in the plan tier
-                from fpipe.encode.packing import pack_planned
+        hook = "packing hooks"
+        try:
+            if packing:  # the loader batches the packs (a batch may take packs of two buffers)
+                packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
+            elif samples:
+                if "pack" in refs.columns:  # packs chosen in the plan tier
+                    from fpipe.encode.packing import pack_planned
 
-                samples = pack_planned(enc, samples, refs.column("pack"), kept)
-            batch = enc.encode_batch(enc.batch(samples))
+                    samples = pack_planned(enc, samples, refs.column("pack"), kept)
+                hook = "batch"
+                out = enc.batch(samples)
+                hook = "encode_batch"
+                batch = enc.encode_batch(out)
+        except FpipeError:
+            raise
+        except Exception as err:
+            raise wrap_error(err, hook, self.recipe_keys(recipe), recipe.step) from err
         return MaterializedBatch(
             step=recipe.step,
             batch=batch,

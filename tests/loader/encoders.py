@@ -1,7 +1,12 @@
 """Task encoders used by loader tests (importable from a fresh process)."""
 
+import os
+import signal
+import time
+
 import numpy as np
 import torch
+import torch.utils.data
 
 from fpipe.encode import DefaultTaskEncoder
 
@@ -25,3 +30,22 @@ class RandomCropEncoder(DefaultTaskEncoder):
             "caption": [c for c, _ in out.caption],
             "noise": torch.stack([n for _, n in out.caption]),
         }
+
+
+class FaultEncoder(RandomCropEncoder):
+    """RandomCropEncoder that, in a DataLoader worker and while the file ``trigger`` exists,
+    raises, kills its own process or hangs on the sample ``key`` (``mode``); otherwise its
+    output is RandomCropEncoder's, so a resume after the fault can be compared with it."""
+
+    def __init__(self, mode: str, trigger: str, key: str):
+        self.mode, self.trigger, self.key = mode, str(trigger), key
+
+    def encode_sample(self, sample, rng):
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if in_worker and sample.__key__ == self.key and os.path.exists(self.trigger):
+            if self.mode == "raise":
+                raise ValueError(f"hook failed on purpose on {sample.__key__}")
+            if self.mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(3600)  # "hang"
+        return super().encode_sample(sample, rng)

@@ -36,10 +36,14 @@ def build(
     rank=0,
     world_size=1,
     num_epochs=None,
+    timeout=None,
 ):
     from tests.loader.encoders import RandomCropEncoder
 
-    enc = RandomCropEncoder() if encoder == "random_crop" else None
+    if isinstance(encoder, str) or encoder is None:
+        enc = RandomCropEncoder() if encoder == "random_crop" else None
+    else:
+        enc = encoder
     ds = fpipe.get_train_dataset(
         path,
         batch_size=batch_size,
@@ -51,7 +55,8 @@ def build(
         topology=Topology(rank=rank, world_size=world_size),
         num_epochs=num_epochs,
     )
-    return fpipe.get_loader(ds, num_workers=num_workers, prefetch_factor=prefetch_factor)
+    extra = {} if timeout is None else {"timeout": timeout}
+    return fpipe.get_loader(ds, num_workers=num_workers, prefetch_factor=prefetch_factor, **extra)
 
 
 def digest(batch) -> str:

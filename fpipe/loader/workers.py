@@ -1,0 +1,230 @@
+"""Worker faults as one fpipe error: errors as values from workers, a watchdog on torch's iterator.
+
+torch's DataLoader re-raises a worker's exception as ``exc_type(message)`` (fpipe errors keep
+their type through that, but lose their attributes), reports a killed worker as a
+``ConnectionResetError`` or a ``RuntimeError`` depending on timing, raises a second
+``RuntimeError`` from its SIGCHLD handler wherever the main thread happens to be (the user's
+``except`` block included), and with ``timeout=0`` waits forever for a hung worker. Here:
+
+- a worker returns its exception as a value (:class:`RemoteFailure`: the exception, which
+  pickles with its attributes, and its traceback text); the main process re-raises it with the
+  worker's traceback as ``__cause__``;
+- :func:`iterate` drives torch's iterator in short waits, so a worker that died is reported
+  within about ``poll_s`` and one that produced nothing for ``timeout`` seconds is reported as
+  hung: one :class:`WorkerError` naming the worker, its pid, and the step and keys of the recipe
+  it was materializing. The workers are shut down before it is raised, and the iterator's
+  worker pids are taken out of torch's SIGCHLD check, so nothing else is raised later.
+
+This module is the one place that reads private attributes of torch's multiprocessing iterator
+(``_workers``, ``_task_info``, ``_rcvd_idx``, ``_worker_pids_set``, ``_shutdown_workers``);
+``tests/loader/test_worker_faults.py`` checks the behaviour they support.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch.utils.data
+
+from fpipe.core.errors import FpipeError, MaterializeError, WorkerError
+from fpipe.loader.materialize import show_keys
+
+__all__ = ["RemoteFailure", "RemoteTraceback", "iterate", "run_in_worker"]
+
+#: Longest single wait on the workers' result queue: a dead worker is noticed this fast.
+POLL_S = 0.5
+_TORCH_TIMEOUT = "DataLoader timed out"
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker process (shown as its ``__cause__``)."""
+
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0]) if self.args else ""
+
+
+@dataclasses.dataclass
+class RemoteFailure:
+    """What a worker returns instead of a batch when materializing raised."""
+
+    error: FpipeError
+    traceback: str
+
+    def reraise(self):
+        """Raise the worker's exception here, its worker traceback as the cause."""
+        raise self.error from RemoteTraceback(self.traceback)
+
+
+def run_in_worker(fn: Callable[[], Any]) -> Any:
+    """``fn()``; in a DataLoader worker, an exception is returned as a :class:`RemoteFailure`
+    (a non-fpipe exception first wrapped in a :class:`MaterializeError`)."""
+    if torch.utils.data.get_worker_info() is None:
+        return fn()
+    try:
+        return fn()
+    except Exception as err:  # noqa: BLE001 - every failure travels back as a value
+        text = "".join(traceback.format_exception(err))
+        if not isinstance(err, FpipeError):
+            err = MaterializeError(
+                f"materializing raised {type(err).__name__}: {err}",
+                hook="materialize",
+                original=type(err).__name__,
+                traceback=text,
+            )
+        return RemoteFailure(err, text)
+
+
+def _detach_from_sigchld(it) -> None:
+    """Stop torch's SIGCHLD handler from raising for this iterator's workers (a dead worker is
+    reported by :func:`iterate` instead, at a defined point, once)."""
+    if getattr(it, "_worker_pids_set", False):
+        from torch.utils.data._utils import signal_handling
+
+        signal_handling._remove_worker_pids(id(it))
+        it._worker_pids_set = False
+
+
+def _shutdown(it, *, kill: bool) -> None:
+    """Shut the iterator's workers down; with ``kill``, terminate them first (a hung or broken
+    pool would otherwise cost torch's 5 s join per worker)."""
+    if kill:
+        for w in getattr(it, "_workers", ()):
+            if w.is_alive():
+                w.terminate()
+        for w in getattr(it, "_workers", ()):
+            w.join(timeout=2.0)
+    shutdown = getattr(it, "_shutdown_workers", None)
+    if shutdown is not None:
+        with contextlib.suppress(Exception):  # the pool is being abandoned after a fault
+            shutdown()
+
+
+def _dead_workers(it, wait_s: float) -> list[tuple[int, Any]]:
+    """(worker id, process) of workers that exited, waiting up to ``wait_s`` for one to show
+    (a broken connection can be seen a moment before the process is reaped)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = [(i, w) for i, w in enumerate(getattr(it, "_workers", ())) if w.exitcode is not None]
+        if dead or time.monotonic() >= deadline:
+            return dead
+        time.sleep(0.02)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "exited"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class _Watch:
+    """Which recipe each of torch's task indices is, to name what a failed worker was doing."""
+
+    def __init__(self, it, num_workers: int, recipe_at: Callable[[int], Any], describe):
+        self.it, self.num_workers = it, num_workers
+        self.recipe_at, self.describe = recipe_at, describe
+
+    def _worker_of(self, idx: int) -> int:
+        info = getattr(self.it, "_task_info", {}).get(idx)
+        return info[0] if info else idx % self.num_workers
+
+    def _first_task_of(self, worker: int) -> int | None:
+        tasks = getattr(self.it, "_task_info", {})
+        mine = [i for i, info in tasks.items() if len(info) == 1 and info[0] == worker]
+        return min(mine) if mine else None
+
+    def error(self, reason: str, dead, awaited: int, cause: BaseException | None) -> WorkerError:
+        if dead:
+            worker, proc = dead[0]
+            idx = self._first_task_of(worker)
+            what = f"{_exit_text(proc.exitcode)}"
+        else:
+            worker = self._worker_of(awaited)
+            workers = getattr(self.it, "_workers", ())
+            proc = workers[worker] if worker < len(workers) else None
+            idx, what = awaited, reason
+        try:
+            ahead = 0 if idx is None else idx - awaited
+            step, keys = self.describe(self.recipe_at(ahead))
+        except Exception:  # noqa: BLE001 - naming the recipe must not hide the fault
+            step, keys = None, ()
+        shown = show_keys(keys)
+        pid = getattr(proc, "pid", None)
+        doing = f"step {step} (samples {shown})" if step is not None else "no recipe"
+        detail = f" [{type(cause).__name__}: {cause}]" if cause is not None else ""
+        return WorkerError(
+            f"DataLoader worker {worker} (pid {pid}) {what} while materializing {doing}.{detail} "
+            "The loader's state is the one after the last batch taken: iterate again or "
+            "load_state_dict() to resume exactly.",
+            worker=worker,
+            pid=pid,
+            reason="died" if dead else "timed out",
+            step=step,
+            keys=tuple(keys),
+        )
+
+
+def iterate(
+    dataloader: torch.utils.data.DataLoader,
+    *,
+    timeout: float,
+    recipe_at: Callable[[int], Any],
+    describe: Callable[[Any], tuple[int | None, tuple[str, ...]]],
+) -> Iterator[Any]:
+    """Results of ``dataloader`` in order; worker failures become one fpipe error.
+
+    Args:
+      dataloader: built with ``timeout=POLL_S`` when it has workers.
+      timeout: seconds without a result before the awaited worker counts as hung (0: never).
+      recipe_at: the recipe ``ahead`` tasks after the next one awaited (0: the awaited one).
+      describe: ``recipe -> (step, sample keys)`` for messages.
+    """
+    it = iter(dataloader)
+    if dataloader.num_workers == 0:
+        for result in it:
+            if isinstance(result, RemoteFailure):
+                result.reraise()
+            yield result
+        return
+    _detach_from_sigchld(it)
+    watch = _Watch(it, dataloader.num_workers, recipe_at, describe)
+    taken, failed = 0, False
+    try:
+        while True:
+            since = time.monotonic()
+            while True:
+                try:
+                    result = next(it)
+                    break
+                except StopIteration:
+                    return
+                except RuntimeError as err:
+                    if not str(err).startswith(_TORCH_TIMEOUT):
+                        failed = True
+                        raise watch.error("failed", _dead_workers(it, 1.0), taken, err) from err
+                    dead = _dead_workers(it, 0.0)
+                    if dead or (timeout and time.monotonic() - since >= timeout):
+                        failed = True
+                        raise watch.error(
+                            f"produced nothing for {timeout:g} s (timeout)", dead, taken, None
+                        ) from None
+                except Exception as err:  # a broken connection to a dying worker, for one
+                    failed = True
+                    raise watch.error("failed", _dead_workers(it, 1.0), taken, err) from err
+            taken += 1
+            if isinstance(result, RemoteFailure):
+                failed = True
+                result.reraise()
+            yield result
+    finally:
+        _shutdown(it, kill=failed)

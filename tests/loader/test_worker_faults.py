@@ -1,0 +1,112 @@
+"""Faults in DataLoader workers: one typed fpipe error, within the configured time, naming the
+sample or worker; then an exact resume from the last state_dict.
+
+Each test runs a 2-worker loader whose task encoder faults on one sample (only in a worker,
+only while a trigger file exists), catches the one error, checks that nothing else is raised
+afterwards (torch's SIGCHLD handler used to raise a second error inside the except block), then
+removes the trigger and resumes from the last state_dict in a fresh loader with 2 workers.
+"""
+
+import pickle
+import time
+
+import pytest
+
+import fpipe
+from fpipe.core import BadSampleError, FpipeError, MaterializeError, WorkerError
+from tests.loader.encoders import FaultEncoder
+from tests.loader.helpers import build, digest
+
+N = 10  # batches compared
+FAULT_BATCH = 3  # the faulting sample is in this batch of the reference stream
+
+
+def _reference(path):
+    it = iter(build(path))
+    batches = [next(it) for _ in range(N)]
+    return [digest(b) for b in batches], batches[FAULT_BATCH]["keys"][1]
+
+
+def _run_until_fault(path, mode, trigger, key, *, timeout, expected):
+    loader = build(path, num_workers=2, encoder=FaultEncoder(mode, trigger, key), timeout=timeout)
+    got, sd = [], loader.state_dict()
+    t0 = time.monotonic()
+    with pytest.raises(expected) as info:
+        for b in loader:
+            got.append(digest(b))
+            sd = loader.state_dict()
+            t0 = time.monotonic()
+    elapsed = time.monotonic() - t0
+    time.sleep(0.5)  # a second error (SIGCHLD) would be raised here
+    return got, sd, info.value, elapsed
+
+
+def _resume(path, sd, n):
+    fresh = build(path, num_workers=2)
+    fresh.load_state_dict(sd)
+    it = iter(fresh)
+    return [digest(next(it)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill", "hang"])
+def test_worker_fault_is_one_fpipe_error_then_exact_resume(image_dataset, tmp_path, mode):
+    ref, key = _reference(image_dataset)
+    trigger = tmp_path / "trigger"
+    trigger.write_text("on")
+    expected = MaterializeError if mode == "raise" else WorkerError
+    got, sd, err, elapsed = _run_until_fault(
+        image_dataset, mode, trigger, key, timeout=1.5, expected=expected
+    )
+    assert got == ref[: len(got)] and len(got) <= FAULT_BATCH
+    assert elapsed < 10, f"the fault took {elapsed:.1f} s to surface"
+    if mode == "raise":
+        assert err.keys == (key,) and err.hook == "encode_sample" and err.original == "ValueError"
+        assert err.step == FAULT_BATCH and key in str(err)
+        assert "hook failed on purpose" in err.traceback and "encode_sample" in err.traceback
+        assert "hook failed on purpose" in str(err.__cause__)  # the worker's traceback
+    else:
+        assert err.worker in (0, 1) and err.pid is not None
+        assert err.reason == ("died" if mode == "kill" else "timed out")
+        assert f"worker {err.worker}" in str(err)
+        assert "SIGKILL" in str(err) if mode == "kill" else "timeout" in str(err)
+        if mode == "hang":
+            assert err.step == FAULT_BATCH and key in err.keys
+    trigger.unlink()
+    rest = _resume(image_dataset, sd, N - len(got))
+    assert got + rest == ref
+
+
+def test_fpipe_errors_survive_torch_reraise_and_pickle():
+    """torch re-raises a worker exception as ``type(err)(message)``; pickling keeps fields."""
+    err = BadSampleError("shard.tar", "s/1", "broken")
+    again = type(err)(f"Caught BadSampleError in DataLoader worker process 0.\n{err}")
+    assert isinstance(again, BadSampleError) and "broken" in str(again)
+    for e in (
+        err,
+        MaterializeError("m", hook="batch", keys=("a", "b"), step=4),
+        WorkerError("w", worker=1, pid=7, reason="died", step=2, keys=("k",)),
+    ):
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and back.__dict__ == e.__dict__ and str(back) == str(e)
+        assert isinstance(type(e)(str(e)), FpipeError)
+
+
+def test_bad_sample_keeps_its_type_and_fields_across_workers(tmp_path):
+    """A BadSampleError raised in a worker arrives as a BadSampleError with path and key."""
+    from fpipe.decode.image import ImageDecodeOptions
+    from tests.storage.helpers import jpeg_bytes, write_tar
+
+    good = jpeg_bytes(16, 16)
+    broken = good[:200] + b"\x00" * 50  # header intact (prepare accepts it), body corrupt
+    samples = [(f"{i:04d}", {"jpg": broken if i == 3 else good, "txt": b"c"}) for i in range(8)]
+    write_tar(tmp_path / "s.tar", samples)
+    fpipe.prepare_dataset(
+        tmp_path, fields={"image": "jpg", "caption": "txt"}, sample_type="CaptioningSample"
+    )
+    ds = fpipe.get_val_dataset(
+        tmp_path, batch_size=4, split="train", image_decode=ImageDecodeOptions(target_size=8)
+    )
+    with pytest.raises(BadSampleError) as info:
+        list(fpipe.get_loader(ds, num_workers=2))
+    assert info.value.key == "s/0003" and info.value.path.startswith(str(tmp_path))
+    assert "cannot decode" in info.value.reason
