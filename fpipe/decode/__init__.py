@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "AV_EXTENSIONS",
     "DEFAULT_MAX_PIXELS",
+    "DecodeLimits",
     "Decoder",
     "IMAGE_EXTENSIONS",
     "ImageDecodeOptions",
@@ -48,6 +49,7 @@ _WHERE = {
     "decode_pth": "fields",
     "decode_txt": "fields",
     "DEFAULT_MAX_PIXELS": "image",
+    "DecodeLimits": "limits",
     "IMAGE_EXTENSIONS": "extensions",
     "ImageDecodeOptions": "image",
     "decode_image": "image",

@@ -218,14 +218,13 @@ class AVDecoder:
             try:
                 if a_ranges:  # first: audio at the stream start decodes without a seek
                     out_rate = audio_sample_rate or meta.audio_sample_rate
-                    # max_samples: the hook for a cap on decoded audio (None: no cap yet)
                     a_clips, a_stamps, n_audio = decode_audio(
                         container,
                         meta,
                         a_ranges,
                         sample_rate=out_rate,
                         channels=layout,
-                        max_samples=None,
+                        max_samples=self.limits.max_audio_samples,
                         bad=self._bad,
                     )
                     self.audio_frames_decoded += n_audio

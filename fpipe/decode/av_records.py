@@ -65,6 +65,9 @@ class AVLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_duration_s: float | None = 4 * 3600.0  #: longest stream span, seconds
     max_frames: int | None = 500_000  #: most video frames in the file (and decoded per call)
     max_pixels: int | None = 7680 * 4320  #: most pixels per frame (width * height)
+    #: most audio samples per channel (at the output rate) decoded per call: 2**26 is about
+    #: 23 minutes at 48 kHz, 256 MiB of float32 per channel
+    max_audio_samples: int | None = 1 << 26
 
 
 def check_av_limits(

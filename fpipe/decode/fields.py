@@ -9,12 +9,14 @@ from __future__ import annotations
 import io
 import math
 import re
+import zipfile
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from fpipe.decode.extensions import AV_EXTENSIONS
+from fpipe.decode.limits import DEFAULT_MAX_ARRAY_BYTES, check_npy
 
 __all__ = [
     "AV_EXTENSIONS",
@@ -75,7 +77,7 @@ _NPY_HEADER = re.compile(
 )
 
 
-def _npy_fast(data: bytes) -> np.ndarray | None:
+def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
     """Decode the common ``.npy`` layout without ``np.load``'s per-call header compilation.
 
     Only numeric dtypes are accepted (no object arrays, so nothing can unpickle); anything
@@ -97,25 +99,49 @@ def _npy_fast(data: bytes) -> np.ndarray | None:
     shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
     count = math.prod(shape)
     offset = start + hlen
-    if len(data) - offset != count * dtype.itemsize:
+    if len(data) - offset != count * dtype.itemsize or (
+        max_bytes is not None and count * dtype.itemsize > max_bytes
+    ):
         return None  # truncated or padded: let np.load produce its error
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     order = "F" if m.group(2) == b"True" else "C"
     return arr.reshape(shape, order=order).copy(order="K")
 
 
-def decode_npy(data: bytes) -> np.ndarray:
-    """A ``.npy`` array; object arrays are refused (``allow_pickle=False``)."""
-    fast = _npy_fast(data)
+def decode_npy(data: bytes, *, max_bytes: int | None = DEFAULT_MAX_ARRAY_BYTES) -> np.ndarray:
+    """A ``.npy`` array; object arrays are refused (``allow_pickle=False``), and so is a header
+    declaring more than ``max_bytes`` of array data, or more than the bytes hold (checked before
+    anything is allocated)."""
+    fast = _npy_fast(data, max_bytes)
     if fast is not None:
         return fast
+    check_npy(data, max_bytes)
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-def decode_npz(data: bytes) -> dict[str, np.ndarray]:
-    """A ``.npz`` archive as a dict of arrays; object arrays are refused."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {name: z[name] for name in z.files}
+def decode_npz(
+    data: bytes, *, max_bytes: int | None = DEFAULT_MAX_ARRAY_BYTES
+) -> dict[str, np.ndarray]:
+    """A ``.npz`` archive as a dict of arrays (members not named ``*.npy`` stay bytes); object
+    arrays are refused, and so is an archive whose members declare more than ``max_bytes`` in
+    all (checked from the zip directory before anything is inflated)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        infos = zf.infolist()
+        total = sum(i.file_size for i in infos)
+        if max_bytes is not None and total > max_bytes:
+            raise ValueError(
+                f"npz members declare {total} bytes, over max_array_bytes={max_bytes} (raise it "
+                "in fpipe.decode.DecodeLimits, the task encoder's decode_limits)"
+            )
+        out: dict[str, Any] = {}
+        for info in infos:  # zipfile stops at each member's declared size and checks its CRC
+            raw = zf.read(info)
+            name = info.filename
+            if name.endswith(".npy"):
+                out[name[:-4]] = decode_npy(raw, max_bytes=max_bytes)
+            else:
+                out[name] = raw
+        return out
 
 
 def decode_pth(data: bytes) -> Any:

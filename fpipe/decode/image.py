@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "DECODE_RATIO_FLOOR",
+    "DEFAULT_MAX_DECODE_RATIO",
     "DEFAULT_MAX_PIXELS",
     "IMAGE_EXTENSIONS",
     "ImageDecodeOptions",
@@ -46,6 +48,10 @@ __all__ = [
 
 #: Default pixel-count limit (width * height) against decompression bombs.
 DEFAULT_MAX_PIXELS = 100_000_000
+#: Default of ``ImageDecodeOptions.max_decode_ratio``: pixels decoded per output pixel.
+DEFAULT_MAX_DECODE_RATIO = 1024.0
+#: Pixels that may always be decoded for a target size, whatever the ratio (4096 x 4096).
+DECODE_RATIO_FLOOR = 4096 * 4096
 
 
 _OUTS = ("pil", "numpy", "torch")
@@ -83,6 +89,10 @@ class ImageDecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
     draft: bool = True
     #: Refuse images with more pixels than this (checked from the header); ``None``: no limit.
     max_pixels: int | None = DEFAULT_MAX_PIXELS
+    #: With a target size: refuse an image that needs more than this many pixels decoded per
+    #: output pixel (after the JPEG draft reduction), beyond a floor of ``DECODE_RATIO_FLOOR``
+    #: pixels; e.g. a 10000x9999 PNG decoded for an 8x8 output. ``None``: no limit.
+    max_decode_ratio: float | None = DEFAULT_MAX_DECODE_RATIO
     #: Resampling filter name (``bilinear``, ``bicubic``, ``lanczos``, ``box``, ...).
     resample: str = "bilinear"
     #: Pillow's ``reducing_gap`` for the final resize (``None``: exact filter on all pixels).
@@ -101,6 +111,10 @@ class ImageDecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.max_pixels is not None and self.max_pixels < 1:
             raise ConfigError(f"image max_pixels must be positive or None, got {self.max_pixels}")
+        if self.max_decode_ratio is not None and not self.max_decode_ratio > 0:
+            raise ConfigError(
+                f"image max_decode_ratio must be positive or None, got {self.max_decode_ratio}"
+            )
         if self.reducing_gap is not None and self.reducing_gap < 1.0:
             raise ConfigError(f"image reducing_gap must be >= 1.0 or None, got {self.reducing_gap}")
 
@@ -121,6 +135,7 @@ def decode_image(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     resample: str = "bilinear",
     reducing_gap: float | None = None,
+    max_decode_ratio: float | None = DEFAULT_MAX_DECODE_RATIO,
     rng: np.random.Generator | None = None,
     path: str = "",
     key: str = "",
@@ -129,8 +144,8 @@ def decode_image(
 
     Args:
       data: encoded image (any format Pillow reads).
-      out, target_size, resize, crop, draft, max_pixels, resample, reducing_gap: see
-        :class:`ImageDecodeOptions`.
+      out, target_size, resize, crop, draft, max_pixels, resample, reducing_gap,
+        max_decode_ratio: see :class:`ImageDecodeOptions`.
       rng: the only source of randomness, needed for ``crop="random"``.
       path, key: where the bytes came from; named in errors.
 
@@ -139,7 +154,8 @@ def decode_image(
       (3, H, W) uint8, depending on ``out``.
 
     Raises:
-      BadSampleError: undecodable or truncated data, or more pixels than ``max_pixels``.
+      BadSampleError: undecodable or truncated data, more pixels than ``max_pixels``, or more
+        pixels to decode than ``max_decode_ratio`` allows for the target size.
       ConfigError: invalid options.
 
     Examples:
@@ -158,6 +174,7 @@ def decode_image(
         max_pixels=max_pixels,
         resample=resample,
         reducing_gap=reducing_gap,
+        max_decode_ratio=max_decode_ratio,
     )
     return decode_image_with(data, options, rng=rng, path=path, key=key)
 
@@ -175,7 +192,7 @@ def decode_image_with(
         raise ConfigError("crop='random' needs an explicit rng (numpy.random.Generator)")
     img = _open(data, options.max_pixels, path, key)
     try:
-        img = _resize(img, options, rng)
+        img = _resize(img, options, rng, path, key)
         if img.mode != "RGB":
             img = img.convert("RGB")
     except ConfigError:
@@ -219,7 +236,9 @@ def _target_hw(target_size: int | tuple[int, int]) -> tuple[int, int]:
     return int(th), int(tw)
 
 
-def _resize(img: Image.Image, o: ImageDecodeOptions, rng: np.random.Generator | None) -> Any:
+def _resize(
+    img: Image.Image, o: ImageDecodeOptions, rng: np.random.Generator | None, path: str, key: str
+) -> Any:
     if o.target_size is None:
         return img
     th, tw = _target_hw(o.target_size)
@@ -253,6 +272,16 @@ def _resize(img: Image.Image, o: ImageDecodeOptions, rng: np.random.Generator | 
         if need_w < full_w and need_h < full_h:
             img.draft("RGB", (need_w, need_h))
     w, h = img.size  # may be reduced by draft
+    if o.max_decode_ratio is not None:
+        budget = max(DECODE_RATIO_FLOOR, o.max_decode_ratio * out_w * out_h)
+        if w * h > budget:
+            raise BadSampleError(
+                path,
+                key,
+                f"image of {w}x{h} pixels to decode for a {out_w}x{out_h} output: over "
+                f"max_decode_ratio={o.max_decode_ratio:g} pixels per output pixel (floor "
+                f"{DECODE_RATIO_FLOOR}); raise it in the image decode options",
+            )
     src_box = (box[0] * w, box[1] * h, box[2] * w, box[3] * h)
     if img.mode not in ("RGB", "L"):
         img = img.convert("RGB")

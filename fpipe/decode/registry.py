@@ -12,7 +12,6 @@ defines them, so DataLoader workers (forked or spawned) see them too.
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode import fields
 from fpipe.decode.extensions import AV_EXTENSIONS, IMAGE_EXTENSIONS, is_gz, strip_gz
 from fpipe.decode.image import ImageDecodeOptions, decode_image_with
+from fpipe.decode.limits import DecodeLimits, gunzip
 
 __all__ = [
     "Decoder",
@@ -36,6 +36,7 @@ __all__ = [
 Decoder = Callable[[bytes], Any]
 
 _DEFAULT_IMAGE_OPTIONS = ImageDecodeOptions()
+_DEFAULT_LIMITS = DecodeLimits()
 
 
 def decode_image_default(data: bytes) -> Any:
@@ -126,6 +127,7 @@ def decode_field(
     key: str = "",
     image_options: ImageDecodeOptions | None = None,
     rng: np.random.Generator | None = None,
+    limits: DecodeLimits | None = None,
 ) -> Any:
     """Decode one member by its extension; any failure is a :class:`BadSampleError`.
 
@@ -136,6 +138,8 @@ def decode_field(
       image_options: options for the built-in image decoder (default: RGB CHW uint8 tensor at
         the decoded size). A custom decoder registered for an image extension ignores them.
       rng: randomness for image augmentation in decoding (``crop="random"``).
+      limits: :class:`~fpipe.decode.limits.DecodeLimits` of inflated ``.gz`` members and of
+        ``.npy`` / ``.npz`` arrays (default: ``DecodeLimits()``); over a limit is a bad sample.
 
     Examples:
       >>> decode_field("json", b'{"a": [1, {"b": 2}]}')
@@ -144,9 +148,10 @@ def decode_field(
       b'raw'
     """
     norm = _norm(ext)
+    lim = _DEFAULT_LIMITS if limits is None else limits
     try:
         if is_gz(norm) or norm == "gz":
-            data = gzip.decompress(data)
+            data = gunzip(data, lim.max_inflated_bytes)
             norm = "" if norm == "gz" else strip_gz(norm)
             if not norm:
                 return data
@@ -158,6 +163,8 @@ def decode_field(
             return decode_image_with(data, opts, rng=rng, path=path, key=key)
         if fn is fields.decode_av:
             return fields.decode_av(data, path=path, key=key)
+        if fn is fields.decode_npy or fn is fields.decode_npz:
+            return fn(data, max_bytes=lim.max_array_bytes)
         return fn(data)
     except ConfigError:
         raise

@@ -50,10 +50,13 @@ class TaskEncoder:
       cookers: :class:`fpipe.samples.Cooker` list for crude datasets (first match wins).
       image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` used when decoding images
         (``None``: the loader's option, or a full-size torch tensor).
+      decode_limits: :class:`fpipe.decode.DecodeLimits`, the size limits of inflated ``.gz``
+        members and ``.npy``/``.npz`` arrays (``None``: the loader's option, or the defaults).
     """
 
     cookers: Sequence[Any] = ()
     image_decode: Any = None
+    decode_limits: Any = None
 
     def cook_crude_sample(self, crude: Any) -> Any:
         """Turn a :class:`~fpipe.samples.CrudeSample` into a typed sample (via ``cookers``)."""

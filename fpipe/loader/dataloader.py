@@ -289,7 +289,7 @@ def get_loader(
     num_workers: int | None = None,
     prefetch_factor: int = 2,
     pin_memory: bool = False,
-    timeout: float = 0,
+    timeout: float = DEFAULT_TIMEOUT_S,
     multiprocessing_context: Any = None,
     check_consistency: bool | None = None,
 ) -> Loader:

@@ -106,6 +106,7 @@ def get_train_dataset(
     subflavors: dict | None = None,
     image_decode: Any = None,
     error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
+    decode_limits: Any = None,
     open_kwargs: dict | None = None,
     global_batch_size: int | None = None,
     distribution: str = "global",
@@ -141,6 +142,8 @@ def get_train_dataset(
       sample_type, field_map, subflavors: override dataset.yaml.
       image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` (or the encoder's).
       error_policy: ``"raise"`` or ``"skip"`` bad samples (skips are counted in the stats).
+      decode_limits: :class:`fpipe.decode.DecodeLimits` (or the encoder's ``decode_limits``):
+        size limits of inflated members and arrays; see docs/failures.md.
       global_batch_size: instead of ``batch_size``: samples per step over all data-parallel
         ranks; the per-rank batch is ``global_batch_size / world_size`` (it must divide). Keep
         it fixed when resuming on another world size.
@@ -243,6 +246,7 @@ def get_train_dataset(
         image_decode=image_decode,
         error_policy=error_policy,
         packing_buffer_size=packing_buffer_size,
+        decode_limits=decode_limits,
     )
     # With a packing buffer, recipes are buffers (the last one may be short, as in Energon) and
     # the loader batches their packs; otherwise recipes are batches.
@@ -325,6 +329,7 @@ def get_val_dataset(
     subflavors: dict | None = None,
     image_decode: Any = None,
     error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
+    decode_limits: Any = None,
     open_kwargs: dict | None = None,
     packing_buffer_size: int | None = None,
 ) -> PlannedDataset:
@@ -355,6 +360,7 @@ def get_val_dataset(
         image_decode=image_decode,
         error_policy=error_policy,
         packing_buffer_size=packing_buffer_size,
+        decode_limits=decode_limits,
     )
     recipe_size = packing_buffer_size if mat.packing else batch_size
     stages = [

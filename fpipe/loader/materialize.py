@@ -126,6 +126,7 @@ class Materializer:
         image_decode=None,
         error_policy: ErrorPolicy = ErrorPolicy.RAISE,
         packing_buffer_size: int | None = None,
+        decode_limits=None,
     ):
         from fpipe.encode.packing import check_packing_hooks
 
@@ -139,6 +140,12 @@ class Materializer:
             else getattr(task_encoder, "image_decode", None)
         )
         self.error_policy = ErrorPolicy(error_policy)
+        #: fpipe.decode.DecodeLimits (None: the task encoder's ``decode_limits``, or defaults)
+        self.decode_limits = (
+            decode_limits
+            if decode_limits is not None
+            else getattr(task_encoder, "decode_limits", None)
+        )
         self._datasets: dict[int, Any] = {}
         self._field_maps: dict[int, Any] = {}
 
@@ -208,6 +215,7 @@ class Materializer:
                 rng=LazyGenerator(skey, _COOK),
                 av_metadata=av_metadata,
                 av_limits=getattr(self.task_encoder, "av_limits", None),
+                decode_limits=self.decode_limits,
             )
         return sample, LazyGenerator(skey, _ENCODE)
 

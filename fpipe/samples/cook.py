@@ -63,6 +63,7 @@ def cook_sample(
     rng: np.random.Generator | None = None,
     av_metadata: Mapping[str, Any] | None = None,
     av_limits: Any = None,
+    decode_limits: Any = None,
 ) -> Any:
     """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
 
@@ -85,6 +86,8 @@ def cook_sample(
       av_limits: :class:`fpipe.decode.av.AVLimits` for the audio/video decoders. When given,
         a member without stored metadata is probed now (demux only, no frame decoded), so a
         corrupt file or a file over a limit raises :class:`BadSampleError` while cooking.
+      decode_limits: :class:`fpipe.decode.DecodeLimits` of inflated and array sizes (None: the
+        defaults).
 
     Raises:
       BadSampleError: a required field has no member present, or a used member is undecodable.
@@ -115,7 +118,13 @@ def cook_sample(
                     )
                 else:
                     whole = decode_field(
-                        src.ext, raw[src.ext], path=path, key=key, image_options=img_opts, rng=rng
+                        src.ext,
+                        raw[src.ext],
+                        path=path,
+                        key=key,
+                        image_options=img_opts,
+                        rng=rng,
+                        limits=decode_limits,
                     )
                 decoded[src.ext] = whole
             value = _walk(whole, src.path) if src.path else whole
@@ -194,14 +203,22 @@ class CrudeSample(dict):
         *,
         image_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
         rng: np.random.Generator | None = None,
+        limits: Any = None,
     ) -> Any:
-        """Decode member ``ext`` with the registry; errors name this sample's file and key."""
+        """Decode member ``ext`` with the registry (``limits``: a
+        :class:`fpipe.decode.DecodeLimits`); errors name this sample's file and key."""
         path, key = self.get("__path__", ""), self.get("__key__", "")
         if ext not in self:
             present = ", ".join(sorted(k for k in self if not k.startswith("__")))
             raise BadSampleError(path, key, f"missing member {ext!r} (members: {present})")
         return decode_field(
-            ext, self[ext], path=path, key=key, image_options=_image_options(image_options), rng=rng
+            ext,
+            self[ext],
+            path=path,
+            key=key,
+            image_options=_image_options(image_options),
+            rng=rng,
+            limits=limits,
         )
 
 
