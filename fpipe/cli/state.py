@@ -52,10 +52,9 @@ def _find_snapshot(obj: Any, depth: int = 0) -> bytes | None:
         return None
     if isinstance(obj, dict):
         if "fpipe_snapshot" in obj:
-            v = obj["fpipe_snapshot"]
-            if hasattr(v, "numpy"):
-                v = v.numpy().tobytes()
-            return bytes(v)
+            from fpipe.loader.state import snapshot_bytes
+
+            return snapshot_bytes(obj["fpipe_snapshot"])
         for v in obj.values():
             found = _find_snapshot(v, depth + 1)
             if found is not None:

@@ -20,7 +20,12 @@ from fpipe.core.errors import SnapshotError
 from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
 from fpipe.loader.pack_batches import PackBatcher
-from fpipe.loader.state import LoaderState, decode_loader_state, encode_loader_state
+from fpipe.loader.state import (
+    LoaderState,
+    decode_loader_state,
+    encode_loader_state,
+    snapshot_bytes,
+)
 from fpipe.loader.workers import POLL_S, iterate, run_in_worker
 from fpipe.plan.blend import blend_counters
 from fpipe.plan.stats import drop_counters
@@ -252,15 +257,16 @@ class Loader:
         return {"fpipe_snapshot": self.snapshot()}
 
     def load_state_dict(self, state_dict: dict | bytes) -> None:
-        """torch Stateful: accepts what :meth:`state_dict` returned (or the bare bytes)."""
-        if isinstance(state_dict, (bytes, bytearray)):
+        """torch Stateful: accepts what :meth:`state_dict` returned (or the bare bytes); anything
+        else is a :class:`SnapshotError` (see :func:`fpipe.loader.state.snapshot_bytes`)."""
+        if isinstance(state_dict, (bytes, bytearray, memoryview)):
             return self.restore(bytes(state_dict))
         if not isinstance(state_dict, dict) or "fpipe_snapshot" not in state_dict:
-            raise SnapshotError("expected the dict returned by Loader.state_dict()")
-        data = state_dict["fpipe_snapshot"]
-        if hasattr(data, "numpy"):  # a tensor of bytes after some checkpoint round trips
-            data = data.numpy().tobytes()
-        self.restore(bytes(data))
+            raise SnapshotError(
+                "expected the dict returned by Loader.state_dict() ({'fpipe_snapshot': bytes}) or "
+                f"the snapshot bytes, got {type(state_dict).__name__}"
+            )
+        self.restore(snapshot_bytes(state_dict["fpipe_snapshot"]))
 
     # Energon's names
     save_state_rank = snapshot

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
+from fpipe.core.errors import SnapshotError
 from fpipe.core.graph import check_restored
 from fpipe.core.pipeline import Pipeline
 from fpipe.core.records import Config, State
 from fpipe.core.snapshot import decode_state, encode_state
 
-__all__ = ["LoaderConfig", "LoaderState", "decode_loader_state", "encode_loader_state"]
+__all__ = [
+    "LoaderConfig",
+    "LoaderState",
+    "decode_loader_state",
+    "encode_loader_state",
+    "snapshot_bytes",
+]
 
 P = TypeVar("P")
 
@@ -58,3 +65,24 @@ def decode_loader_state(plan: Pipeline, data: bytes) -> Any:
     state = decode_state(_parts(plan), LoaderState[plan.source.state_type], data)
     check_restored(plan.source, state.plan)
     return state
+
+
+def snapshot_bytes(value: Any) -> bytes:
+    """The snapshot bytes in ``value``: ``bytes``, ``bytearray``, ``memoryview``, or a 1-D uint8
+    numpy array or tensor (what some checkpoint round trips turn bytes into).
+
+    Anything else raises :class:`SnapshotError` naming its type: an int would otherwise make
+    ``bytes(2**40)`` allocate a terabyte.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if hasattr(value, "numpy") and hasattr(value, "dtype"):  # a tensor, without importing torch
+        value = value.detach().cpu().numpy() if hasattr(value, "detach") else value.numpy()
+    dtype = getattr(value, "dtype", None)
+    if type(value).__module__ == "numpy" and dtype == "uint8" and value.ndim == 1:
+        return value.tobytes()
+    detail = f" with dtype {dtype} and shape {tuple(value.shape)}" if dtype is not None else ""
+    raise SnapshotError(
+        "snapshot must be bytes (or a 1-D uint8 array/tensor of them), got "
+        f"{type(value).__name__}{detail}"
+    )

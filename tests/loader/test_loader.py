@@ -144,3 +144,38 @@ def test_stats_count_the_dropped_remainder_at_the_end(image_dataset):
     assert len(list(loader)) == 9
     st = loader.stats()
     assert st.samples == 90 and st.dropped["global_remainder"] == 6
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**40, -1, "abc", 3.5, None, [1, 2], {"a": 1}],
+)
+def test_load_state_dict_refuses_non_bytes_without_allocating(image_dataset, value):
+    """``bytes(2**40)`` would allocate a terabyte: only bytes-like values are accepted."""
+    loader = build(image_dataset)
+    with pytest.raises(fpipe.core.SnapshotError, match="snapshot must be bytes"):
+        loader.load_state_dict({"fpipe_snapshot": value})
+    with pytest.raises(fpipe.core.SnapshotError, match="expected the dict"):
+        loader.load_state_dict(value)
+
+
+def test_load_state_dict_accepts_bytes_like_and_uint8_tensors(image_dataset):
+    import numpy as np
+
+    loader = build(image_dataset)
+    it = iter(loader)
+    next(it), next(it)
+    data = loader.snapshot()
+    ref = take(loader, 3)
+    for value in (
+        data,
+        bytearray(data),
+        memoryview(data),
+        torch.frombuffer(bytearray(data), dtype=torch.uint8),
+        np.frombuffer(data, np.uint8),
+    ):
+        fresh = build(image_dataset)
+        fresh.load_state_dict({"fpipe_snapshot": value})
+        assert take(fresh, 3) == ref
+    with pytest.raises(fpipe.core.SnapshotError, match="dtype"):
+        build(image_dataset).load_state_dict({"fpipe_snapshot": torch.zeros(4, dtype=torch.int64)})
