@@ -88,20 +88,25 @@ def read_snapshot_file(path: str | Path) -> bytes:
 
 def show_envelope(data: bytes) -> dict[str, Any]:
     """The envelope and plain payload of snapshot bytes, without needing the pipeline."""
-    from fpipe.core.snapshot import MAGIC, unpack, unpack_parts
+    from fpipe.core.snapshot import (
+        MAGIC,
+        _Envelope,  # the envelope's record (one definition)
+        unpack,
+        unpack_parts,
+    )
 
     if len(data) <= _CHECKSUM:
         raise SnapshotError(f"snapshot is truncated ({len(data)} bytes)")
     body, check = data[:-_CHECKSUM], data[-_CHECKSUM:]
     checksum_ok = hashlib.blake2b(body, digest_size=_CHECKSUM).digest() == check
-    try:
-        env = msgspec.msgpack.decode(body, type=list)
-    except msgspec.DecodeError as e:
+    try:  # typed: a field of the wrong type is an error here, not a traceback later
+        env = msgspec.msgpack.decode(body, type=_Envelope)
+    except msgspec.DecodeError as e:  # ValidationError included
         raise SnapshotError(f"these bytes are not an fpipe snapshot: {e}") from None
-    if len(env) != 6 or env[0] != MAGIC:
+    if env.magic != MAGIC:
         raise SnapshotError("these bytes are not an fpipe snapshot")
-    magic, fmt, order, fp, parts, payload = env
-    parts = unpack_parts(parts)
+    fmt, order, fp, payload = env.format_version, env.order_version, env.fingerprint, env.payload
+    parts = unpack_parts(env.parts)
     return {
         "bytes": len(data),
         "checksum_ok": checksum_ok,
