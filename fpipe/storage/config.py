@@ -58,8 +58,9 @@ class DatasetConfig(msgspec.Struct, frozen=True, kw_only=True):
     sample_loader: str | None = None
 
 
-class SplitConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Parsed ``split.yaml`` (same schema as Energon's)."""
+class SplitConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Parsed ``split.yaml`` (same schema as Energon's). An unknown key is refused (a typo such
+    as ``excludes:`` would otherwise train on the shards it meant to exclude)."""
 
     #: split name -> shard names (paths relative to the dataset folder, with ``.tar``).
     split_parts: dict[str, list[str]] = msgspec.field(default_factory=dict)
@@ -205,6 +206,12 @@ def split_config_from_obj(obj: Any, where: str | Path) -> SplitConfig:
     obj = obj or {}
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}: a split file must be a mapping with split_parts")
+    unknown = sorted(str(k) for k in obj if k not in SplitConfig.__struct_fields__)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} in a split file (known keys: "
+            f"{', '.join(SplitConfig.__struct_fields__)}); fix the typo, nothing was excluded"
+        )
     try:
         raw = msgspec.convert(obj, SplitConfig, strict=False)
     except msgspec.ValidationError as e:

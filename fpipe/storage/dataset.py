@@ -43,6 +43,13 @@ from fpipe.storage.tables import TableReader, table_record
 from fpipe.storage.tar_index import INDEX_DIR
 from fpipe.storage.tar_reader import TarReader
 from fpipe.storage.webdataset import is_gzip_shard
+from fpipe.storage.validate import (
+    ShardCheck,
+    array_checker,
+    check_headers,
+    check_record,
+    check_shards_unchanged,
+)
 
 __all__ = ["Dataset", "Reader", "open_dataset", "resolve_split"]
 
@@ -250,10 +257,15 @@ class Dataset:
         self._files.close()
 
 
-def _open_prepared(p: Path, max_open_files: int = 64) -> Dataset:
+def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
     index_dir = p / INDEX_DIR
     record = read_record(index_dir)
-    arrays = ArrayStore(index_dir)
+    where = str(index_dir)
+    check_record(p, record, where + "/info.yaml")
+    check_shards_unchanged(p, record, shard_check)
+    arrays = ArrayStore(index_dir, check=array_checker(record, where))
+    if record.layout == "tar":  # two .npy headers: lengths agree with the record
+        check_headers(index_dir, record, ("shard_id.npy", "keys.offsets.npy"))
     files = FileCache(max_open_files)
     if record.layout == "table":
         t = record.table
@@ -272,7 +284,7 @@ def _open_prepared(p: Path, max_open_files: int = 64) -> Dataset:
         reader,
         files,
         where=str(index_dir / "split.yaml"),
-        open_args={"max_open_files": max_open_files},
+        open_args={"max_open_files": max_open_files, "shard_check": shard_check},
     )
 
 
@@ -318,6 +330,7 @@ def _open_remote(
 def _open_energon(p: Path, max_open_files: int = 64) -> Dataset:
     meta = read_energon_meta(p)
     record = energon_record(meta)
+    check_record(p, record, str(p / ".nv-meta"))
     arrays = ArrayStore(make=energon_arrays(str(p), record))
     files = FileCache(max_open_files)
     reader = EnergonReader(str(p), record, arrays, files)
@@ -366,7 +379,9 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
         cached locally) and ``storage`` (:class:`~fpipe.storage.remote.StorageOptions` or a
         dict of its fields); for a table file: ``root`` (media folder), ``media_columns``, ``aux``
         (prepared tar dataset holding media), ``sample_type``, ``field_map``; for folders:
-        ``max_open_files`` (shard files kept open per process, default 64).
+        ``max_open_files`` (shard files kept open per process, default 64); for prepared
+        folders: ``shard_check`` (``"mtime"`` default, ``"size"`` or ``"off"``: how opening
+        checks that the shards are the ones indexed; see :data:`fpipe.storage.validate.ShardCheck`).
 
     Returns:
       A :class:`Dataset`.

@@ -46,11 +46,13 @@ PARTS_DIR = ".fpipe-parts"
 Keyframes = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def _to_index(scan: ShardScan, shard_bytes: int) -> IndexData:
+def _to_index(scan: ShardScan, shard_stat: tuple[int, int]) -> IndexData:
     keys, offsets = encode_keys(scan.keys)
     n = len(scan.keys)
     return IndexData(
-        shards=[{"name": scan.name, "samples": n, "bytes": shard_bytes}],
+        shards=[
+            {"name": scan.name, "samples": n, "bytes": shard_stat[0], "mtime_ns": shard_stat[1]}
+        ],
         shard_id=np.zeros(n, np.int32),
         keys=keys,
         key_offsets=offsets,
@@ -61,11 +63,13 @@ def _to_index(scan: ShardScan, shard_bytes: int) -> IndexData:
     )
 
 
-def _size(root: str, name: str) -> int:
+def _stat(root: str, name: str) -> tuple[int, int]:
+    """(size, mtime in ns) of a shard, recorded so that opening can tell it changed since."""
     try:
-        return os.path.getsize(os.path.join(root, name))
+        st = os.stat(os.path.join(root, name))
     except OSError:
-        return -1
+        return -1, -1
+    return st.st_size, st.st_mtime_ns
 
 
 def scan_shards(
@@ -82,9 +86,11 @@ def scan_shards(
     else:
         ex = ProcessPoolExecutor(min(workers, len(shards)), mp_context=get_context("spawn"))
         scans = ex.map(scan_shard, repeat(root), shards, repeat(opts))
+    stats = [_stat(root, name) for name in shards]  # before reading: a later change shows
     try:
-        for name, scan in zip(shards, scans):
-            datas.append(_to_index(scan, scan.size if scan.size >= 0 else _size(root, name)))
+        for name, scan, st in zip(shards, scans, stats):
+            size = scan.size if scan.size >= 0 else st[0]  # streamed from object storage
+            datas.append(_to_index(scan, (size, st[1])))
             keyframes.append((len(scan.keys), scan.keyframes))
             samples += len(scan.keys)
             bar.set_postfix_str(f"{samples:,} samples", refresh=False)

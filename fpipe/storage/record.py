@@ -39,6 +39,7 @@ class ShardEntry(msgspec.Struct, frozen=True):
     name: str  #: path relative to the dataset folder, ``/``-separated, with its suffix
     samples: int  #: samples of the shard in the index
     bytes: int = -1  #: shard file size when indexed (-1: unknown)
+    mtime_ns: int = -1  #: shard modification time when indexed, ns (-1: unknown)
 
 
 class TableLayout(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,9 +125,11 @@ class ArrayStore:
         self,
         folder: str | Path | None = None,
         make: Callable[[str], np.ndarray] | None = None,
+        check: Callable[[str, np.ndarray], None] | None = None,
     ):
         self.folder = None if folder is None else Path(folder)
         self._make = make
+        self._check = check  #: run on each array loaded from ``folder`` (see storage.validate)
         self._cache: dict[str, np.ndarray] = {}
 
     def __call__(self, name: str) -> np.ndarray:
@@ -135,6 +138,8 @@ class ArrayStore:
         if arr is None:
             if self.folder is not None:
                 arr = load_array(self.folder / name).view(np.ndarray)
+                if self._check is not None:
+                    self._check(name, arr)
             elif self._make is not None:
                 arr = self._make(name)
             else:

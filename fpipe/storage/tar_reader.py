@@ -37,13 +37,28 @@ class TarReader:
         self._array = arrays
         self._files = files
         self._stems = [shard_stem(s.name) for s in record.shards]
+        self._gz = [is_gzip_shard(s.name) for s in record.shards]  # offsets are decompressed
 
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` of sample ``i`` (WebDataset's ``__key__``)."""
         off = self._array("keys.offsets.npy")
-        raw = self._array("keys.npy")[off[i] : off[i + 1]].tobytes()
+        keys = self._array("keys.npy")
+        a, b = int(off[i]), int(off[i + 1])
+        sid = self._shard_id(i)
+        if not 0 <= a <= b <= len(keys):
+            raise BadSampleError(
+                self._record.shards[sid].name, f"#{i}", self._corrupt(f"key bytes {a}..{b}")
+            )
+        return f"{self._stems[sid]}/{keys[a:b].tobytes().decode('utf-8', 'surrogateescape')}"
+
+    def _corrupt(self, what: str) -> str:
+        return f"the index is corrupt ({what}); re-run `fpipe prepare {self.path}`"
+
+    def _shard_id(self, i: int) -> int:
         sid = int(self._array("shard_id.npy")[i])
-        return f"{self._stems[sid]}/{raw.decode('utf-8', 'surrogateescape')}"
+        if not 0 <= sid < len(self._record.shards):
+            raise BadSampleError(self.path, f"#{i}", self._corrupt(f"shard id {sid}"))
+        return sid
 
     def has_member(self, ext: str, i: int) -> bool:
         """Whether sample ``i`` has a member with extension ``ext``."""
@@ -59,14 +74,25 @@ class TarReader:
 
     def _placed(self, i: int, exts: frozenset[str] | None = None) -> list[tuple[str, int, int]]:
         """(ext, offset, size) of the members of sample ``i`` (those in ``exts``, plain or
-        ``.gz``, when given)."""
+        ``.gz``, when given), checked to lie in its shard."""
+        sid = self._shard_id(i)
+        limit = self._record.shards[sid].bytes  # member bytes must lie inside the shard
         placed = []
         for ext in self._record.members:
             if exts is not None and strip_gz(ext) not in exts:
                 continue
             off = int(self._array(f"members/{ext}.offset.npy")[i])
             if off >= 0:
-                placed.append((ext, off, int(self._array(f"members/{ext}.size.npy")[i])))
+                size = int(self._array(f"members/{ext}.size.npy")[i])
+                if size < 0 or (limit >= 0 and off + size > limit and not self._gz[sid]):
+                    raise BadSampleError(
+                        self._record.shards[sid].name,
+                        self.key(i),
+                        self._corrupt(
+                            f"member {ext!r} at {off}+{size} in a shard of {limit} bytes"
+                        ),
+                    )
+                placed.append((ext, off, size))
         return placed
 
     def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
@@ -77,16 +103,19 @@ class TarReader:
             return
         ranges = []
         for i in indices:
-            placed = self._placed(i, exts)
+            try:
+                placed = self._placed(i, exts)
+            except BadSampleError:
+                continue  # read(i) raises it, under the error policy
             if placed:
-                path = self.shard_path(int(self._array("shard_id.npy")[i]))
+                path = self.shard_path(self._shard_id(i))
                 ranges.extend((path, o, s) for o, s in _read_ranges(placed))
         fetch(ranges)
 
     def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
         """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed); only
         the members in ``exts`` when given."""
-        sid = int(self._array("shard_id.npy")[i])
+        sid = self._shard_id(i)
         placed = self._placed(i, exts)
         try:
             path = self.shard_path(sid)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fpipe.core.errors import BadSampleError
+from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.storage import open_dataset, prepare_dataset
 from tests.storage.helpers import jpeg_bytes, make_image_caption_dataset, write_tar
 
@@ -106,7 +106,11 @@ def test_read_failure_names_file_and_key(tmp_path):
     with pytest.raises(BadSampleError) as ei:
         ds.read(2)
     assert ei.value.path.endswith("shard-0000.tar") and ei.value.key == "shard-0000/000002"
+    with pytest.raises(ConfigError, match="re-run `fpipe prepare"):
+        open_dataset(tmp_path)  # opening again: the shard changed since it was indexed
     shard.unlink()
-    ds2 = open_dataset(tmp_path)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        open_dataset(tmp_path)
+    ds2 = open_dataset(tmp_path, shard_check="off")  # reads fail per sample instead
     with pytest.raises(BadSampleError, match="shard-0000/000001"):
         ds2.read(1)

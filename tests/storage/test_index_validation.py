@@ -1,0 +1,143 @@
+"""A prepared index is not trusted: opening checks its record, array lengths, shard paths and
+that the shards are the ones indexed; reads check each sample's entries."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.storage import open_dataset, prepare_dataset
+from tests.storage.helpers import make_image_caption_dataset, write_tar
+
+
+def _prepared(tmp_path, shards=3, per_shard=4, split=None):
+    make_image_caption_dataset(tmp_path, shards=shards, per_shard=per_shard)
+    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, split=split)
+    return tmp_path / ".fpipe"
+
+
+def _edit_info(index, fn):
+    path = index / "info.yaml"
+    info = yaml.safe_load(path.read_text())
+    fn(info)
+    path.write_text(yaml.safe_dump(info))
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda i: i.update(num_samples="many"), "info.yaml"),
+        (lambda i: i.update(num_samples=1_000_000), "num_samples is 1000000"),
+        (lambda i: i.update(num_samples=-1), "negative"),
+        (lambda i: i["shards"][0].update(samples="x"), "info.yaml"),
+        (lambda i: i["shards"][0].update(samples=-4), "negative"),
+        (lambda i: i.update(shards="shard-0000.tar"), "info.yaml"),
+        (lambda i: i["shards"][0].update(name="../outside.tar"), "leaves the dataset folder"),
+        (lambda i: i["shards"][0].update(name="/etc/passwd"), "leaves the dataset folder"),
+    ],
+)
+def test_bad_info_yaml_is_a_config_error(tmp_path, edit, match):
+    index = _prepared(tmp_path)
+    _edit_info(index, edit)
+    with pytest.raises(ConfigError, match=match):
+        open_dataset(tmp_path)
+
+
+def test_shard_linking_out_of_the_folder_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
+    make_image_caption_dataset(outside, shards=1, per_shard=2)
+    os.symlink(outside / "shard-0000.tar", data / "shard-0000.tar")
+    prepare_dataset(data)
+    with pytest.raises(ConfigError, match="outside the dataset folder"):
+        open_dataset(data)
+
+
+def test_short_arrays_are_refused_on_open(tmp_path):
+    index = _prepared(tmp_path)
+    np.save(index / "shard_id.npy", np.zeros(3, np.int32))  # 3 of 12
+    with pytest.raises(ConfigError, match=r"shard_id.npy: shape \(3,\)"):
+        open_dataset(tmp_path)
+
+
+def test_wrong_member_array_is_refused_when_loaded(tmp_path):
+    index = _prepared(tmp_path)
+    np.save(index / "members" / "jpg.size.npy", np.zeros(12, np.float32))
+    ds = open_dataset(tmp_path)
+    with pytest.raises(ConfigError, match="jpg.size.npy"):
+        ds.read(0)
+
+
+@pytest.mark.parametrize("what", ["negative size", "past the shard", "key offsets"])
+def test_bad_entries_are_bad_samples_not_wrong_bytes(tmp_path, what):
+    index = _prepared(tmp_path)
+    if what == "key offsets":
+        off = np.load(index / "keys.offsets.npy")
+        off[5] = off[7]  # key 5 ends before it starts
+        np.save(index / "keys.offsets.npy", off)
+    else:
+        name = "jpg.size.npy" if what == "negative size" else "jpg.offset.npy"
+        arr = np.load(index / "members" / name)
+        arr[5] = -7 if what == "negative size" else 10**9
+        np.save(index / "members" / name, arr)
+    ds = open_dataset(tmp_path)
+    ds.read(4)
+    with pytest.raises(BadSampleError, match="index is corrupt"):
+        ds.read(5) if what != "key offsets" else ds.key(5)
+
+
+def test_rewritten_or_swapped_shard_is_refused_on_open(tmp_path):
+    _prepared(tmp_path)
+    a, b = tmp_path / "shard-0000.tar", tmp_path / "shard-0001.tar"
+    ds = open_dataset(tmp_path)
+    assert ds.key(0) == "shard-0000/000000"
+    # swap two shards of the same size: keys would be delivered with other samples' bytes
+    tmp = tmp_path / "tmp.tar"
+    os.replace(a, tmp), os.replace(b, a), os.replace(tmp, b)
+    assert a.stat().st_size == b.stat().st_size
+    with pytest.raises(ConfigError, match="re-run `fpipe prepare"):
+        open_dataset(tmp_path)
+    assert len(open_dataset(tmp_path, shard_check="off")) == 12
+
+
+def test_shard_rewritten_with_the_same_length_is_refused(tmp_path):
+    samples = [(f"{i:04d}", {"txt": f"caption {i}".encode()}) for i in range(6)]
+    write_tar(tmp_path / "s.tar", samples)
+    prepare_dataset(tmp_path)
+    time.sleep(0.01)
+    write_tar(tmp_path / "s.tar", samples[::-1])  # same length, samples reordered
+    with pytest.raises(ConfigError, match="modified since it was indexed"):
+        open_dataset(tmp_path)
+    assert open_dataset(tmp_path, shard_check="size").key(0) == "s/0000"
+
+
+def test_unknown_split_key_is_refused_naming_file_and_key(tmp_path):
+    _prepared(tmp_path, split="2,1,0")
+    split = tmp_path / ".fpipe" / "split.yaml"
+    obj = yaml.safe_load(split.read_text())
+    obj["excludes"] = ["shard-0001.tar"]  # typo of exclude
+    split.write_text(yaml.safe_dump(obj))
+    with pytest.raises(ConfigError, match=r"split.yaml: unknown key 'excludes'"):
+        open_dataset(tmp_path)
+
+
+def test_opening_a_large_index_is_cheap(tmp_path):
+    """Opening reads info.yaml and two .npy headers, whatever the number of samples."""
+    index = _prepared(tmp_path, shards=1, per_shard=2)
+    n = 50_000_000  # arrays written sparse: only their headers are read on open
+    for name, length, dtype in (
+        ("shard_id.npy", n, np.int32),
+        ("keys.offsets.npy", n + 1, np.int64),
+    ):
+        np.lib.format.open_memmap(index / name, mode="w+", dtype=dtype, shape=(length,)).flush()
+    _edit_info(index, lambda i: (i.update(num_samples=n), i["shards"][0].update(samples=n)))
+    t0 = time.perf_counter()
+    ds = open_dataset(tmp_path)
+    assert len(ds) == n and time.perf_counter() - t0 < 0.5
