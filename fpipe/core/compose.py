@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Generic, TypeVar
 
-from fpipe.core.errors import ConfigError
+from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.graph import step_key, step_parts
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Source, Stage
@@ -201,6 +201,11 @@ def lift(upstream: Source, stage: Stage) -> Source:
             while True:
                 up_end, st_end, out, size, at_end = compute_block(state.up, state.st)
                 cur = state.cur
+                if cur > size:
+                    raise SnapshotError(
+                        f"snapshot state of step {stage.name!r}: cursor {cur} is past the "
+                        f"{size} outputs of its block: the snapshot was edited or corrupted"
+                    )
                 if cur < size:
                     end = cur + n
                     if end < size:

@@ -19,7 +19,6 @@ import msgspec
 from fpipe.core.errors import ConfigError
 from fpipe.core.fingerprint import fingerprint
 from fpipe.core.graph import (
-    check_restored,
     collect_stats,
     describe_steps,
     get_state,
@@ -30,6 +29,7 @@ from fpipe.core.records import Config
 from fpipe.core.rng import key
 from fpipe.core.snapshot import decode_state, encode_state
 from fpipe.core.stage import Source
+from fpipe.core.state_check import check_state
 
 __all__ = ["Pipeline", "PipelineConfig"]
 
@@ -100,7 +100,8 @@ class Pipeline(msgspec.Struct, frozen=True):
 
     def restore(self, data: bytes) -> Any:
         """The state held in snapshot bytes, after checking they belong to this pipeline (the
-        fingerprint, then each step's own ``check`` of its restored state)."""
+        fingerprint), that its values are possible and each step's own ``check`` (see
+        :mod:`fpipe.core.state_check`)."""
         state = decode_state(self.parts, self.source.state_type, data)
-        check_restored(self.source, state)
+        check_state(self.source, state, self.init())
         return state

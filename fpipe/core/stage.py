@@ -137,7 +137,8 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
       stats: optional ``own state -> {counter: int}``.
       check: optional ``own state -> None``, run on every restore; raises
         SnapshotMismatchError when restored state does not fit the source's settings in a way
-        the fingerprint leaves out on purpose (a blend's weights, named by dataset).
+        the fingerprint leaves out on purpose (a blend's weights, named by dataset), or
+        SnapshotError for a state the step can never be in (see :mod:`fpipe.core.state_check`).
       position: optional ``own state -> (epoch, refs taken)`` in the global order (see Stage).
     """
 

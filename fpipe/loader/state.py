@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from fpipe.core.errors import SnapshotError
-from fpipe.core.graph import check_restored
 from fpipe.core.pipeline import Pipeline
 from fpipe.core.records import Config, State
 from fpipe.core.snapshot import decode_state, encode_state
+from fpipe.core.state_check import check_state, check_values
 
 __all__ = [
     "LoaderConfig",
@@ -61,9 +61,11 @@ def encode_loader_state(plan: Pipeline, state: LoaderState) -> bytes:
 
 def decode_loader_state(plan: Pipeline, data: bytes) -> Any:
     """Check and decode loader snapshot bytes (see :func:`fpipe.core.snapshot.decode_state`),
-    then each plan step's own check of its restored state (a blend's weights)."""
+    then the values of the restored state and each plan step's own check of its state (see
+    :mod:`fpipe.core.state_check`)."""
     state = decode_state(_parts(plan), LoaderState[plan.source.state_type], data)
-    check_restored(plan.source, state.plan)
+    check_values(state, LoaderState(plan.init()))
+    check_state(plan.source, state.plan, plan.init())
     return state
 
 

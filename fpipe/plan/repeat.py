@@ -6,7 +6,7 @@ restore is O(1) at any step. A chunk never crosses an epoch boundary.
 
 from __future__ import annotations
 
-from fpipe.core.errors import ConfigError
+from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Source, View
 
@@ -61,6 +61,16 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
             epoch, pos = epoch + 1, 0
         return RepeatState(state.key, epoch, pos), chunk
 
+    def check(state: RepeatState) -> None:
+        ended = num_epochs is not None and state.epoch >= num_epochs
+        if ended and (state.epoch > num_epochs or state.position != 0):
+            raise SnapshotError(
+                f"epoch {state.epoch} position {state.position} is past the end of "
+                f"{num_epochs} epochs"
+            )
+        if not ended and not 0 <= state.position < max(size, 1):
+            raise SnapshotError(f"position {state.position} is outside an epoch of {size} samples")
+
     return Source(
         name=name,
         config=config,
@@ -69,6 +79,7 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
         state_type=RepeatState,
         inputs=(view,),
         split=_split,
+        check=check,
     )
 
 

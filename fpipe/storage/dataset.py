@@ -42,7 +42,6 @@ from fpipe.storage.remote import RemoteFiles, StorageOptions, is_url
 from fpipe.storage.tables import TableReader, table_record
 from fpipe.storage.tar_index import INDEX_DIR
 from fpipe.storage.tar_reader import TarReader
-from fpipe.storage.webdataset import is_gzip_shard
 from fpipe.storage.validate import (
     ShardCheck,
     array_checker,
@@ -50,6 +49,7 @@ from fpipe.storage.validate import (
     check_record,
     check_shards_unchanged,
 )
+from fpipe.storage.webdataset import is_gzip_shard
 
 __all__ = ["Dataset", "Reader", "open_dataset", "resolve_split"]
 
