@@ -191,7 +191,22 @@ def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> I
         if len(h) < _BLOCK:
             if h:
                 raise ShardError(f"truncated tar header at byte {off}", key or "")
-            break  # no end-of-archive blocks: tolerated, like tarfile
+            if key is not None:  # its members are complete: keep it, then report
+                yield key, exts, offs, sizes, content
+            end = f.tell() if file_size is None else file_size
+            if off > end:  # the last member's data is there, its zero padding is cut
+                raise ShardError(
+                    f"truncated inside the zero padding of the last member: the file ends at "
+                    f"byte {end}, the next header was due at byte {off}",
+                    key or "",
+                )
+            # tarfile tolerates a missing end-of-archive marker; a shard cut exactly at a member
+            # boundary looks the same, so it is reported (the samples read are kept)
+            raise ShardError(
+                f"no end-of-archive marker: the shard ends at byte {off}, right after a member "
+                "(truncated?)",
+                key or "",
+            )
         typ = h[156]
         if typ in (0x30, 0x00, 0x35) and h[0] and not h[345] and h[124] < 0x80 and _checksum_ok(h):
             try:

@@ -114,3 +114,21 @@ def test_read_failure_names_file_and_key(tmp_path):
     ds2 = open_dataset(tmp_path, shard_check="off")  # reads fail per sample instead
     with pytest.raises(BadSampleError, match="shard-0000/000001"):
         ds2.read(1)
+
+
+@pytest.mark.parametrize("cut", ["padding", "boundary"])
+def test_truncation_anywhere_is_reported_with_shard_and_key(tmp_path, cut):
+    """Cut inside the zero padding after a member, or exactly at a member boundary: prepare
+    keeps the complete samples and reports the shard and the last key (an empty header read
+    used to count as the end of the archive)."""
+    samples = [(f"{i:04d}", {"txt": f"caption number {i}".encode()}) for i in range(10)]
+    write_tar(tmp_path / "t.tar", samples)
+    data = (tmp_path / "t.tar").read_bytes()
+    # sample 0: header at 0, data at 512..512+len, padding to 1024; sample 1 starts at 1024
+    end = 600 if cut == "padding" else 1024
+    (tmp_path / "t.tar").write_bytes(data[:end])
+    rep = prepare_dataset(tmp_path, fields={"text": "txt"})
+    assert rep.num_samples == 1
+    (prob,) = rep.problems
+    assert prob.path == "t.tar" and prob.key == "t/0000"
+    assert ("padding" if cut == "padding" else "end-of-archive") in prob.reason
