@@ -11,7 +11,6 @@ them in order stays sequential on disk and the kernel's read-ahead applies.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import zlib
 from collections import OrderedDict
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
+from fpipe.decode.limits import DEFAULT_MAX_INFLATED_BYTES, gunzip
 
 __all__ = ["FileCache", "gunzip_member", "members_to_dict"]
 
@@ -89,11 +89,15 @@ class FileCache:
 
 
 def gunzip_member(path: str, key: str, ext: str, data: bytes) -> bytes:
-    """Decompress a ``.gz`` member; corrupt data is a :class:`BadSampleError` naming it."""
+    """Decompress a ``.gz`` member, refusing more than the default
+    ``DecodeLimits.max_inflated_bytes`` of output before producing it; corrupt or oversized
+    data is a :class:`BadSampleError` naming it."""
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as e:
-        raise BadSampleError(path, key, f"corrupt gzip member {ext!r}: {e}") from None
+        return gunzip(data, DEFAULT_MAX_INFLATED_BYTES)
+    except (OSError, EOFError, zlib.error, ValueError, MemoryError) as e:
+        raise BadSampleError(
+            path, key, f"corrupt gzip member {ext!r}: {type(e).__name__}: {e}"
+        ) from None
 
 
 def members_to_dict(

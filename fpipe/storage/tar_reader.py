@@ -8,9 +8,11 @@ apart). Gzip-compressed shards are decompressed once into ``.fpipe/decompressed/
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
+import zlib
 from pathlib import Path
 
 from fpipe.core.errors import BadSampleError
@@ -172,12 +174,24 @@ def _read_ranges(placed: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
 
 
 def _decompressed_copy(src: str, dst: Path) -> str:
-    """Decompress a gzip shard once to ``dst`` (atomic rename; safe across processes)."""
+    """Decompress a gzip shard once to ``dst`` (atomic rename; safe across processes).
+
+    A corrupt or truncated shard raises ``OSError`` (the caller makes it a bad sample) and
+    leaves no partial file behind."""
     if dst.exists():
         return str(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
-    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-    os.replace(tmp, dst)
+    try:
+        with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+        os.replace(tmp, dst)
+    except (OSError, EOFError, zlib.error) as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OSError(f"cannot decompress gzip shard {src}: {type(e).__name__}: {e}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return str(dst)

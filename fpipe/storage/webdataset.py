@@ -19,6 +19,7 @@ import io
 import os
 import re
 import tarfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -161,6 +162,24 @@ def _checksum_ok(h: bytes) -> bool:
     return sum(h) - sum(h[148:156]) + 256 == stored
 
 
+_CHUNK = 1 << 24
+
+
+def _read_bounded(read: Callable[[int], bytes], want: int) -> bytes:
+    """``read(want)`` in chunks, for streams of unknown length (a gzip shard): a header that
+    declares 2**62 bytes ends at the stream's end instead of allocating them up front."""
+    if want <= _CHUNK:
+        return read(want)
+    parts, got = [], 0
+    while got < want:
+        chunk = read(min(_CHUNK, want - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
 def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> Iterator[RawSample]:
     """Walk a tar stream and yield its samples in order.
 
@@ -186,7 +205,7 @@ def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> I
         try:
             seek(off)
             h = read(_BLOCK)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise ShardError(f"unreadable at byte {off}: {e}", key or "") from None
         if len(h) < _BLOCK:
             if h:
@@ -263,8 +282,8 @@ def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> I
             want = size if n < 0 or n > size else n
             try:
                 seek(data_off)
-                data = read(want)
-            except (OSError, EOFError, gzip.BadGzipFile) as e:
+                data = read(want) if file_size is not None else _read_bounded(read, want)
+            except (OSError, EOFError, zlib.error) as e:
                 raise ShardError(f"unreadable member {name!r}: {e}", key) from None
             if len(data) < want:
                 raise ShardError(f"truncated member {name!r}", key)

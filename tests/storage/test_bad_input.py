@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import pytest
 
@@ -132,3 +133,48 @@ def test_truncation_anywhere_is_reported_with_shard_and_key(tmp_path, cut):
     (prob,) = rep.problems
     assert prob.path == "t.tar" and prob.key == "t/0000"
     assert ("padding" if cut == "padding" else "end-of-archive") in prob.reason
+
+
+def _tar_gz_with_huge_member(path, declared: int) -> None:
+    """A .tar.gz whose second member's header declares ``declared`` bytes (base-256 size)."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for key, data in (("0000", b"first"), ("0001", b"second")):
+            info = tarfile.TarInfo(f"{key}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    raw = bytearray(buf.getvalue())
+    header = raw[1024:1536]
+    header[124:136] = b"\x80" + declared.to_bytes(11, "big")  # GNU base-256 size field
+    header[148:156] = b"        "
+    header[148:156] = f"{sum(header):06o}\0 ".encode()
+    raw[1024:1536] = header
+    path.write_bytes(gzip.compress(bytes(raw)))
+
+
+def test_tar_gz_member_declaring_2_to_62_bytes_is_reported(tmp_path):
+    _tar_gz_with_huge_member(tmp_path / "g.tar.gz", 2**62)
+    rep = prepare_dataset(tmp_path, fields={"text": "txt"})  # no MemoryError
+    assert rep.num_samples == 1
+    (prob,) = rep.problems
+    assert prob.path == "g.tar.gz" and "0001" in prob.key
+
+
+def test_corrupt_tar_gz_is_a_bad_sample_and_leaves_no_partial_copy(tmp_path):
+    write_tar(tmp_path / "z.tar", [(f"{i:04d}", {"txt": b"x" * 3000}) for i in range(6)])
+    (tmp_path / "z.tar.gz").write_bytes(gzip.compress((tmp_path / "z.tar").read_bytes()))
+    (tmp_path / "z.tar").unlink()
+    prepare_dataset(tmp_path, fields={"text": "txt"})
+    data = bytearray((tmp_path / "z.tar.gz").read_bytes())
+    data[30:80] = b"\xff" * 50  # corrupt the deflate stream, same size and mtime kept
+    st = (tmp_path / "z.tar.gz").stat()
+    (tmp_path / "z.tar.gz").write_bytes(bytes(data))
+    os.utime(tmp_path / "z.tar.gz", ns=(st.st_atime_ns, st.st_mtime_ns))
+    ds = open_dataset(tmp_path)
+    with pytest.raises(BadSampleError, match="gzip"):
+        ds.read(0)
+    left = list((tmp_path / ".fpipe").rglob("*.tmp-*"))
+    assert not left, left
