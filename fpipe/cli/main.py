@@ -16,6 +16,7 @@ from fpipe._version import __version__
 
 # sub-command name -> module in fpipe.cli that defines add_parser(subparsers) and run(args)
 COMMANDS: dict[str, str] = {
+    "check": "fpipe.cli.check",
     "demo": "fpipe.cli.demo",
     "info": "fpipe.cli.info",
     "inspect": "fpipe.cli.inspect",

@@ -1,0 +1,39 @@
+"""``fpipe check DIR``: verify every member of a dataset against its index (a full pass).
+
+Exit status 0 when everything matches, 1 when problems were found (each printed with its shard
+and sample key), 2 when the dataset cannot be opened (a malformed or stale index: the message
+says what to do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fpipe.core.errors import FpipeError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``check`` sub-command."""
+    p = sub.add_parser("check", help="verify every member against the index", description=__doc__)
+    p.add_argument("path", help="prepared dataset folder")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fpipe check``; see the module docstring for the exit status."""
+    from fpipe.storage.check import check_dataset
+
+    try:
+        rep = check_dataset(args.path, progress=not args.no_progress)
+    except (FpipeError, OSError) as e:
+        print(f"fpipe check: error: {e}", file=sys.stderr)
+        return 2
+    for shard, key, reason in rep.problems:
+        print(f"{shard}: {key or '-'}: {reason}")
+    status = "ok" if rep.ok else f"{len(rep.problems)} problem(s)"
+    print(f"{rep.path}: {rep.samples} samples in {rep.shards} shards checked: {status}")
+    return 0 if rep.ok else 1
