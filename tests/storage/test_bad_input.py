@@ -178,3 +178,5 @@ def test_corrupt_tar_gz_is_a_bad_sample_and_leaves_no_partial_copy(tmp_path):
         ds.read(0)
     left = list((tmp_path / ".fpipe").rglob("*.tmp-*"))
     assert not left, left
+    rep = prepare_dataset(tmp_path, fields={"text": "txt"})  # no zlib.error escapes prepare
+    assert rep.problems and rep.problems[0].path == "z.tar.gz"
