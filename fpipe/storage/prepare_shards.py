@@ -88,7 +88,7 @@ def scan_shards(
         scans = ex.map(scan_shard, repeat(root), shards, repeat(opts))
     stats = [_stat(root, name) for name in shards]  # before reading: a later change shows
     try:
-        for name, scan, st in zip(shards, scans, stats):
+        for scan, st in zip(scans, stats):
             size = scan.size if scan.size >= 0 else st[0]  # streamed from object storage
             datas.append(_to_index(scan, (size, st[1])))
             keyframes.append((len(scan.keys), scan.keyframes))
