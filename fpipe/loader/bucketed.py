@@ -63,6 +63,7 @@ def bucketed_dataset(path, bucket_config, bucket_window, topo, **kw) -> PlannedD
         kw["task_encoder"] or DefaultTaskEncoder(),
         image_decode=kw["image_decode"],
         error_policy=kw["error_policy"],
+        decode_limits=kw.get("decode_limits"),
     )
     plan = Pipeline(src, seed=kw["seed"])
     return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=0, buckets=table)

@@ -214,6 +214,7 @@ def get_train_dataset(
             task_encoder=task_encoder,
             image_decode=image_decode,
             error_policy=error_policy,
+            decode_limits=decode_limits,
         )
     batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
     if not repeat and num_epochs is None:
