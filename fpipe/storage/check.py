@@ -17,7 +17,7 @@ import msgspec
 
 from fpipe.core.errors import FpipeError
 from fpipe.storage.dataset import Dataset, open_dataset
-from fpipe.storage.progress import Progress
+from fpipe.storage.progress import progress_bar
 from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
 
 __all__ = ["CheckReport", "check_dataset"]
@@ -54,7 +54,7 @@ def _walk(path: str, name: str) -> tuple[dict[str, set], str | None]:
     return found, None
 
 
-def _check_tar(ds: Dataset, problems: list, bar: Progress) -> None:
+def _check_tar(ds: Dataset, problems: list, bar) -> None:
     record = ds.record
     starts = record.shard_starts()
     for sid, shard in enumerate(record.shards):
@@ -78,7 +78,7 @@ def _check_tar(ds: Dataset, problems: list, bar: Progress) -> None:
                 problems.append(
                     (shard.name, key, f"members differ from the index (ext, offset, size): {diff}")
                 )
-        bar.update(1, int(starts[sid + 1] - starts[sid]))
+        bar.update(1)
 
 
 def check_dataset(path: str | Path, *, progress: bool = True) -> CheckReport:
@@ -91,15 +91,15 @@ def check_dataset(path: str | Path, *, progress: bool = True) -> CheckReport:
     problems: list[tuple[str, str, str]] = []
     shards = len(ds.record.shards)
     if ds.layout == "tar":
-        bar = Progress(shards, "check shards", enabled=progress)
+        bar = progress_bar(shards, "check shards", enabled=progress)
         _check_tar(ds, problems, bar)
         bar.close()
-    bar = Progress(len(ds), "read samples", enabled=progress)
+    bar = progress_bar(len(ds), "read samples", unit="sample", enabled=progress)
     for i in range(len(ds)):
         try:
             ds.read(i)
         except FpipeError as e:
             problems.append((getattr(e, "path", "") or str(path), ds.key(i), str(e)))
-        bar.update(0, 1)
+        bar.update(1)
     bar.close()
     return CheckReport(str(path), len(ds), shards, tuple(problems))
