@@ -14,10 +14,26 @@ from fpipe.core.errors import FpipeError
 
 __all__ = ["add_parser", "run"]
 
+DESCRIPTION = """\
+Verify every member of a prepared dataset against its index, in one full pass: each shard's
+tar headers are walked and every indexed sample's members (extension, offset, size) compared,
+then every sample is read. Problems are listed with their shard and sample key. Exit status 0
+when everything matches, 1 when problems were found, 2 when the dataset cannot be opened (a
+malformed index, or shards changed since prepare: the message says to re-run prepare).
+
+example:
+  fpipe check data/coco
+"""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``check`` sub-command."""
-    p = sub.add_parser("check", help="verify every member against the index", description=__doc__)
+    p = sub.add_parser(
+        "check",
+        help="verify every member against the index",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("path", help="prepared dataset folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
