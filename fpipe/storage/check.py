@@ -9,8 +9,6 @@ sample. Problems are collected with the shard and the sample key, never raised o
 
 from __future__ import annotations
 
-import gzip
-import os
 from pathlib import Path
 
 import msgspec
@@ -18,7 +16,7 @@ import msgspec
 from fpipe.core.errors import FpipeError
 from fpipe.storage.dataset import Dataset, open_dataset
 from fpipe.storage.progress import progress_bar
-from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
+from fpipe.storage.webdataset import ShardError, iter_samples, open_shard, shard_stem
 
 __all__ = ["CheckReport", "check_dataset"]
 
@@ -37,14 +35,13 @@ class CheckReport(msgspec.Struct, frozen=True):
         return not self.problems
 
 
-def _walk(path: str, name: str) -> tuple[dict[str, set], str | None]:
+def _walk(root: str, name: str, storage) -> tuple[dict[str, set], str | None]:
     """Members of every sample of one shard, ``{key: {(ext, offset, size)}}``, and the error
     that stopped the walk (None when the shard was read to its end)."""
-    opener = gzip.open if is_gzip_shard(name) else open
-    size = None if is_gzip_shard(name) else os.path.getsize(path)
     found: dict[str, set] = {}
     try:
-        with opener(path, "rb") as f:
+        f, size = open_shard(root, name, storage)
+        with f:
             for key, exts, offs, sizes, _ in iter_samples(f, size, lambda ext: 0):
                 found[key] = set(zip(exts, offs, sizes))
     except ShardError as e:
@@ -58,7 +55,7 @@ def _check_tar(ds: Dataset, problems: list, bar) -> None:
     record = ds.record
     starts = record.shard_starts()
     for sid, shard in enumerate(record.shards):
-        found, error = _walk(os.path.join(ds.path, shard.name), shard.name)
+        found, error = _walk(ds.path, shard.name, ds._open_args.get("storage"))
         if error is not None:
             problems.append((shard.name, "", error))
         stem = shard_stem(shard.name) + "/"

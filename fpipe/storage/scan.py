@@ -21,10 +21,8 @@ or JSON is corrupt, or that has two members with one extension, is left out and 
 
 from __future__ import annotations
 
-import gzip
 import importlib
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +35,8 @@ from fpipe.storage import av_meta
 from fpipe.storage.config import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.reader import gunzip_member
-from fpipe.storage.remote import RemoteFiles, StorageOptions, is_url
-from fpipe.storage.webdataset import ShardError, is_gzip_shard, iter_samples, shard_stem
+from fpipe.storage.remote import StorageOptions
+from fpipe.storage.webdataset import ShardError, iter_samples, open_shard, shard_stem
 
 __all__ = ["ScanOptions", "ShardScan", "load_function", "scan_shard"]
 
@@ -256,7 +254,6 @@ def _columns(rows: list[dict[str, Any]], user: set[str]) -> dict[str, np.ndarray
 
 def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
     """Walk one shard (``root/name``) and return its index; never raises for bad data."""
-    path = os.path.join(root, name)
     stem = shard_stem(name)
     fields = None
     if opts.field_map:
@@ -270,13 +267,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
     problems: list[tuple[str, str, str]] = []
     shard_error = None
     try:
-        if is_url(root):  # streamed once through a large read buffer: a few ranged GETs
-            f, file_size = RemoteFiles(root, opts.storage).open_stream(path)
-        elif is_gzip_shard(name):
-            f, file_size = gzip.open(path, "rb"), None  # noqa: SIM115 - closed below
-        else:
-            f = open(path, "rb", buffering=1 << 14)  # noqa: SIM115 - closed below
-            file_size = os.fstat(f.fileno()).st_size
+        f, file_size = open_shard(root, name, opts.storage)
     except OSError as e:
         return ShardScan(
             name=name,

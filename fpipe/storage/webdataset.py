@@ -22,6 +22,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = [
     "RawSample",
@@ -102,6 +103,22 @@ def shard_stem(name: str) -> str:
 def is_gzip_shard(name: str) -> bool:
     """True for ``.tar.gz`` and ``.tgz`` shards."""
     return name.endswith((".tar.gz", ".tgz"))
+
+
+def open_shard(root: str, name: str, storage=None) -> tuple[BinaryIO, int | None]:
+    """Open shard ``name`` of the dataset at ``root`` (a folder or a URL) for one sequential
+    walk: ``(binary file, size in bytes or None for gzip shards)``. A shard on object storage
+    is fetched by one streamed GET into an anonymous local temporary file. Raises OSError."""
+    path = os.path.join(root, name)
+    if "://" in root:
+        from fpipe.storage.remote import RemoteFiles, is_url
+
+        if is_url(root):
+            return RemoteFiles(root, storage).open_stream(path)
+    if is_gzip_shard(name):
+        return gzip.open(path, "rb"), None  # noqa: SIM115 - the caller closes it
+    f = open(path, "rb", buffering=1 << 14)  # noqa: SIM115 - the caller closes it
+    return f, os.fstat(f.fileno()).st_size
 
 
 def list_shards(root: str | Path, patterns: list[str] | tuple[str, ...] = ()) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -242,3 +243,21 @@ def test_metadataset_blends_a_bucket_and_a_local_folder(pair, tmp_path):
     taken = loader.stats().datasets
     assert set(taken) == {"disk", "bucket"}, taken
     assert all(v["taken"] > 0 for v in taken.values()), taken
+
+
+def test_check_preview_and_info_take_a_url(s3, pair, tmp_path):
+    from fpipe.preview import save_preview
+    from fpipe.storage.check import check_dataset
+
+    _, url = pair
+    report = check_dataset(url, progress=False)
+    assert report.ok and report.samples == 24 and report.shards == 3
+    out = save_preview(url, tmp_path / "grid.png")
+    assert Path(out).stat().st_size > 0
+    # a shard deleted after prepare: check names it instead of failing on the path
+    local, _ = pair
+    gone = s3.upload(local, "fpipe-test", "check-gone")
+    prepare_dataset(gone, fields=FIELDS, sample_type="CaptioningSample")
+    s3.client().delete_object(Bucket="fpipe-test", Key="check-gone/shard-0002.tar")
+    bad = check_dataset(gone, progress=False)
+    assert not bad.ok and any("shard-0002.tar" in p[0] for p in bad.problems)
