@@ -53,6 +53,13 @@ def dataset_view(
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
     st = sample_type if sample_type is not None else cfg.sample_type
+    if field_map is None and not cfg.field_map and cfg.sample_loader and st != "CrudeSample":
+        raise ConfigError(
+            f"{path}: dataset.yaml maps fields with an Energon sample_loader "
+            f"({cfg.sample_loader}); fpipe does not run code named in data files. Set a field "
+            f"map instead: `fpipe prepare {path} --field image=jpg --field caption=txt` (or "
+            "field_map={...} here), or use sample_type='CrudeSample' with a cooker"
+        )
     if not isinstance(st, str):
         from fpipe.samples import sample_type_name
 

@@ -156,6 +156,16 @@ def _load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
 
 
+def _sample_type_of_dataset_class(cls: str) -> str:
+    """Energon's dataset class in a top-level ``__class__``: ``CrudeWebdataset`` -> crude,
+    ``CaptioningWebdataset`` (Energon's older form) -> ``CaptioningSample``."""
+    if cls in ("CrudeWebdataset", "DefaultCrudeJsonlDatasetFactory") or not cls:
+        return CRUDE
+    if cls.endswith("Webdataset"):
+        return cls[: -len("Webdataset")] + "Sample"
+    return cls
+
+
 def dataset_config_from_obj(obj: Any, where: str) -> DatasetConfig:
     """Build a :class:`DatasetConfig` from a parsed YAML mapping (fpipe or Energon form)."""
     if obj is None:
@@ -166,8 +176,8 @@ def dataset_config_from_obj(obj: Any, where: str) -> DatasetConfig:
     st = obj.get("sample_type", CRUDE)
     if isinstance(st, dict):  # Energon: {__module__: megatron.energon, __class__: CaptioningSample}
         st = st.get("__class__")
-    elif obj.get("__class__"):  # Energon crude dataset: {__module__, __class__: CrudeWebdataset}
-        st = CRUDE
+    elif obj.get("__class__"):  # Energon dataset class: {__module__, __class__: ...}
+        st = _sample_type_of_dataset_class(str(obj["__class__"]))
     if not isinstance(st, str) or not st:
         raise ConfigError(f"{where}: sample_type must be a name such as CaptioningSample")
     field_map = obj.get("field_map") or {}

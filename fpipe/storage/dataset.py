@@ -71,16 +71,16 @@ def resolve_split(
     split: SplitConfig | None,
     name: str,
     record: IndexRecord,
-    shard_id: np.ndarray,
     index_of_key,
     where: str,
 ) -> np.ndarray:
     """Sample indices of split ``name`` after excludes (all samples when ``split`` is None).
 
-    Exclude entries are a shard name, ``"<shard name>/<index within shard>"`` or a sample key
-    ``"<shard stem>/<member key>"``.
+    Shards come in the order split.yaml lists them (as Energon reads them; ``energon prepare
+    --shuffle-tars`` lists them shuffled), samples in shard order. Exclude entries are a shard
+    name, ``"<shard name>/<index within shard>"`` or a sample key ``"<shard stem>/<key>"``.
     """
-    n = len(shard_id)
+    n = record.num_samples
     if split is None:
         return np.arange(n, dtype=np.int64)
     if name not in split.split_parts:
@@ -92,21 +92,24 @@ def resolve_split(
         if s not in pos:
             raise ConfigError(f"{where}: split {name!r} names shard {s!r}, not in the index")
         ids.append(pos[s])
-    mask = np.isin(shard_id, np.asarray(ids, dtype=np.int64))
+    keep = np.ones(n, dtype=bool)
     for entry in split.exclude or ():
         if entry in pos:
-            mask[starts[pos[entry]] : starts[pos[entry] + 1]] = False
+            keep[starts[pos[entry]] : starts[pos[entry] + 1]] = False
             continue
         head, _, tail = entry.rpartition("/")
         if head in pos and tail.isdigit():
             j = starts[pos[head]] + int(tail)
             if j < starts[pos[head] + 1]:
-                mask[j] = False
+                keep[j] = False
             continue
         j = index_of_key(entry)
         if j is not None:
-            mask[j] = False
-    return np.flatnonzero(mask).astype(np.int64)
+            keep[j] = False
+    if not ids:
+        return np.zeros(0, dtype=np.int64)
+    idx = np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in ids])
+    return idx[keep[idx]]
 
 
 class Dataset:
@@ -200,10 +203,7 @@ class Dataset:
         """Sample indices of split ``name`` (all samples without a split)."""
         if isinstance(self.reader, TableReader):
             return self.reader.split_indices(name)
-        shard_id = self.column("shard_id")
-        return resolve_split(
-            self.split, name, self.record, shard_id, self.index_of_key, self._where
-        )
+        return resolve_split(self.split, name, self.record, self.index_of_key, self._where)
 
     def key(self, i: int) -> str:
         """The sample's key: ``"<shard stem>/<member key>"`` (WebDataset's ``__key__``) for

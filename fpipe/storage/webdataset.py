@@ -41,7 +41,7 @@ SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _BLOCK = 512
 _ZERO = bytes(_BLOCK)
 _META_RE = re.compile(r"(^|/)__[^/]*__($|/)")
-_RANGE_RE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_RANGE_RE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$")
 
 #: (key, [ext...], [offset_data...], [size...], {ext: bytes read}) of one sample.
 RawSample = tuple[str, list[str], list[int], list[int], dict[str, bytes]]
@@ -76,9 +76,12 @@ def expand_braces(pattern: str) -> list[str]:
     m = _RANGE_RE.match(body)
     if m:
         a, b = int(m.group(1)), int(m.group(2))
-        width = len(m.group(1)) if m.group(1).lstrip("-").startswith("0") else 0
-        step = 1 if b >= a else -1
-        options = [str(v).zfill(width) for v in range(a, b + step, step)]
+        step = abs(int(m.group(3) or 1)) or 1
+        bounds = (m.group(1).lstrip("-"), m.group(2).lstrip("-"))
+        padded = any(len(x) > 1 and x.startswith("0") for x in bounds)
+        width = max(len(m.group(1)), len(m.group(2))) if padded else 0
+        values = range(a, b + 1, step) if b >= a else range(a, b - 1, -step)
+        options = [str(v).zfill(width) for v in values]
     else:
         options, depth, cur = [], 0, ""
         for ch in body:
