@@ -196,4 +196,24 @@ def run(args: argparse.Namespace) -> int:
     )
     if report.splits:
         print("splits (shards): " + ", ".join(f"{k}={v}" for k, v in report.splits.items()))
+    if report.part is None:
+        print(_what_was_written(report, asked=args.field is not None))
     return 0
+
+
+def _what_was_written(report, asked: bool) -> str:
+    """One line on the dataset.yaml written; for a crude dataset, how to set fields."""
+    if report.sample_type and report.sample_type != "CrudeSample":
+        fields = ", ".join(
+            f"{k}={v if isinstance(v, str) else ','.join(v)}" for k, v in report.field_map.items()
+        )
+        return f"dataset.yaml: sample_type {report.sample_type}, fields {fields}"
+    members = [m for m in report.members if not m.endswith(".gz")] or ["jpg", "txt"]
+    example = " ".join(f"--field NAME={m}" for m in members[:2])
+    why = "" if asked else " (no --field given)"
+    return (
+        f"dataset.yaml: CrudeSample{why}: samples are dicts of raw members "
+        f"({', '.join(report.members)}) for your TaskEncoder's cookers. For typed samples run "
+        f"`fpipe prepare {report.path} {example} --sample-type TYPE`, "
+        "e.g. --field image=jpg --field caption=txt --sample-type CaptioningSample"
+    )

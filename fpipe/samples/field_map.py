@@ -5,8 +5,8 @@ Syntax of one entry ``field: spec``:
 - ``jpg`` — the member with that extension, decoded by its extension;
 - ``json[caption]``, ``json[a][0][b]`` — a path into the decoded member (dict keys, or list
   indexes when the value is a list); keys may be quoted: ``json["a b"]``;
-- ``[jpg, png]`` (a YAML list) — alternatives: the first member that is present (and whose path
-  resolves) is used.
+- ``[jpg, png]`` (a YAML list) or ``jpg,png`` (the command line's form, same meaning) —
+  alternatives: the first member that is present (and whose path resolves) is used.
 
 A field_map is checked when compiled (:func:`compile_field_map`), against the sample type: each
 name must be a field of it, and each field without a default must be mapped.
@@ -22,6 +22,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.samples.base import BASE_FIELDS
+from fpipe.storage.field_spec import parse_field_spec
 
 __all__ = ["FieldMap", "FieldSource", "FieldSpec", "compile_field_map", "parse_source"]
 
@@ -70,27 +71,18 @@ class FieldMap:
 
 
 def parse_source(spec: str) -> FieldSource:
-    """Parse one source such as ``"json[a][0][b]"``.
+    """Parse one source such as ``"json[a][0][b]"`` (syntax: :mod:`fpipe.storage.field_spec`).
 
     Examples:
       >>> parse_source("json[a][0][b]")
       FieldSource(ext='json', path=('a', '0', 'b'))
     """
-    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
-    if m is None or not m.group(1).strip():
+    alts = parse_field_spec(spec) if isinstance(spec, str) else ()
+    if len(alts) != 1:
         raise ConfigError(
-            f"bad field_map source {spec!r}; expected an extension like 'jpg' or a path like "
-            "'json[caption]' / 'json[a][0][b]'"
+            f"bad field_map source {spec!r}; expected one source like 'jpg' or 'json[caption]'"
         )
-    parts = []
-    for p in _PART.findall(m.group(2)):
-        p = p.strip()
-        if len(p) >= 2 and p[0] == p[-1] and p[0] in "'\"":
-            p = p[1:-1]
-        if not p:
-            raise ConfigError(f"bad field_map source {spec!r}: empty [] in the path")
-        parts.append(p)
-    return FieldSource(ext=m.group(1).strip(), path=tuple(parts))
+    return FieldSource(ext=alts[0].ext, path=alts[0].path)
 
 
 def compile_field_map(
@@ -127,12 +119,16 @@ def _compile(sample_type: type, items: tuple[tuple[str, Any], ...]) -> FieldMap:
                 f"field_map names {name!r}, which {sample_type.__name__} does not have; "
                 f"its fields: {', '.join(sorted(user))}"
             )
-        alts = (value,) if isinstance(value, str) else value
-        if not alts:
+        if not value:
             raise ConfigError(f"field_map entry {name!r} has an empty list of alternatives")
+        try:
+            alts = parse_field_spec(value)
+        except ConfigError as e:
+            raise ConfigError(f"field_map entry {name!r}: {e}") from None
         f = sfields[name]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        specs.append(FieldSpec(name, tuple(parse_source(a) for a in alts), required))
+        sources = tuple(FieldSource(ext=a.ext, path=a.path) for a in alts)
+        specs.append(FieldSpec(name, sources, required))
     mapped = {s.name for s in specs}
     missing = [
         n

@@ -9,8 +9,9 @@ Example::
     ds.read(ds.split_indices("train")[0])["jpg"][:2]   # b'\xff\xd8'
 """
 
-from fpipe.storage.config import DatasetConfig, FieldSpec, SplitConfig, parse_field_spec
+from fpipe.storage.config import DatasetConfig, SplitConfig
 from fpipe.storage.dataset import Dataset, open_dataset
+from fpipe.storage.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
 from fpipe.storage.prepare import PrepareOptions, PrepareReport, Problem, prepare_dataset
 from fpipe.storage.reader import FileCache

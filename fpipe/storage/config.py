@@ -10,7 +10,6 @@ that :mod:`fpipe.samples` resolves against its own allow-list.
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,29 +19,22 @@ import numpy as np
 import yaml
 
 from fpipe.core.errors import ConfigError
-from fpipe.decode.extensions import strip_gz
+from fpipe.storage.field_spec import field_spec_value
 from fpipe.storage.webdataset import expand_braces
 
 __all__ = [
-    "ColumnSpec",
     "DatasetConfig",
-    "FieldSpec",
     "SplitConfig",
     "build_split_config",
     "dump_yaml",
     "load_dataset_config",
     "load_split_config",
-    "parse_column",
-    "parse_field_spec",
     "parse_split_ratios",
     "split_config_from_obj",
 ]
 
 #: sample type used when none was given: raw fields, cooked by the user.
 CRUDE = "CrudeSample"
-_FIELD_RE = re.compile(r"^(?P<ext>[^\[\],]+)(?P<path>(?:\[[^\[\]]+\])*)$")
-_LEN_RE = re.compile(r"^len\((.*)\)$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 class DatasetConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,8 +42,9 @@ class DatasetConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     #: name of the typed sample, e.g. ``"CaptioningSample"``; ``"CrudeSample"`` for raw fields.
     sample_type: str = CRUDE
-    #: sample field -> member spec: ``"jpg"``, ``"jpg,png"`` (first present), ``"json[a][0]"``.
-    field_map: dict[str, str] = msgspec.field(default_factory=dict)
+    #: sample field -> source: ``"jpg"``, ``"json[a][0]"``, or alternatives ``["jpg", "png"]``
+    #: (first present wins; see :mod:`fpipe.storage.field_spec`).
+    field_map: dict[str, str | list[str]] = msgspec.field(default_factory=dict)
     #: free-form labels handed to the sample (Energon's ``subflavors``).
     subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
     #: Energon ``sample_loader`` reference, recorded but never executed by storage.
@@ -66,64 +59,6 @@ class SplitConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     split_parts: dict[str, list[str]] = msgspec.field(default_factory=dict)
     #: shard names, ``"<shard name>/<index in shard>"`` or sample keys (``"<shard stem>/<key>"``).
     exclude: list[str] = msgspec.field(default_factory=list)
-
-
-class FieldSpec(msgspec.Struct, frozen=True):
-    """One alternative of a field spec: member extension plus a JSON path inside it."""
-
-    ext: str  #: member extension, e.g. ``"jpg"`` or ``"json"``
-    path: tuple[str, ...] = ()  #: keys / list indices into the decoded JSON, empty for raw bytes
-
-    @property
-    def base_ext(self) -> str:
-        """The extension without ``.gz``: the key the member is read under."""
-        return strip_gz(self.ext)
-
-
-def parse_field_spec(spec: str) -> tuple[FieldSpec, ...]:
-    """Parse ``"jpg,png"`` or ``"json[caption][0]"`` into alternatives (first present wins).
-
-    >>> parse_field_spec("json[meta][w],txt")
-    (FieldSpec(ext='json', path=('meta', 'w')), FieldSpec(ext='txt', path=()))
-    """
-    out = []
-    for option in str(spec).split(","):
-        option = option.strip()
-        m = _FIELD_RE.match(option)
-        if not option or m is None:
-            raise ConfigError(
-                f"bad field spec {spec!r}: use 'ext', 'ext1,ext2' or 'json[key][0]', e.g. "
-                "--field caption=json[caption]"
-            )
-        path = tuple(p for p in m.group("path")[1:-1].split("][") if p) if m.group("path") else ()
-        out.append(FieldSpec(m.group("ext"), path))
-    return tuple(out)
-
-
-class ColumnSpec(msgspec.Struct, frozen=True):
-    """A user column computed from a member (usually JSON) at prepare time."""
-
-    name: str  #: column name
-    alternatives: tuple[FieldSpec, ...]  #: where the value comes from (first present wins)
-    length: bool = False  #: store ``len(value)`` instead of the value
-
-
-def parse_column(text: str) -> ColumnSpec:
-    """``"aesthetic=json[scores][aes]"`` or ``"caption_len=len(json[caption])"``."""
-    if "=" not in text:
-        raise ConfigError(f"bad column {text!r}: use NAME=json[path] or NAME=len(json[path])")
-    name, spec = (s.strip() for s in text.split("=", 1))
-    m = _LEN_RE.match(spec)
-    return ColumnSpec(
-        check_name(name, "column"), parse_field_spec(m.group(1) if m else spec), bool(m)
-    )
-
-
-def check_name(name: str, what: str) -> str:
-    """Return ``name`` if it is usable as a file-name part of the index, else raise."""
-    if not _NAME_RE.match(name):
-        raise ConfigError(f"bad {what} name {name!r}: use letters, digits, '_', '.', '-'")
-    return name
 
 
 def parse_split_ratios(text: str | tuple[float, ...] | list[float]) -> dict[str, float]:
@@ -183,9 +118,10 @@ def dataset_config_from_obj(obj: Any, where: str) -> DatasetConfig:
     field_map = obj.get("field_map") or {}
     if not isinstance(field_map, dict):
         raise ConfigError(f"{where}: field_map must map field names to member specs")
-    field_map = {str(k): str(v) for k, v in field_map.items()}
-    for spec in field_map.values():
-        parse_field_spec(spec)
+    try:
+        field_map = {str(k): field_spec_value(v) for k, v in field_map.items()}
+    except ConfigError as e:
+        raise ConfigError(f"{where}: field_map: {e}") from None
     subflavors = obj.get("subflavors") or {}
     if not isinstance(subflavors, dict):
         raise ConfigError(f"{where}: subflavors must be a mapping")

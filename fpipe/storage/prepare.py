@@ -36,6 +36,7 @@ from fpipe.storage.config import (
     load_split_config,
 )
 from fpipe.storage.energon import exclude_to_keys, is_energon, read_energon_meta
+from fpipe.storage.prepare_checks import check_fields_present, check_sample_type
 from fpipe.storage.prepare_options import (
     PrepareOptions,
     PrepareReport,
@@ -121,6 +122,7 @@ def _report(
     splits: SplitConfig | None,
     t0: float,
     part: tuple[int, int] | None = None,
+    config: DatasetConfig | None = None,
 ) -> PrepareReport:
     return PrepareReport(
         path=str(root),
@@ -135,6 +137,8 @@ def _report(
         splits={k: len(v) for k, v in (splits.split_parts if splits else {}).items()},
         elapsed_s=time.perf_counter() - t0,
         part=part,
+        sample_type=config.sample_type if config else "",
+        field_map=dict(config.field_map) if config else {},
     )
 
 
@@ -147,11 +151,22 @@ def _scan_options(opts: PrepareOptions, fmap: dict[str, str]) -> ScanOptions:
     )
 
 
-def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
-    fmap = opts.fields or {}
+def _dataset_config(existing: DatasetConfig, opts: PrepareOptions) -> DatasetConfig:
+    """dataset.yaml to write: options over what the folder had; checked against the type."""
+    fmap = opts.fields if opts.fields is not None else dict(existing.field_map)
+    kept = existing.sample_type if existing.sample_type != CRUDE else None
     config = DatasetConfig(
-        sample_type=opts.sample_type or _guess_sample_type(fmap), field_map=dict(fmap)
+        sample_type=opts.sample_type or kept or _guess_sample_type(fmap),
+        field_map=fmap,
+        subflavors=dict(opts.subflavors if opts.subflavors is not None else existing.subflavors),
+        sample_loader=existing.sample_loader,
     )
+    check_sample_type(config.sample_type, fmap, existing.sample_loader)
+    return config
+
+
+def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
+    config = _dataset_config(DatasetConfig(), opts)
     out, info, problems = write_table_index(
         p,
         root=opts.root,
@@ -172,13 +187,16 @@ def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
         members=tuple(info["table"]["media_columns"]),
         splits={},
         elapsed_s=time.perf_counter() - t0,
+        sample_type=config.sample_type,
+        field_map=dict(config.field_map),
     )
 
 
 def _prepare_part(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:
     assert opts.part is not None
-    fmap = opts.fields if opts.fields is not None else dict(src.config.field_map)
+    fmap = _dataset_config(src.config, opts).field_map
     todo = part_slice(src.shards, opts.part)
+    check_fields_present(p, todo, fmap)
     data, kf = scan_shards(str(p), todo, _scan_options(opts, fmap), opts.workers, opts.progress)
     out = write_part(p, opts.part, data, kf, {"source": src.kind, "field_map": fmap})
     return _report(p, out, data, src.kind, None, t0, opts.part)
@@ -197,11 +215,14 @@ class _Index(msgspec.Struct):
 
 def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
     """Scan every shard of ``src`` under ``root`` (a folder or a URL), or merge the parts."""
-    fmap = opts.fields if opts.fields is not None else dict(src.config.field_map)
+    config = _dataset_config(src.config, opts)
+    fmap = config.field_map
     if opts.merge:
         data, kf = merge_parts(Path(root))
         source = "merged-" + src.kind
     else:
+        if "://" not in root:  # a local folder: compare with the first shard's members
+            check_fields_present(Path(root), src.shards, fmap)
         scan = _scan_options(opts, fmap)
         data, kf = scan_shards(root, src.shards, scan, opts.workers, opts.progress)
         source = src.kind
@@ -210,14 +231,6 @@ def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
         split = src.split
     else:
         split = build_split_config(opts.split, names, opts.exclude, opts.split_seed)
-    existing = src.config
-    config = DatasetConfig(
-        sample_type=opts.sample_type
-        or (existing.sample_type if existing.sample_type != CRUDE else _guess_sample_type(fmap)),
-        field_map=fmap,
-        subflavors=dict(opts.subflavors if opts.subflavors is not None else existing.subflavors),
-        sample_loader=existing.sample_loader,
-    )
     info = {"source": source, "aliases": _aliases(data.columns, fmap), "field_map": fmap}
     return _Index(data, kf, config, split, info, source)
 
@@ -238,7 +251,7 @@ def _prepare_full(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> Pre
     _write_index(out, index)
     if opts.merge:
         shutil.rmtree(p / PARTS_DIR, ignore_errors=True)
-    return _report(p, out, index.data, index.source, index.split, t0)
+    return _report(p, out, index.data, index.source, index.split, t0, config=index.config)
 
 
 def _prepare_remote(url: str, opts: PrepareOptions, t0: float) -> PrepareReport:
@@ -257,7 +270,7 @@ def _prepare_remote(url: str, opts: PrepareOptions, t0: float) -> PrepareReport:
         with tempfile.TemporaryDirectory(prefix="fpipe-index-") as tmp:
             _write_index(Path(tmp), index)
             where = upload_index(Path(tmp), url, opts.storage or StorageOptions())
-    report = _report(Path(), Path(), index.data, index.source, index.split, t0)
+    report = _report(Path(), Path(), index.data, index.source, index.split, t0, config=index.config)
     return msgspec.structs.replace(report, path=url, index_dir=where)
 
 

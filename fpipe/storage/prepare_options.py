@@ -14,10 +14,14 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.config import ColumnSpec, SplitConfig, parse_column, parse_field_spec
+from fpipe.storage.config import SplitConfig
+from fpipe.storage.field_spec import ColumnSpec, field_spec_value, parse_column
 from fpipe.storage.remote import StorageOptions
 
-__all__ = ["PrepareOptions", "PrepareReport", "Problem", "make_options"]
+__all__ = ["FieldMapValue", "PrepareOptions", "PrepareReport", "Problem", "make_options"]
+
+#: a field map as dataset.yaml stores it: field -> source, or a list of alternatives.
+FieldMapValue = dict[str, "str | list[str]"]
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -46,6 +50,8 @@ class PrepareReport(msgspec.Struct, frozen=True, kw_only=True):
     splits: dict[str, int]  #: split name -> shards (empty for parts)
     elapsed_s: float  #: wall time
     part: tuple[int, int] | None = None  #: (i, n) when this was one part
+    sample_type: str = ""  #: sample type written to dataset.yaml ("" for a part)
+    field_map: dict[str, str | list[str]] = msgspec.field(default_factory=dict)  #: written too
 
     @property
     def samples_per_s(self) -> float:
@@ -56,7 +62,7 @@ class PrepareReport(msgspec.Struct, frozen=True, kw_only=True):
 class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
     """The checked options of one ``prepare_dataset`` call (see its docstring)."""
 
-    fields: dict[str, str] | None = None  #: field map; None: keep the existing one
+    fields: FieldMapValue | None = None  #: field map; None: keep the existing one
     split: Any = None  #: ratios text, {split: shard globs}, a SplitConfig, or None
     sample_type: str | None = None  #: None: existing, else guessed from the field names
     workers: int = 1  #: processes scanning shards
@@ -77,20 +83,26 @@ class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
     storage: StorageOptions | None = None  #: URL datasets: how to reach the bucket
 
 
-def _field_map(fields: Mapping[str, str] | Iterable[str] | None) -> dict[str, str] | None:
+def _field_map(fields: Mapping[str, Any] | Iterable[str] | None) -> FieldMapValue | None:
+    """``{"image": "jpg,png"}``, ``{"image": ["jpg", "png"]}`` or ``["image=jpg,png"]`` ->
+    ``{"image": ["jpg", "png"]}`` (one source stays a string)."""
     if fields is None:
         return None
     if isinstance(fields, Mapping):
-        out = {str(k): str(v) for k, v in fields.items()}
+        items = [(str(k), v) for k, v in fields.items()]
     else:
-        out = {}
+        items = []
         for item in fields:
             if "=" not in item:
                 raise ConfigError(f"bad field {item!r}: use NAME=SPEC, e.g. image=jpg")
             k, v = item.split("=", 1)
-            out[k.strip()] = v.strip()
-    for spec in out.values():
-        parse_field_spec(spec)
+            items.append((k.strip(), v.strip()))
+    out = {}
+    for k, v in items:
+        try:
+            out[k] = field_spec_value(v)
+        except ConfigError as e:
+            raise ConfigError(f"field {k!r}: {e}") from None
     return out
 
 

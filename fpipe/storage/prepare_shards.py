@@ -18,7 +18,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage import av_meta
-from fpipe.storage.config import parse_field_spec
+from fpipe.storage.field_spec import parse_field_spec
 from fpipe.storage.progress import progress_bar
 from fpipe.storage.scan import ScanOptions, ShardScan, scan_shard
 from fpipe.storage.tar_index import (

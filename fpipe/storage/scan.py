@@ -32,7 +32,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
 from fpipe.storage import av_meta
-from fpipe.storage.config import ColumnSpec, FieldSpec, parse_field_spec
+from fpipe.storage.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.reader import gunzip_member
 from fpipe.storage.remote import StorageOptions
@@ -46,7 +46,7 @@ _json_decode = msgspec.json.decode
 class ScanOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What to compute for every shard (plain data, sent to worker processes)."""
 
-    field_map: dict[str, str] = msgspec.field(default_factory=dict)
+    field_map: dict[str, str | list[str]] = msgspec.field(default_factory=dict)
     columns: tuple[ColumnSpec, ...] = ()
     extra_columns_fn: str | None = None  #: "module:function" called with the member dict
     probe_av: bool = True  #: probe audio/video members: stream metadata and keyframes

@@ -180,7 +180,7 @@ def test_shared_member_decoded_once():
     [
         ({"image": "jpg", "caption": "txt", "extra": "json"}, "does not have"),
         ({"image": "jpg"}, "required field"),
-        ({"image": "jpg", "caption": "json[a"}, "bad field_map source"),
+        ({"image": "jpg", "caption": "json[a"}, "bad field spec"),
         ({"image": "jpg", "caption": "json[]"}, "empty"),
         ({"image": [], "caption": "txt"}, "empty list"),
         ({"image": "jpg", "__key__": "txt", "caption": "txt"}, "does not have"),
