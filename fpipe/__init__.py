@@ -18,18 +18,50 @@ Example::
 from fpipe._version import __version__
 
 # Torch-facing names load on first use, so `import fpipe` stays fast.
+_SAMPLES = (
+    "Batch",
+    "CaptionedVideoSample",
+    "CaptioningSample",
+    "Cooker",
+    "CrudeSample",
+    "ImageClassificationSample",
+    "ImageSample",
+    "InterleavedSample",
+    "Sample",
+    "TextSample",
+    "VQASample",
+    "VidQASample",
+    "VideoTextSample",
+    "basic_sample_keys",
+)
+_ENCODE = (
+    "DefaultTaskEncoder",
+    "IgnoreSample",
+    "SkipSample",
+    "TaskEncoder",
+    "batch_list",
+    "batch_pad_stack",
+    "batch_stack",
+    "generic_batch",
+    "sample_rng",
+    "stateless",
+)
+_LOADER = (
+    "Loader",
+    "Topology",
+    "WorkerConfig",
+    "get_loader",
+    "get_savable_loader",
+    "get_train_dataset",
+    "get_val_dataset",
+)
+# Torch-facing names load on first use, so `import fpipe` stays fast. Energon's names are here
+# so that porting Energon code is one import line (see docs/energon_migration.md).
 _LAZY = {
-    "DefaultTaskEncoder": "fpipe.encode",
-    "TaskEncoder": "fpipe.encode",
-    "Batch": "fpipe.samples",
-    "Sample": "fpipe.samples",
-    "Loader": "fpipe.loader",
-    "Topology": "fpipe.loader",
-    "WorkerConfig": "fpipe.loader",
-    "get_loader": "fpipe.loader",
-    "get_savable_loader": "fpipe.loader",
-    "get_train_dataset": "fpipe.loader",
-    "get_val_dataset": "fpipe.loader",
+    **dict.fromkeys(_SAMPLES, "fpipe.samples"),
+    **dict.fromkeys(_ENCODE, "fpipe.encode"),
+    **dict.fromkeys(_LOADER, "fpipe.loader"),
+    "SampleDecoder": "fpipe.decode.sample_decoder",
     "prepare_dataset": "fpipe.storage",
     "open_dataset": "fpipe.storage",
 }

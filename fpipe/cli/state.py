@@ -1,8 +1,10 @@
 """``fpipe state show FILE``: what a loader (or plan) snapshot holds.
 
-FILE is snapshot bytes (``loader.snapshot()`` or ``loader.state_dict()["fpipe_snapshot"]``
-written to a file), or a torch checkpoint holding such a dict (``torch.save``, accelerate's
-``custom_checkpoint_N.pkl``; read with ``weights_only=True``, so no code runs).
+FILE is snapshot bytes (``loader.snapshot()`` / ``save_state_rank()`` or
+``loader.state_dict()["fpipe_snapshot"]`` written to a file), or a ``torch.save``d file holding
+them anywhere: the bytes themselves, ``state_dict()``, a checkpoint dict or list containing
+either (accelerate's ``custom_checkpoint_N.pkl`` too; read with ``weights_only=True``, so no
+code runs).
 
 Without a config it prints the envelope (versions, fingerprint, the parts and their field
 hashes, checksum) and the payload as plain nested values. With ``--config CONFIG`` (the plan
@@ -47,9 +49,24 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _is_snapshot(data: bytes) -> bool:
+    from fpipe.core.snapshot import MAGIC
+
+    return MAGIC.encode() in data[:32]
+
+
 def _find_snapshot(obj: Any, depth: int = 0) -> bytes | None:
+    """The first snapshot in a loaded checkpoint: the ``fpipe_snapshot`` entry of a
+    ``state_dict()``, or bytes (or a uint8 tensor) holding one, anywhere in dicts and lists."""
     if depth > 8:
         return None
+    if hasattr(obj, "numpy") and getattr(obj, "dtype", None) is not None:  # a byte tensor
+        try:
+            obj = obj.numpy().tobytes()
+        except (TypeError, RuntimeError):
+            return None
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj) if _is_snapshot(bytes(obj)) else None
     if isinstance(obj, dict):
         if "fpipe_snapshot" in obj:
             from fpipe.loader.state import snapshot_bytes
@@ -81,7 +98,10 @@ def read_snapshot_file(path: str | Path) -> bytes:
             raise SnapshotError(f"{path}: not a readable torch checkpoint: {e}") from None
         found = _find_snapshot(obj)
         if found is None:
-            raise SnapshotError(f"{path}: no 'fpipe_snapshot' entry in this checkpoint")
+            raise SnapshotError(
+                f"{path}: no fpipe snapshot in this checkpoint (looked for a 'fpipe_snapshot' "
+                "entry and for snapshot bytes, e.g. torch.save(loader.save_state_rank(), f))"
+            )
         return found
     return data
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import struct
 import zipfile
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "decode_npy",
     "decode_npz",
     "decode_pth",
+    "decode_tenbin",
     "decode_txt",
 ]
 
@@ -158,3 +160,46 @@ def decode_av(data: bytes, *, path: str = "", key: str = "") -> Any:
     from fpipe.decode.av import AVDecoder  # lazy: PyAV is imported only by fpipe.decode.av
 
     return AVDecoder(data, path=path, key=key)
+
+
+_TENBIN_MAGIC = b"~TenBin~"
+_TENBIN_DTYPES = {
+    "f2": "<f2", "f4": "<f4", "f8": "<f8", "i1": "i1", "i2": "<i2", "i4": "<i4", "i8": "<i8",
+    "u1": "u1", "u2": "<u2", "u4": "<u4", "u8": "<u8",
+}  # fmt: skip
+
+
+def _tenbin_chunks(data: bytes) -> list[memoryview]:
+    buf, off, out = memoryview(data), 0, []
+    while off < len(buf):
+        if bytes(buf[off : off + 8]) != _TENBIN_MAGIC:
+            raise ValueError(f"tenbin: magic bytes missing at byte {off}")
+        (n,) = struct.unpack("<q", buf[off + 8 : off + 16])
+        if n < 0 or off + 16 + n > len(buf):
+            raise ValueError(f"tenbin: chunk of {n} bytes at byte {off} runs past the end")
+        out.append(buf[off + 16 : off + 16 + n])
+        off += 16 + (n + 63) // 64 * 64
+    return out
+
+
+def decode_tenbin(data: bytes) -> list[np.ndarray]:
+    """WebDataset's tenbin (``.ten``) member: the list of arrays it holds, as
+    ``webdataset.tenbin.decode_buffer`` returns them (read-only views of the bytes).
+
+    Layout: chunks of ``b"~TenBin~"``, an int64 byte count, the bytes padded to 64; chunks
+    alternate an int64 header (dtype code such as ``f4``, info, rank, shape) and the data.
+    """
+    chunks = _tenbin_chunks(bytes(data))
+    if len(chunks) % 2:
+        raise ValueError("tenbin: a header without its data chunk")
+    out = []
+    for head, body in zip(chunks[::2], chunks[1::2]):
+        h = np.frombuffer(head, dtype="<i8")
+        code = int(h[0]).to_bytes(8, "little").rstrip(b"\x00").decode("ascii", "replace")
+        if code not in _TENBIN_DTYPES or len(h) < 3 or len(h) < 3 + int(h[2]):
+            raise ValueError(f"tenbin: unsupported dtype {code!r} or bad header")
+        shape = tuple(int(x) for x in h[3 : 3 + int(h[2])])
+        dtype = np.dtype(_TENBIN_DTYPES[code])
+        count = int(np.prod(shape, dtype=np.int64))
+        out.append(np.frombuffer(body, dtype=dtype, count=count).reshape(shape))
+    return out

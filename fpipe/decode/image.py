@@ -55,6 +55,8 @@ DECODE_RATIO_FLOOR = 4096 * 4096
 
 
 _OUTS = ("pil", "numpy", "torch")
+_MODES = ("RGB", "L", "RGBA")
+_DTYPES = ("uint8", "float32")
 _RESIZES = ("short_side", "long_side", "exact")
 _CROPS = ("center", "random", "none")
 _RESAMPLE = {
@@ -97,12 +99,19 @@ class ImageDecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
     resample: str = "bilinear"
     #: Pillow's ``reducing_gap`` for the final resize (``None``: exact filter on all pixels).
     reducing_gap: float | None = None
+    #: Channels: ``"RGB"`` (3), ``"L"`` (grey: a 2-D array / tensor) or ``"RGBA"`` (4).
+    mode: str = "RGB"
+    #: ``"uint8"`` (0..255) or ``"float32"`` (0..1, WebDataset's and Energon's ``torchrgb``);
+    #: ignored for ``out="pil"``.
+    dtype: str = "uint8"
 
     def __post_init__(self) -> None:
         _check_choice("out", self.out, _OUTS)
         _check_choice("resize", self.resize, _RESIZES)
         _check_choice("crop", self.crop, _CROPS)
         _check_choice("resample", self.resample, tuple(_RESAMPLE))
+        _check_choice("mode", self.mode, _MODES)
+        _check_choice("dtype", self.dtype, _DTYPES)
         ts = self.target_size
         sizes = (ts,) if isinstance(ts, int) else (() if ts is None else tuple(ts))
         if ts is not None and (len(sizes) not in (1, 2) or any(int(s) < 1 for s in sizes)):
@@ -193,13 +202,13 @@ def decode_image_with(
     img = _open(data, options.max_pixels, path, key)
     try:
         img = _resize(img, options, rng, path, key)
-        if img.mode != "RGB":
-            img = img.convert("RGB")
+        if img.mode != options.mode:
+            img = img.convert(options.mode)
     except ConfigError:
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise BadSampleError(path, key, f"cannot decode image: {error_text(e)}") from e
-    return _to_out(img, options.out)
+    return _to_out(img, options.out, options.dtype)
 
 
 def image_size(data: bytes, *, path: str = "", key: str = "") -> tuple[int, int]:
@@ -283,8 +292,8 @@ def _resize(
                 f"{DECODE_RATIO_FLOOR}); raise it in the image decode options",
             )
     src_box = (box[0] * w, box[1] * h, box[2] * w, box[3] * h)
-    if img.mode not in ("RGB", "L"):
-        img = img.convert("RGB")
+    if img.mode not in ("RGB", "L", "RGBA"):
+        img = img.convert("RGBA" if o.mode == "RGBA" else "RGB")
     if (out_w, out_h) == (w, h) and src_box == (0.0, 0.0, float(w), float(h)):
         return img
     return img.resize(
@@ -292,15 +301,18 @@ def _resize(
     )
 
 
-def _to_out(img: Image.Image, out: str) -> Any:
+def _to_out(img: Image.Image, out: str, dtype: str = "uint8") -> Any:
     if out == "pil":
         return img
     arr = np.asarray(img)
+    if dtype == "float32":
+        arr = arr.astype(np.float32) / np.float32(255.0)
     if out == "numpy":
         return arr.copy() if not arr.flags.writeable else arr
     import torch  # lazy: decode must not import torch at import time
 
-    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+    chw = np.ascontiguousarray(arr.transpose(2, 0, 1) if arr.ndim == 3 else arr)
+    return torch.from_numpy(chw if chw.flags.writeable else chw.copy())
 
 
 def psnr(a: Any, b: Any, *, max_value: float = 255.0) -> float:

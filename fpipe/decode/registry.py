@@ -57,6 +57,8 @@ def _builtins() -> dict[str, Decoder]:
     table["npy"] = fields.decode_npy
     table["npz"] = fields.decode_npz
     table["pth"] = fields.decode_pth
+    for ext in ("ten", "tb"):  # WebDataset's tenbin
+        table[ext] = fields.decode_tenbin
     for ext in IMAGE_EXTENSIONS:
         table[ext] = decode_image_default
     for ext in AV_EXTENSIONS:

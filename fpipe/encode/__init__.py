@@ -12,10 +12,31 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fpipe.encode.collate import collate, collate_samples, pad_stack, pad_stack_lengths
+    from fpipe.encode.hooks import (
+        IgnoreSample,
+        SkipSample,
+        batch_list,
+        batch_pad_stack,
+        batch_stack,
+        generic_batch,
+        sample_rng,
+        stateless,
+    )
     from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
     from fpipe.encode.varlen import VarlenPack, stack_varlen, varlen_pack
 
+_HOOKS = (
+    "IgnoreSample",
+    "SkipSample",
+    "batch_list",
+    "batch_pad_stack",
+    "batch_stack",
+    "generic_batch",
+    "sample_rng",
+    "stateless",
+)
 _LAZY = {
+    **dict.fromkeys(_HOOKS, "fpipe.encode.hooks"),
     "DefaultTaskEncoder": "fpipe.encode.task_encoder",
     "TaskEncoder": "fpipe.encode.task_encoder",
     "VarlenPack": "fpipe.encode.varlen",
@@ -29,13 +50,21 @@ _LAZY = {
 
 __all__ = [
     "DefaultTaskEncoder",
+    "IgnoreSample",
+    "SkipSample",
     "TaskEncoder",
     "VarlenPack",
+    "batch_list",
+    "batch_pad_stack",
+    "batch_stack",
     "collate",
     "collate_samples",
+    "generic_batch",
     "pad_stack",
     "pad_stack_lengths",
+    "sample_rng",
     "stack_varlen",
+    "stateless",
     "varlen_pack",
 ]
 

@@ -31,10 +31,11 @@ _POSTENCODE = 2  # fold_in tag of postencode_sample's rng (0 and 1: cook and enc
 
 
 def _overrides(enc: Any, name: str) -> bool:
-    from fpipe.encode.task_encoder import TaskEncoder
+    from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
 
     mine = getattr(type(enc), name, None)
-    return mine is not None and mine is not getattr(TaskEncoder, name, None)
+    defaults = (getattr(TaskEncoder, name, None), getattr(DefaultTaskEncoder, name, None))
+    return mine is not None and all(mine is not d for d in defaults)
 
 
 def check_packing_hooks(enc: Any, packing_buffer_size: int | None) -> bool:

@@ -19,6 +19,13 @@ Every hook must be a pure function of its inputs: randomness only from the ``rng
 (a ``numpy.random.Generator`` built from the sample's key), so re-materializing a recipe after a
 restore, in any worker, gives identical tensors.
 
+Energon's forms work as written: ``DefaultTaskEncoder[TSample, TEncoded, TRawBatch, TBatch]``,
+``super().__init__(batch_type=..., raw_batch_type=..., encoded_sample_type=...)``, a
+``decoder = SampleDecoder(image_decode="torchrgb")`` class attribute, and the one-argument
+hooks ``encode_sample(self, sample)`` / ``preencode_sample`` / ``postencode_sample``: such a hook
+reaches the sample's generator with :func:`fpipe.sample_rng() <fpipe.encode.hooks.sample_rng>`
+(the same generator the two-argument form gets as ``rng``).
+
 Example:
     >>> from dataclasses import dataclass
     >>> from fpipe.samples import TextSample
@@ -33,17 +40,69 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode.hooks import _RNG, generic_batch
 
-__all__ = ["DefaultTaskEncoder", "TaskEncoder"]
+__all__ = ["DefaultTaskEncoder", "TaskEncoder", "image_options"]
+
+T_sample = TypeVar("T_sample")
+T_encoded_sample = TypeVar("T_encoded_sample")
+T_raw_batch = TypeVar("T_raw_batch")
+T_batch = TypeVar("T_batch")
+
+#: hooks that take a sample and may be written with or without the ``rng`` argument.
+_SAMPLE_HOOKS = ("encode_sample", "preencode_sample", "postencode_sample")
 
 
-class TaskEncoder:
+def _takes_rng(fn: Any) -> bool:
+    """Whether a hook is written ``(self, sample, rng)`` (fpipe) rather than ``(self, sample)``."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+def _sample_hook(fn: Any) -> Any:
+    """Wrap a user hook so that both call forms work and :func:`sample_rng` sees its rng."""
+    takes_rng = _takes_rng(fn)
+
+    @functools.wraps(fn)
+    def hook(self, sample, rng=None):
+        if rng is None:
+            rng = _RNG.get()
+        token = _RNG.set(rng)
+        try:
+            return fn(self, sample, rng) if takes_rng else fn(self, sample)
+        finally:
+            _RNG.reset(token)
+
+    hook.__fpipe_hook__ = True
+    return hook
+
+
+def image_options(task_encoder: Any) -> Any:
+    """Image decode options of a task encoder: ``image_decode``, else its Energon ``decoder``
+    (:class:`~fpipe.decode.sample_decoder.SampleDecoder`), else None (the loader's default)."""
+    opts = getattr(task_encoder, "image_decode", None)
+    if opts is None:
+        decoder = getattr(task_encoder, "decoder", None)
+        opts = getattr(decoder, "image_options", None)
+    return opts
+
+
+class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     """Base of task encoders: every hook has a default, override what the task needs.
 
     Attributes:
@@ -57,6 +116,15 @@ class TaskEncoder:
     cookers: Sequence[Any] = ()
     image_decode: Any = None
     decode_limits: Any = None
+    #: Energon's ``decoder = SampleDecoder(image_decode="torchrgb")`` (see ``image_options``).
+    decoder: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _SAMPLE_HOOKS:  # Energon's one-argument hooks, and sample_rng() in both
+            fn = cls.__dict__.get(name)
+            if callable(fn) and not getattr(fn, "__fpipe_hook__", False):
+                setattr(cls, name, _sample_hook(fn))
 
     def cook_crude_sample(self, crude: Any) -> Any:
         """Turn a :class:`~fpipe.samples.CrudeSample` into a typed sample (via ``cookers``)."""
@@ -118,5 +186,73 @@ class TaskEncoder:
         return map_tensors(batch, lambda t: t.pin_memory())
 
 
-class DefaultTaskEncoder(TaskEncoder):
-    """The task encoder used when none is given: samples pass through, ``batch`` collates."""
+def _convert(value: Any, target: type | None) -> Any:
+    """Energon's conversion of a sample or batch to ``target`` by field names."""
+    if target is None or isinstance(value, target):
+        return value
+    if dataclasses.is_dataclass(value):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        fields = value._asdict()
+    elif isinstance(value, dict):
+        fields = dict(value)
+    else:
+        raise ConfigError(f"cannot convert {type(value).__name__} to {target.__name__}")
+    if issubclass(target, dict):
+        return fields
+    names = (
+        {f.name for f in dataclasses.fields(target)}
+        if dataclasses.is_dataclass(target)
+        else (set(getattr(target, "_fields", ())))
+    )
+    return target(**{k: v for k, v in fields.items() if k in names})
+
+
+class DefaultTaskEncoder(
+    TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_batch],
+    Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch],
+):
+    """The task encoder used when none is given: samples pass through, ``batch`` collates.
+
+    Args (keyword-only, Energon's): ``encoded_sample_type``, ``raw_batch_type``,
+    ``batch_type``: when set, ``encode_sample`` / ``batch`` / ``encode_batch`` return that type,
+    fields mapped by name (``raw_batch_type.from_samples(samples)`` when it has it).
+    """
+
+    def __init__(
+        self,
+        *,
+        encoded_sample_type: type | None = None,
+        raw_batch_type: type | None = None,
+        batch_type: type | None = None,
+    ):
+        self._encoded_sample_type = encoded_sample_type
+        self._raw_batch_type = raw_batch_type
+        self._batch_type = batch_type
+
+    def encode_sample(self, sample: Any, rng: np.random.Generator | None = None) -> Any:
+        """Preencode then postencode, then convert to ``encoded_sample_type`` if set."""
+        out = self.postencode_sample(self.preencode_sample(sample, rng), rng)
+        return _convert(out, getattr(self, "_encoded_sample_type", None))
+
+    def batch(self, samples: list[Any]) -> Any:
+        """Collate (pad+stack tensors, lists for the rest) into ``raw_batch_type`` if set, else
+        into the samples' own type."""
+        target = getattr(self, "_raw_batch_type", None)
+        if target is None:
+            return super().batch(samples)
+        if hasattr(target, "from_samples"):
+            return target.from_samples(samples)
+        if dataclasses.is_dataclass(samples[0]):
+            names = [f.name for f in dataclasses.fields(samples[0]) if f.init]
+            fields = {n: generic_batch([getattr(s, n) for s in samples]) for n in names}
+        else:
+            fields = {k: generic_batch([s[k] for s in samples]) for k in samples[0]}
+        return _convert(fields, target)
+
+    def encode_batch(self, batch: Any) -> Any:
+        """Convert to ``batch_type`` if set (and different from ``raw_batch_type``)."""
+        target = getattr(self, "_batch_type", None)
+        if target is None or target is getattr(self, "_raw_batch_type", None):
+            return batch
+        return _convert(batch, target)

@@ -272,6 +272,27 @@ class Loader:
     save_state_rank = snapshot
     restore_state_rank = restore
 
+    def save_state_global(self, global_dst_rank: int = 0) -> list[bytes] | None:
+        """Energon's collective save: every rank's state gathered on ``global_dst_rank`` (a list
+        by rank there, None on the others; ``[state]`` without torch.distributed)."""
+        from fpipe.loader.topology import gather_states
+
+        return gather_states(self.snapshot(), global_dst_rank, self.dataset.topology)
+
+    def restore_state_global(self, state: Any, *, src_rank: int | None = None) -> None:
+        """Energon's collective restore of what :meth:`save_state_global` returned: every rank
+        passes the list (``src_rank=None``), or only ``src_rank`` does and it is scattered."""
+        from fpipe.loader.topology import scatter_state
+
+        self.restore(scatter_state(state, src_rank, self.dataset.topology))
+
+    def __enter__(self) -> Loader:
+        """``with get_loader(ds) as loader:`` (Energon's form); workers end with iteration."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
     def stats(self) -> LoaderStats:
         """The global position (epoch, refs of the global order taken: identical on every rank
         in global mode), this rank's delivered batches and samples, skipped samples, the plan's

@@ -248,10 +248,13 @@ def get_train_dataset(
         error_policy=error_policy,
         packing_buffer_size=packing_buffer_size,
         decode_limits=decode_limits,
+        unbatched=batch_size is None,
     )
+    if batch_size is None and mat.packing:
+        raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
     # With a packing buffer, recipes are buffers (the last one may be short, as in Energon) and
     # the loader batches their packs; otherwise recipes are batches.
-    recipe_size = packing_buffer_size if mat.packing else batch_size
+    recipe_size = packing_buffer_size if mat.packing else (batch_size or 1)
     recipe_drop_last = drop_last and not mat.packing
     if distribution == "global":  # per-rank mode has no distribute stage
         stages.append(
@@ -273,7 +276,7 @@ def get_train_dataset(
         plan=plan,
         materializer=mat,
         topology=topo,
-        batch_size=batch_size,
+        batch_size=batch_size or 1,
         distribution=distribution,
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=drop_last,
@@ -300,10 +303,13 @@ def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tupl
     return tuple(out)
 
 
-def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int:
-    """Issue 5: the per-rank batch from ``batch_size`` or ``global_batch_size``."""
-    if (batch_size is None) == (global_batch_size is None):
-        raise ConfigError("give exactly one of batch_size (per rank) and global_batch_size")
+def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int | None:
+    """The per-rank batch from ``batch_size`` or ``global_batch_size``; None when both are
+    None (Energon's ``batch_size=None``: unbatched samples)."""
+    if batch_size is not None and global_batch_size is not None:
+        raise ConfigError("give only one of batch_size (per rank) and global_batch_size")
+    if batch_size is None and global_batch_size is None:
+        return None
     if batch_size is not None:
         return batch_size
     if global_batch_size < 1 or global_batch_size % world_size:
@@ -319,7 +325,7 @@ def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int:
 def get_val_dataset(
     path: str | os.PathLike,
     *,
-    batch_size: int,
+    batch_size: int | None,
     task_encoder: Any = None,
     split: str = "val",
     limit: int | None = None,
@@ -362,8 +368,11 @@ def get_val_dataset(
         error_policy=error_policy,
         packing_buffer_size=packing_buffer_size,
         decode_limits=decode_limits,
+        unbatched=batch_size is None,  # Energon's batch_size=None: one sample per recipe
     )
-    recipe_size = packing_buffer_size if mat.packing else batch_size
+    if batch_size is None and mat.packing:
+        raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
+    recipe_size = packing_buffer_size if mat.packing else (batch_size or 1)
     stages = [
         distribute(
             recipe_size * topo.world_size,
@@ -379,7 +388,7 @@ def get_val_dataset(
         plan=plan,
         materializer=mat,
         topology=topo,
-        batch_size=batch_size,
+        batch_size=batch_size or 1,
         packing_buffer_size=packing_buffer_size if mat.packing else None,
         drop_last=False,
         datasets=names,

@@ -127,18 +127,20 @@ class Materializer:
         error_policy: ErrorPolicy = ErrorPolicy.RAISE,
         packing_buffer_size: int | None = None,
         decode_limits=None,
+        unbatched: bool = False,
     ):
         from fpipe.encode.packing import check_packing_hooks
+        from fpipe.encode.task_encoder import image_options
 
         self.sources = list(sources)
         self.task_encoder = task_encoder
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
         self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
         self.image_decode = (
-            image_decode
-            if image_decode is not None
-            else getattr(task_encoder, "image_decode", None)
+            image_decode if image_decode is not None else image_options(task_encoder)
         )
+        #: ``batch_size=None`` (Energon): each recipe is one sample, returned without batch().
+        self.unbatched = unbatched
         self.error_policy = ErrorPolicy(error_policy)
         #: fpipe.decode.DecodeLimits (None: the task encoder's ``decode_limits``, or defaults)
         self.decode_limits = (
@@ -246,6 +248,8 @@ class Materializer:
         return tuple(self.key(d, i) for d, i in zip(refs.dataset.tolist(), refs.index.tolist()))
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
+        from fpipe.encode.hooks import SkipSample, using_sample_rng
+
         enc = self.task_encoder
         if recipe.shape:  # a bucket's batch: every sample gets the bucket's shape
             enc = enc.for_bucket(recipe.shape)
@@ -265,16 +269,19 @@ class Materializer:
             crude = self.sources[d].sample_type in ("CrudeSample", "crude")
             hook = "cook_crude_sample" if crude else "read/cook"
             try:
-                sample, rng = self.sample(d, i, e, skey)
-                # Lazy fields (video frames) are decoded inside the encoder: their failures
-                # are bad input too, and go through the same policy.
-                if packing:
-                    hook = getattr(pre_pack, "__name__", "preencode_sample")
-                    samples.append(pre_pack(sample, rng))
-                else:
-                    hook = "encode_sample"
-                    samples.append(enc.encode_sample(sample, rng))
+                with using_sample_rng(LazyGenerator(skey, _ENCODE)):  # fpipe.sample_rng()
+                    sample, rng = self.sample(d, i, e, skey)
+                    # Lazy fields (video frames) are decoded inside the encoder: their failures
+                    # are bad input too, and go through the same policy.
+                    if packing:
+                        hook = getattr(pre_pack, "__name__", "preencode_sample")
+                        samples.append(pre_pack(sample, rng))
+                    else:
+                        hook = "encode_sample"
+                        samples.append(enc.encode_sample(sample, rng))
                 kept.append(pos)
+            except SkipSample:  # the task encoder's decision: always skipped, and counted
+                skipped_keys.append(f"{self.sources[d].path}:#{i}: SkipSample")
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
@@ -288,6 +295,8 @@ class Materializer:
         try:
             if packing:  # the loader batches the packs (a batch may take packs of two buffers)
                 packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
+            elif samples and self.unbatched:
+                batch = samples[0]
             elif samples:
                 if "pack" in refs.columns:  # packs chosen in the plan tier
                     from fpipe.encode.packing import pack_planned
@@ -297,6 +306,8 @@ class Materializer:
                 out = enc.batch(samples)
                 hook = "encode_batch"
                 batch = enc.encode_batch(out)
+        except SkipSample:
+            skipped_keys.extend(f"batch {recipe.step}: SkipSample" for _ in samples)
         except FpipeError:
             raise
         except Exception as err:

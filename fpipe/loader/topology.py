@@ -107,7 +107,7 @@ class Topology(msgspec.Struct, frozen=True):
         return cls(num_workers=num_workers, data_parallel_group=data_parallel_group)
 
     @classmethod
-    def default_worker_config(cls, num_workers: int = 0, data_parallel_group=None) -> Topology:
+    def default_worker_config(cls, num_workers: int = 4, data_parallel_group=None) -> Topology:
         """Energon's spelling of :meth:`from_env`."""
         return cls.from_env(num_workers=num_workers, data_parallel_group=data_parallel_group)
 
@@ -117,3 +117,39 @@ class Topology(msgspec.Struct, frozen=True):
 
 
 WorkerConfig = Topology
+
+
+def _distributed(topo: Topology) -> bool:
+    dist = _dist()
+    return dist is not None and topo.world_size > 1
+
+
+def gather_states(state: bytes, dst: int, topo: Topology) -> list[bytes] | None:
+    """Every rank's ``state`` as a list by rank on global rank ``dst``, None on the others;
+    ``[state]`` without torch.distributed (a collective: every rank must call it)."""
+    if not _distributed(topo):
+        return [state]
+    dist = _dist()
+    group = topo.data_parallel_group
+    out = [None] * topo.world_size if dist.get_rank() == dst else None
+    dist.gather_object(state, out, dst=dst, group=group)
+    return out
+
+
+def scatter_state(states: Any, src: int | None, topo: Topology) -> bytes:
+    """This rank's state from :func:`gather_states`' list: taken by rank from the list every
+    rank holds (``src=None``), or scattered from rank ``src`` (a collective)."""
+    if states is not None and not isinstance(states, (list, tuple)):
+        return bytes(states)  # one rank's bytes
+    if src is None or not _distributed(topo):
+        if states is None or len(states) != topo.world_size:
+            n = "None" if states is None else len(states)
+            raise ConfigError(
+                f"restore_state_global: expected a list of {topo.world_size} rank states, got {n}"
+            )
+        return bytes(states[topo.rank])
+    dist = _dist()
+    out = [None]
+    mine = list(states) if dist.get_rank() == src else None
+    dist.scatter_object_list(out, mine, src=src, group=topo.data_parallel_group)
+    return bytes(out[0])

@@ -47,10 +47,11 @@ def collapse_in_order(names: list[str]) -> list[str]:
             out.append(name)
             continue
         head, num, tail = m.groups()
-        if run and (head, tail) == (run[-1][0], run[-1][2]) and len(num) == len(run[-1][1]):
-            if int(num) == int(run[-1][1]) + 1:
-                run.append((head, num, tail))
-                continue
+        prev = run[-1] if run else None
+        same_run = prev and (head, tail, len(num)) == (prev[0], prev[2], len(prev[1]))
+        if same_run and int(num) == int(prev[1]) + 1:
+            run.append((head, num, tail))
+            continue
         flush()
         run.append((head, num, tail))
     flush()

@@ -1,0 +1,172 @@
+"""Helpers for task-encoder hooks, under Megatron-Energon's names.
+
+- :func:`sample_rng`: the ``numpy.random.Generator`` of the sample being encoded, for hooks
+  written with Energon's one-argument signature ``encode_sample(self, sample)``. It is keyed by
+  the sample (dataset, index, epoch), so re-materializing the sample after a restore, in any
+  worker, draws the same numbers. Hooks written as ``encode_sample(self, sample, rng)`` get the
+  same generator as ``rng``.
+- :func:`stateless`: Energon's decorator. Every fpipe hook already is stateless (the loader's
+  state is the plan's), so it only marks the function; ``restore_seeds=True`` also seeds the
+  global ``random``, ``numpy.random`` and ``torch`` generators from :func:`sample_rng` around the
+  call (for augmentations that draw from them, e.g. torchvision transforms) and restores them
+  afterwards.
+- :class:`SkipSample` (and Energon's older name :data:`IgnoreSample`): raise it in a hook to
+  leave the sample (or, from ``batch`` / ``encode_batch``, the batch) out. It is counted in
+  ``loader.stats().skipped``; the same samples are skipped on every run and after a restore.
+- :func:`batch_list`, :func:`batch_stack`, :func:`batch_pad_stack`, :func:`generic_batch`:
+  Energon's batching helpers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fpipe.core.errors import ConfigError
+
+__all__ = [
+    "IgnoreSample",
+    "SkipSample",
+    "batch_list",
+    "batch_pad_stack",
+    "batch_stack",
+    "generic_batch",
+    "sample_rng",
+    "stateless",
+    "using_sample_rng",
+]
+
+_RNG: contextvars.ContextVar[Any] = contextvars.ContextVar("fpipe_sample_rng", default=None)
+
+
+class SkipSample(Exception):  # noqa: N818 - Energon's name
+    """Raise in any task-encoder hook to skip the current sample (or batch); it is counted."""
+
+
+#: Energon's older name for :class:`SkipSample`.
+IgnoreSample = SkipSample
+
+
+def sample_rng() -> Any:
+    """The random generator of the sample being encoded (inside a task-encoder hook).
+
+    Example:
+      >>> class Flip(DefaultTaskEncoder):                        # doctest: +SKIP
+      ...     def encode_sample(self, sample):
+      ...         if sample_rng().random() < 0.5:
+      ...             sample.image = sample.image.flip(-1)
+      ...         return sample
+
+    Raises:
+      ConfigError: called outside a hook run by the loader.
+    """
+    rng = _RNG.get()
+    if rng is None:
+        raise ConfigError(
+            "fpipe.sample_rng() is only available inside a task encoder hook run by the loader "
+            "(encode_sample, preencode_sample, postencode_sample, cook_crude_sample)"
+        )
+    return rng
+
+
+@contextlib.contextmanager
+def using_sample_rng(rng: Any) -> Iterator[None]:
+    """Make ``rng`` what :func:`sample_rng` returns inside the block (used by the loader)."""
+    token = _RNG.set(rng)
+    try:
+        yield
+    finally:
+        _RNG.reset(token)
+
+
+@contextlib.contextmanager
+def _seeded_globals(rng: Any) -> Iterator[None]:
+    import random
+
+    import numpy as np
+
+    key = getattr(rng, "key", None)  # the sample's key: no draw from its generator
+    seed = int(key) % (2**31 - 1) if key is not None else 0
+    py_state, np_state = random.getstate(), np.random.get_state()  # noqa: NPY002 - restored
+    torch_state = None
+    try:
+        import torch
+
+        torch_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - Energon's restore_seeds: user code reads them
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)  # noqa: NPY002
+        if torch is not None and torch_state is not None:
+            torch.random.set_rng_state(torch_state)
+
+
+def stateless(
+    fn: Callable | None = None, *, restore_seeds: bool = False, failure_tolerance: Any = None
+) -> Any:
+    """Energon's decorator for task-encoder hooks: ``@stateless`` or
+    ``@stateless(restore_seeds=True)`` (see the module docstring); ``failure_tolerance`` is
+    accepted and ignored (the loader's ``error_policy`` decides)."""
+    del failure_tolerance
+
+    def wrap(f: Callable) -> Callable:
+        if not restore_seeds:
+            f.__fpipe_stateless__ = True
+            return f
+
+        @functools.wraps(f)
+        def seeded(*args: Any, **kwargs: Any) -> Any:
+            with _seeded_globals(_RNG.get()):
+                return f(*args, **kwargs)
+
+        seeded.__fpipe_stateless__ = True
+        return seeded
+
+    return wrap if fn is None else wrap(fn)
+
+
+def batch_list(batch: list[Any]) -> list[Any]:
+    """The values as a list (Energon's ``batch_list``)."""
+    return list(batch)
+
+
+def batch_stack(batch: list[Any]) -> Any:
+    """Stack tensors of one shape along a new first dimension (``torch.stack``)."""
+    import torch
+
+    return torch.stack(list(batch), dim=0)
+
+
+def batch_pad_stack(batch: list[Any]) -> Any:
+    """Stack tensors of one rank, each dimension zero-padded at the end to the largest size."""
+    from fpipe.encode.collate import pad_stack
+
+    return pad_stack(list(batch))
+
+
+def generic_batch(batch: list[Any]) -> Any:
+    """Energon's default batching of one field: pad-stack tensors, recurse into dicts and
+    dataclasses (``from_samples`` when the class has it), lists for the rest."""
+    import torch
+
+    first = batch[0]
+    if isinstance(first, torch.Tensor):
+        return batch_pad_stack(batch)
+    if isinstance(first, dict):
+        return {k: generic_batch([b[k] for b in batch]) for k in first}
+    if dataclasses.is_dataclass(first) and not isinstance(first, type):
+        if hasattr(first, "from_samples"):
+            return type(first).from_samples(batch)
+        names = [f.name for f in dataclasses.fields(first) if f.init]
+        return type(first)(**{n: generic_batch([getattr(b, n) for b in batch]) for n in names})
+    return batch_list(batch)
