@@ -30,7 +30,6 @@ from fpipe.storage.config import (
     CRUDE,
     DatasetConfig,
     SplitConfig,
-    build_split_config,
     dump_yaml,
     load_dataset_config,
     load_split_config,
@@ -55,6 +54,7 @@ from fpipe.storage.prepare_table import write_table_index
 from fpipe.storage.remote import StorageOptions, is_url
 from fpipe.storage.remote_index import remote_shards, upload_index
 from fpipe.storage.scan import ScanOptions
+from fpipe.storage.splits import build_split_config
 from fpipe.storage.tables import is_table
 from fpipe.storage.tar_index import INDEX_DIR, IndexData
 from fpipe.storage.webdataset import list_shards
