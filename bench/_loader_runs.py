@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _peers import drain_buffered
 
 PEERS = str(Path(__file__).resolve().parent / "_peers.py")
 TARGET = 224
@@ -66,7 +67,8 @@ def _cpu_seconds() -> float:
 
 def in_process(make: Callable[[], Iterator], kind: str, bs: int, warm: int) -> Run:
     """(samples per wall second, samples per CPU second of this process and its workers) over
-    ``n`` batches after ``warm`` batches of a fresh iterator."""
+    ``n`` batches after ``warm`` batches of a fresh iterator and, for images, the batches it
+    had decoded ahead (``_peers.drain_buffered``)."""
 
     def run(n: int) -> tuple[float, float]:
         it = make()
@@ -75,6 +77,8 @@ def in_process(make: Callable[[], Iterator], kind: str, bs: int, warm: int) -> R
                 b = next(it)
                 if i == 0:
                     _check(b, kind, bs)
+            if kind == "images":
+                drain_buffered(it)
             c0 = _cpu_seconds()
             t0 = time.perf_counter()
             for _ in range(n):

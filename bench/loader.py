@@ -30,7 +30,8 @@ WebDataset through ``WebLoader``. Grain and SPDL run in their own Python (``--pe
 no torch there) as one subprocess per run, startup and warm-up untimed.
 
 Timing: each rate is samples over the wall time of ``--batches`` batches taken after a warm-up
-(worker start and shuffle-buffer fill excluded), median of ``--repeats`` runs; the loaders of a
+(worker start, shuffle-buffer fill and, for images, the batches decoded
+ahead during it excluded), median of ``--repeats`` runs; the loaders of a
 section are interleaved within each repeat so machine noise hits them alike; the page cache is
 warmed first. The main process runs torch with one intra-op thread (``--torch-threads``; workers
 always do): on a busy 2-core machine torch's default pool made every ``torch.stack`` wait
@@ -390,7 +391,7 @@ def psnr_section(root: Path, count: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "fpipe-bench-loader"))
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=None, help="median of N (3; --quick: 1)")
     ap.add_argument("--images", type=int, default=3200, help="samples in the 128-512 px set")
     ap.add_argument("--large", type=int, default=1024, help="samples in the 800-1600 px set")
     ap.add_argument("--text", type=int, default=200_000, help="samples in the text set")
@@ -415,8 +416,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="small sets, 1 repeat (smoke run)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.repeats, args.images, args.large, args.text = 1, 640, 128, 20_000
+        args.repeats = args.repeats or 1
+        args.images, args.large, args.text = 640, 128, 20_000
         args.batches, args.large_batches, args.text_batches, args.far_step = 8, 3, 10, 2_000
+    args.repeats = args.repeats or 3
     t_start = time.perf_counter()
     load_start = _loadavg()
     if args.torch_threads:
