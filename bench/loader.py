@@ -595,6 +595,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "text": {k: round(v, 1) for k, v in txt_cpu.items()},
         },
         "cpu_ratios": {
+            **same_decode_ratios(small_cpu, big_cpu, ratio),
             "nw0_vs_bare_loop": ratio(
                 small_cpu.get("fpipe nw=0"), small_cpu.get("bare loop (1 core)")
             ),
