@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-import struct
-import tarfile
 import uuid
 from pathlib import Path
 
 import yaml
 
-from tests.storage.helpers import make_image_caption_dataset
+from tests.storage.helpers import make_image_caption_dataset, write_tar_idx
 
 __all__ = ["collapse_in_order", "make_energon741_dataset"]
 
@@ -93,15 +91,7 @@ def make_energon741_dataset(
     )
     names = [f"parts/part-{s:05d}.tar" for s in range(shards)]
     for name in names:
-        offsets, last = [], None
-        with tarfile.open(root / name) as tf:
-            for m in tf:
-                base = m.name.split(".", 1)[0]
-                if base != last:
-                    offsets.append(m.offset)
-                    last = base
-            offsets.append(tf.offset)
-        (root / (name + ".idx")).write_bytes(struct.pack(f"<{len(offsets)}Q", *offsets))
+        write_tar_idx(root / name)
     meta = root / ".nv-meta"
     meta.mkdir()
     info = {"energon_version": "7.4.1", "shard_counts": dict.fromkeys(names, per_shard)}

@@ -20,6 +20,7 @@ __all__ = [
     "make_image_caption_dataset",
     "png_bytes",
     "write_tar",
+    "write_tar_idx",
 ]
 
 #: (key, {ext: bytes}) of one sample as written to a shard.
@@ -122,6 +123,20 @@ def make_image_caption_dataset(
     return expected
 
 
+def write_tar_idx(shard: str | Path) -> None:
+    """Write ``<shard>.idx`` as Energon does: little-endian uint64 offsets of every sample's
+    first tar header, plus the end offset of the last sample."""
+    offsets, last = [], None
+    with tarfile.open(shard) as tf:
+        for m in tf:
+            base = m.name.split(".", 1)[0]
+            if base != last:
+                offsets.append(m.offset)
+                last = base
+        offsets.append(tf.offset)
+    Path(f"{shard}.idx").write_bytes(struct.pack(f"<{len(offsets)}Q", *offsets))
+
+
 def make_energon_dataset(
     root: str | Path,
     *,
@@ -145,15 +160,7 @@ def make_energon_dataset(
     counts = {}
     for s in range(shards):
         name = f"shards/part_{s:03d}.tar"
-        offsets, last = [], None
-        with tarfile.open(root / name) as tf:
-            for m in tf:
-                base = m.name.split(".", 1)[0]
-                if base != last:
-                    offsets.append(m.offset)
-                    last = base
-            offsets.append(tf.offset)
-        (root / (name + ".idx")).write_bytes(struct.pack(f"<{len(offsets)}Q", *offsets))
+        write_tar_idx(root / name)
         counts[name] = per_shard
     meta = root / ".nv-meta"
     meta.mkdir()
