@@ -25,7 +25,7 @@ Three measurements, in one run, on one core (the plan tier is single-threaded):
    on the step.
 
 Usage: ``python bench/plan.py [--repeats 5] [--seconds 1.0] [--real]``.
-Targets (issue 2): >= 1,000,000 refs/s on one core; snapshot <= 1 KB with the same size at
+Targets: >= 1,000,000 refs/s on one core; snapshot <= 1 KB with the same size at
 step 10 and 10^6 and for windows 100 and 100,000; snapshot + restore < 1 ms. The last line of
 output is one JSON object.
 """

@@ -1,4 +1,4 @@
-"""Invariants 4 and 5 through ``get_train_dataset`` / the Loader (issue 5).
+"""Invariants 4 and 5 through ``get_train_dataset`` / the Loader.
 
 Elastic resume: a snapshot taken at world size 2 continues at world sizes 1, 3 and 4 with every
 sample of the epoch seen exactly once in global order. Coverage: within an epoch every sample

@@ -242,7 +242,7 @@ class Loader:
         self._state = decode_loader_state(self.plan, data)
         self._generation += 1
 
-    #: Issue 5: compare the state across ranks in state_dict() (None: when torch.distributed
+    #: Compare the state across ranks in state_dict() (None: when torch.distributed
     #: is initialized with > 1 rank). A collective; see fpipe.loader.consistency.
     check_consistency: bool | None = None
 

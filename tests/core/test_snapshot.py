@@ -117,7 +117,7 @@ def test_format_version_refused(monkeypatch):
 
 
 def test_six_stage_state_is_small_and_constant():
-    """Issue 2: <= 1 KB, same size at step 10 and 1e6, and for windows 100 and 100,000."""
+    """At most 1 KB, same size at step 10 and 1e6, and for windows 100 and 100,000."""
     sizes = {}
     # batch size 2 keeps 10^6 steps (2 * 10^6 refs) fast to reach; sizes do not depend on it.
     # Window 100 means 20,000 shuffle blocks per 10^6 steps (6 s of CPU), so it is taken to
