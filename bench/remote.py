@@ -54,18 +54,17 @@ from _loader_data import _write_shard, natural_jpeg  # noqa: E402
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
 from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402
-from tests.storage.s3_server import LocalS3, restore_env, set_env  # noqa: E402
+from tests.storage.s3_server import LocalS3, S3Server, restore_env, set_env  # noqa: E402
 
 FIELDS = {"image": "jpg", "caption": "txt"}
 
 
-class SeaweedS3:
+class SeaweedS3(S3Server):
     """``weed mini`` on loopback ports, data in a temporary folder; any credentials work."""
 
     def __init__(self, weed: str, folder: str):
-        ports = [_free_port() for _ in range(6)]
-        s3, master, volume, filer, webdav, grpc_base = ports
-        self._proc = subprocess.Popen(
+        s3, master, volume, filer, webdav = (_free_port() for _ in range(5))
+        proc = subprocess.Popen(
             [
                 weed,
                 "mini",
@@ -82,27 +81,8 @@ class SeaweedS3:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.endpoint = f"http://127.0.0.1:{s3}"
-        self._moto = LocalS3.__new__(LocalS3)  # its env(), client() and upload(), our endpoint
-        self._moto.endpoint = self.endpoint
-        self._moto._proc = self._proc
+        super().__init__(f"http://127.0.0.1:{s3}", proc)
         _wait_bucket_api(self)
-
-    def env(self) -> dict[str, str]:
-        return self._moto.env()
-
-    def client(self):
-        return self._moto.client()
-
-    def upload(self, folder, bucket, prefix) -> str:
-        return self._moto.upload(folder, bucket, prefix)
-
-    def cpu_seconds(self) -> float:
-        return self._moto.cpu_seconds()
-
-    def stop(self) -> None:
-        self._proc.terminate()
-        self._proc.wait(30)
 
 
 def _free_port() -> int:

@@ -327,9 +327,6 @@ class RemoteFiles:
             fut.cancel()
         self._pending = {}
 
-    def __len__(self) -> int:
-        return 0
-
 
 def _as_os_error(path: str, e: Exception) -> OSError:
     if isinstance(e, FileNotFoundError):

@@ -18,7 +18,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["FlakyProxy", "LocalS3"]
+__all__ = ["FlakyProxy", "LocalS3", "S3Server"]
 
 HOST = "127.0.0.1"
 
@@ -29,31 +29,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalS3:
-    """moto's S3 server on loopback; ``env()`` gives the variables obstore and boto3 read."""
+class S3Server:
+    """An S3-compatible server at ``endpoint`` (run as ``proc`` when it is a process): the
+    variables obstore and boto3 read, a client, uploads, the server's CPU time."""
 
-    def __init__(self, *, process: bool = False):
-        self._proc = self._thread = None
-        if process:
-            port = _free_port()
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            self.endpoint = f"http://{HOST}:{port}"
-            _wait_listening(port)
-        else:
-            import logging
+    def __init__(self, endpoint: str, proc: subprocess.Popen | None = None):
+        self.endpoint = endpoint
+        self._proc = proc
 
-            from moto.server import ThreadedMotoServer
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(30)
 
-            logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
-
-            self._thread = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
-            self._thread.start()
-            host, port = self._thread.get_host_and_port()
-            self.endpoint = f"http://{host}:{port}"
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server process has used (servers run as processes)."""
+        with open(f"/proc/{self._proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def env(self, endpoint: str | None = None) -> dict[str, str]:
         """AWS variables pointing at this server (or at ``endpoint``, e.g. a proxy)."""
@@ -91,18 +84,38 @@ class LocalS3:
                 c.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=p.read_bytes())
         return f"s3://{bucket}/{prefix}"
 
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) the server process has used (``process=True`` only)."""
-        with open(f"/proc/{self._proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+class LocalS3(S3Server):
+    """moto's S3 server on loopback: a thread of this process, or (``process=True``) its own
+    process."""
+
+    def __init__(self, *, process: bool = False):
+        self._proc = self._thread = None
+        if process:
+            port = _free_port()
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.endpoint = f"http://{HOST}:{port}"
+            _wait_listening(port)
+        else:
+            import logging
+
+            from moto.server import ThreadedMotoServer
+
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
+
+            self._thread = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+            self._thread.start()
+            host, port = self._thread.get_host_and_port()
+            self.endpoint = f"http://{host}:{port}"
 
     def stop(self) -> None:
         if self._thread is not None:
             self._thread.stop()
-        if self._proc is not None:
-            self._proc.terminate()
-            self._proc.wait(10)
+        super().stop()
 
 
 def _wait_listening(port: int, timeout: float = 30.0) -> None:
