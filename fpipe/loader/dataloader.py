@@ -159,7 +159,9 @@ class Loader:
             return self.multiprocessing_context
         from fpipe.storage.remote import is_url
 
-        if any(is_url(s.path) for s in self.dataset.materializer.sources):
+        sources = self.dataset.materializer.sources
+        paths = [s.path for s in sources] + [p.source.path for s in sources for p in s.join]
+        if any(is_url(p) for p in paths):
             # Object storage: obstore's runtime does not survive fork. The fork server imports
             # torch and the materializer once; each worker is then a cheap fork of it.
             import multiprocessing

@@ -90,6 +90,9 @@ class DatasetSource:
 
     ``path`` and ``open_kwargs`` open it (in each worker, lazily); ``sample_type`` and
     ``field_map`` come from dataset.yaml unless overridden; ``subflavors`` are attached.
+    ``join``: the datasets joined to this one by sample key
+    (:class:`~fpipe.loader.join.JoinSource`), ``joiner`` the sample type they are joined
+    into (None: this dataset's), ``join_name`` this dataset's name among named parts.
     """
 
     path: str
@@ -97,6 +100,9 @@ class DatasetSource:
     field_map: dict
     subflavors: dict = dataclasses.field(default_factory=dict)
     open_kwargs: dict = dataclasses.field(default_factory=dict)
+    join: tuple = ()
+    joiner: str | None = None
+    join_name: str = ""
 
 
 @dataclasses.dataclass
@@ -150,11 +156,13 @@ class Materializer:
         )
         self._datasets: dict[int, Any] = {}
         self._field_maps: dict[int, Any] = {}
+        self.joins: dict[Any, Any] = {}  #: per-process state of joins (fpipe.loader.join)
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_datasets"] = {}  # reopen in the worker
         state["_field_maps"] = {}
+        state["joins"] = {}
         return state
 
     def dataset(self, i: int):
@@ -166,26 +174,45 @@ class Materializer:
             ds = self._datasets[i] = open_dataset(src.path, **src.open_kwargs)
         return ds
 
-    def field_map(self, i: int):
-        """The compiled field map of dataset ``i`` (compiled once per process)."""
-        fm = self._field_maps.get(i)
+    def field_map(self, i: int | DatasetSource):
+        """The compiled field map of dataset ``i`` (or of a source; once per process)."""
+        src = self.sources[i] if isinstance(i, int) else i
+        fm = self._field_maps.get(id(src))
         if fm is None:
             from fpipe.samples import compile_field_map, sample_type_from_name
 
-            src = self.sources[i]
             fm = compile_field_map(sample_type_from_name(src.sample_type), src.field_map)
-            self._field_maps[i] = fm
+            self._field_maps[id(src)] = fm
         return fm
+
+    def wanted(self, src: DatasetSource) -> frozenset[str] | None:
+        """Member extensions samples of ``src`` are cooked from (None: all, for crude
+        samples, whose cooker sees every member)."""
+        if src.sample_type in ("CrudeSample", "crude"):
+            return None
+        return self.field_map(src).extensions
 
     def sample(self, dataset: int, index: int, epoch: int, skey: int) -> Any:
         """Read and cook one sample whose key is ``skey = fold_in(recipe.key, dataset, index,
         epoch)``; returns it with its encode rng (BadSampleError on bad input). Both rngs are
-        lazy: building a generator costs more than most samples."""
-        src = self.sources[dataset]
-        ds = self.dataset(dataset)
-        sample_key = ds.key(index)
-        raw = ds.read(index, self._wanted(dataset))
+        lazy: building a generator costs more than most samples. A joined dataset's sample
+        is joined with its parts' samples of the same key (:mod:`fpipe.loader.join`)."""
         restore_key = (dataset, index, epoch)
+        if self.sources[dataset].join:
+            from fpipe.loader.join import joined_sample
+
+            sample = joined_sample(self, dataset, index, restore_key, skey)
+        else:
+            ds = self.dataset(dataset)
+            raw = ds.read(index, self.wanted(self.sources[dataset]))
+            sample = self.cook(
+                self.sources[dataset], ds, index, raw, restore_key, LazyGenerator(skey, _COOK)
+            )
+        return sample, LazyGenerator(skey, _ENCODE)
+
+    def cook(self, src: DatasetSource, ds, index: int, raw, restore_key, rng) -> Any:
+        """Sample ``index`` of ``ds`` (read and cooked as ``src`` says) from its raw members."""
+        sample_key = ds.key(index)
         path = getattr(ds, "path", src.path)
         if src.sample_type in ("CrudeSample", "crude"):  # (the hook name in __call__ agrees)
             from fpipe.samples import make_crude_sample
@@ -197,43 +224,41 @@ class Materializer:
                 subflavors=src.subflavors,
                 path=str(path),
             )
-            sample = self.task_encoder.cook_crude_sample(crude)
-        else:
-            # Audio/video: stream metadata + keyframes stored by `fpipe prepare`
-            # (empty when none) let the lazy AVDecoder seek without probing the file; the
-            # task encoder's `av_limits` (None: default limits, no eager probe) bound it.
-            from fpipe.samples import cook_sample
+            return self.task_encoder.cook_crude_sample(crude)
+        # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
+        # let the lazy AVDecoder seek without probing the file; the task encoder's `av_limits`
+        # (None: default limits, no eager probe) bound it.
+        from fpipe.samples import cook_sample
 
-            av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
-            sample = cook_sample(
-                raw,
-                sample_type=self.field_map(dataset).sample_type,
-                field_map=self.field_map(dataset),
-                key=sample_key,
-                restore_key=restore_key,
-                subflavors=src.subflavors,
-                path=str(path),
-                image_decode_options=self.image_decode,
-                rng=LazyGenerator(skey, _COOK),
-                av_metadata=av_metadata,
-                av_limits=getattr(self.task_encoder, "av_limits", None),
-                decode_limits=self.decode_limits,
-            )
-        return sample, LazyGenerator(skey, _ENCODE)
-
-    def _wanted(self, dataset: int) -> frozenset[str] | None:
-        """Member extensions samples of ``dataset`` are cooked from (None: all, for crude
-        samples, whose cooker sees every member)."""
-        if self.sources[dataset].sample_type in ("CrudeSample", "crude"):
-            return None
-        return self.field_map(dataset).extensions
+        fmap = self.field_map(src)
+        av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
+        return cook_sample(
+            raw,
+            sample_type=fmap.sample_type,
+            field_map=fmap,
+            key=sample_key,
+            restore_key=restore_key,
+            subflavors=src.subflavors,
+            path=str(path),
+            image_decode_options=self.image_decode,
+            rng=rng,
+            av_metadata=av_metadata,
+            av_limits=getattr(self.task_encoder, "av_limits", None),
+            decode_limits=self.decode_limits,
+        )
 
     def _prefetch(self, refs) -> None:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
         object storage; nothing on local disks)."""
         datasets = refs.dataset
         for d in np.unique(datasets).tolist():
-            self.dataset(d).prefetch(refs.index[datasets == d].tolist(), self._wanted(d))
+            indices = refs.index[datasets == d]
+            src = self.sources[d]
+            self.dataset(d).prefetch(indices.tolist(), self.wanted(src))
+            if src.join:
+                from fpipe.loader.join import prefetch_parts
+
+                prefetch_parts(self, d, indices)
 
     def key(self, dataset: int, index: int) -> str:
         """The sample key of ``index`` in dataset ``dataset`` (for messages; never raises)."""
@@ -280,8 +305,9 @@ class Materializer:
                         hook = "encode_sample"
                         samples.append(enc.encode_sample(sample, rng))
                 kept.append(pos)
-            except SkipSample:  # the task encoder's decision: always skipped, and counted
-                skipped_keys.append(f"{self.sources[d].path}:#{i}: SkipSample")
+            except SkipSample as err:  # the task encoder's (or a join's): skipped, counted
+                where = getattr(err, "where", "") or f"{self.sources[d].path}:#{i}: SkipSample"
+                skipped_keys.append(where)
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise

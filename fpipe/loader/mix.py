@@ -39,19 +39,51 @@ def _open(path, open_kwargs):
 
 
 def dataset_view(
-    path, split, *, dataset=0, extra_subflavors=None, overrides, columns, limit=None
+    path, split, *, dataset=0, extra_subflavors=None, overrides, columns, limit=None, join=None
 ) -> tuple[DatasetSource, View]:
-    """The source and the index-order view of one dataset's split (dataset id ``dataset``)."""
-    sample_type, field_map, subflavors, open_kwargs = (
-        overrides.get(k) for k in ("sample_type", "field_map", "subflavors", "open_kwargs")
-    )
-    ds = _open(path, open_kwargs)
-    cfg = ds.config
+    """The source and the index-order view of one dataset's split (dataset id ``dataset``);
+    ``join``: the leaf whose ``join:`` parts are joined to it by key."""
+    ds = _open(path, overrides.get("open_kwargs"))
     indices = ds.split_indices(split)
     if limit is not None:
         indices = indices[:limit]
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
+    source = _source(path, ds, overrides, extra_subflavors)
+    source_id = f"{Path(os.fspath(path)).name}#{split}#{len(ds)}"
+    if join is not None and join.join:
+        source, tag = _joined(join, source, overrides)
+        source_id += tag
+    cols = {c: ds.column(c) for c in columns}
+    view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
+    return source, view
+
+
+def _joined(leaf: Leaf, primary: DatasetSource, overrides) -> tuple[DatasetSource, str]:
+    """The primary's source with the leaf's joined datasets (opened and checked here), and
+    what the snapshot fingerprint records of them (each part's name, split, size, nonmatch)."""
+    from fpipe.loader.join import JoinSource, with_join
+
+    open_kwargs = overrides.get("open_kwargs")
+    parts, tags = [], []
+    for part in leaf.join:
+        ds = _open(part.path, open_kwargs)
+        if len(ds.split_indices(part.split_part)) == 0:
+            raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
+        source = _source(part.path, ds, {"open_kwargs": open_kwargs}, part.subflavors)
+        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name))
+        tags.append(f"{Path(part.path).name}#{part.split_part}#{len(ds)}:{part.nonmatch}")
+    named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
+    tag = f" joined as {leaf.name!r}: [{', '.join(tags)}] joiner={leaf.joiner} names={named}"
+    return with_join(primary, parts, leaf.joiner, leaf.where), tag
+
+
+def _source(path, ds, overrides, extra_subflavors) -> DatasetSource:
+    """How to read and cook ``ds``: its dataset.yaml, with ``overrides`` applied."""
+    sample_type, field_map, subflavors, open_kwargs = (
+        overrides.get(k) for k in ("sample_type", "field_map", "subflavors", "open_kwargs")
+    )
+    cfg = ds.config
     st = sample_type if sample_type is not None else cfg.sample_type
     if field_map is None and not cfg.field_map and cfg.sample_loader and st != "CrudeSample":
         raise ConfigError(
@@ -66,25 +98,17 @@ def dataset_view(
         st = sample_type_name(st)
     sub = dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {}))
     sub.update(extra_subflavors or {})
-    source = DatasetSource(
+    return DatasetSource(
         path=str(path),
         sample_type=st,
         field_map=dict(field_map if field_map is not None else cfg.field_map),
         subflavors=sub,
         open_kwargs=dict(open_kwargs or {}),
     )
-    cols = {c: ds.column(c) for c in columns}
-    source_id = f"{Path(os.fspath(path)).name}#{split}#{len(ds)}"
-    view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
-    return source, view
 
 
 def _leaves(path, split, training) -> Mix:
-    mix = resolve_mix(load_metadataset(path), split, training=training)
-    for leaf in mix.leaves:
-        if leaf.join:
-            raise ConfigError(f"{leaf.where}: joining datasets ('join:') is not supported yet")
-    return mix
+    return resolve_mix(load_metadataset(path), split, training=training)
 
 
 def _leaf_view(leaf: Leaf, d: int, overrides, columns, limit=None):
@@ -96,6 +120,7 @@ def _leaf_view(leaf: Leaf, d: int, overrides, columns, limit=None):
         overrides=overrides,
         columns=columns,
         limit=limit,
+        join=leaf,
     )
 
 

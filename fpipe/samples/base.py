@@ -64,6 +64,53 @@ class Sample:
         """A new ``cls`` sample with the keys of ``base`` (a sample or a crude sample)."""
         return cls(**basic_sample_keys(base), **fields)
 
+    @classmethod
+    def from_joined(cls: type[S], *samples: Any, **named: Any) -> S:
+        """One sample of ``cls`` from the samples of a join (``join:`` in a metadataset), as
+        Energon's default joiner builds it: the keys and subflavors of the first (primary)
+        sample, then the fields of every sample in order, later ones taking precedence. A
+        missing part (``nonmatch: none``) is None and gives no fields; a field of ``cls``
+        that no sample gave is None. Override it (a ``staticmethod`` or ``classmethod``) in a
+        registered sample type to join otherwise; named parts (``join:`` as a mapping) come
+        as keyword arguments.
+
+        Examples:
+          >>> from dataclasses import dataclass
+          >>> @dataclass
+          ... class Img(Sample):
+          ...     image: str
+          >>> @dataclass
+          ... class Txt(Sample):
+          ...     text: str
+          >>> @dataclass
+          ... class ImgTxt(Sample):
+          ...     image: str
+          ...     text: str
+          >>> j = ImgTxt.from_joined(Img(image="I", __key__="a/1"), Txt(text="T", __key__="b/1"))
+          >>> j.image, j.text, j.__key__
+          ('I', 'T', 'a/1')
+        """
+        parts = [*samples, *named.values()]
+        if not parts or parts[0] is None:
+            raise ValueError("from_joined needs the primary sample first")
+        values: dict[str, Any] = {}
+        for part in parts:
+            if part is not None:
+                for f in dataclasses.fields(part):
+                    if f.init and f.name not in BASE_FIELDS:
+                        values[f.name] = getattr(part, f.name)
+        own = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name not in BASE_FIELDS}
+        unknown = sorted(set(values) - set(own))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__} has no field(s) {', '.join(unknown)} of the joined samples; "
+                f"its fields: {', '.join(own)}"
+            )
+        for name, f in own.items():
+            if name not in values and f.default is f.default_factory is dataclasses.MISSING:
+                values[name] = None
+        return cls(**basic_sample_keys(parts[0]), **values)
+
 
 def basic_sample_keys(sample: Any) -> dict[str, Any]:
     """``{"__key__", "__restore_key__", "__subflavors__"}`` of a sample or crude sample, to

@@ -35,6 +35,7 @@ from fpipe.storage.metadataset_entries import (
     BLEND_ENTRY_KEYS,
     EPOCH_ENTRY_KEYS,
     JOIN_KEYS,
+    JoinPart,
     Leaf,
     entry_name,
     is_metadataset,
@@ -47,6 +48,7 @@ from fpipe.storage.metadataset_entries import (
 from fpipe.storage.remote import is_url
 
 __all__ = [
+    "JoinPart",
     "Leaf",
     "Metadataset",
     "Mix",

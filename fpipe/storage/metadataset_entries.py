@@ -13,16 +13,19 @@ import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.plan.blend_choice import WeightSchedule
+from fpipe.storage.remote import is_url
 
 __all__ = [
     "BLEND_ENTRY_KEYS",
     "EPOCH_ENTRY_KEYS",
     "JOIN_KEYS",
+    "JoinPart",
     "Leaf",
     "default_name",
     "entry_name",
     "is_metadataset",
     "join_leaf",
+    "joiner_name",
     "no_unknown",
     "number",
     "schedule_of",
@@ -33,7 +36,31 @@ __all__ = [
 BLEND_ENTRY_KEYS = {"weight"}
 EPOCH_ENTRY_KEYS = {"repetitions"}
 JOIN_KEYS = {"join", "joiner", "name", "split_part", "subflavors", "subflavor"}
-JOIN_PART_KEYS = {"path", "nonmatch", "split_part", "subflavors", "dataset_config", "split_config"}
+JOIN_PART_KEYS = {
+    "path",
+    "nonmatch",
+    "split_part",
+    "subflavors",
+    "subflavor",
+    "dataset_config",
+    "split_config",
+}
+NONMATCH = ("error", "skip", "none")
+
+
+class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
+    """A secondary dataset of a ``join:``: its samples are found by the primary's sample keys.
+
+    ``nonmatch`` says what a primary sample without a match here becomes: ``"error"`` (a bad
+    sample), ``"skip"`` (left out, counted) or ``"none"`` (this part's fields are None);
+    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name).
+    """
+
+    path: str
+    split_part: str
+    nonmatch: str = "error"
+    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
+    name: str = ""
 
 
 class Leaf(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,7 +70,9 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     absolute dataset folder or table; ``split_part``: the split of that dataset to read;
     ``subflavors``: labels set on every sample; ``weight`` (weighted blends) or
     ``repetitions`` (epochized blends); ``where``: file and entry, for messages; ``join``:
-    the secondary datasets joined to this one by sample key, with their ``nonmatch`` policy.
+    the secondary datasets joined to this one by sample key (:class:`JoinPart`); ``joiner``:
+    the registered sample type the parts are joined into; ``join_name``: the primary's key
+    when ``join:`` is a mapping.
     """
 
     name: str
@@ -53,8 +82,9 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     weight: float = 1.0
     repetitions: float = 1.0
     where: str = ""
-    join: tuple[tuple[str, str, str], ...] = ()  # (path, split_part, nonmatch)
+    join: tuple[JoinPart, ...] = ()
     joiner: str | None = None
+    join_name: str = ""
 
 
 def is_metadataset(path: str | os.PathLike) -> bool:
@@ -116,46 +146,82 @@ def default_name(ref: dict, split_part: str | None) -> str:
 
 
 def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
-    """A ``join:`` node as one leaf: the first dataset, the others joined by key."""
+    """A ``join:`` node as one leaf: the first (primary) dataset, the others joined by key.
+
+    ``join:`` is a list of parts, or a mapping name -> part (the names reach a custom joiner's
+    ``from_joined`` as keyword arguments). Part paths may be URLs of datasets on object storage.
+    """
     where = stack[-1]
     no_unknown(node, JOIN_KEYS | BLEND_ENTRY_KEYS | EPOCH_ENTRY_KEYS, where, entry)
-    parts = node["join"]
+    parts, names = node["join"], None
     if isinstance(parts, dict):
-        parts = list(parts.values())
+        names, parts = [str(k) for k in parts], list(parts.values())
     if not isinstance(parts, list) or len(parts) < 2:
         raise ConfigError(f"{where}: {entry}.join: expected a list of at least two datasets")
     split_part = node.get("split_part") or split
-    merged = {**subflavors_of(node, where, entry), **subflavors}
+    outer = {**subflavors_of(node, where, entry), **subflavors}  # the outer levels win
     resolved = []
     for i, part in enumerate(parts):
-        e = f"{entry}.join[{i}]"
+        e = f"{entry}.join[{names[i] if names else i}]"
         if not isinstance(part, dict) or "path" not in part:
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
-        p = (base.parent / str(part["path"])).resolve()
-        if not p.exists():
-            raise ConfigError(f"{where}: {e}: path {part['path']!r} does not exist ({p})")
-        if is_metadataset(p):
+        for key in ("dataset_config", "split_config"):
+            if part.get(key) is not None:
+                raise ConfigError(
+                    f"{where}: {e}: {key!r} overrides are not supported yet; prepare the "
+                    "dataset with the config it should use"
+                )
+        raw = str(part["path"])
+        p = raw if is_url(raw) else str((base.parent / raw).resolve())
+        if not is_url(raw) and not Path(p).exists():
+            raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")
+        if not is_url(raw) and is_metadataset(p):
             raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")
         nonmatch = part.get("nonmatch", "error")
-        if nonmatch not in ("error", "skip", "none"):
+        if nonmatch not in NONMATCH:
             raise ConfigError(f"{where}: {e}: nonmatch must be 'error', 'skip' or 'none'")
-        if i == 0 and part.get("subflavors"):
-            merged = {**subflavors_of(part, where, e), **merged}
-        resolved.append((str(p), part.get("split_part") or split_part, nonmatch))
-    joiner = node.get("joiner")
-    if isinstance(joiner, dict):
-        joiner = joiner.get("__class__")
-    first_path, first_split, _ = resolved[0]
+        if i == 0 and nonmatch != "error":
+            raise ConfigError(
+                f"{where}: {e}: the first dataset of a join is the primary (every one of its "
+                "samples is kept); 'nonmatch' belongs to the datasets joined to it"
+            )
+        resolved.append(
+            JoinPart(
+                path=p,
+                split_part=str(part.get("split_part") or split_part),
+                nonmatch=nonmatch,
+                subflavors={**subflavors_of(part, where, e), **outer},
+                name=names[i] if names else "",
+            )
+        )
     return Leaf(
         name=entry_name(node),
-        path=first_path,
-        split_part=first_split,
-        subflavors=merged,
+        path=resolved[0].path,
+        split_part=resolved[0].split_part,
+        subflavors=resolved[0].subflavors,
         where=f"{where}: {entry}",
         join=tuple(resolved[1:]),
-        joiner=None if joiner is None else str(joiner),
+        joiner=joiner_name(node.get("joiner"), where, entry),
+        join_name=resolved[0].name,
     )
+
+
+def joiner_name(joiner: Any, where: str, entry: str) -> str | None:
+    """The sample type named by ``joiner:`` (``{__module__, __class__}`` or a string), as
+    ``module.Class`` for the allow-list of :func:`fpipe.samples.sample_type_from_name`
+    (resolved by the loader; never imported)."""
+    if joiner is None:
+        return None
+    if isinstance(joiner, dict):
+        no_unknown(joiner, {"__module__", "__class__"}, where, f"{entry}.joiner")
+        if "__class__" not in joiner:
+            raise ConfigError(f"{where}: {entry}.joiner: expected {{__module__, __class__}}")
+        module = joiner.get("__module__")
+        return f"{module}.{joiner['__class__']}" if module else str(joiner["__class__"])
+    if not isinstance(joiner, str) or not joiner:
+        raise ConfigError(f"{where}: {entry}.joiner: expected a sample type name")
+    return joiner
 
 
 def schedule_of(node, names, groups, where, entry) -> WeightSchedule:

@@ -15,6 +15,8 @@ import shutil
 import zlib
 from pathlib import Path
 
+import numpy as np
+
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import GZ, strip_gz
 from fpipe.storage.reader import FileCache, members_to_dict
@@ -43,15 +45,29 @@ class TarReader:
 
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` of sample ``i`` (WebDataset's ``__key__``)."""
+        return f"{self._stems[self._shard_id(i)]}/{self.member_key(i)}"
+
+    def member_key(self, i: int) -> str:
+        """The key of sample ``i`` inside its shard (no shard stem): what a join matches."""
         off = self._array("keys.offsets.npy")
         keys = self._array("keys.npy")
         a, b = int(off[i]), int(off[i + 1])
-        sid = self._shard_id(i)
         if not 0 <= a <= b <= len(keys):
-            raise BadSampleError(
-                self._record.shards[sid].name, f"#{i}", self._corrupt(f"key bytes {a}..{b}")
-            )
-        return f"{self._stems[sid]}/{keys[a:b].tobytes().decode('utf-8', 'surrogateescape')}"
+            name = self._record.shards[self._shard_id(i)].name
+            raise BadSampleError(name, f"#{i}", self._corrupt(f"key bytes {a}..{b}"))
+        return keys[a:b].tobytes().decode("utf-8", "surrogateescape")
+
+    def member_keys(self, indices) -> np.ndarray:
+        """:meth:`member_key` of samples ``indices`` at once, as UTF-8 bytes (numpy ``S``)."""
+        from fpipe.storage.keys import packed_keys
+
+        off = np.asarray(self._array("keys.offsets.npy"))
+        blob = np.asarray(self._array("keys.npy"))
+        indices = np.asarray(indices, dtype=np.int64)
+        start, end = off[indices], off[indices + 1]
+        if len(indices) and (start.min() < 0 or np.any(end < start) or end.max() > len(blob)):
+            raise BadSampleError(self.path, "keys", self._corrupt("key offsets out of range"))
+        return packed_keys(blob, start, end)
 
     def _corrupt(self, what: str) -> str:
         return f"the index is corrupt ({what}); re-run `fpipe prepare {self.path}`"

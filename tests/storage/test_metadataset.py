@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.metadataset import load_metadataset, resolve_mix
+from fpipe.storage.metadataset import JoinPart, load_metadataset, resolve_mix
 
 
 def write(path, text):
@@ -256,5 +256,7 @@ def test_join_entries(dirs):
     )
     mix = resolve_mix(load_metadataset(path), "train")
     j = mix.leaves[0]
-    assert j.name == "coco" and j.joiner == "CaptioningSample"
-    assert j.join == ((str(dirs / "data" / "ocr"), "train", "skip"),)
+    assert j.name == "coco" and j.joiner == "megatron.energon.CaptioningSample"
+    assert j.join == (
+        JoinPart(path=str(dirs / "data" / "ocr"), split_part="train", nonmatch="skip"),
+    )

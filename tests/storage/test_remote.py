@@ -219,7 +219,7 @@ def test_only_the_members_a_sample_uses_are_fetched(s3, tmp_path):
     )
     next(iter(loader))
     mat = loader.dataset.materializer
-    assert mat._wanted(0) == need
+    assert mat.wanted(mat.sources[0]) == need
 
 
 def _prepared(path):
@@ -243,6 +243,24 @@ def test_metadataset_blends_a_bucket_and_a_local_folder(pair, tmp_path):
     taken = loader.stats().datasets
     assert set(taken) == {"disk", "bucket"}, taken
     assert all(v["taken"] > 0 for v in taken.values()), taken
+
+
+def test_join_finds_the_parts_samples_in_a_bucket(pair, tmp_path):
+    local, url = pair
+    md = tmp_path / "join.yaml"
+    md.write_text(
+        f"splits:\n  train:\n    join:\n      - {{path: {local}}}\n      - {{path: {url}}}\n"
+        "    joiner: CaptioningSample\n"
+    )
+    loader = fpipe.get_loader(fpipe.get_train_dataset(str(md), batch_size=8, seed=0))
+    batch = next(iter(loader))
+    want = {
+        x["key"]: x["caption"]
+        for x in make_image_caption_dataset(tmp_path / "x", shards=3, per_shard=8, with_json=False)
+    }
+    assert [want[k] for k in batch.__key__] == batch.caption  # the bucket's captions, by key
+    part = loader.dataset.materializer.joins[("ds", 0, 0)]
+    assert part.path == url and part.reader._files.requests >= 8
 
 
 def test_check_preview_and_info_take_a_url(s3, pair, tmp_path):

@@ -1,0 +1,215 @@
+"""Joined datasets (``join:`` in a metadataset): samples of several datasets matched by key.
+
+The plan tier orders the refs of the first (primary) dataset only; its shuffle, epochs and
+distribution are those of any dataset. The joined (secondary) datasets are resolved here, in
+the materialize tier: each worker builds, once, a sorted key lookup over each secondary
+dataset's split from its index (:class:`fpipe.storage.keys.KeyLookup`), finds the sample with
+the primary sample's key (its key inside the shard, so the shards may differ), reads and cooks
+it with its own dataset.yaml, and joins the samples with the joiner's ``from_joined``
+(:meth:`fpipe.samples.Sample.from_joined`: fields merged in order, as Energon does).
+
+A primary sample without a match in a secondary dataset becomes, by that dataset's
+``nonmatch``: ``error`` a :class:`~fpipe.core.errors.BadSampleError` (subject to the error
+policy), ``skip`` a skipped and counted sample, ``none`` a None part (its fields None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.encode.hooks import SkipSample
+from fpipe.loader.materialize import DatasetSource
+from fpipe.samples.base import BASE_FIELDS, Sample
+
+__all__ = ["JoinSource", "NoMatch", "joined_sample", "prefetch_parts", "with_join"]
+
+_CRUDE = ("CrudeSample", "crude")
+_PART_TAG = 2  # fold_in tag of part k's cooking rng: 2 + k (0 and 1: the primary's rngs)
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinSource:
+    """A secondary dataset of a join: how to read and cook it (``source``), the split whose
+    samples are matched, the ``nonmatch`` policy and the part's name (mapping form)."""
+
+    source: DatasetSource
+    split_part: str
+    nonmatch: str = "error"
+    name: str = ""
+
+
+class NoMatch(SkipSample):  # noqa: N818 - a SkipSample, counted the same way
+    """A primary sample left out because a ``nonmatch: skip`` dataset has no sample with its
+    key; ``where`` names the file, the key and the dataset."""
+
+    def __init__(self, where: str):
+        super().__init__(where)
+        self.where = where
+
+
+def _is_crude(src: DatasetSource) -> bool:
+    return src.sample_type in _CRUDE
+
+
+def with_join(
+    primary: DatasetSource, parts: list[JoinSource], joiner: str | None, where: str
+) -> DatasetSource:
+    """``primary`` with its joined ``parts``, checked in the main process: crude and typed
+    datasets are not mixed, the joiner is a registered sample type, and with the default
+    ``from_joined`` every part's fields are fields of the joiner and the joiner's required
+    fields are given by some part. Errors name ``where`` (the metadataset entry)."""
+    from fpipe.samples import sample_type_from_name
+
+    srcs = [primary, *(p.source for p in parts)]
+    crude = [_is_crude(s) for s in srcs]
+    if any(crude) and not all(crude):
+        kinds = ", ".join(f"{s.path} ({s.sample_type})" for s in srcs)
+        raise ConfigError(f"{where}: a join mixes crude and typed datasets: {kinds}")
+    if all(crude):
+        if joiner is not None:
+            raise ConfigError(
+                f"{where}: the datasets of this join are crude: the joined sample is one crude "
+                "sample with the members of all of them, for your cooker; remove 'joiner'"
+            )
+        return dataclasses.replace(primary, join=tuple(parts))
+    try:
+        cls = sample_type_from_name(joiner if joiner is not None else primary.sample_type)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: joiner: {e}") from None
+    if getattr(cls.from_joined, "__func__", None) is Sample.from_joined.__func__:
+        _check_fields(cls, srcs, where)
+    return dataclasses.replace(primary, join=tuple(parts), joiner=joiner)
+
+
+def _user_fields(cls: type) -> dict[str, Any]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.init and f.name not in BASE_FIELDS}
+
+
+def _check_fields(cls: type, srcs: list[DatasetSource], where: str) -> None:
+    from fpipe.samples import sample_type_from_name
+
+    own = _user_fields(cls)
+    given: set[str] = set()
+    for src in srcs:
+        fields = set(_user_fields(sample_type_from_name(src.sample_type)))
+        extra = sorted(fields - set(own))
+        if extra:
+            raise ConfigError(
+                f"{where}: joiner {cls.__name__} has no field(s) {', '.join(extra)} of "
+                f"{src.path} ({src.sample_type}); its fields: {', '.join(own)}. Join into a "
+                "sample type with these fields, or register one whose from_joined maps them"
+            )
+        given |= fields
+    missing = [
+        n
+        for n, f in own.items()
+        if n not in given and f.default is f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(
+            f"{where}: no joined dataset gives field(s) {', '.join(missing)} of joiner "
+            f"{cls.__name__}"
+        )
+
+
+def _part_dataset(m, d: int, k: int):
+    ds = m.joins.get(("ds", d, k))
+    if ds is None:
+        from fpipe.storage import open_dataset
+
+        src = m.sources[d].join[k].source
+        ds = m.joins[("ds", d, k)] = open_dataset(src.path, **src.open_kwargs)
+    return ds
+
+
+def _lookup(m, d: int, k: int):
+    """The key lookup of part ``k`` of dataset ``d`` (built once per process)."""
+    lk = m.joins.get(("lookup", d, k))
+    if lk is None:
+        from fpipe.storage.keys import KeyLookup, member_keys
+
+        part = m.sources[d].join[k]
+        ds = _part_dataset(m, d, k)
+        idx = np.asarray(ds.split_indices(part.split_part), np.int64)
+        where = f"{part.source.path} (split {part.split_part!r})"
+        lk = m.joins[("lookup", d, k)] = KeyLookup(member_keys(ds, idx), idx, where)
+    return lk
+
+
+def part_indices(m, d: int, indices: np.ndarray) -> np.ndarray:
+    """Sample index in each part of dataset ``d`` of the primary samples ``indices``, shape
+    (parts, len(indices)); -1 where a part has no sample with the key."""
+    from fpipe.storage.keys import member_keys
+
+    keys = member_keys(m.dataset(d), np.asarray(indices, np.int64))
+    return np.stack([_lookup(m, d, k).find(keys) for k in range(len(m.sources[d].join))])
+
+
+def prefetch_parts(m, d: int, indices: np.ndarray) -> None:
+    """Find the matches of a recipe's samples ``indices`` of dataset ``d`` at once (kept for
+    :func:`joined_sample` until the next recipe), and let the parts start fetching them."""
+    found = part_indices(m, d, indices)
+    m.joins[("found", d)] = dict(zip(np.asarray(indices).tolist(), found.T.tolist()))
+    for k, part in enumerate(m.sources[d].join):
+        hits = found[k][found[k] >= 0]
+        if len(hits):
+            _part_dataset(m, d, k).prefetch(hits.tolist(), m.wanted(part.source))
+
+
+def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int) -> Any:
+    """Sample ``index`` of the joined dataset ``d``: its own sample joined with the sample of
+    the same key in each part (see the module docstring for ``nonmatch``)."""
+    from fpipe.core.rng import LazyGenerator
+
+    src = m.sources[d]
+    ds = m.dataset(d)
+    found = m.joins.get(("found", d), {}).get(index)
+    if found is None:  # not a recipe's sample (a direct call)
+        found = part_indices(m, d, np.array([index]))[:, 0].tolist()
+    raw = ds.read(index, m.wanted(src))
+    crude = _is_crude(src)
+    parts: list[Any] = []
+    for k, (part, j) in enumerate(zip(src.join, found)):
+        if j < 0:
+            _no_match(ds, index, part)
+            parts.append(None)  # nonmatch: none
+            continue
+        pds = _part_dataset(m, d, k)
+        praw = pds.read(j, m.wanted(part.source))
+        if crude:  # one crude sample with every part's members (later parts win)
+            raw = {**raw, **praw}
+        else:
+            rng = LazyGenerator(skey, _PART_TAG + k)
+            parts.append(m.cook(part.source, pds, j, praw, restore_key, rng))
+    sample = m.cook(src, ds, index, raw, restore_key, LazyGenerator(skey, 0))
+    if crude:
+        return sample
+    from fpipe.samples import sample_type_from_name
+
+    cls = sample_type_from_name(src.joiner if src.joiner is not None else src.sample_type)
+    if src.join_name:  # a mapping of named parts: the joiner gets them by name
+        names = [src.join_name, *(p.name for p in src.join)]
+        return cls.from_joined(**dict(zip(names, [sample, *parts])))
+    return cls.from_joined(sample, *parts)
+
+
+def _no_match(ds, index: int, part: JoinSource) -> None:
+    """Apply ``part.nonmatch`` to primary sample ``index`` of ``ds`` that has no match."""
+    if part.nonmatch == "none":
+        return
+    from fpipe.storage.keys import member_key
+
+    key = ds.key(index)
+    what = (
+        f"no sample with key {member_key(ds, index)!r} in joined dataset "
+        f"{part.source.path} (split {part.split_part!r})"
+    )
+    if part.nonmatch == "skip":
+        raise NoMatch(f"{ds.path}:{key}: {what} (nonmatch: skip)")
+    raise BadSampleError(
+        ds.path, key, f"{what}; nonmatch: error (set nonmatch: skip or none to allow it)"
+    )

@@ -1,0 +1,267 @@
+"""Joined datasets (``join:``): images in one dataset, texts in another, matched by key.
+
+The text dataset holds the keys in another order and another shard split, and lacks some.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+import fpipe
+from fpipe.core import BadSampleError, ConfigError, SnapshotMismatchError
+from fpipe.decode.image import ImageDecodeOptions
+from fpipe.loader import Topology
+from fpipe.samples import Sample, register_sample_type
+from fpipe.storage import prepare_dataset
+from tests.storage.helpers import image_caption_samples, jpeg_bytes, make_energon_dataset, write_tar
+
+DECODE = ImageDecodeOptions(target_size=8)
+N = 12  # images 000000..000011 in 3 shards of 4
+
+
+@register_sample_type
+@dataclass
+class ImageText(Sample):
+    """The joiner of the tests: an image and a text."""
+
+    image: Any
+    text: str
+
+
+@register_sample_type
+@dataclass
+class CaptionPair(Sample):
+    """A custom joiner with its own from_joined (Energon's pattern), named parts."""
+
+    image: Any
+    caption: str
+
+    @staticmethod
+    def from_joined(pic, words):
+        return CaptionPair.derive_from(pic, image=pic.image, caption=words.text.upper())
+
+
+def text_of(k: int) -> str:
+    return f"text of {k:06d}"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("join")
+    for s in range(3):
+        write_tar(
+            root / "images" / f"img-{s}.tar",
+            [(f"{k:06d}", {"jpg": jpeg_bytes(8, 8)}) for k in range(4 * s, 4 * s + 4)],
+        )
+    prepare_dataset(root / "images", fields={"image": "jpg"}, sample_type="ImageSample")
+    # Texts: reversed order, two shards of other sizes, keys 3 and 7 missing, one extra key.
+    keys = [k for k in range(N) if k not in (3, 7)][::-1] + [99]
+    for s, part in enumerate((keys[:7], keys[7:])):
+        write_tar(
+            root / "texts" / f"txt-{s}.tar",
+            [(f"{k:06d}", {"txt": text_of(k).encode()}) for k in part],
+        )
+    prepare_dataset(root / "texts", fields={"text": "txt"}, sample_type="TextSample")
+    make_energon_dataset(root / "energon", shards=2, per_shard=4)  # keys 0..7, not prepared
+    return root
+
+
+def mds(root, name, body) -> str:
+    path = root / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def join_yaml(root, nonmatch="skip", name="j.yaml", joiner="ImageText"):
+    return mds(
+        root,
+        name,
+        f"""\
+        splits:
+          train:
+            join:
+              - {{path: ./images}}
+              - {{path: ./texts, nonmatch: {nonmatch}}}
+            joiner: {{__module__: tests.loader.test_join, __class__: {joiner}}}
+            subflavors: {{source: joined}}
+        """,
+    )
+
+
+def loader(path, num_workers=0, **kw):
+    kw = {"max_samples_per_sequence": 2, **kw}
+    ds = fpipe.get_train_dataset(
+        path,
+        batch_size=3,
+        shuffle_buffer_size=4,
+        seed=7,
+        image_decode=DECODE,
+        topology=Topology(0, 1),
+        **kw,
+    )
+    return fpipe.get_loader(ds, num_workers=num_workers)
+
+
+def samples_of(loader_, batches):
+    it = iter(loader_)
+    out = []
+    for _ in range(batches):
+        b = next(it)
+        out.extend(zip(b.__key__, b.text, b.__subflavors__))
+    return out
+
+
+def test_join_merges_fields_by_key_and_skips_nonmatches(data):
+    ld = loader(join_yaml(data))
+    got = samples_of(ld, 8)  # 24 refs = two epochs of 12; keys 3 and 7 are skipped
+    assert len(got) == 20
+    for key, text, sub in got:
+        k = int(key.split("/")[1])
+        assert key.startswith("img-") and text == text_of(k)
+        assert sub == {"source": "joined"}
+    assert {int(k.split("/")[1]) for k, _, _ in got} == set(range(N)) - {3, 7}
+    st = ld.stats()
+    assert st.skipped == 4 and st.samples == 20
+
+
+def test_nonmatch_none_gives_none_fields(data):
+    got = samples_of(loader(join_yaml(data, "none", "n.yaml")), 4)
+    texts = {int(k.split("/")[1]): t for k, t, _ in got}
+    assert len(got) == 12 and texts[3] is None and texts[7] is None
+    assert all(texts[k] == text_of(k) for k in texts if k not in (3, 7))
+
+
+def test_nonmatch_error_names_file_key_and_dataset(data):
+    it = iter(loader(join_yaml(data, "error", "e.yaml")))
+    with pytest.raises(BadSampleError, match=r"no sample with key '00000[37]' in joined dataset"):
+        for _ in range(4):
+            next(it)
+    ld = loader(join_yaml(data, "error", "e.yaml"), error_policy="skip")
+    assert len(samples_of(ld, 4)) == 10 and ld.stats().skipped == 2
+
+
+def test_workers_and_resume_are_exact(data):
+    from tests.loader.helpers import digest
+
+    path = join_yaml(data)
+    ref = [digest(b) for b in _batches(loader(path), 6)]
+    assert [digest(b) for b in _batches(loader(path, num_workers=2), 6)] == ref
+    ld = loader(path)
+    it = iter(ld)
+    for _ in range(2):
+        next(it)
+    state = ld.state_dict()
+    again = loader(path)
+    again.load_state_dict(state)
+    assert [digest(b) for b in _batches(again, 4)] == ref[2:]
+
+
+def _batches(ld, n):
+    it = iter(ld)
+    return [next(it) for _ in range(n)]
+
+
+def test_restore_into_another_join_is_refused(data):
+    ld = loader(join_yaml(data, "skip", "r1.yaml"))
+    next(iter(ld))
+    other = loader(join_yaml(data, "none", "r2.yaml"))
+    with pytest.raises(SnapshotMismatchError, match=r"joined as 'images'.*texts#train#11:none"):
+        other.load_state_dict(ld.state_dict())
+
+
+def test_custom_joiner_with_named_parts_inside_a_blend(data):
+    mds(
+        data,
+        "inner.yaml",
+        """\
+        splits:
+          train:
+            join:
+              pic: {path: ./images}
+              words: {path: ./texts, nonmatch: skip}
+            joiner: {__module__: tests.loader.test_join, __class__: CaptionPair}
+        """,
+    )
+    path = mds(
+        data,
+        "outer.yaml",
+        """\
+        splits:
+          train:
+            blend:
+              - {weight: 1, path: ./inner.yaml, subflavors: {level: outer}}
+              - {weight: 1, path: ./images}
+        """,
+    )
+    ds = fpipe.get_train_dataset(
+        path, batch_size=4, seed=2, image_decode=DECODE, topology=Topology(0, 1)
+    )
+    seen = 0
+    it = iter(fpipe.get_loader(ds))
+    for _ in range(6):
+        b = next(it)
+        assert isinstance(b, list)  # two sample types: the default batch is a list
+        for s in b:
+            if isinstance(s, CaptionPair):
+                k = int(s.__key__.split("/")[1])
+                assert s.caption == text_of(k).upper() and s.__subflavors__ == {"level": "outer"}
+                seen += 1
+    assert seen > 0
+
+
+def test_join_errors_name_the_entry(data):
+    bad = mds(
+        data,
+        "bad.yaml",
+        """\
+        splits:
+          train:
+            join:
+              - {path: ./images}
+              - {path: ./texts}
+            joiner: CaptioningSample
+        """,
+    )
+    with pytest.raises(
+        ConfigError, match=r"bad.yaml: splits.train: joiner CaptioningSample has no field\(s\) text"
+    ):
+        loader(bad)
+    first = mds(
+        data,
+        "first.yaml",
+        "splits: {train: {join: [{path: ./images, nonmatch: skip}, {path: ./texts}]}}\n",
+    )
+    with pytest.raises(ConfigError, match=r"join\[0\]: the first dataset of a join is the primary"):
+        loader(first)
+    unknown = mds(
+        data,
+        "u.yaml",
+        "splits: {train: {join: [{path: ./images}, {path: ./texts}], joiner: os.system}}\n",
+    )
+    with pytest.raises(ConfigError, match="unknown sample type 'os.system'"):
+        loader(unknown)
+
+
+def test_join_an_energon_folder_as_it_is(data):
+    path = mds(
+        data,
+        "en.yaml",
+        """\
+        splits:
+          train:
+            join:
+              - {path: ./images}
+              - {path: ./energon, nonmatch: skip}
+            joiner: {__module__: megatron.energon, __class__: CaptioningSample}
+        """,
+    )
+    got = []
+    for b in loader(path, num_epochs=1):
+        got.extend(zip(b.__key__, b.caption))
+    captions = {i: x["caption"] for i, x in enumerate(image_caption_samples(0, 8))}
+    assert sorted(int(k.split("/")[1]) for k, _ in got) == list(range(8))  # 8..11: skipped
+    assert all(c == captions[int(k.split("/")[1])] for k, c in got)
