@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from fpipe.core.errors import FpipeError
+from fpipe.core.errors import BadSampleError, FpipeError
 from fpipe.storage.dataset import Dataset, open_dataset
 from fpipe.storage.progress import progress_bar
 from fpipe.storage.webdataset import ShardError, iter_samples, open_shard, shard_stem
@@ -62,11 +62,11 @@ def _check_tar(ds: Dataset, problems: list, bar) -> None:
         for i in range(int(starts[sid]), int(starts[sid + 1])):
             key = ds.key(i)
             local = key[len(stem) :] if key.startswith(stem) else key
-            want = set()
-            for ext in record.members:
-                off = int(ds._array(f"members/{ext}.offset.npy")[i])
-                if off >= 0:
-                    want.add((ext, off, int(ds._array(f"members/{ext}.size.npy")[i])))
+            try:
+                want = set(ds.reader.members(i))
+            except BadSampleError as e:
+                problems.append((shard.name, key, e.reason))
+                continue
             have = found.get(local)
             if have is None:
                 problems.append((shard.name, key, "indexed sample not found in the shard"))

@@ -42,7 +42,7 @@ from fpipe.storage.remote import RemoteFiles, StorageOptions, is_url
 from fpipe.storage.splits import resolve_split
 from fpipe.storage.tables import TableReader, table_record
 from fpipe.storage.tar_index import INDEX_DIR
-from fpipe.storage.tar_reader import TarReader
+from fpipe.storage.tar_reader import TarReader, tar_arrays
 from fpipe.storage.validate import (
     ShardCheck,
     array_checker,
@@ -220,8 +220,8 @@ def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = 
     check_record(p, record, where + "/info.yaml")
     check_shards_unchanged(p, record, shard_check)
     arrays = ArrayStore(index_dir, check=array_checker(record, where))
-    if record.layout == "tar":  # two .npy headers: lengths agree with the record
-        check_headers(index_dir, record, ("shard_id.npy", "keys.offsets.npy"))
+    if record.layout == "tar":  # .npy headers only: lengths agree with the record
+        check_headers(index_dir, record, tar_arrays(record))
     files = FileCache(max_open_files)
     if record.layout == "table":
         t = record.table

@@ -133,7 +133,7 @@ def _report(
         num_shards=len(data.shards),
         problems=tuple(Problem(*p) for p in data.problems),
         columns=tuple(data.columns),
-        members=tuple(sorted(data.members)),
+        members=tuple(data.members.exts),
         splits={k: len(v) for k, v in (splits.split_parts if splits else {}).items()},
         elapsed_s=time.perf_counter() - t0,
         part=part,

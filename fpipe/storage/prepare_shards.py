@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.decode.extensions import strip_gz
 from fpipe.storage import av_meta
 from fpipe.storage.field_spec import parse_field_spec
 from fpipe.storage.progress import progress_bar
-from fpipe.storage.scan import ScanOptions, ShardScan, scan_shard
+from fpipe.storage.scan import ScanOptions, ShardScan, dense_column, scan_shard
 from fpipe.storage.tar_index import (
     IndexData,
     concat_index,
@@ -32,6 +33,8 @@ from fpipe.storage.tar_index import (
 
 __all__ = [
     "Keyframes",
+    "MAX_EXTENSION_FIELDS",
+    "MIN_EXTENSION_FRACTION",
     "PARTS_DIR",
     "av_info",
     "merge_parts",
@@ -44,11 +47,37 @@ __all__ = [
 PARTS_DIR = ".fpipe-parts"
 #: audio/video keyframes of an index: field -> (times concatenated, offsets (n+1,))
 Keyframes = dict[str, tuple[np.ndarray, np.ndarray]]
+#: Without a field map every extension is a field with its own columns (``<ext>.bytes``...).
+#: Only the most frequent :data:`MAX_EXTENSION_FIELDS` extensions present in at least
+#: :data:`MIN_EXTENSION_FRACTION` of the samples get them, so that a dataset whose samples
+#: have distinct extensions keeps memory and files linear in its members.
+MAX_EXTENSION_FIELDS = 64
+MIN_EXTENSION_FRACTION = 0.01
 
 
-def _to_index(scan: ShardScan, shard_stat: tuple[int, int]) -> IndexData:
+def _extension_fields(scans: list[ShardScan]) -> set[str]:
+    """The extensions (without ``.gz``) that get per-field columns in a crude index."""
+    counts: dict[str, int] = {}
+    for scan in scans:
+        for ext, c in scan.members.counts().items():
+            counts[strip_gz(ext)] = counts.get(strip_gz(ext), 0) + c
+    n = sum(len(scan.keys) for scan in scans)
+    least = max(1.0, MIN_EXTENSION_FRACTION * n)
+    ranked = sorted((-c, e) for e, c in counts.items() if c >= least)
+    return {e for _, e in ranked[:MAX_EXTENSION_FIELDS]}
+
+
+def _to_index(scan: ShardScan, shard_stat: tuple[int, int], fields: set[str] | None) -> IndexData:
+    """One shard's index; without a field map (``fields`` given) columns of other extensions
+    are left out (see :data:`MAX_EXTENSION_FIELDS`)."""
     keys, offsets = encode_keys(scan.keys)
     n = len(scan.keys)
+    user = set(scan.user_columns)
+    columns = {
+        name: dense_column(n, col)
+        for name, col in scan.columns.items()
+        if fields is None or name in user or "." not in name or name.rsplit(".", 1)[0] in fields
+    }
     return IndexData(
         shards=[
             {"name": scan.name, "samples": n, "bytes": shard_stat[0], "mtime_ns": shard_stat[1]}
@@ -57,7 +86,7 @@ def _to_index(scan: ShardScan, shard_stat: tuple[int, int]) -> IndexData:
         keys=keys,
         key_offsets=offsets,
         members=scan.members,
-        columns=scan.columns,
+        columns=columns,
         problems=list(scan.problems),
         shard_errors=int(scan.shard_error is not None),
     )
@@ -78,8 +107,7 @@ def scan_shards(
     """Index ``shards`` (in ``workers`` spawn-started processes when > 1), in order."""
     bar = progress_bar(len(shards), "prepare", enabled=progress)
     samples = 0
-    datas: list[IndexData] = []
-    keyframes: list[tuple[int, Any]] = []
+    done: list[ShardScan] = []
     if workers <= 1 or len(shards) <= 1:
         scans = (scan_shard(root, name, opts) for name in shards)
         ex = None
@@ -88,10 +116,8 @@ def scan_shards(
         scans = ex.map(scan_shard, repeat(root), shards, repeat(opts))
     stats = [_stat(root, name) for name in shards]  # before reading: a later change shows
     try:
-        for scan, st in zip(scans, stats):
-            size = scan.size if scan.size >= 0 else st[0]  # streamed from object storage
-            datas.append(_to_index(scan, (size, st[1])))
-            keyframes.append((len(scan.keys), scan.keyframes))
+        for scan in scans:
+            done.append(scan)
             samples += len(scan.keys)
             bar.set_postfix_str(f"{samples:,} samples", refresh=False)
             bar.update(1)
@@ -99,6 +125,15 @@ def scan_shards(
         if ex is not None:
             ex.shutdown()
     bar.close()
+    fields = None if opts.field_map else _extension_fields(done)
+    datas = []
+    for scan, st in zip(done, stats):
+        size = scan.size if scan.size >= 0 else st[0]  # streamed from object storage
+        datas.append(_to_index(scan, (size, st[1]), fields))
+    keyframes = [
+        (len(scan.keys), {f: v for f, v in scan.keyframes.items() if fields is None or f in fields})
+        for scan in done
+    ]
     return concat_index(datas), av_meta.concat_keyframes(keyframes)
 
 

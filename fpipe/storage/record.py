@@ -60,7 +60,10 @@ class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
     layout: Layout  #: how samples are found (see :data:`Layout`)
     num_samples: int  #: samples in the dataset
     shards: tuple[ShardEntry, ...] = ()  #: tar shards in shard-id order (empty for tables)
-    members: tuple[str, ...] = ()  #: member extensions with offsets (``"tar"`` layout)
+    members: tuple[str, ...] = ()  #: member extensions, sorted (``"tar"`` layout)
+    #: rows of the member table (``"tar"`` layout, index format 2); None: an index of format
+    #: 1, with two arrays per extension (see :mod:`fpipe.storage.members`)
+    num_members: int | None = None
     columns: dict[str, str] = msgspec.field(default_factory=dict)  #: column name -> dtype
     aliases: dict[str, str] = msgspec.field(default_factory=dict)  #: alias -> column name
     #: audio/video field -> member extensions (or media column) it was probed from
@@ -85,11 +88,13 @@ def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
     if kind not in ("webdataset", "table"):
         raise ConfigError(f"{where}: unknown index kind {kind!r}")
     av = (info.get("av") or {}).get("fields") or {}
+    flat = kind == "webdataset" and info.get("version") != 1
     obj = {
         "layout": "tar" if kind == "webdataset" else "table",
         "num_samples": info.get("num_samples"),
         "shards": info.get("shards") or [],
         "members": info.get("members") or [],
+        "num_members": info.get("num_members") if flat else None,
         "columns": info.get("columns") or {},
         "aliases": info.get("aliases") or {},
         "av_fields": av,
@@ -97,6 +102,8 @@ def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
         "problems": info.get("problems") or 0,
         "source": info.get("source") or kind,
     }
+    if flat and not isinstance(obj["num_members"], int):
+        raise ConfigError(f"{where}: bad index info: num_members must be an integer")
     try:
         return msgspec.convert(obj, IndexRecord, strict=False)
     except msgspec.ValidationError as e:

@@ -22,7 +22,6 @@ or JSON is corrupt, or that has two members with one extension, is left out and 
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,11 +33,22 @@ from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
 from fpipe.storage import av_meta
 from fpipe.storage.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.image_header import HEADER_PREFIX, image_size, parse_image_size
+from fpipe.storage.members import MemberTable, build_members
 from fpipe.storage.reader import gunzip_member
 from fpipe.storage.remote import StorageOptions
 from fpipe.storage.webdataset import ShardError, iter_samples, open_shard, shard_stem
 
-__all__ = ["ScanOptions", "ShardScan", "load_function", "scan_shard"]
+__all__ = [
+    "ScanOptions",
+    "ShardScan",
+    "SparseColumn",
+    "dense_column",
+    "load_function",
+    "scan_shard",
+]
+
+#: a column of one shard as (sample indices having a value, their values)
+SparseColumn = tuple[np.ndarray, np.ndarray]
 
 _json_decode = msgspec.json.decode
 
@@ -58,8 +68,10 @@ class ShardScan(msgspec.Struct, kw_only=True):
 
     name: str  #: shard path relative to the dataset folder
     keys: list[str]  #: member keys of the kept samples
-    members: dict[str, tuple[np.ndarray, np.ndarray]]  #: ext -> (offsets, sizes), -1 missing
-    columns: dict[str, np.ndarray]  #: metadata columns, one value per kept sample
+    members: MemberTable  #: where each kept sample's members lie
+    #: metadata columns: the samples having a value and the values (see :func:`dense_column`)
+    columns: dict[str, SparseColumn]
+    user_columns: list[str] = msgspec.field(default_factory=list)  #: user-named columns found
     problems: list[tuple[str, str, str]]  #: (shard, key, reason) of left-out samples
     shard_error: str | None = None  #: why the shard could not be read to its end
     size: int = -1  #: shard size in bytes when read (-1: unknown, e.g. gzip)
@@ -233,22 +245,34 @@ def _read_plan(opts: ScanOptions, fields) -> Callable[[str], int]:
     return plan
 
 
-def _columns(rows: list[dict[str, Any]], user: set[str]) -> dict[str, np.ndarray]:
-    names: dict[str, None] = {}
-    for r in rows:
-        names.update(dict.fromkeys(r))
+def _columns(rows: list[dict[str, Any]], user: set[str]) -> dict[str, SparseColumn]:
+    """Columns of ``rows`` in sparse form: O(values), whatever the number of column names
+    (a shard whose samples have distinct extensions has as many names as samples)."""
+    idx: dict[str, list[int]] = {}
+    vals: dict[str, list[Any]] = {}
+    for i, r in enumerate(rows):
+        for name, v in r.items():
+            if name not in idx:
+                idx[name], vals[name] = [], []
+            if v is not None:
+                idx[name].append(i)
+                vals[name].append(v)
     out = {}
-    for name in names:
-        vals = [r.get(name) for r in rows]
-        if name in user:
-            if all(isinstance(v, int) for v in vals):
-                out[name] = np.asarray(vals, dtype=np.int64)
-            else:
-                out[name] = np.asarray([math.nan if v is None else v for v in vals], np.float64)
-        elif av_meta.is_float_column(name):  # audio/video float statistics
-            out[name] = np.asarray([math.nan if v is None else v for v in vals], np.float64)
-        else:
-            out[name] = np.asarray([-1 if v is None else v for v in vals], dtype=np.int64)
+    for name, values in vals.items():
+        if name in user:  # int64 when every sample has an integer, else float64 with NaN
+            whole = len(values) == len(rows) and all(isinstance(v, int) for v in values)
+            dtype = np.int64 if whole else np.float64
+        else:  # audio/video float statistics, else int64 with -1 where absent
+            dtype = np.float64 if av_meta.is_float_column(name) else np.int64
+        out[name] = (np.asarray(idx[name], np.int64), np.asarray(values, dtype))
+    return out
+
+
+def dense_column(n: int, column: SparseColumn) -> np.ndarray:
+    """The ``(n,)`` array of a sparse column: -1 (int64) or NaN (float64) where absent."""
+    idx, values = column
+    out = np.full(n, np.nan if values.dtype.kind == "f" else -1, values.dtype)
+    out[idx] = values
     return out
 
 
@@ -272,7 +296,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
         return ShardScan(
             name=name,
             keys=[],
-            members={},
+            members=build_members([]),
             columns={},
             problems=[(name, "", f"cannot open shard: {e}")],
             shard_error=str(e),
@@ -310,19 +334,12 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
         except ShardError as e:
             shard_error = e.reason
             problems.append((name, f"{stem}/{e.key}" if e.key else "", e.reason))
-    n = len(keys)
-    members: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for i, (exts, offs, sizes) in enumerate(placed):
-        for ext, off, size in zip(exts, offs, sizes):
-            if ext not in members:
-                members[ext] = (np.full(n, -1, np.int64), np.full(n, -1, np.int64))
-            members[ext][0][i] = off
-            members[ext][1][i] = size
     return ShardScan(
         name=name,
         keys=keys,
-        members=members,
+        members=build_members(placed),
         columns=_columns(rows, user),
+        user_columns=sorted(user),
         problems=problems,
         shard_error=shard_error,
         keyframes=keyframes.build(),

@@ -11,8 +11,10 @@ Layout::
     .fpipe/shard_id.npy              int32 (n,)     shard of each sample (into info.shards)
     .fpipe/keys.npy                  uint8 (bytes,) UTF-8 member keys, concatenated
     .fpipe/keys.offsets.npy          int64 (n+1,)   key i is keys[off[i]:off[i+1]]
-    .fpipe/members/<ext>.offset.npy  int64 (n,)     byte offset of the member's data, -1 absent
-    .fpipe/members/<ext>.size.npy    int64 (n,)     member size in bytes, -1 absent
+    .fpipe/members/start.npy         int64 (n+1,)   sample i's members: rows start[i]:start[i+1]
+    .fpipe/members/ext.npy           int32 (m,)     member extension (position in info.members)
+    .fpipe/members/offset.npy        int64 (m,)     byte offset of the member's data in its shard
+    .fpipe/members/size.npy          int64 (m,)     member size in bytes
     .fpipe/columns/<name>.npy        int64 / float64 (n,) metadata columns
 """
 
@@ -30,6 +32,7 @@ import yaml
 
 from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
+from fpipe.storage.members import MemberTable, concat_members, member_files
 
 __all__ = [
     "FORMAT",
@@ -46,7 +49,9 @@ __all__ = [
 
 INDEX_DIR = ".fpipe"
 FORMAT = "fpipe-index"
-VERSION = 1
+#: 2: one flat member table (``members/start|ext|offset|size.npy``); 1: two arrays per
+#: extension (``members/<ext>.offset|size.npy``), still read.
+VERSION = 2
 
 
 class IndexData(msgspec.Struct, kw_only=True):
@@ -56,7 +61,7 @@ class IndexData(msgspec.Struct, kw_only=True):
     shard_id: np.ndarray  #: int32 (n,)
     keys: np.ndarray  #: uint8 blob of UTF-8 keys
     key_offsets: np.ndarray  #: int64 (n+1,)
-    members: dict[str, tuple[np.ndarray, np.ndarray]]  #: ext -> (offsets, sizes)
+    members: MemberTable  #: where each sample's members lie
     columns: dict[str, np.ndarray]  #: name -> (n,) values
     problems: list[tuple[str, str, str]] = msgspec.field(default_factory=list)
     shard_errors: int = 0
@@ -80,11 +85,8 @@ def concat_index(parts: list[IndexData]) -> IndexData:
     n = sum(len(p.shard_id) for p in parts)
     shard_base = np.cumsum([0] + [len(p.shards) for p in parts])
     starts = np.cumsum([0] + [len(p.shard_id) for p in parts])
-    members: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     col_dtype: dict[str, np.dtype] = {}
     for p in parts:
-        for ext in p.members:
-            members.setdefault(ext, (np.full(n, -1, np.int64), np.full(n, -1, np.int64)))
         for name, arr in p.columns.items():
             old = col_dtype.get(name)
             col_dtype[name] = arr.dtype if old is None else np.promote_types(old, arr.dtype)
@@ -93,9 +95,6 @@ def concat_index(parts: list[IndexData]) -> IndexData:
     key_base = 0
     for p, s0 in zip(parts, starts[:-1]):
         s1 = s0 + len(p.shard_id)
-        for ext, (off, size) in p.members.items():
-            members[ext][0][s0:s1] = off
-            members[ext][1][s0:s1] = size
         for name, arr in p.columns.items():
             columns[name][s0:s1] = arr
         key_offsets[s0 + 1 : s1 + 1] = p.key_offsets[1:] + key_base
@@ -109,7 +108,7 @@ def concat_index(parts: list[IndexData]) -> IndexData:
         else np.zeros(0, np.int32),
         keys=np.concatenate([p.keys for p in parts]) if parts else np.zeros(0, np.uint8),
         key_offsets=key_offsets,
-        members=members,
+        members=concat_members([p.members for p in parts]),
         columns=columns,
         problems=[q for p in parts for q in p.problems],
         shard_errors=sum(p.shard_errors for p in parts),
@@ -165,16 +164,15 @@ def write_index(out: str | Path, data: IndexData, info_extra: dict[str, Any]) ->
         "keys.npy": np.asarray(data.keys, np.uint8),
         "keys.offsets.npy": np.asarray(data.key_offsets, np.int64),
     }
-    for ext, (off, size) in sorted(data.members.items()):
-        files[f"members/{ext}.offset.npy"] = off
-        files[f"members/{ext}.size.npy"] = size
+    files.update(member_files(data.members))
     for name, arr in data.columns.items():
         files[f"columns/{name}.npy"] = arr
     info = {
         "kind": "webdataset",
         "num_samples": int(len(data.shard_id)),
         "shards": data.shards,
-        "members": sorted(data.members),
+        "members": list(data.members.exts),
+        "num_members": int(len(data.members.ext)),
         "columns": {k: str(v.dtype) for k, v in data.columns.items()},
         "shard_errors": int(data.shard_errors),
         **info_extra,
@@ -214,6 +212,11 @@ def read_index_data(index_dir: str | Path) -> IndexData:
     """Load a whole index folder into memory (used by ``--merge``)."""
     d = Path(index_dir)
     info = read_info(d)
+    if int(info.get("version", 0)) < 2:
+        raise ConfigError(
+            f"{d}: part written by an older fpipe (index format version {info.get('version')}); "
+            "run its `fpipe prepare DIR --part i/n` again before merging"
+        )
     problems = []
     with open(d / "problems.jsonl", encoding="utf-8") as f:
         for line in f:
@@ -225,13 +228,13 @@ def read_index_data(index_dir: str | Path) -> IndexData:
         shard_id=load_array(d / "shard_id.npy", mmap=False),
         keys=load_array(d / "keys.npy", mmap=False),
         key_offsets=load_array(d / "keys.offsets.npy", mmap=False),
-        members={
-            ext: (
-                load_array(d / "members" / f"{ext}.offset.npy", mmap=False),
-                load_array(d / "members" / f"{ext}.size.npy", mmap=False),
-            )
-            for ext in info["members"]
-        },
+        members=MemberTable(
+            exts=list(info["members"]),
+            **{
+                name: load_array(d / "members" / f"{name}.npy", mmap=False)
+                for name in ("start", "ext", "offset", "size")
+            },
+        ),
         columns={c: load_array(d / "columns" / f"{c}.npy", mmap=False) for c in info["columns"]},
         problems=problems,
         shard_errors=int(info.get("shard_errors", 0)),

@@ -1,9 +1,10 @@
 """Reader of the ``"tar"`` layout: member byte offsets from fpipe's own index.
 
-``fpipe prepare`` stores, for every member extension, the byte offset and size of the member
-in its shard (``members/<ext>.offset.npy`` / ``.size.npy``, -1 where absent) and the sample
-keys (``keys.npy``). A sample is then one positional read (or one per member when they are far
-apart). Gzip-compressed shards are decompressed once into ``.fpipe/decompressed/``.
+``fpipe prepare`` stores the extension, byte offset and size of every member in one table
+sorted by sample (:mod:`fpipe.storage.members`; indexes of format 1 hold two arrays per
+extension instead, still read) and the sample keys (``keys.npy``). A sample is then one
+positional read (or one per member when they are far apart). Gzip-compressed shards are
+decompressed once into ``.fpipe/decompressed/``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import GZ, strip_gz
+from fpipe.storage.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.reader import FileCache, members_to_dict
 from fpipe.storage.record import ArrayStore, IndexRecord
 from fpipe.storage.webdataset import is_gzip_shard, shard_stem
 
-__all__ = ["TarReader"]
+__all__ = ["TarReader", "tar_arrays"]
 
 #: extra bytes allowed between members before a sample is read with one pread per member.
 _GAP = 64 * 1024
@@ -42,6 +44,8 @@ class TarReader:
         self._files = files
         self._stems = [shard_stem(s.name) for s in record.shards]
         self._gz = [is_gzip_shard(s.name) for s in record.shards]  # offsets are decompressed
+        table = FlatMembers if record.num_members is not None else PerExtensionMembers
+        self._members = table(record.members, arrays)
 
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` of sample ``i`` (WebDataset's ``__key__``)."""
@@ -80,7 +84,7 @@ class TarReader:
 
     def has_member(self, ext: str, i: int) -> bool:
         """Whether sample ``i`` has a member with extension ``ext``."""
-        return ext in self._record.members and self._array(f"members/{ext}.offset.npy")[i] >= 0
+        return ext in self._record.members and any(p[0] == ext for p in self.members(i))
 
     def shard_path(self, shard_id: int) -> str:
         """File to read shard ``shard_id`` from (a decompressed copy for gzip shards)."""
@@ -90,28 +94,36 @@ class TarReader:
             return path
         return _decompressed_copy(path, self._dir / "decompressed" / (shard_stem(name) + ".tar"))
 
-    def _placed(self, i: int, exts: frozenset[str] | None = None) -> list[tuple[str, int, int]]:
-        """(ext, offset, size) of the members of sample ``i`` (those in ``exts``, plain or
-        ``.gz``, when given), checked to lie in its shard."""
+    def members(self, i: int) -> list[tuple[str, int, int]]:
+        """``(ext, offset, size)`` of every member of sample ``i`` in tar order, each checked
+        to lie inside its shard.
+
+        Raises:
+          BadSampleError: the index is corrupt there (it says to re-run ``fpipe prepare``).
+        """
         sid = self._shard_id(i)
         limit = self._record.shards[sid].bytes  # member bytes must lie inside the shard
-        placed = []
-        for ext in self._record.members:
-            if exts is not None and strip_gz(ext) not in exts:
-                continue
-            off = int(self._array(f"members/{ext}.offset.npy")[i])
-            if off >= 0:
-                size = int(self._array(f"members/{ext}.size.npy")[i])
-                if size < 0 or (limit >= 0 and off + size > limit and not self._gz[sid]):
-                    raise BadSampleError(
-                        self._record.shards[sid].name,
-                        self.key(i),
-                        self._corrupt(
-                            f"member {ext!r} at {off}+{size} in a shard of {limit} bytes"
-                        ),
-                    )
-                placed.append((ext, off, size))
+        try:
+            placed = self._members.placed(i)
+        except CorruptIndex as e:
+            name = self._record.shards[sid].name
+            raise BadSampleError(name, f"#{i}", self._corrupt(str(e))) from None
+        for ext, off, size in placed:
+            if off < 0 or size < 0 or (limit >= 0 and off + size > limit and not self._gz[sid]):
+                raise BadSampleError(
+                    self._record.shards[sid].name,
+                    self.key(i),
+                    self._corrupt(f"member {ext!r} at {off}+{size} in a shard of {limit} bytes"),
+                )
         return placed
+
+    def _placed(self, i: int, exts: frozenset[str] | None = None) -> list[tuple[str, int, int]]:
+        """:meth:`members` of sample ``i``, only those in ``exts`` (plain or ``.gz``) when
+        given."""
+        placed = self.members(i)
+        if exts is None:
+            return placed
+        return [p for p in placed if strip_gz(p[0]) in exts]
 
     def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
         """Hand the byte ranges of samples ``indices`` to the file layer, which may fetch them
@@ -177,6 +189,14 @@ class TarReader:
             if self.has_member(e, i) or self.has_member(e + GZ, i):
                 return (e,)
         return ()
+
+
+def tar_arrays(record: IndexRecord) -> tuple[str, ...]:
+    """The arrays every sample read uses (their headers are checked when a dataset opens)."""
+    head = ("shard_id.npy", "keys.offsets.npy")
+    if record.num_members is None:
+        return head
+    return (*head, *(f"members/{a}.npy" for a in ("start", "ext", "offset", "size")))
 
 
 def _read_ranges(placed: list[tuple[str, int, int]]) -> list[tuple[int, int]]:

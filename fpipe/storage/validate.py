@@ -63,6 +63,8 @@ def check_record(root: str | Path, record: IndexRecord, where: str) -> None:
     """Counts agree and every shard path stays inside ``root``."""
     if record.num_samples < 0:
         raise ConfigError(f"{where}: num_samples is negative ({record.num_samples})")
+    if record.num_members is not None and record.num_members < 0:
+        raise ConfigError(f"{where}: num_members is negative ({record.num_members})")
     if record.layout == "table":
         return
     for s in record.shards:
@@ -113,6 +115,10 @@ def _expected(record: IndexRecord, name: str) -> tuple[int, str] | None:
         return n + 1, "iu"
     if name == "keys.npy":
         return -1, "u"
+    if record.num_members is not None and name.startswith("members/"):
+        if name == "members/start.npy":
+            return n + 1, "iu"
+        return record.num_members, "iu"
     if name.startswith("members/") and name.endswith((".offset.npy", ".size.npy")):
         return n, "iu"
     if name.startswith("columns/"):
@@ -138,8 +144,13 @@ def array_checker(record: IndexRecord, where: str) -> Callable[[str, np.ndarray]
 
     def check(name: str, arr: np.ndarray) -> None:
         _check_shape(record, where, name, arr.shape, arr.dtype)
-        if name == "keys.offsets.npy" and len(arr) and int(arr[0]) != 0:
+        if name in ("keys.offsets.npy", "members/start.npy") and len(arr) and int(arr[0]) != 0:
             raise ConfigError(f"{where}/{name}: does not start at 0; the index is corrupt")
+        if name == "members/start.npy" and len(arr) and int(arr[-1]) != record.num_members:
+            raise ConfigError(
+                f"{where}/{name}: ends at {int(arr[-1])}, not at the {record.num_members} "
+                "members of the table; the index is corrupt: re-run `fpipe prepare`"
+            )
 
     return check
 

@@ -67,15 +67,36 @@ def test_short_arrays_are_refused_on_open(tmp_path):
         open_dataset(tmp_path)
 
 
-def test_wrong_member_array_is_refused_when_loaded(tmp_path):
+@pytest.mark.parametrize("name", ["size", "start"])
+def test_wrong_member_array_is_refused_on_open(tmp_path, name):
     index = _prepared(tmp_path)
-    np.save(index / "members" / "jpg.size.npy", np.zeros(12, np.float32))
-    ds = open_dataset(tmp_path)
-    with pytest.raises(ConfigError, match="jpg.size.npy"):
-        ds.read(0)
+    arr = np.load(index / "members" / f"{name}.npy")
+    np.save(index / "members" / f"{name}.npy", arr.astype(np.float32))
+    with pytest.raises(ConfigError, match=f"members/{name}.npy"):
+        open_dataset(tmp_path)
 
 
-@pytest.mark.parametrize("what", ["negative size", "past the shard", "key offsets"])
+def test_member_table_not_ending_at_its_length_is_refused(tmp_path):
+    index = _prepared(tmp_path)
+    start = np.load(index / "members" / "start.npy")
+    start[-1] -= 1
+    np.save(index / "members" / "start.npy", start)
+    with pytest.raises(ConfigError, match="ends at 35, not at the 36 members"):
+        open_dataset(tmp_path).read(0)
+
+
+# (member array, new value of sample 5's first member row); "rows" edits start[6]
+_BAD_MEMBER = {
+    "negative size": ("size", -7),
+    "past the shard": ("offset", 10**9),
+    "negative offset": ("offset", -1),
+    "unknown extension": ("ext", 99),
+    "negative extension id": ("ext", -1),
+    "rows backwards": ("start", None),
+}
+
+
+@pytest.mark.parametrize("what", [*_BAD_MEMBER, "key offsets"])
 def test_bad_entries_are_bad_samples_not_wrong_bytes(tmp_path, what):
     index = _prepared(tmp_path)
     if what == "key offsets":
@@ -83,10 +104,14 @@ def test_bad_entries_are_bad_samples_not_wrong_bytes(tmp_path, what):
         off[5] = off[7]  # key 5 ends before it starts
         np.save(index / "keys.offsets.npy", off)
     else:
-        name = "jpg.size.npy" if what == "negative size" else "jpg.offset.npy"
-        arr = np.load(index / "members" / name)
-        arr[5] = -7 if what == "negative size" else 10**9
-        np.save(index / "members" / name, arr)
+        name, value = _BAD_MEMBER[what]
+        row = int(np.load(index / "members" / "start.npy")[5])
+        arr = np.load(index / "members" / f"{name}.npy")
+        if name == "start":
+            arr[6] = arr[5] - 1  # sample 5's rows end before they start
+        else:
+            arr[row] = value
+        np.save(index / "members" / f"{name}.npy", arr)
     ds = open_dataset(tmp_path)
     ds.read(4)
     with pytest.raises(BadSampleError, match="index is corrupt"):
@@ -129,15 +154,26 @@ def test_unknown_split_key_is_refused_naming_file_and_key(tmp_path):
 
 
 def test_opening_a_large_index_is_cheap(tmp_path):
-    """Opening reads info.yaml and two .npy headers, whatever the number of samples."""
+    """Opening reads info.yaml and a few .npy headers, whatever the number of samples."""
     index = _prepared(tmp_path, shards=1, per_shard=2)
     n = 50_000_000  # arrays written sparse: only their headers are read on open
+    m = 2 * n
     for name, length, dtype in (
         ("shard_id.npy", n, np.int32),
         ("keys.offsets.npy", n + 1, np.int64),
+        ("members/start.npy", n + 1, np.int64),
+        ("members/ext.npy", m, np.int32),
+        ("members/offset.npy", m, np.int64),
+        ("members/size.npy", m, np.int64),
     ):
         np.lib.format.open_memmap(index / name, mode="w+", dtype=dtype, shape=(length,)).flush()
-    _edit_info(index, lambda i: (i.update(num_samples=n), i["shards"][0].update(samples=n)))
+    _edit_info(
+        index,
+        lambda i: (
+            i.update(num_samples=n, num_members=m),
+            i["shards"][0].update(samples=n),
+        ),
+    )
     t0 = time.perf_counter()
     ds = open_dataset(tmp_path)
     assert len(ds) == n and time.perf_counter() - t0 < 0.5

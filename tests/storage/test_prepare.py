@@ -50,7 +50,8 @@ def test_index_is_columnar_npy_and_memory_mapped(ds_dir):
     root, _ = ds_dir
     prepare_dataset(root, fields={"image": "jpg"})
     d = root / ".fpipe"
-    assert load_array(d / "members" / "jpg.offset.npy").dtype == np.int64
+    assert load_array(d / "members" / "offset.npy").dtype == np.int64
+    assert load_array(d / "members" / "start.npy").shape == (13,)
     arr = np.load(d / "columns" / "image.width.npy", mmap_mode="r", allow_pickle=False)
     assert isinstance(arr, np.memmap) and arr.shape == (12,)
     assert np.load(d / "keys.offsets.npy").shape == (13,)
@@ -59,14 +60,15 @@ def test_index_is_columnar_npy_and_memory_mapped(ds_dir):
     assert [s["name"] for s in info["shards"]] == [f"shard-{i:04d}.tar" for i in range(3)]
 
 
-def test_missing_member_offset_is_minus_one(tmp_path):
+def test_samples_with_different_members(tmp_path):
     from tests.storage.helpers import write_tar
 
     write_tar(tmp_path / "s.tar", [("a", {"txt": b"1", "cls": b"0"}), ("b", {"txt": b"2"})])
     prepare_dataset(tmp_path)
     ds = open_dataset(tmp_path)
-    assert ds.read(1) == {"txt": b"2"}
-    assert list(load_array(tmp_path / ".fpipe" / "members" / "cls.offset.npy"))[1] == -1
+    assert ds.read(0) == {"txt": b"1", "cls": b"0"} and ds.read(1) == {"txt": b"2"}
+    assert list(load_array(tmp_path / ".fpipe" / "members" / "start.npy")) == [0, 2, 3]
+    assert list(ds.column("cls.bytes")) == [1, -1]
     assert ds.config.sample_type == "CrudeSample" and ds.config.field_map == {}
 
 

@@ -88,8 +88,7 @@ def test_consecutive_samples_are_consecutive_ranges(tmp_path):
     make_image_caption_dataset(tmp_path, shards=1, per_shard=6)
     prepare_dataset(tmp_path)
     ds = open_dataset(tmp_path)
-    starts = [
-        min(int(ds._array(f"members/{e}.offset.npy")[i]) for e in ("jpg", "txt", "json"))
-        for i in range(6)
-    ]
-    assert starts == sorted(starts)
+    placed = [ds.reader.members(i) for i in range(6)]
+    assert all(sorted(e for e, _, _ in p) == ["jpg", "json", "txt"] for p in placed)
+    spans = [(p[0][1], p[-1][1] + p[-1][2]) for p in placed]  # one byte range per sample
+    assert spans == sorted(spans) and all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
