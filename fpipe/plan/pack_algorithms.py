@@ -136,82 +136,103 @@ def _decreasing(c: np.ndarray) -> np.ndarray:
     return np.lexsort(keys).astype(np.int64)
 
 
-def _fit_decreasing(costs, limits, best: bool) -> Packing:
-    """Largest first, into the first (or best-fitting) open pack that fits every budget.
+def _first_fit(c: np.ndarray, lim: np.ndarray) -> Packing:
+    """First-fit decreasing, built pack by pack (the same packs as placing item by item).
 
-    The candidate is chosen on the first budget with numpy; the other budgets are checked with
-    scalars, and only when the candidate fails them is the mask over every budget built (the
-    same choice either way: a pack that fits every budget fits the first one).
+    FFD puts an item into pack 0 exactly when it fits pack 0's room at that point, and that
+    room depends only on pack 0's own items: so pack 0 is one pass over the items (decreasing)
+    taking each one that fits, pack 1 the same pass over the items left, and so on. The items
+    left are kept by decreasing first cost, so the next one that fits the first budget is found
+    by bisection; the other budgets are checked from there on.
     """
-    c, lim = _as_costs(costs, limits)
     n, k = c.shape
     placed = _decreasing(c)
-    pack_of = np.empty(n, dtype=np.int64)
-    rooms = [np.full(max(n, 1), -1, dtype=np.int64) for _ in range(k)]  # -1: not open
-    mirror = [[-1] * max(n, 1) for _ in range(k)]
-    rows = c.tolist()
+    rest = placed.tolist()
+    neg = (-c[placed, 0]).tolist()  # nondecreasing
+    others = [c[placed, j].tolist() for j in range(1, k)]
+    second = others[0] if k == 2 else None
     limit = lim.tolist()
-    others = range(1, k)
-    big = np.iinfo(np.int64).max
-    npacks = 0
-    views = [r[:0] for r in rooms]
-    for i in placed.tolist():
-        ci = rows[i]
-        p = -1
-        if npacks:
-            fits = views[0] >= ci[0]
-            p = int(np.where(fits, views[0], big).argmin() if best else fits.argmax())
-            if not fits[p]:
-                p = -1
-            elif k > 1 and not all(mirror[j][p] >= ci[j] for j in others):
-                for j in others:
-                    fits &= views[j] >= ci[j]
-                p = int(np.where(fits, views[0], big).argmin() if best else fits.argmax())
-                if not fits[p]:
-                    p = -1
-        if p < 0:
-            p = npacks
-            npacks += 1
-            for j in range(k):
-                rooms[j][p] = mirror[j][p] = limit[j]
-            views = [r[:npacks] for r in rooms]
-        for j in range(k):
-            v = mirror[j][p] - ci[j]
-            mirror[j][p] = v
-            rooms[j][p] = v
-        pack_of[i] = p
-    return _from_assignment(pack_of, placed, npacks)
+    order: list[int] = []
+    offsets = [0]
+    while rest:
+        room0 = limit[0]
+        rooms = limit[1:]
+        at = 0
+        while True:
+            at = bisect.bisect_left(neg, -room0, at)
+            if second is not None:  # two budgets: the common case, without the loop below
+                end, room1 = len(neg), rooms[0]
+                while at < end and second[at] > room1:
+                    at += 1
+                if at == end:
+                    break
+                rooms[0] -= second.pop(at)
+            elif others:
+                end = len(neg)
+                while at < end and not all(o[at] <= r for o, r in zip(others, rooms)):
+                    at += 1
+                if at == end:
+                    break
+                for j, o in enumerate(others):
+                    rooms[j] -= o.pop(at)
+            elif at == len(neg):
+                break
+            room0 += neg.pop(at)
+            order.append(rest.pop(at))
+        offsets.append(len(order))
+    return Packing(np.asarray(order, dtype=np.int64), np.asarray(offsets, dtype=np.int64))
 
 
 def ffd(costs, limits) -> Packing:
     """First-fit decreasing: largest first (on the first budget), into the first pack that fits
     every budget; packs are numbered in the order they were opened."""
-    return _fit_decreasing(costs, limits, best=False)
+    c, lim = _as_costs(costs, limits)
+    return _first_fit(c, lim)
 
 
 def bfd(costs, limits) -> Packing:
     """Best-fit decreasing: largest first, into the fitting pack with the least room left on the
-    first budget."""
+    first budget (ties: the pack opened first).
+
+    The open packs are kept in a sorted list of ``(room, pack)`` on the first budget: the least
+    room that fits is found by bisection, and the other budgets are checked from there on.
+    """
     c, lim = _as_costs(costs, limits)
-    if c.shape[1] > 1:
-        return _fit_decreasing(c, lim, best=True)
-    # One budget: a sorted list of (room, pack); the best fit is found by bisection.
     placed = _decreasing(c)
     cost = c[:, 0].tolist()
-    pack_of = np.empty(len(c), dtype=np.int64)
+    other_costs = [c[:, j].tolist() for j in range(1, c.shape[1])]
+    limit = lim.tolist()
+    pack_of = [0] * len(c)
     rooms: list[tuple[int, int]] = []
+    other_rooms: list[list[int]] = [[] for _ in other_costs]
+    two = len(other_costs) == 1
+    second, second_rooms = (other_costs[0], other_rooms[0]) if two else (None, None)
     npacks = 0
     for i in placed.tolist():
         ci = cost[i]
         at = bisect.bisect_left(rooms, (ci, -1))
+        if second is not None:  # two budgets: the common case, without the loop below
+            end, c1 = len(rooms), second[i]
+            while at < end and second_rooms[rooms[at][1]] < c1:
+                at += 1
+        elif other_costs:
+            end = len(rooms)
+            while at < end and not all(
+                oc[i] <= orooms[rooms[at][1]] for oc, orooms in zip(other_costs, other_rooms)
+            ):
+                at += 1
         if at < len(rooms):
             room, p = rooms.pop(at)
         else:
-            room, p = int(lim[0]), npacks
+            room, p = limit[0], npacks
             npacks += 1
+            for orooms, lim_j in zip(other_rooms, limit[1:]):
+                orooms.append(lim_j)
         bisect.insort(rooms, (room - ci, p))
+        for oc, orooms in zip(other_costs, other_rooms):
+            orooms[p] -= oc[i]
         pack_of[i] = p
-    return _from_assignment(pack_of, placed, npacks)
+    return _from_assignment(np.asarray(pack_of, dtype=np.int64), placed, npacks)
 
 
 def balanced(costs, limits) -> Packing:
@@ -262,55 +283,81 @@ def _least_loaded(cost: list, limit: int, placed: np.ndarray, start: int, pack_o
 def _least_ratio_after(share, limit, placed, start, pack_of) -> int:
     """Several budgets, in units of the target load: one column of loads per budget.
 
-    The pack with the smallest score usually fits, so the score is computed over every open
-    pack, its minimum checked with scalars, and the masked minimum only computed when it does
-    not fit (the same choice as masking first, with fewer numpy calls). Loads are mirrored in
-    Python lists for the scalar checks.
+    For each item the score of every open pack is computed with numpy (a few calls over the
+    open packs, into preallocated buffers) and the best-scored pack's fit is checked with the
+    loads mirrored in Python lists. When it does not fit, the next best packs are tried in
+    score order (ties: the pack opened first), the same choice as the best-scored fitting pack.
     """
     n, k = share.shape
     size = n + start
     cols = [np.zeros(size) for _ in range(k)]
     loads = [[0.0] * size for _ in range(k)]
-    bufs = [np.empty(size) for _ in range(k)]
-    npacks = start
-    views = [col[:npacks] for col in cols]
-    outs = [buf[:npacks] for buf in bufs]
-    rows = share.tolist()
-    lim = limit.tolist()
-    budgets = range(k)
     # The first `start` items (largest first) each open an empty pack, in order: all packs
     # score the same, and the least index wins.
     first = placed[:start]
     pack_of[first] = np.arange(len(first))
-    for j in budgets:
+    for j in range(k):
         cols[j][: len(first)] = share[first, j]
         loads[j][: len(first)] = share[first, j].tolist()
-    for i in placed[start:].tolist():
+    rows = share.tolist()
+    lim = limit.tolist()
+    l0, l1, lim0, lim1 = loads[0], loads[1], lim[0], lim[1]
+    more = range(2, k)
+    budgets = range(k)
+    score_buf, tmp_buf = np.empty(size), np.empty(size)
+    npacks = start
+    v0, v1 = cols[0][:npacks], cols[1][:npacks]
+    vs = [col[:npacks] for col in cols]
+    score, tmp = score_buf[:npacks], tmp_buf[:npacks]
+    bad_buf, bad2_buf = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
+    bad, bad2 = bad_buf[:npacks], bad2_buf[:npacks]
+    add, maximum, greater, logical_or, putmask = (
+        np.add,
+        np.maximum,
+        np.greater,
+        np.logical_or,
+        np.putmask,
+    )
+    inf = np.inf
+    rest = placed[start:].tolist()
+    chosen = []
+    for i in rest:
         ci = rows[i]
+        c0, c1 = ci[0], ci[1]
         # max_j(load_j + c_j) = c_0 + max(load_0, max_j>0(load_j + c_j - c_0)): the same order
         # of packs as the score after adding the item, with one numpy call fewer per budget.
-        score = outs[0]
-        np.add(views[1], ci[1] - ci[0], out=score)
-        np.maximum(score, views[0], out=score)
-        for j in range(2, k):
-            np.add(views[j], ci[j] - ci[0], out=outs[j])
-            np.maximum(score, outs[j], out=score)
+        add(v1, c1 - c0, out=score)
+        maximum(score, v0, out=score)
+        for j in more:
+            add(vs[j], ci[j] - c0, out=tmp)
+            maximum(score, tmp, out=score)
         p = int(score.argmin())
-        if not all(loads[j][p] + ci[j] <= lim[j] for j in budgets):
-            fits = np.ones(npacks, dtype=bool)
-            for j in budgets:
-                fits &= views[j] <= lim[j] - ci[j]
-            p = int(np.where(fits, score, np.inf).argmin())
-            if not fits[p]:
-                p = npacks
-                npacks += 1
-                views = [col[:npacks] for col in cols]
-                outs = [buf[:npacks] for buf in bufs]
+        if not (
+            l0[p] + c0 <= lim0
+            and l1[p] + c1 <= lim1
+            and (k == 2 or all(loads[j][p] + ci[j] <= lim[j] for j in more))
+        ):
+            # The best-scored pack that fits as `load <= limit - cost`, else a new pack.
+            room = [lim[j] - ci[j] for j in budgets]
+            if not all(loads[j][p] <= room[j] for j in budgets):
+                greater(v0, room[0], out=bad)
+                for j in budgets[1:]:
+                    logical_or(bad, greater(vs[j], room[j], out=bad2), out=bad)
+                putmask(score, bad, inf)
+                p = int(score.argmin())
+                if score[p] == inf:
+                    p = npacks
+                    npacks += 1
+                    v0, v1 = cols[0][:npacks], cols[1][:npacks]
+                    vs = [col[:npacks] for col in cols]
+                    score, tmp = score_buf[:npacks], tmp_buf[:npacks]
+                bad, bad2 = bad_buf[:npacks], bad2_buf[:npacks]
         for j in budgets:
-            v = loads[j][p] + ci[j]
-            loads[j][p] = v
-            cols[j][p] = v
-        pack_of[i] = p
+            x = loads[j][p] + ci[j]
+            loads[j][p] = x
+            cols[j][p] = x
+        chosen.append(p)
+    pack_of[rest] = chosen
     return npacks
 
 

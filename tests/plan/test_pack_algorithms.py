@@ -15,6 +15,7 @@ from fpipe.plan.pack_algorithms import (
     greedy,
     packing_from_groups,
 )
+from tests.plan import pack_reference
 
 TOY = np.arange(1, 25)
 
@@ -109,3 +110,35 @@ def test_user_groups_are_checked():
         packing_from_groups([[0, 1], [1]], 3)
     with pytest.raises(ConfigError, match="outside"):
         packing_from_groups([[3]], 3)
+
+
+costs_k = st.integers(1, 3).flatmap(
+    lambda k: st.tuples(
+        st.lists(st.integers(1, 60), min_size=k, max_size=k),
+        st.lists(st.lists(st.integers(0, 70), min_size=k, max_size=k), max_size=70),
+    )
+)
+
+
+@settings(max_examples=60)
+@given(data=costs_k, name=st.sampled_from(sorted(pack_reference.ALGORITHMS)))
+def test_same_packs_as_the_per_sample_reference(data, name):
+    """The whole-buffer algorithms give the packs of the per-sample ones, item for item (so the
+    iteration order of packed pipelines does not change)."""
+    limits, rows = data
+    costs = np.minimum(np.asarray(rows, dtype=np.int64).reshape(-1, len(limits)), limits)
+    got, want = ALGORITHMS[name](costs, limits), pack_reference.ALGORITHMS[name](costs, limits)
+    assert got.order.tolist() == want.order.tolist()
+    assert got.offsets.tolist() == want.offsets.tolist()
+
+
+@pytest.mark.parametrize("name", sorted(pack_reference.ALGORITHMS))
+@pytest.mark.parametrize("images", [32, 8])
+def test_same_packs_as_the_reference_on_the_benchmark_lengths(name, images):
+    rng = np.random.default_rng(5)
+    tokens = np.clip(np.round(rng.lognormal(np.log(300), 1.0, 1000)), 16, 4096).astype(np.int64)
+    costs = np.stack([tokens, rng.integers(0, 5, 1000)], axis=1)
+    for c, limits in ((costs, [4096, images]), (tokens, 4096)):
+        got, want = ALGORITHMS[name](c, limits), pack_reference.ALGORITHMS[name](c, limits)
+        assert np.array_equal(got.order, want.order)
+        assert np.array_equal(got.offsets, want.offsets)
