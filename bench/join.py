@@ -9,6 +9,8 @@ reversed in 37 shards). Measured, medians of ``--repeats`` runs, in CPU seconds 
   from the index (vectorized) and the sorted :class:`~fpipe.storage.keys.KeyLookup`;
   baseline in the same run: ``dict_build_s``, a Python dict key -> index built from
   ``member_key(ds, i)`` one sample at a time (what a lazily built dict costs);
+- ``energon_lookup_build_s``: the same lookup over the same shards as an Energon folder that
+  ``fpipe prepare`` did not index (one 512-byte header read per sample);
 - ``find_us_per_key``: one lookup of a batch of 32 primary keys, per key;
 - ``joined_samples_per_s`` vs ``plain_samples_per_s``: samples materialized per CPU second by
   a loader (``num_workers=0``, batch 32, default encoder) over the join and over the primary
@@ -60,6 +62,24 @@ def _datasets(cache: Path, n: int) -> tuple[Path, Path]:
     return prim, sec
 
 
+def _energon(cache: Path, n: int) -> Path:
+    """The secondary's shards as an Energon folder (``.tar.idx`` + ``.nv-meta``, no fpipe index)."""
+    import yaml
+
+    from tests.storage.helpers import write_tar_idx
+
+    en = cache / f"energon-{n}"
+    if not (en / ".nv-meta").exists():
+        _write(en, list(range(n))[::-1], 37, "json")
+        counts = {}
+        for shard in sorted(en.glob("*.tar")):
+            write_tar_idx(shard)
+            counts[shard.name] = len((shard.parent / f"{shard.name}.idx").read_bytes()) // 8 - 1
+        (en / ".nv-meta").mkdir()
+        (en / ".nv-meta" / ".info.yaml").write_text(yaml.safe_dump({"shard_counts": counts}))
+    return en
+
+
 def _cpu(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -105,6 +125,9 @@ def main() -> None:
 
     lk = build()
     build_s = _cpu(build, args.repeats)
+    eds = open_dataset(_energon(Path(args.cache), args.samples))
+    eidx = np.arange(len(eds), dtype=np.int64)
+    energon_s = _cpu(lambda: KeyLookup(member_keys(eds, eidx), eidx, "energon"), 1)
     dict_s = _cpu(build_dict, args.repeats)
     batch = np.arange(0, args.samples, max(1, args.samples // 32))[:32]
     assert (lk.find(member_keys(pds, batch)) == args.samples - 1 - batch).all()
@@ -121,6 +144,7 @@ def main() -> None:
         "lookup_build_s": round(build_s, 4),
         "dict_build_s": round(dict_s, 4),
         "lookup_vs_dict": round(dict_s / build_s, 1),
+        "energon_lookup_build_s": round(energon_s, 3),
         "lookup_mb": round((lk.keys.nbytes + lk.indices.nbytes) / 1e6, 2),
         "find_us_per_key": round(find_s / reps / len(batch) * 1e6, 3),
         "joined_samples_per_s": round(joined),

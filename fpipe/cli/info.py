@@ -192,6 +192,15 @@ def format_metadataset_info(path: str) -> str:
                 f"({leaf.split_part} of {leaf.path})"
                 + (f", subflavors {leaf.subflavors}" if leaf.subflavors else "")
             )
+            for part in leaf.join:  # joined datasets: matched by key, in the workers
+                n = len(open_dataset(part.path).split_indices(part.split_part))
+                lines.append(
+                    f"    joined: {n} samples ({part.split_part} of {part.path}), "
+                    f"nonmatch {part.nonmatch}"
+                )
+            if leaf.join:
+                joiner = leaf.joiner or "(the first dataset's sample type)"
+                lines.append(f"    joiner: {joiner}")
         if mix.schedule is not None and len(mix.schedule.points) > 1:
             kind = "linear" if mix.schedule.linear else "steps"
             lines.append(f"  schedule ({kind}) at positions {list(mix.schedule.points)}")

@@ -78,9 +78,14 @@ def with_join(
         return dataclasses.replace(primary, join=tuple(parts))
     try:
         cls = sample_type_from_name(joiner if joiner is not None else primary.sample_type)
-    except ConfigError as e:
-        raise ConfigError(f"{where}: joiner: {e}") from None
-    if getattr(cls.from_joined, "__func__", None) is Sample.from_joined.__func__:
+    except ConfigError:
+        # Not registered in this process (`fpipe plan` does not import the training code):
+        # the worker resolves it, and refuses it there if it is still unknown.
+        cls = None
+    if (
+        cls is not None
+        and getattr(cls.from_joined, "__func__", None) is Sample.from_joined.__func__
+    ):
         _check_fields(cls, srcs, where)
     return dataclasses.replace(primary, join=tuple(parts), joiner=joiner)
 
@@ -188,13 +193,20 @@ def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int) -> Any:
     sample = m.cook(src, ds, index, raw, restore_key, LazyGenerator(skey, 0))
     if crude:
         return sample
-    from fpipe.samples import sample_type_from_name
-
-    cls = sample_type_from_name(src.joiner if src.joiner is not None else src.sample_type)
+    cls = _joiner(src)
     if src.join_name:  # a mapping of named parts: the joiner gets them by name
         names = [src.join_name, *(p.name for p in src.join)]
         return cls.from_joined(**dict(zip(names, [sample, *parts])))
     return cls.from_joined(sample, *parts)
+
+
+def _joiner(src: DatasetSource) -> type:
+    from fpipe.samples import sample_type_from_name
+
+    try:
+        return sample_type_from_name(src.joiner if src.joiner is not None else src.sample_type)
+    except ConfigError as e:
+        raise ConfigError(f"joiner of the join of {src.path}: {e}") from None
 
 
 def _no_match(ds, index: int, part: JoinSource) -> None:

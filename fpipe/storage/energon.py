@@ -34,7 +34,7 @@ from fpipe.storage.config import (
 )
 from fpipe.storage.reader import FileCache, members_to_dict
 from fpipe.storage.record import ArrayStore, IndexRecord, ShardEntry
-from fpipe.storage.webdataset import ShardError, iter_samples, shard_stem
+from fpipe.storage.webdataset import ShardError, iter_samples, shard_stem, split_name
 
 __all__ = [
     "EnergonMeta",
@@ -153,6 +153,20 @@ def parse_sample(buf: bytes) -> tuple[str, list[tuple[str, bytes]]]:
     raise ShardError("no tar member in the sample's byte range")
 
 
+def _header_key(head: bytes) -> bytes | None:
+    """The sample key of a tar member from its 512-byte header (``name`` field, with the
+    POSIX ``prefix``), or None when the header is not a plain file's (long names, pax)."""
+    if len(head) < 512 or head[156:157] not in (b"0", b"\0"):
+        return None
+    name = head[:100].split(b"\0", 1)[0]
+    if head[257:263] == b"ustar\x00":
+        prefix = head[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    parts = split_name(name.decode("utf-8", "surrogateescape"))
+    return None if parts is None else parts[0].encode("utf-8", "surrogateescape")
+
+
 class EnergonReader:
     """Raw members and keys of an Energon folder, through its ``.tar.idx`` sample offsets."""
 
@@ -186,6 +200,31 @@ class EnergonReader:
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` (reads the sample's tar headers)."""
         return self._sample(i)[1]
+
+    def member_key(self, i: int) -> str:
+        """The key of sample ``i`` inside its shard, from its first tar header (one 512-byte
+        read; the whole sample when that header is not a plain file's, e.g. a long name)."""
+        return self.member_keys(np.array([i]))[0].decode("utf-8", "surrogateescape")
+
+    def member_keys(self, indices) -> np.ndarray:
+        """:meth:`member_key` of samples ``indices`` as UTF-8 bytes (numpy ``S``)."""
+        indices = np.asarray(indices, np.int64)
+        sids = np.searchsorted(self._starts, indices, side="right") - 1
+        out = []
+        for i, sid in zip(indices.tolist(), sids.tolist()):
+            name = self._record.shards[sid].name
+            offs = self._array(f"idx/{sid}")
+            lo = int(offs[i - int(self._starts[sid])])
+            try:
+                key = _header_key(self._files.pread(os.path.join(self.path, name), lo, 512))
+            except OSError:
+                key = None
+            if key is None:  # not a plain ustar/GNU file header: parse the whole sample
+                key = self._sample(i)[1][len(shard_stem(name)) + 1 :].encode(
+                    "utf-8", "surrogateescape"
+                )
+            out.append(key)
+        return np.array(out or [b""], dtype="S")[: len(out)]
 
     def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
         """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed).

@@ -242,8 +242,10 @@ def test_join_errors_name_the_entry(data):
         "u.yaml",
         "splits: {train: {join: [{path: ./images}, {path: ./texts}], joiner: os.system}}\n",
     )
-    with pytest.raises(ConfigError, match="unknown sample type 'os.system'"):
-        loader(unknown)
+    with pytest.raises(
+        ConfigError, match="joiner of the join of .*unknown sample type 'os.system'"
+    ):
+        next(iter(loader(unknown)))  # resolved in the worker: `fpipe plan` needs no joiner
 
 
 def test_join_an_energon_folder_as_it_is(data):
@@ -265,3 +267,11 @@ def test_join_an_energon_folder_as_it_is(data):
     captions = {i: x["caption"] for i, x in enumerate(image_caption_samples(0, 8))}
     assert sorted(int(k.split("/")[1]) for k, _ in got) == list(range(8))  # 8..11: skipped
     assert all(c == captions[int(k.split("/")[1])] for k, c in got)
+
+
+def test_info_lists_the_joined_datasets(data):
+    from fpipe.cli.info import format_metadataset_info
+
+    text = format_metadataset_info(join_yaml(data, "none", "i.yaml"))
+    assert f"joined: 11 samples (train of {data / 'texts'}), nonmatch none" in text
+    assert "joiner: tests.loader.test_join.ImageText" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tarfile
+
 import numpy as np
 import pytest
 import yaml
@@ -100,3 +102,24 @@ def test_split_brace_ranges_load_and_convert(tmp_path):
     split = yaml.safe_load((tmp_path / ".fpipe" / "split.yaml").read_text())
     assert split["split_parts"]["train"] == [f"shards/part_{i:03d}.tar" for i in range(3)]
     assert list(open_dataset(tmp_path).split_indices("train")) == list(range(6))
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT])
+def test_member_keys_from_tar_headers(tmp_path, fmt):
+    """Join keys of an unprepared Energon folder: read from each sample's first header, with
+    long names (GNU/pax extra headers) and POSIX name prefixes parsed too."""
+    from fpipe.storage.keys import member_key, member_keys
+    from tests.storage.helpers import write_tar, write_tar_idx
+
+    keys = ["d" * 60 + "/" + "k" * 60, "short", "dir/x", "é-key"]
+    if fmt == tarfile.USTAR_FORMAT:
+        keys[0] = "d" * 60 + "/" + "k" * 50  # ustar: a name longer than 100 goes to prefix
+    write_tar(tmp_path / "s" / "p0.tar", [(k, {"txt": b"x"}) for k in keys], fmt=fmt)
+    write_tar_idx(tmp_path / "s" / "p0.tar")
+    (tmp_path / ".nv-meta").mkdir()
+    (tmp_path / ".nv-meta" / ".info.yaml").write_text(
+        yaml.safe_dump({"shard_counts": {"s/p0.tar": 4}})
+    )
+    ds = open_dataset(tmp_path)
+    assert [member_key(ds, i) for i in range(4)] == keys
+    assert member_keys(ds, np.arange(4)).tolist() == [k.encode() for k in keys]
