@@ -6,6 +6,7 @@ Formats that could execute code on load (pickle, ``pyd``) have no decoder: such 
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -79,6 +80,18 @@ _NPY_HEADER = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1024)
+def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int] | None:
+    """(dtype, shape, order, item count) of a standard ``.npy`` header, or None (cached:
+    a dataset's arrays share few headers)."""
+    m = _NPY_HEADER.match(header)
+    if m is None:
+        return None
+    shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
+    order = "F" if m.group(2) == b"True" else "C"
+    return np.dtype(m.group(1).decode()), shape, order, math.prod(shape)
+
+
 def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
     """Decode the common ``.npy`` layout without ``np.load``'s per-call header compilation.
 
@@ -94,20 +107,18 @@ def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
         hlen, start = int.from_bytes(data[8:12], "little"), 12
     else:
         return None
-    m = _NPY_HEADER.match(data[start : start + hlen])
-    if m is None:
+    parsed = _npy_header(bytes(data[start : start + hlen]))
+    if parsed is None:
         return None
-    dtype = np.dtype(m.group(1).decode())
-    shape = tuple(int(x) for x in m.group(3).split(b",") if x.strip())
-    count = math.prod(shape)
+    dtype, shape, order, count = parsed
     offset = start + hlen
-    if len(data) - offset != count * dtype.itemsize or (
-        max_bytes is not None and count * dtype.itemsize > max_bytes
-    ):
+    nbytes = count * dtype.itemsize
+    if len(data) - offset != nbytes or (max_bytes is not None and nbytes > max_bytes):
         return None  # truncated or padded: let np.load produce its error
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
-    order = "F" if m.group(2) == b"True" else "C"
-    return arr.reshape(shape, order=order).copy(order="K")
+    if len(shape) != 1:
+        arr = arr.reshape(shape, order=order)
+    return arr.copy(order="K")
 
 
 def decode_npy(data: bytes, *, max_bytes: int | None = DEFAULT_MAX_ARRAY_BYTES) -> np.ndarray:

@@ -75,6 +75,31 @@ def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:
     )
 
 
+def _pad_stack_numpy(arrays: Sequence[np.ndarray], pad_value: float = 0) -> np.ndarray | None:
+    """What ``pad_stack`` of the arrays as tensors gives, computed in numpy (rows of 1-D
+    arrays placed with one mask, not one copy each); None unless every array has the same
+    native numeric dtype and rank >= 1 (the tensor path handles the rest)."""
+    first = arrays[0]
+    dtype = first.dtype
+    if dtype.kind not in "biufc" or not dtype.isnative or first.ndim == 0:
+        return None
+    shapes = [a.shape for a in arrays]
+    if any(a.dtype != dtype for a in arrays) or any(len(s) != first.ndim for s in shapes):
+        return None
+    if shapes.count(first.shape) == len(shapes):
+        return np.stack(arrays)
+    if first.ndim == 1:
+        lengths = np.fromiter((s[0] for s in shapes), dtype=np.int64, count=len(shapes))
+        out = np.full((len(arrays), int(lengths.max())), pad_value, dtype=dtype)
+        out[np.arange(out.shape[1]) < lengths[:, None]] = np.concatenate(arrays)
+        return out
+    shape = [max(s[d] for s in shapes) for d in range(first.ndim)]
+    out = np.full((len(arrays), *shape), pad_value, dtype=dtype)
+    for i, a in enumerate(arrays):
+        out[(i, *(slice(0, n) for n in a.shape))] = a
+    return out
+
+
 def collate(values: Sequence[Any]) -> Any:
     """One batch field from per-sample values.
 
@@ -87,6 +112,9 @@ def collate(values: Sequence[Any]) -> Any:
     if all(isinstance(v, torch.Tensor) for v in values):
         return pad_stack(values)
     if all(isinstance(v, np.ndarray) for v in values) and first.dtype != object:
+        out = _pad_stack_numpy(values)
+        if out is not None:
+            return torch.from_numpy(out)
         return pad_stack([torch.from_numpy(np.ascontiguousarray(v)) for v in values])
     if all(isinstance(v, numbers.Number) and not isinstance(v, complex) for v in values):
         return torch.tensor(values)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -25,6 +26,7 @@ __all__ = ["DatasetSource", "MaterializedBatch", "Materializer", "decode_recipe"
 
 _COOK, _ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
 _MAX_KEYS = 8  # sample keys named in a MaterializeError of a batch hook
+_READ_CHUNK = 256  # samples read ahead at once (their raw bytes are held together)
 
 
 def show_keys(keys) -> str:
@@ -192,11 +194,15 @@ class Materializer:
             return None
         return self.field_map(src).extensions
 
-    def sample(self, dataset: int, index: int, epoch: int, skey: int) -> Any:
+    def sample(
+        self, dataset: int, index: int, epoch: int, skey: int, read: tuple | None = None
+    ) -> Any:
         """Read and cook one sample whose key is ``skey = fold_in(recipe.key, dataset, index,
         epoch)``; returns it with its encode rng (BadSampleError on bad input). Both rngs are
         lazy: building a generator costs more than most samples. A joined dataset's sample
-        is joined with its parts' samples of the same key (:mod:`fpipe.loader.join`)."""
+        is joined with its parts' samples of the same key (:mod:`fpipe.loader.join`).
+        ``read``: the sample's ``(key, members)`` from :meth:`reads` (members may be the
+        exception reading raised); None: read here."""
         restore_key = (dataset, index, epoch)
         if self.sources[dataset].join:
             from fpipe.loader.join import joined_sample
@@ -204,15 +210,24 @@ class Materializer:
             sample = joined_sample(self, dataset, index, restore_key, skey)
         else:
             ds = self.dataset(dataset)
-            raw = ds.read(index, self.wanted(self.sources[dataset]))
+            key = None
+            if read is None:
+                raw = ds.read(index, self.wanted(self.sources[dataset]))
+            else:
+                key, raw = read
+                if isinstance(raw, Exception):
+                    raise raw
             sample = self.cook(
-                self.sources[dataset], ds, index, raw, restore_key, LazyGenerator(skey, _COOK)
+                self.sources[dataset], ds, index, raw, restore_key, LazyGenerator(skey, _COOK), key
             )
         return sample, LazyGenerator(skey, _ENCODE)
 
-    def cook(self, src: DatasetSource, ds, index: int, raw, restore_key, rng) -> Any:
-        """Sample ``index`` of ``ds`` (read and cooked as ``src`` says) from its raw members."""
-        sample_key = ds.key(index)
+    def cook(
+        self, src: DatasetSource, ds, index: int, raw, restore_key, rng, key: str | None = None
+    ) -> Any:
+        """Sample ``index`` of ``ds`` (read and cooked as ``src`` says) from its raw members
+        (``key``: its key when known, else ``ds.key(index)``)."""
+        sample_key = ds.key(index) if key is None else key
         path = getattr(ds, "path", src.path)
         if src.sample_type in ("CrudeSample", "crude"):  # (the hook name in __call__ agrees)
             from fpipe.samples import make_crude_sample
@@ -246,6 +261,31 @@ class Materializer:
             av_limits=getattr(self.task_encoder, "av_limits", None),
             decode_limits=self.decode_limits,
         )
+
+    def reads(self, refs) -> Iterator[tuple]:
+        """``(key, members)`` of each ref in order (:meth:`Dataset.read_many`, up to
+        ``_READ_CHUNK`` samples per call); a sample that cannot be read, or whose dataset
+        cannot be opened, holds the exception in place of its members; a joined dataset's
+        sample is None (read with its parts in :meth:`sample`)."""
+        for c in range(0, len(refs), _READ_CHUNK):
+            datasets = refs.dataset[c : c + _READ_CHUNK]
+            indices = refs.index[c : c + _READ_CHUNK]
+            out: list[tuple] = [()] * len(indices)
+            for d in np.unique(datasets).tolist():
+                pos = np.flatnonzero(datasets == d)
+                if self.sources[d].join:  # joined samples are read with their parts
+                    got = [None] * len(pos)
+                else:
+                    got = self._read_many(d, indices[pos])
+                for p, r in zip(pos.tolist(), got):
+                    out[p] = r
+            yield from out
+
+    def _read_many(self, d: int, indices: np.ndarray) -> list:
+        try:
+            return self.dataset(d).read_many(indices, self.wanted(self.sources[d]))
+        except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
+            return [(None, e)] * len(indices)
 
     def _prefetch(self, refs) -> None:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
@@ -288,14 +328,16 @@ class Materializer:
         self._prefetch(refs)
         # Per-sample keys for the whole recipe at once: fold_in(recipe.key, dataset, index, epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
-        ids = zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys)
+        ids = zip(
+            refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys, self.reads(refs)
+        )
         kept = []  # positions in the recipe of the samples not skipped
-        for pos, (d, i, e, skey) in enumerate(ids):
+        for pos, (d, i, e, skey, read) in enumerate(ids):
             crude = self.sources[d].sample_type in ("CrudeSample", "crude")
             hook = "cook_crude_sample" if crude else "read/cook"
             try:
                 with using_sample_rng(LazyGenerator(skey, _ENCODE)):  # fpipe.sample_rng()
-                    sample, rng = self.sample(d, i, e, skey)
+                    sample, rng = self.sample(d, i, e, skey, read)
                     # Lazy fields (video frames) are decoded inside the encoder: their failures
                     # are bad input too, and go through the same policy.
                     if packing:

@@ -232,6 +232,18 @@ class EnergonReader:
         path, key, parts = self._sample(i)
         return members_to_dict(path, lambda: key, parts)
 
+    def read_many(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
+        """``(key, members)`` of each sample, each read once (:meth:`key` alone reads the
+        sample's headers too); a failing sample holds its exception instead of members."""
+        out: list[tuple] = []
+        for i in indices.tolist() if hasattr(indices, "tolist") else indices:
+            try:
+                path, key, parts = self._sample(i)
+                out.append((key, members_to_dict(path, lambda k=key: k, parts)))
+            except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
+                out.append((f"#{i}", e))
+        return out
+
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
         """No stored audio/video metadata without an fpipe index."""
         return ()

@@ -25,6 +25,7 @@ import numpy as np
 __all__ = [
     "CorruptIndex",
     "FlatMembers",
+    "MemberRows",
     "MemberTable",
     "PerExtensionMembers",
     "build_members",
@@ -130,6 +131,41 @@ class FlatMembers:
         offs = self._array("members/offset.npy")[a:b].tolist()
         sizes = self._array("members/size.npy")[a:b].tolist()
         return [(names[e], o, s) for e, o, s in zip(ids, offs, sizes)]
+
+    def rows(self, indices: np.ndarray) -> MemberRows:
+        """The members of samples ``indices`` at once: :meth:`placed` of each, as arrays
+        (a sample whose rows or extension ids are corrupt is marked not ``ok``; its rows are
+        left out)."""
+        start = self._array("members/start.npy")
+        ext = self._array("members/ext.npy")
+        a, b = start[indices], start[indices + 1]
+        ok = (a >= 0) & (a <= b) & (b <= len(ext))
+        counts = np.where(ok, b - a, 0)
+        first = np.zeros(len(indices) + 1, np.int64)
+        np.cumsum(counts, out=first[1:])
+        rows = np.arange(first[-1], dtype=np.int64) + np.repeat(a - first[:-1], counts)
+        owner = np.repeat(np.arange(len(indices)), counts)
+        ids = ext[rows].astype(np.int64)
+        bad = (ids < 0) | (ids >= len(self._exts))
+        ok &= np.bincount(owner[bad], minlength=len(indices)) == 0
+        return MemberRows(
+            ok=ok,
+            owner=owner,
+            ext=np.where(bad, 0, ids),
+            offset=self._array("members/offset.npy")[rows].astype(np.int64),
+            size=self._array("members/size.npy")[rows].astype(np.int64),
+        )
+
+
+class MemberRows(msgspec.Struct, frozen=True):
+    """The members of a batch of samples (:meth:`FlatMembers.rows`), one row per member in
+    sample order, then tar order."""
+
+    ok: np.ndarray  #: bool (n,): the sample's table entries are sound
+    owner: np.ndarray  #: int64 (m,): position of the row's sample in the batch
+    ext: np.ndarray  #: int64 (m,): extension id
+    offset: np.ndarray  #: int64 (m,)
+    size: np.ndarray  #: int64 (m,)
 
 
 class PerExtensionMembers:

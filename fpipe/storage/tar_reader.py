@@ -46,6 +46,7 @@ class TarReader:
         self._gz = [is_gzip_shard(s.name) for s in record.shards]  # offsets are decompressed
         table = FlatMembers if record.num_members is not None else PerExtensionMembers
         self._members = table(record.members, arrays)
+        self._paths: dict[int, str] = {}  #: shard id -> file to read (see shard_path)
 
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` of sample ``i`` (WebDataset's ``__key__``)."""
@@ -159,6 +160,22 @@ class TarReader:
         except OSError as e:
             raise BadSampleError(path, self.key(i), f"read failed: {e}") from None
         return members_to_dict(path, lambda: self.key(i), parts)
+
+    def read_many(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
+        """``(key, members)`` of each sample of ``indices`` (in range), as :meth:`key` and
+        :meth:`read` give them, the index looked up for all at once
+        (:func:`fpipe.storage.tar_batch.read_many`); a sample whose key or read fails holds
+        the exception instead of its members, for the caller to raise in its turn."""
+        from fpipe.storage.tar_batch import read_many
+
+        return read_many(self, np.asarray(indices, dtype=np.int64), exts)
+
+    def cached_shard_path(self, shard_id: int) -> str:
+        """:meth:`shard_path`, remembered per shard once it succeeded."""
+        path = self._paths.get(shard_id)
+        if path is None:
+            path = self._paths[shard_id] = self.shard_path(shard_id)
+        return path
 
     def _pread(self, path: str, i: int, placed: list[tuple[str, int, int]]):
         ranges = _read_ranges(placed)

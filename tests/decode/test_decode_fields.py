@@ -225,6 +225,8 @@ def test_npy_fast_path_matches_np_load(arr):
     ref = np.load(io.BytesIO(buf.getvalue()), allow_pickle=False)
     assert fast is not None and fast.dtype == ref.dtype and fast.shape == ref.shape
     assert np.array_equal(fast, ref) and fast.flags.writeable
+    again = _npy_fast(buf.getvalue())  # the header parsed once, from the cache now
+    assert again is not fast and np.array_equal(again, ref) and again.flags.writeable
 
 
 def test_npy_fast_path_leaves_odd_input_to_np_load():

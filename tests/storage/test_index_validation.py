@@ -96,22 +96,28 @@ _BAD_MEMBER = {
 }
 
 
-@pytest.mark.parametrize("what", [*_BAD_MEMBER, "key offsets"])
-def test_bad_entries_are_bad_samples_not_wrong_bytes(tmp_path, what):
-    index = _prepared(tmp_path)
+def corrupt_entry(index, what: str) -> None:
+    """Spoil sample 5's entry in the index folder ``index`` (``what``: a key of
+    ``_BAD_MEMBER`` or ``"key offsets"``)."""
     if what == "key offsets":
         off = np.load(index / "keys.offsets.npy")
         off[5] = off[7]  # key 5 ends before it starts
         np.save(index / "keys.offsets.npy", off)
+        return
+    name, value = _BAD_MEMBER[what]
+    row = int(np.load(index / "members" / "start.npy")[5])
+    arr = np.load(index / "members" / f"{name}.npy")
+    if name == "start":
+        arr[6] = arr[5] - 1  # sample 5's rows end before they start
     else:
-        name, value = _BAD_MEMBER[what]
-        row = int(np.load(index / "members" / "start.npy")[5])
-        arr = np.load(index / "members" / f"{name}.npy")
-        if name == "start":
-            arr[6] = arr[5] - 1  # sample 5's rows end before they start
-        else:
-            arr[row] = value
-        np.save(index / "members" / f"{name}.npy", arr)
+        arr[row] = value
+    np.save(index / "members" / f"{name}.npy", arr)
+
+
+@pytest.mark.parametrize("what", [*_BAD_MEMBER, "key offsets"])
+def test_bad_entries_are_bad_samples_not_wrong_bytes(tmp_path, what):
+    index = _prepared(tmp_path)
+    corrupt_entry(index, what)
     ds = open_dataset(tmp_path)
     ds.read(4)
     with pytest.raises(BadSampleError, match="index is corrupt"):

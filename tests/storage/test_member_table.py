@@ -85,6 +85,7 @@ def test_an_index_of_format_1_still_reads(tmp_path):
     assert ds.record.num_members is None
     assert [ds.read(i) for i in range(6)] == [e["members"] for e in expected]
     assert ds.read(2, frozenset({"txt"})) == {"txt": expected[2]["members"]["txt"]}
+    assert ds.read_many([3, 0]) == [(ds.key(i), expected[i]["members"]) for i in (3, 0)]
     assert check_dataset(tmp_path, progress=False).ok
     size = np.load(tmp_path / ".fpipe" / "members" / "jpg.size.npy")
     np.save(tmp_path / ".fpipe" / "members" / "jpg.size.npy", size.astype(np.float32))

@@ -1,0 +1,57 @@
+"""collate of numpy arrays: padded in numpy, the same tensor as padding the arrays as tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fpipe.encode.collate import collate, pad_stack
+
+_RNG = np.random.default_rng(0)
+
+
+def _arrays(dtype, shapes):
+    return [(_RNG.integers(1, 9, size=s)).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "bool", "float16", "float64", "complex64"])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(3,), (5,), (0,), (5,)],  # ragged 1-D (token ids), an empty one
+        [(4,), (4,)],  # equal: stacked
+        [(2, 3), (1, 4), (2, 2)],  # ragged 2-D
+        [(1, 2, 3), (2, 1, 1)],
+    ],
+)
+def test_numpy_arrays_collate_like_their_tensors(dtype, shapes):
+    arrays = _arrays(dtype, shapes)
+    got = collate(arrays)
+    want = pad_stack([torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
+    assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [np.array(3, np.int32), np.array(4, np.int32)],  # 0-d: become [B, 1] as before
+        [np.arange(3, dtype=np.int32), np.arange(2, dtype=np.int64)],  # mixed dtypes
+        [np.arange(3, dtype=">i4"), np.arange(5, dtype=">i4")],  # non-native byte order
+        [np.arange(6, dtype=np.int32)[::2], np.arange(2, dtype=np.int32)],  # strided view
+    ],
+)
+def test_other_arrays_keep_their_result(arrays):
+    try:
+        want = pad_stack([torch.from_numpy(np.ascontiguousarray(a)) for a in arrays])
+    except (TypeError, ValueError) as e:  # what torch refuses, collate refuses too
+        with pytest.raises(type(e)):
+            collate(arrays)
+        return
+    got = collate(arrays)
+    assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+def test_ranks_differ_is_an_error():
+    with pytest.raises(ValueError, match="different ranks"):
+        collate([np.zeros(3, np.int32), np.zeros((1, 3), np.int32)])
