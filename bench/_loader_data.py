@@ -141,11 +141,19 @@ def _write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]]) -> Non
 
 
 def _params_match(root: Path, params: dict) -> bool:
+    """The folder holds this set, prepared by both, fpipe's index in the current format (an
+    older format is still read, by slower code: timings would not be this fpipe's)."""
+    import yaml
+
+    from fpipe.storage.tar_index import VERSION
+
     f = root / "bench-params.json"
+    info = root / ".fpipe" / "info.yaml"
     return (
         f.exists()
         and json.loads(f.read_text()) == params
-        and (root / ".fpipe").is_dir()
+        and info.exists()
+        and yaml.safe_load(info.read_text()).get("version") == VERSION
         and (root / ".nv-meta" / "dataset.yaml").exists()
     )
 
