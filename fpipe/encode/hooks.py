@@ -9,7 +9,7 @@
   state is the plan's), so it only marks the function; ``restore_seeds=True`` also seeds the
   global ``random``, ``numpy.random`` and ``torch`` generators from :func:`sample_rng` around the
   call (for augmentations that draw from them, e.g. torchvision transforms) and restores them
-  afterwards.
+  afterwards; such calls hold a process-wide lock, so thread workers run them one at a time.
 - :class:`SkipSample` (and Energon's older name :data:`IgnoreSample`): raise it in a hook to
   leave the sample (or, from ``batch`` / ``encode_batch``, the batch) out. It is counted in
   ``loader.stats().skipped``; the same samples are skipped on every run and after a restore.
@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 _RNG: contextvars.ContextVar[Any] = contextvars.ContextVar("fpipe_sample_rng", default=None)
+#: Held while a ``restore_seeds`` hook runs: the global generators are one per process.
+_GLOBAL_SEEDS = threading.RLock()
 
 
 class SkipSample(Exception):  # noqa: N818 - Energon's name
@@ -126,7 +129,7 @@ def stateless(
 
         @functools.wraps(f)
         def seeded(*args: Any, **kwargs: Any) -> Any:
-            with _seeded_globals(_RNG.get()):
+            with _GLOBAL_SEEDS, _seeded_globals(_RNG.get()):
                 return f(*args, **kwargs)
 
         seeded.__fpipe_stateless__ = True

@@ -10,22 +10,23 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 from __future__ import annotations
 
 import collections
-import dataclasses
 from typing import Any
 
 import msgspec
 import torch.utils.data
 
-from fpipe.core.errors import SnapshotError
+from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.loader.dataset import PlannedDataset
 from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
 from fpipe.loader.pack_batches import PackBatcher
 from fpipe.loader.state import (
     LoaderState,
+    LoaderStats,
     decode_loader_state,
     encode_loader_state,
     snapshot_bytes,
 )
+from fpipe.loader.threads import iterate_threads
 from fpipe.loader.workers import POLL_S, iterate, run_in_worker
 from fpipe.plan.blend import blend_counters
 from fpipe.plan.stats import drop_counters
@@ -35,6 +36,9 @@ __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
 
 #: Seconds the loader waits for one batch from its workers before raising WorkerError.
 DEFAULT_TIMEOUT_S = 300.0
+
+#: ``worker_mode`` values: DataLoader worker processes, or threads of the main process.
+WORKER_MODES = ("process", "thread")
 
 
 def _identity(x):
@@ -71,32 +75,6 @@ class _PlanSampler:
             yield encode_recipe(recipe)
 
 
-@dataclasses.dataclass(frozen=True)
-class LoaderStats:
-    """Where the consumer is, and what it has been given.
-
-    Global position (the same on every rank in global mode, also after a restore on another
-    world size): ``epoch``, the highest epoch of any sample handed to any rank up to the last
-    batch taken (it never goes back; with a shuffle window spanning an epoch boundary a step
-    can still hold samples of the previous epoch), and ``position``, the number of refs of the
-    global order handed out (all ranks; None in per-rank mode, where ``epoch`` is this rank's).
-
-    Per rank: ``batches``, ``samples`` delivered, ``skipped`` by the error policy. Plan
-    counters: ``dropped`` by cause (see fpipe.plan.drop_counters) and every step's own counters
-    by step name (``steps["filter"]["filtered"]``). For a blend, ``datasets``: per dataset
-    name, refs the blend took from it and its epoch (see fpipe.plan.blend.blend_counters).
-    """
-
-    batches: int
-    samples: int
-    skipped: int
-    epoch: int
-    dropped: dict
-    steps: dict = dataclasses.field(default_factory=dict)
-    position: int | None = None
-    datasets: dict = dataclasses.field(default_factory=dict)
-
-
 class Loader:
     """Iterable of batches with ``state_dict`` / ``load_state_dict`` (torch Stateful).
 
@@ -112,7 +90,13 @@ class Loader:
         pin_memory: bool = False,
         timeout: float = DEFAULT_TIMEOUT_S,
         multiprocessing_context: Any = None,
+        worker_mode: str = "process",
     ):
+        if worker_mode not in WORKER_MODES:
+            raise ConfigError(
+                f"worker_mode must be one of {', '.join(map(repr, WORKER_MODES))}, "
+                f"got {worker_mode!r}"
+            )
         self.dataset = dataset
         self.plan = dataset.plan
         self.num_workers = num_workers
@@ -120,6 +104,7 @@ class Loader:
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.multiprocessing_context = multiprocessing_context
+        self.worker_mode = worker_mode
         self._state = LoaderState(plan=self.plan.init())
         self._generation = 0
 
@@ -131,7 +116,7 @@ class Loader:
     def __repr__(self) -> str:
         return (
             f"Loader({self.dataset!r}, num_workers={self.num_workers}, "
-            f"batches_taken={self._state.batches})"
+            f"worker_mode={self.worker_mode!r}, batches_taken={self._state.batches})"
         )
 
     # --- iteration ---------------------------------------------------------------------------
@@ -152,6 +137,27 @@ class Loader:
             num_workers=self.num_workers,
             collate_fn=_identity,
             **kwargs,
+        )
+
+    def _results(self, pending: collections.deque):
+        """Materialized results in plan order: torch's DataLoader (no workers, or worker
+        processes) or fpipe's thread pool; ``pending`` gets each recipe's plan state."""
+        recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+        if self.worker_mode == "thread" and self.num_workers > 0:
+            return iterate_threads(
+                _PlanSampler(self.plan, self._state.plan, pending),
+                self.dataset.materializer,
+                num_threads=self.num_workers,
+                in_flight=self.num_workers * self.prefetch_factor,
+                timeout=self.timeout,
+                recipe_at=recipe_at,
+                describe=self._describe,
+            )
+        return iterate(
+            self._dataloader(pending),
+            timeout=self.timeout,
+            recipe_at=recipe_at,
+            describe=self._describe,
         )
 
     def _mp_context(self):
@@ -179,12 +185,7 @@ class Loader:
             pending: collections.deque = collections.deque()
             restarted = False
             packer = self._pack_batcher()
-            results = iterate(
-                self._dataloader(pending),
-                timeout=self.timeout,
-                recipe_at=lambda ahead, p=pending: p[ahead][2],
-                describe=self._describe,
-            )
+            results = self._results(pending)
             for result in results:
                 if self._generation != generation:
                     restarted = True  # load_state_dict during iteration: start over from it
@@ -321,6 +322,7 @@ def get_loader(
     timeout: float = DEFAULT_TIMEOUT_S,
     multiprocessing_context: Any = None,
     check_consistency: bool | None = None,
+    worker_mode: str = "process",
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
@@ -329,6 +331,11 @@ def get_loader(
     for that long, or that died (noticed within about half a second), raises one
     :class:`fpipe.core.WorkerError` naming it and the recipe it was materializing (0: wait
     forever for a slow worker; a dead one is still reported). See docs/failures.md.
+    ``worker_mode``: ``"process"`` (default: torch DataLoader worker processes, as torch and
+    Energon users expect) or ``"thread"`` (``num_workers`` threads of this process, as Grain's
+    thread workers: no batch is copied between processes, which is faster when materializing
+    mostly releases the GIL, e.g. Pillow image decode; see docs/loader.md). The output, the
+    snapshots and resume are the same in both modes and at ``num_workers=0``.
     ``check_consistency``: compare the state across ranks in ``state_dict()`` (None: when
     torch.distributed is initialized; it is a collective, so every rank must call it).
     """
@@ -341,6 +348,7 @@ def get_loader(
         pin_memory=pin_memory,
         timeout=timeout,
         multiprocessing_context=multiprocessing_context,
+        worker_mode=worker_mode,
     )
     loader.check_consistency = check_consistency
     return loader

@@ -167,6 +167,12 @@ class Materializer:
         state["joins"] = {}
         return state
 
+    def copy(self) -> Materializer:
+        """A copy that opens its own datasets (what a worker process gets, for a thread)."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__getstate__())
+        return other
+
     def dataset(self, i: int):
         ds = self._datasets.get(i)
         if ds is None:

@@ -6,6 +6,7 @@ snapshot envelope of :mod:`fpipe.core.snapshot` (fixed width: its size never gro
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Generic, TypeVar
 
 from fpipe.core.errors import SnapshotError
@@ -17,6 +18,7 @@ from fpipe.core.state_check import check_state, check_values
 __all__ = [
     "LoaderConfig",
     "LoaderState",
+    "LoaderStats",
     "decode_loader_state",
     "encode_loader_state",
     "snapshot_bytes",
@@ -88,3 +90,29 @@ def snapshot_bytes(value: Any) -> bytes:
         "snapshot must be bytes (or a 1-D uint8 array/tensor of them), got "
         f"{type(value).__name__}{detail}"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderStats:
+    """Where the consumer is, and what it has been given.
+
+    Global position (the same on every rank in global mode, also after a restore on another
+    world size): ``epoch``, the highest epoch of any sample handed to any rank up to the last
+    batch taken (it never goes back; with a shuffle window spanning an epoch boundary a step
+    can still hold samples of the previous epoch), and ``position``, the number of refs of the
+    global order handed out (all ranks; None in per-rank mode, where ``epoch`` is this rank's).
+
+    Per rank: ``batches``, ``samples`` delivered, ``skipped`` by the error policy. Plan
+    counters: ``dropped`` by cause (see fpipe.plan.drop_counters) and every step's own counters
+    by step name (``steps["filter"]["filtered"]``). For a blend, ``datasets``: per dataset
+    name, refs the blend took from it and its epoch (see fpipe.plan.blend.blend_counters).
+    """
+
+    batches: int
+    samples: int
+    skipped: int
+    epoch: int
+    dropped: dict
+    steps: dict = dataclasses.field(default_factory=dict)
+    position: int | None = None
+    datasets: dict = dataclasses.field(default_factory=dict)

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -33,19 +34,23 @@ class RandomCropEncoder(DefaultTaskEncoder):
 
 
 class FaultEncoder(RandomCropEncoder):
-    """RandomCropEncoder that, in a DataLoader worker and while the file ``trigger`` exists,
-    raises, kills its own process or hangs on the sample ``key`` (``mode``); otherwise its
-    output is RandomCropEncoder's, so a resume after the fault can be compared with it."""
+    """RandomCropEncoder that, in a DataLoader worker (process or thread) and while the file
+    ``trigger`` exists, raises, kills its own process or hangs on the sample ``key`` (``mode``:
+    until the trigger is removed, so an abandoned thread ends); otherwise its output is
+    RandomCropEncoder's, so a resume after the fault can be compared with it."""
 
     def __init__(self, mode: str, trigger: str, key: str):
         self.mode, self.trigger, self.key = mode, str(trigger), key
 
     def encode_sample(self, sample, rng):
-        in_worker = torch.utils.data.get_worker_info() is not None
+        in_worker = torch.utils.data.get_worker_info() is not None or (
+            threading.current_thread().name.startswith("fpipe-materialize")
+        )
         if in_worker and sample.__key__ == self.key and os.path.exists(self.trigger):
             if self.mode == "raise":
                 raise ValueError(f"hook failed on purpose on {sample.__key__}")
             if self.mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(3600)  # "hang"
+            while os.path.exists(self.trigger):  # "hang"
+                time.sleep(0.05)
         return super().encode_sample(sample, rng)

@@ -37,6 +37,7 @@ def build(
     world_size=1,
     num_epochs=None,
     timeout=None,
+    worker_mode="process",
 ):
     from tests.loader.encoders import RandomCropEncoder
 
@@ -56,7 +57,13 @@ def build(
         num_epochs=num_epochs,
     )
     extra = {} if timeout is None else {"timeout": timeout}
-    return fpipe.get_loader(ds, num_workers=num_workers, prefetch_factor=prefetch_factor, **extra)
+    return fpipe.get_loader(
+        ds,
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor,
+        worker_mode=worker_mode,
+        **extra,
+    )
 
 
 def digest(batch) -> str:

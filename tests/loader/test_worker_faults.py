@@ -27,8 +27,9 @@ def _reference(path):
     return [digest(b) for b in batches], batches[FAULT_BATCH]["keys"][1]
 
 
-def _run_until_fault(path, mode, trigger, key, *, timeout, expected):
-    loader = build(path, num_workers=2, encoder=FaultEncoder(mode, trigger, key), timeout=timeout)
+def _run_until_fault(path, mode, trigger, key, *, timeout, expected, worker_mode):
+    enc = FaultEncoder(mode, trigger, key)
+    loader = build(path, num_workers=2, encoder=enc, timeout=timeout, worker_mode=worker_mode)
     got, sd = [], loader.state_dict()
     t0 = time.monotonic()
     with pytest.raises(expected) as info:
@@ -37,26 +38,36 @@ def _run_until_fault(path, mode, trigger, key, *, timeout, expected):
             sd = loader.state_dict()
             t0 = time.monotonic()
     elapsed = time.monotonic() - t0
-    time.sleep(0.5)  # a second error (SIGCHLD) would be raised here
+    if worker_mode == "process":
+        time.sleep(0.5)  # a second error (SIGCHLD) would be raised here
     return got, sd, info.value, elapsed
 
 
-def _resume(path, sd, n):
-    fresh = build(path, num_workers=2)
+def _resume(path, sd, n, worker_mode):
+    fresh = build(path, num_workers=2, worker_mode=worker_mode)
     fresh.load_state_dict(sd)
     it = iter(fresh)
     return [digest(next(it)) for _ in range(n)]
 
 
-@pytest.mark.parametrize("mode", ["raise", "kill", "hang"])
-def test_worker_fault_is_one_fpipe_error_then_exact_resume(image_dataset, tmp_path, mode):
+@pytest.mark.parametrize(
+    ("mode", "worker_mode"),
+    [("raise", "process"), ("kill", "process"), ("hang", "process"), ("raise", "thread"),
+     ("hang", "thread")],
+)  # fmt: skip
+def test_worker_fault_is_one_fpipe_error_then_exact_resume(
+    image_dataset, tmp_path, mode, worker_mode
+):
+    """Thread workers cannot be killed from outside: "kill" is a process-mode fault only."""
     ref, key = _reference(image_dataset)
     trigger = tmp_path / "trigger"
     trigger.write_text("on")
     expected = MaterializeError if mode == "raise" else WorkerError
+    timeout = 1.5 if worker_mode == "process" else 0.5  # (threads start at once)
     got, sd, err, elapsed = _run_until_fault(
-        image_dataset, mode, trigger, key, timeout=1.5, expected=expected
-    )
+        image_dataset, mode, trigger, key, timeout=timeout, expected=expected,
+        worker_mode=worker_mode,
+    )  # fmt: skip
     assert got == ref[: len(got)] and len(got) <= FAULT_BATCH
     assert elapsed < 10, f"the fault took {elapsed:.1f} s to surface"
     if mode == "raise":
@@ -67,12 +78,13 @@ def test_worker_fault_is_one_fpipe_error_then_exact_resume(image_dataset, tmp_pa
     else:
         assert err.worker in (0, 1) and err.pid is not None
         assert err.reason == ("died" if mode == "kill" else "timed out")
-        assert f"worker {err.worker}" in str(err)
+        who = "worker" if worker_mode == "process" else "materialize thread"
+        assert f"{who} {err.worker}" in str(err)
         assert "SIGKILL" in str(err) if mode == "kill" else "timeout" in str(err)
         if mode == "hang":
             assert err.step == FAULT_BATCH and key in err.keys
     trigger.unlink()
-    rest = _resume(image_dataset, sd, N - len(got))
+    rest = _resume(image_dataset, sd, N - len(got), worker_mode)
     assert got + rest == ref
 
 

@@ -1,0 +1,140 @@
+"""Thread workers: recipes materialized by a pool of threads in the main process.
+
+``get_loader(ds, num_workers=N, worker_mode="thread")`` runs the same pure ``recipe -> batch``
+function as the process workers, in N threads of the main process, so a batch is never copied
+into shared memory, pickled or received: it is the very tensor the materializer built. This
+pays off when materializing is mostly code that releases the GIL (Pillow's JPEG decode and
+resize, numpy, torch ops), which is the case for image decoding; Python-heavy task encoders
+are better served by processes. Output, snapshots and resume are those of the process mode
+and of ``num_workers=0``: results are taken in plan order, whatever thread finished first.
+
+Each thread has its own :class:`~fpipe.loader.materialize.Materializer` (datasets opened once
+per thread, like once per process) and shares the task encoder object, as Grain's thread
+workers share their transforms: its hooks run concurrently and must not mutate shared state
+(fpipe's hooks are stateless; ``stateless(restore_seeds=True)`` hooks take a lock around the
+global generators they seed).
+
+Faults: an exception raised while materializing is re-raised in the consumer with its own type
+and attributes, as at ``num_workers=0``. A recipe that produced nothing for ``timeout`` seconds
+raises one :class:`~fpipe.core.WorkerError` naming the thread, the step and its keys; a thread
+cannot be killed, so the stuck one is abandoned (it is a daemon thread and its result is
+dropped) and the others stop after their current recipe.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from fpipe.core.errors import WorkerError
+from fpipe.loader.materialize import Materializer, decode_recipe, show_keys
+
+__all__ = ["iterate_threads"]
+
+
+class _Task(concurrent.futures.Future):
+    """One recipe's result, and the thread that took it (for a timeout's message)."""
+
+    thread: int | None = None
+
+
+def _work(index: int, tasks: queue.SimpleQueue, materializer: Materializer, stop) -> None:
+    while True:
+        item = tasks.get()
+        if item is None or stop.is_set():
+            return
+        task, recipe_bytes = item
+        if not task.set_running_or_notify_cancel():
+            continue
+        task.thread = index
+        try:
+            task.set_result(materializer(decode_recipe(recipe_bytes)))
+        except BaseException as err:  # noqa: BLE001 - re-raised in the consumer, type and all
+            task.set_exception(err)
+
+
+def _timeout_error(task: _Task, timeout: float, recipe: Any, describe) -> WorkerError:
+    try:
+        step, keys = describe(recipe)
+    except Exception:  # noqa: BLE001 - naming the recipe must not hide the fault
+        step, keys = None, ()
+    doing = f"step {step} (samples {show_keys(keys)})" if step is not None else "no recipe"
+    who = "a materialize thread" if task.thread is None else f"materialize thread {task.thread}"
+    return WorkerError(
+        f"{who} (pid {os.getpid()}) produced nothing for {timeout:g} s (timeout) while "
+        f"materializing {doing}. The loader's state is the one after the last batch taken: "
+        "iterate again or load_state_dict() to resume exactly.",
+        worker=task.thread,
+        pid=os.getpid(),
+        reason="timed out",
+        step=step,
+        keys=tuple(keys),
+    )
+
+
+def iterate_threads(
+    recipes: Iterable[bytes],
+    materializer: Materializer,
+    *,
+    num_threads: int,
+    in_flight: int,
+    timeout: float,
+    recipe_at: Callable[[int], Any],
+    describe: Callable[[Any], tuple[int | None, tuple[str, ...]]],
+) -> Iterator[Any]:
+    """Materialized results of ``recipes`` (encoded recipes) in order, ``num_threads`` at a time.
+
+    Args:
+      recipes: encoded recipes, pulled ``in_flight`` ahead of the consumer.
+      materializer: copied once per thread (its datasets are opened in each thread).
+      in_flight: recipes submitted and not yet taken (at least ``num_threads``).
+      timeout: seconds without the awaited result before raising WorkerError (0: never).
+      recipe_at: the recipe ``ahead`` tasks after the next one awaited (0: the awaited one).
+      describe: ``recipe -> (step, sample keys)`` for messages.
+    """
+    tasks: queue.SimpleQueue = queue.SimpleQueue()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(
+            target=_work,
+            args=(i, tasks, materializer.copy(), stop),
+            name=f"fpipe-materialize-{i}",
+            daemon=True,
+        )
+        for i in range(num_threads)
+    ]
+    for t in threads:
+        t.start()
+    source = iter(recipes)
+    waiting: collections.deque[_Task] = collections.deque()
+
+    def submit() -> None:
+        for recipe_bytes in source:
+            task = _Task()
+            tasks.put((task, recipe_bytes))
+            waiting.append(task)
+            return
+
+    try:
+        for _ in range(max(in_flight, num_threads)):
+            submit()
+        while waiting:
+            task = waiting[0]
+            try:
+                result = task.result(timeout=timeout or None)
+            except concurrent.futures.TimeoutError:
+                raise _timeout_error(task, timeout, recipe_at(0), describe) from None
+            waiting.popleft()
+            submit()
+            yield result
+    finally:
+        stop.set()
+        for task in waiting:
+            task.cancel()
+        for _ in threads:
+            tasks.put(None)

@@ -1,0 +1,52 @@
+"""Thread workers (``worker_mode="thread"``): the same batches and snapshots as worker processes
+and as ``num_workers=0``, and a resume across the three."""
+
+import pytest
+
+import fpipe
+from fpipe.core import ConfigError
+from tests.loader.helpers import build, digest, take
+
+N = 8
+
+
+def _batches_and_states(loader, n=None):
+    out = []
+    for b in loader:
+        out.append((digest(b), loader.snapshot()))
+        if len(out) == n:
+            break
+    return out
+
+
+def test_thread_mode_gives_the_batches_and_snapshots_of_nw0(image_dataset):
+    nw0 = build(image_dataset, num_epochs=1)
+    ref = _batches_and_states(nw0)
+    threads = build(image_dataset, num_epochs=1, num_workers=2, worker_mode="thread")
+    assert _batches_and_states(threads) == ref  # a whole epoch, the end of the stream included
+    assert threads.snapshot() == nw0.snapshot() and threads.stats() == nw0.stats()
+
+
+def test_resume_across_thread_process_and_nw0(image_dataset):
+    ref = take(build(image_dataset), N)
+    threads = build(image_dataset, num_workers=2, worker_mode="thread", prefetch_factor=3)
+    it = iter(threads)
+    got = [digest(next(it)) for _ in range(3)]
+    sd = threads.state_dict()
+    procs = build(image_dataset, num_workers=2)  # a thread-mode snapshot, resumed by processes
+    procs.load_state_dict(sd)
+    it = iter(procs)
+    got += [digest(next(it)) for _ in range(2)]
+    nw0 = build(image_dataset)  # a process-mode snapshot, resumed by nw=0 ...
+    nw0.load_state_dict(procs.state_dict())
+    got += take(nw0, 1)
+    again = build(image_dataset, num_workers=1, worker_mode="thread")  # ... and by a thread
+    again.load_state_dict(nw0.state_dict())
+    got += take(again, N - len(got))
+    assert got == ref
+
+
+def test_unknown_worker_mode_is_a_config_error(image_dataset):
+    ds = build(image_dataset).dataset
+    with pytest.raises(ConfigError, match="worker_mode"):
+        fpipe.get_loader(ds, num_workers=2, worker_mode="greenlet")
