@@ -14,8 +14,9 @@ import pytest
 import fpipe
 from fpipe.core import BadSampleError, ConfigError, SnapshotMismatchError
 from fpipe.decode.image import ImageDecodeOptions
+from fpipe.encode.task_encoder import DefaultTaskEncoder
 from fpipe.loader import Topology
-from fpipe.samples import Sample, register_sample_type
+from fpipe.samples import Cooker, Sample, register_sample_type
 from fpipe.storage import prepare_dataset
 from tests.storage.helpers import image_caption_samples, jpeg_bytes, make_energon_dataset, write_tar
 
@@ -106,11 +107,13 @@ def loader(path, num_workers=0, **kw):
     return fpipe.get_loader(ds, num_workers=num_workers)
 
 
-def samples_of(loader_, batches):
+def samples_of(loader_, batches, images=True):
     it = iter(loader_)
     out = []
     for _ in range(batches):
         b = next(it)
+        if images:  # the primary's field, decoded
+            assert len(b.image) == len(b.__key__) and b.image[0].shape[-2:] == (8, 8)
         out.extend(zip(b.__key__, b.text, b.__subflavors__))
     return out
 
@@ -145,29 +148,24 @@ def test_nonmatch_error_names_file_key_and_dataset(data):
 
 
 def test_workers_and_resume_are_exact(data):
-    from tests.loader.helpers import digest
+    from tests.loader.helpers import take
 
     path = join_yaml(data)
-    ref = [digest(b) for b in _batches(loader(path), 6)]
-    assert [digest(b) for b in _batches(loader(path, num_workers=2), 6)] == ref
+    ref = take(loader(path), 6)
+    assert take(loader(path, num_workers=2), 6) == ref
     ld = loader(path)
-    it = iter(ld)
-    for _ in range(2):
-        next(it)
-    state = ld.state_dict()
+    assert take(ld, 2) == ref[:2]
     again = loader(path)
-    again.load_state_dict(state)
-    assert [digest(b) for b in _batches(again, 4)] == ref[2:]
-
-
-def _batches(ld, n):
-    it = iter(ld)
-    return [next(it) for _ in range(n)]
+    again.load_state_dict(ld.state_dict())
+    assert take(again, 4) == ref[2:]
 
 
 def test_restore_into_another_join_is_refused(data):
     ld = loader(join_yaml(data, "skip", "r1.yaml"))
     next(iter(ld))
+    plain = loader(str(data / "images"))
+    next(iter(plain))  # the plan state holds the primary's position only: the same size
+    assert len(ld.state_dict()["fpipe_snapshot"]) == len(plain.state_dict()["fpipe_snapshot"])
     other = loader(join_yaml(data, "none", "r2.yaml"))
     with pytest.raises(SnapshotMismatchError, match=r"joined as 'images'.*texts#train#11:none"):
         other.load_state_dict(ld.state_dict())
@@ -275,3 +273,39 @@ def test_info_lists_the_joined_datasets(data):
     text = format_metadataset_info(join_yaml(data, "none", "i.yaml"))
     assert f"joined: 11 samples (train of {data / 'texts'}), nonmatch none" in text
     assert "joiner: tests.loader.test_join.ImageText" in text
+
+
+def _cook_pair(crude):
+    from fpipe.samples import basic_sample_keys
+
+    text = crude["txt"].decode() if "txt" in crude else None
+    return ImageText(**basic_sample_keys(crude), image=len(crude["jpg"]), text=text)
+
+
+class _CrudeEncoder(DefaultTaskEncoder):
+    cookers = (Cooker(_cook_pair),)
+
+
+def test_crude_datasets_join_into_one_crude_sample(data, tmp_path):
+    import shutil
+
+    for name in ("images", "texts"):
+        shutil.copytree(data / name, tmp_path / name, ignore=shutil.ignore_patterns(".fpipe"))
+        prepare_dataset(tmp_path / name)  # no field map: crude
+    path = mds(
+        tmp_path,
+        "c.yaml",
+        "splits: {train: {join: [{path: ./images}, {path: ./texts, nonmatch: none}]}}\n",
+    )
+    enc = _CrudeEncoder()
+    got = samples_of(loader(path, task_encoder=enc, num_epochs=1), 4, images=False)
+    assert {int(k.split("/")[1]): t for k, t, _ in got} == {
+        k: None if k in (3, 7) else text_of(k) for k in range(N)
+    }
+    mixed = mds(
+        tmp_path,
+        "m.yaml",
+        f"splits: {{train: {{join: [{{path: ./images}}, {{path: {data / 'texts'}}}]}}}}\n",
+    )
+    with pytest.raises(ConfigError, match="mixes crude and typed datasets"):
+        loader(mixed, task_encoder=enc)
