@@ -14,7 +14,6 @@ from typing import Any
 
 __all__ = [
     "AV_EXTENSIONS",
-    "DEFAULT_MAX_PIXELS",
     "DecodeLimits",
     "Decoder",
     "IMAGE_EXTENSIONS",
@@ -50,7 +49,6 @@ _WHERE = {
     "decode_pth": "fields",
     "decode_tenbin": "fields",
     "decode_txt": "fields",
-    "DEFAULT_MAX_PIXELS": "image",
     "DecodeLimits": "limits",
     "IMAGE_EXTENSIONS": "extensions",
     "ImageDecodeOptions": "image",

@@ -8,8 +8,8 @@ them eagerly, so ``import fpipe`` stays fast and works without PyAV installed. E
 * :mod:`fpipe.decode.av_video`: video ranges in seconds or frames, seeking by keyframe;
 * :mod:`fpipe.decode.av_audio`: audio ranges, resampled, exact sample counts;
 * :mod:`fpipe.decode.av_ranges` (no PyAV): range helpers for one ``get_clips`` call;
-* :mod:`fpipe.decode.av_records` (no PyAV): :class:`AVMetadata`, :class:`AVLimits`,
-  :class:`AVClips`.
+* :mod:`fpipe.decode.av_records` (no PyAV): :class:`AVMetadata`, :class:`AVClips`
+  and the limits check (the limits are :class:`fpipe.decode.DecodeLimits`).
 
 Tensor layouts (see ``docs/video.md``): a video clip is a ``uint8`` tensor ``[T, 3, H, W]``
 (RGB, frames in presentation order, as torchvision's ``read_video(output_format="TCHW")``);
@@ -40,13 +40,13 @@ from fpipe.decode.av_ranges import (
     uniform_clip_ranges,
     uniform_frame_ranges,
 )
-from fpipe.decode.av_records import AVClips, AVLimits, AVMetadata, check_av_limits
+from fpipe.decode.av_records import AVClips, AVMetadata, check_av_limits
 from fpipe.decode.av_video import RangeEnd, VideoUnit, decode_video
+from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits
 
 __all__ = [
     "AVClips",
     "AVDecoder",
-    "AVLimits",
     "AVMetadata",
     "AVSource",
     "RangeEnd",
@@ -108,7 +108,7 @@ class AVDecoder:
         metadata: AVMetadata | None = None,
         path: str = "",
         key: str = "",
-        limits: AVLimits = AVLimits(),  # noqa: B008 - frozen record, safe as a default
+        limits: DecodeLimits = DEFAULT_LIMITS,
     ):
         if isinstance(data, (str, os.PathLike)) and not path:
             path = os.fspath(data)
@@ -236,7 +236,7 @@ class AVDecoder:
                         unit=video_unit,
                         range_end=range_end,
                         size=video_out_frame_size,
-                        max_frames=self.limits.max_frames,
+                        max_frames=self.limits.max_video_frames,
                         bad=self._bad,
                     )
                     self.frames_decoded += n_video

@@ -19,6 +19,7 @@ import torch
 
 from fpipe.decode.av_probe import seek
 from fpipe.decode.av_records import AVMetadata
+from fpipe.decode.limits import limit_hint
 
 __all__ = ["audio_layout", "decode_audio"]
 
@@ -127,7 +128,10 @@ def decode_audio(
                 t0 = t
             chunks.extend(f.to_ndarray() for f in resampler.resample(frame))
             if max_samples is not None and total + sum(c.shape[1] for c in chunks) > max_samples:
-                raise bad(f"decoded more than max_samples={max_samples} audio samples")
+                raise bad(
+                    f"decoded more than max_audio_samples={max_samples} audio samples per "
+                    f"channel ({limit_hint('max_audio_samples')})"
+                )
             if frame_end >= end:
                 break
         frames.close()  # now, while the container is open (see av_video._Cursor.close)

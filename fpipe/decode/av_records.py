@@ -1,4 +1,4 @@
-"""Audio/video records that need no PyAV: stream metadata, limits and clip results.
+"""Audio/video records that need no PyAV: stream metadata, the limits check and clip results.
 
 Kept apart from the ``fpipe.decode.av*`` modules that import ``av`` so the index and the plan
 can read stored metadata without loading PyAV. :mod:`fpipe.decode.av` re-exports every name
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fpipe.core.errors import BadSampleError
+from fpipe.decode.limits import DecodeLimits, limit_hint
 
 if TYPE_CHECKING:  # annotations only: this module must not import torch or av
     import torch
 
 __all__ = [
     "AVClips",
-    "AVLimits",
     "AVMetadata",
     "check_av_limits",
 ]
@@ -55,36 +55,22 @@ class AVMetadata(msgspec.Struct, frozen=True, kw_only=True):
     audio_duration_s: float | None = None  #: first sample to the last packet's end, seconds
 
 
-class AVLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Refuse videos beyond these sizes (None turns a limit off).
-
-    A file over a limit raises :class:`BadSampleError` naming the file, the key and the limit,
-    so the loader's error policy (raise or skip and count) applies to it.
-    """
-
-    max_duration_s: float | None = 4 * 3600.0  #: longest stream span, seconds
-    max_frames: int | None = 500_000  #: most video frames in the file (and decoded per call)
-    max_pixels: int | None = 7680 * 4320  #: most pixels per frame (width * height)
-    #: most audio samples per channel (at the output rate) decoded per call: 2**26 is about
-    #: 23 minutes at 48 kHz, 256 MiB of float32 per channel
-    max_audio_samples: int | None = 1 << 26
-
-
 def check_av_limits(
-    metadata: AVMetadata, limits: AVLimits, *, path: str = "", key: str = ""
+    metadata: AVMetadata, limits: DecodeLimits, *, path: str = "", key: str = ""
 ) -> None:
-    """Raise :class:`BadSampleError` if ``metadata`` exceeds ``limits``; return None otherwise."""
+    """Raise :class:`BadSampleError` if ``metadata`` exceeds the audio/video limits of
+    ``limits`` (``max_av_duration_s``, ``max_video_frames``, ``max_video_pixels``)."""
     m, lim = metadata, limits
-    if lim.max_duration_s is not None and m.duration_s > lim.max_duration_s:
-        reason = f"duration {m.duration_s:.3f} s exceeds max_duration_s={lim.max_duration_s}"
-        raise BadSampleError(path, key, reason)
-    if lim.max_frames is not None and (m.video_num_frames or 0) > lim.max_frames:
-        reason = f"{m.video_num_frames} video frames exceed max_frames={lim.max_frames}"
-        raise BadSampleError(path, key, reason)
+    if lim.max_av_duration_s is not None and m.duration_s > lim.max_av_duration_s:
+        reason = f"duration {m.duration_s:.3f} s exceeds max_av_duration_s={lim.max_av_duration_s}"
+        raise BadSampleError(path, key, f"{reason} ({limit_hint('max_av_duration_s')})")
+    if lim.max_video_frames is not None and (m.video_num_frames or 0) > lim.max_video_frames:
+        reason = f"{m.video_num_frames} video frames exceed max_video_frames={lim.max_video_frames}"
+        raise BadSampleError(path, key, f"{reason} ({limit_hint('max_video_frames')})")
     pixels = (m.width or 0) * (m.height or 0)
-    if lim.max_pixels is not None and pixels > lim.max_pixels:
-        reason = f"frame size {m.width}x{m.height} exceeds max_pixels={lim.max_pixels}"
-        raise BadSampleError(path, key, reason)
+    if lim.max_video_pixels is not None and pixels > lim.max_video_pixels:
+        reason = f"frame size {m.width}x{m.height} exceeds max_video_pixels={lim.max_video_pixels}"
+        raise BadSampleError(path, key, f"{reason} ({limit_hint('max_video_pixels')})")
 
 
 @dataclass(frozen=True, eq=False)

@@ -32,6 +32,7 @@ import torch
 
 from fpipe.decode.av_probe import seek
 from fpipe.decode.av_records import AVMetadata
+from fpipe.decode.limits import limit_hint
 
 __all__ = ["RangeEnd", "VideoUnit", "decode_video"]
 
@@ -99,7 +100,10 @@ class _Cursor:
         for frame in self.container.decode(stream):
             self.decoded += 1
             if self.max_frames is not None and self.decoded > self.max_frames:
-                raise self.bad(f"decoded more than max_frames={self.max_frames} video frames")
+                raise self.bad(
+                    f"decoded more than max_video_frames={self.max_frames} video frames "
+                    f"({limit_hint('max_video_frames')})"
+                )
             t = frame.time
             if t is None:  # no pts: one frame period after the previous one
                 t = key_s if prev_t is None else prev_t + 1.0 / (meta.video_fps or 1.0)

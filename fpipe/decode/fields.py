@@ -18,7 +18,13 @@ import msgspec
 import numpy as np
 
 from fpipe.decode.extensions import AV_EXTENSIONS
-from fpipe.decode.limits import DEFAULT_MAX_ARRAY_BYTES, check_npy
+from fpipe.decode.limits import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_ARRAY_BYTES,
+    DecodeLimits,
+    check_npy,
+    limit_hint,
+)
 
 __all__ = [
     "AV_EXTENSIONS",
@@ -143,8 +149,8 @@ def decode_npz(
         total = sum(i.file_size for i in infos)
         if max_bytes is not None and total > max_bytes:
             raise ValueError(
-                f"npz members declare {total} bytes, over max_array_bytes={max_bytes} (raise it "
-                "in fpipe.decode.DecodeLimits, the task encoder's decode_limits)"
+                f"npz members declare {total} bytes, over max_array_bytes={max_bytes} "
+                f"({limit_hint('max_array_bytes')})"
             )
         out: dict[str, Any] = {}
         for info in infos:  # zipfile stops at each member's declared size and checks its CRC
@@ -165,12 +171,15 @@ def decode_pth(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
-def decode_av(data: bytes, *, path: str = "", key: str = "") -> Any:
-    """A lazy audio/video handle, ``fpipe.decode.av.AVDecoder(data, path=, key=)``; nothing is
-    decoded (or even parsed) yet, so a corrupt video fails when frames are requested."""
+def decode_av(
+    data: bytes, *, path: str = "", key: str = "", limits: DecodeLimits = DEFAULT_LIMITS
+) -> Any:
+    """A lazy audio/video handle, ``fpipe.decode.av.AVDecoder(data, path=, key=, limits=)``;
+    nothing is decoded (or even parsed) yet, so a corrupt video fails when frames are
+    requested, and a file over one of ``limits`` when its metadata is first read."""
     from fpipe.decode.av import AVDecoder  # lazy: PyAV is imported only by fpipe.decode.av
 
-    return AVDecoder(data, path=path, key=key)
+    return AVDecoder(data, path=path, key=key, limits=limits)
 
 
 _TENBIN_MAGIC = b"~TenBin~"

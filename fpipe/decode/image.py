@@ -3,8 +3,9 @@ target size (resize + crop), JPEG reduced-scale ("draft") decoding and a pixel-c
 
 Design choices (see ``docs/samples.md``):
 
-- **Bomb limit from the header.** ``Image.open`` only reads the header; the pixel count is
-  checked against ``max_pixels`` before any pixel is decoded. Pillow's own global
+- **Bomb limits from the header.** ``Image.open`` only reads the header; the pixel count is
+  checked against ``DecodeLimits.max_image_pixels`` (and, with a target size, against
+  ``max_decode_ratio`` after the draft reduction) before any pixel is decoded. Pillow's own global
   ``Image.MAX_IMAGE_PIXELS`` is never modified; its warning is silenced inside the call
   because fpipe's limit replaces it (Pillow still refuses images above twice its limit).
 - **Draft mode.** With a target size, a JPEG is decoded by libjpeg at the largest DCT scale
@@ -30,14 +31,12 @@ from PIL import Image, UnidentifiedImageError
 
 from fpipe.core.errors import BadSampleError, ConfigError, error_text
 from fpipe.decode.extensions import IMAGE_EXTENSIONS
+from fpipe.decode.limits import DECODE_RATIO_FLOOR, DEFAULT_LIMITS, DecodeLimits, limit_hint
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
-    "DECODE_RATIO_FLOOR",
-    "DEFAULT_MAX_DECODE_RATIO",
-    "DEFAULT_MAX_PIXELS",
     "IMAGE_EXTENSIONS",
     "ImageDecodeOptions",
     "decode_image",
@@ -45,13 +44,6 @@ __all__ = [
     "image_size",
     "psnr",
 ]
-
-#: Default pixel-count limit (width * height) against decompression bombs.
-DEFAULT_MAX_PIXELS = 100_000_000
-#: Default of ``ImageDecodeOptions.max_decode_ratio``: pixels decoded per output pixel.
-DEFAULT_MAX_DECODE_RATIO = 1024.0
-#: Pixels that may always be decoded for a target size, whatever the ratio (4096 x 4096).
-DECODE_RATIO_FLOOR = 4096 * 4096
 
 
 _OUTS = ("pil", "numpy", "torch")
@@ -73,6 +65,7 @@ class ImageDecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
     """How to decode an image member; a data record, so a pipeline config can hold it.
 
     Checked when built: an unknown name raises :class:`ConfigError` listing the valid ones.
+    The size limits (pixels, decode ratio) are in :class:`~fpipe.decode.limits.DecodeLimits`.
     """
 
     #: Output type: ``"pil"`` (RGB ``PIL.Image``), ``"numpy"`` (HWC uint8) or ``"torch"``
@@ -89,12 +82,6 @@ class ImageDecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
     crop: str = "center"
     #: Decode JPEGs at a reduced DCT scale (1/2, 1/4, 1/8) when a target size allows it.
     draft: bool = True
-    #: Refuse images with more pixels than this (checked from the header); ``None``: no limit.
-    max_pixels: int | None = DEFAULT_MAX_PIXELS
-    #: With a target size: refuse an image that needs more than this many pixels decoded per
-    #: output pixel (after the JPEG draft reduction), beyond a floor of ``DECODE_RATIO_FLOOR``
-    #: pixels; e.g. a 10000x9999 PNG decoded for an 8x8 output. ``None``: no limit.
-    max_decode_ratio: float | None = DEFAULT_MAX_DECODE_RATIO
     #: Resampling filter name (``bilinear``, ``bicubic``, ``lanczos``, ``box``, ...).
     resample: str = "bilinear"
     #: Pillow's ``reducing_gap`` for the final resize (``None``: exact filter on all pixels).
@@ -118,12 +105,6 @@ class ImageDecodeOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"image target_size must be a positive int or (height, width), got {ts!r}"
             )
-        if self.max_pixels is not None and self.max_pixels < 1:
-            raise ConfigError(f"image max_pixels must be positive or None, got {self.max_pixels}")
-        if self.max_decode_ratio is not None and not self.max_decode_ratio > 0:
-            raise ConfigError(
-                f"image max_decode_ratio must be positive or None, got {self.max_decode_ratio}"
-            )
         if self.reducing_gap is not None and self.reducing_gap < 1.0:
             raise ConfigError(f"image reducing_gap must be >= 1.0 or None, got {self.reducing_gap}")
 
@@ -141,10 +122,9 @@ def decode_image(
     resize: str = "short_side",
     crop: str = "center",
     draft: bool = True,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
     resample: str = "bilinear",
     reducing_gap: float | None = None,
-    max_decode_ratio: float | None = DEFAULT_MAX_DECODE_RATIO,
+    limits: DecodeLimits = DEFAULT_LIMITS,
     rng: np.random.Generator | None = None,
     path: str = "",
     key: str = "",
@@ -153,8 +133,10 @@ def decode_image(
 
     Args:
       data: encoded image (any format Pillow reads).
-      out, target_size, resize, crop, draft, max_pixels, resample, reducing_gap,
-        max_decode_ratio: see :class:`ImageDecodeOptions`.
+      out, target_size, resize, crop, draft, resample, reducing_gap: see
+        :class:`ImageDecodeOptions`.
+      limits: :class:`~fpipe.decode.limits.DecodeLimits`; ``max_image_pixels`` and
+        ``max_decode_ratio`` apply.
       rng: the only source of randomness, needed for ``crop="random"``.
       path, key: where the bytes came from; named in errors.
 
@@ -163,8 +145,8 @@ def decode_image(
       (3, H, W) uint8, depending on ``out``.
 
     Raises:
-      BadSampleError: undecodable or truncated data, more pixels than ``max_pixels``, or more
-        pixels to decode than ``max_decode_ratio`` allows for the target size.
+      BadSampleError: undecodable or truncated data, more pixels than ``max_image_pixels``,
+        or more pixels to decode than ``max_decode_ratio`` allows for the target size.
       ConfigError: invalid options.
 
     Examples:
@@ -180,18 +162,17 @@ def decode_image(
         resize=resize,
         crop=crop,
         draft=draft,
-        max_pixels=max_pixels,
         resample=resample,
         reducing_gap=reducing_gap,
-        max_decode_ratio=max_decode_ratio,
     )
-    return decode_image_with(data, options, rng=rng, path=path, key=key)
+    return decode_image_with(data, options, limits=limits, rng=rng, path=path, key=key)
 
 
 def decode_image_with(
     data: bytes,
     options: ImageDecodeOptions,
     *,
+    limits: DecodeLimits = DEFAULT_LIMITS,
     rng: np.random.Generator | None = None,
     path: str = "",
     key: str = "",
@@ -199,9 +180,9 @@ def decode_image_with(
     """Decode image bytes as :func:`decode_image` does, with the options given as one record."""
     if options.crop == "random" and options.target_size is not None and rng is None:
         raise ConfigError("crop='random' needs an explicit rng (numpy.random.Generator)")
-    img = _open(data, options.max_pixels, path, key)
+    img = _open(data, limits.max_image_pixels, path, key)
     try:
-        img = _resize(img, options, rng, path, key)
+        img = _resize(img, options, limits.max_decode_ratio, rng, path, key)
         if img.mode != options.mode:
             img = img.convert(options.mode)
     except ConfigError:
@@ -232,8 +213,8 @@ def _open(data: bytes, max_pixels: int | None, path: str, key: str) -> Image.Ima
         raise BadSampleError(
             path,
             key,
-            f"image of {w}x{h} = {w * h} pixels exceeds max_pixels={max_pixels} "
-            "(decompression-bomb limit; raise max_pixels in the image decode options)",
+            f"image of {w}x{h} = {w * h} pixels exceeds max_image_pixels={max_pixels} "
+            f"(decompression-bomb limit; {limit_hint('max_image_pixels')})",
         )
     return img
 
@@ -246,7 +227,12 @@ def _target_hw(target_size: int | tuple[int, int]) -> tuple[int, int]:
 
 
 def _resize(
-    img: Image.Image, o: ImageDecodeOptions, rng: np.random.Generator | None, path: str, key: str
+    img: Image.Image,
+    o: ImageDecodeOptions,
+    max_ratio: float | None,
+    rng: np.random.Generator | None,
+    path: str,
+    key: str,
 ) -> Any:
     if o.target_size is None:
         return img
@@ -281,15 +267,15 @@ def _resize(
         if need_w < full_w and need_h < full_h:
             img.draft("RGB", (need_w, need_h))
     w, h = img.size  # may be reduced by draft
-    if o.max_decode_ratio is not None:
-        budget = max(DECODE_RATIO_FLOOR, o.max_decode_ratio * out_w * out_h)
+    if max_ratio is not None:
+        budget = max(DECODE_RATIO_FLOOR, max_ratio * out_w * out_h)
         if w * h > budget:
             raise BadSampleError(
                 path,
                 key,
                 f"image of {w}x{h} pixels to decode for a {out_w}x{out_h} output: over "
-                f"max_decode_ratio={o.max_decode_ratio:g} pixels per output pixel (floor "
-                f"{DECODE_RATIO_FLOOR}); raise it in the image decode options",
+                f"max_decode_ratio={max_ratio:g} pixels per output pixel (floor "
+                f"{DECODE_RATIO_FLOOR}); {limit_hint('max_decode_ratio')}",
             )
     src_box = (box[0] * w, box[1] * h, box[2] * w, box[3] * h)
     if img.mode not in ("RGB", "L", "RGBA"):

@@ -1,11 +1,13 @@
-"""Size limits of decoded payloads, checked before the memory is allocated.
+"""Decoding limits: one record, :class:`DecodeLimits`, holding every limit of decoded sizes.
 
 A few bytes of input can ask for gigabytes of output: a 1 MB ``txt.gz`` inflating to 1 GiB, a
-1 MB ``.npz`` holding a 1 GiB array, a ``.npy`` header declaring 2**40 elements. The limits of
-those byte-sized payloads live in one record, :class:`DecodeLimits`, that the loader reads from
-the task encoder's ``decode_limits`` (or ``get_train_dataset(decode_limits=...)``). The limits of
-images and audio/video live with their decoders' options (``ImageDecodeOptions.max_pixels`` and
-``max_decode_ratio``, ``AVLimits``); docs/failures.md lists every limit and where to set it.
+1 MB ``.npz`` holding a 1 GiB array, a ``.npy`` header declaring 2**40 elements, a 12 KB PNG of
+10000x9999 pixels, a 0.5 MB FLAC of an hour of silence. Every decoder checks its limits from
+this one record **before** the memory is allocated. The loader passes it once
+(``get_train_dataset(decode_limits=...)``, or the task encoder's ``decode_limits``, or its
+Energon ``decoder = SampleDecoder(decode_limits=...)``) to every decoder it runs: ``.gz``
+members when a shard is read, ``.npy`` / ``.npz``, images, audio and video (in the main
+process and in DataLoader workers alike). docs/failures.md lists the limits.
 
 A payload over a limit is a :class:`~fpipe.core.BadSampleError` (through ``decode_field``), so
 it follows the loader's error policy.
@@ -20,21 +22,31 @@ import zlib
 import msgspec
 import numpy as np
 
-__all__ = ["DEFAULT_MAX_ARRAY_BYTES", "DEFAULT_MAX_INFLATED_BYTES", "DecodeLimits", "gunzip"]
+__all__ = [
+    "DECODE_RATIO_FLOOR",
+    "DEFAULT_LIMITS",
+    "DEFAULT_MAX_ARRAY_BYTES",
+    "DEFAULT_MAX_INFLATED_BYTES",
+    "DecodeLimits",
+    "gunzip",
+    "limit_hint",
+]
 
 #: Default of :attr:`DecodeLimits.max_inflated_bytes` (256 MiB).
 DEFAULT_MAX_INFLATED_BYTES = 256 << 20
 #: Default of :attr:`DecodeLimits.max_array_bytes` (256 MiB).
 DEFAULT_MAX_ARRAY_BYTES = 256 << 20
+#: Pixels that may always be decoded for a target size, whatever the ratio (4096 x 4096).
+DECODE_RATIO_FLOOR = 4096 * 4096
 
 
 class DecodeLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Limits of decoded payload sizes (``None`` turns one off).
+    """Every limit of decoded sizes, with defaults (``None`` turns a limit off).
 
     Examples:
       >>> DecodeLimits().max_inflated_bytes == 256 * 2**20
       True
-      >>> DecodeLimits(max_array_bytes=2**30).max_array_bytes
+      >>> DecodeLimits(max_array_bytes=2**30, max_audio_samples=None).max_array_bytes
       1073741824
     """
 
@@ -42,22 +54,55 @@ class DecodeLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_inflated_bytes: int | None = DEFAULT_MAX_INFLATED_BYTES
     #: Most bytes of array data in one ``.npy`` member, or in all arrays of one ``.npz``.
     max_array_bytes: int | None = DEFAULT_MAX_ARRAY_BYTES
+    #: Most pixels (width * height) of an image, read from its header before decoding.
+    max_image_pixels: int | None = 100_000_000
+    #: With a target size: most pixels decoded per output pixel (after the JPEG draft
+    #: reduction), beyond a floor of ``DECODE_RATIO_FLOOR`` pixels; e.g. a 10000x9999 PNG
+    #: decoded for an 8x8 output is refused, an 8K photo for a 224 px output is not.
+    max_decode_ratio: float | None = 1024.0
+    #: Most audio samples per channel (at the output rate) decoded per call: 2**26 is about
+    #: 23 minutes at 48 kHz, 256 MiB of float32 per channel.
+    max_audio_samples: int | None = 1 << 26
+    #: Longest audio/video stream span, seconds (4 h).
+    max_av_duration_s: float | None = 4 * 3600.0
+    #: Most video frames in a file (and decoded per call).
+    max_video_frames: int | None = 500_000
+    #: Most pixels per video frame (width * height; 8K).
+    max_video_pixels: int | None = 7680 * 4320
 
     def __post_init__(self) -> None:
         from fpipe.core.errors import ConfigError
 
-        for name in ("max_inflated_bytes", "max_array_bytes"):
+        for name in self.__struct_fields__:
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"DecodeLimits.{name} must be >= 0 or None, got {value}")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(
+                    f"DecodeLimits.{name} must be a number >= 0 or None, got {value!r}"
+                )
+        if self.max_decode_ratio is not None and not self.max_decode_ratio > 0:
+            raise ConfigError(
+                f"DecodeLimits.max_decode_ratio must be > 0 or None, got {self.max_decode_ratio}"
+            )
+
+
+#: The defaults, used where no limits are given.
+DEFAULT_LIMITS = DecodeLimits()
+
+
+def limit_hint(name: str) -> str:
+    """How to raise limit ``name`` (a :class:`DecodeLimits` field), for error messages."""
+    return (
+        f"raise it with fpipe.decode.DecodeLimits({name}=...) passed as "
+        "get_train_dataset(decode_limits=...) or the task encoder's decode_limits; None turns "
+        "it off"
+    )
 
 
 def _over(what: str, size: int, limit: int | None, name: str) -> None:
     if limit is not None and size > limit:
-        raise ValueError(
-            f"{what} {size} bytes, over {name}={limit} (raise it in fpipe.decode.DecodeLimits, "
-            "the task encoder's decode_limits)"
-        )
+        raise ValueError(f"{what} {size} bytes, over {name}={limit} ({limit_hint(name)})")
 
 
 def gunzip(data: bytes, max_bytes: int | None = DEFAULT_MAX_INFLATED_BYTES) -> bytes:
@@ -90,7 +135,7 @@ def gunzip(data: bytes, max_bytes: int | None = DEFAULT_MAX_INFLATED_BYTES) -> b
             if max_bytes is not None and len(out) > max_bytes:
                 raise ValueError(
                     f"inflates to more than {max_bytes} bytes, over max_inflated_bytes="
-                    f"{max_bytes} (raise it in fpipe.decode.DecodeLimits)"
+                    f"{max_bytes} ({limit_hint('max_inflated_bytes')})"
                 )
             buf = d.unconsumed_tail
             if not buf and not chunk and not d.eof:

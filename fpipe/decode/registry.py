@@ -21,7 +21,7 @@ from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode import fields
 from fpipe.decode.extensions import AV_EXTENSIONS, IMAGE_EXTENSIONS, is_gz, strip_gz
 from fpipe.decode.image import ImageDecodeOptions, decode_image_with
-from fpipe.decode.limits import DecodeLimits, gunzip
+from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 
 __all__ = [
     "Decoder",
@@ -36,7 +36,6 @@ __all__ = [
 Decoder = Callable[[bytes], Any]
 
 _DEFAULT_IMAGE_OPTIONS = ImageDecodeOptions()
-_DEFAULT_LIMITS = DecodeLimits()
 
 
 def decode_image_default(data: bytes) -> Any:
@@ -140,8 +139,9 @@ def decode_field(
       image_options: options for the built-in image decoder (default: RGB CHW uint8 tensor at
         the decoded size). A custom decoder registered for an image extension ignores them.
       rng: randomness for image augmentation in decoding (``crop="random"``).
-      limits: :class:`~fpipe.decode.limits.DecodeLimits` of inflated ``.gz`` members and of
-        ``.npy`` / ``.npz`` arrays (default: ``DecodeLimits()``); over a limit is a bad sample.
+      limits: :class:`~fpipe.decode.limits.DecodeLimits` (default: ``DecodeLimits()``), used
+        by the built-in decoders: inflated ``.gz`` members, ``.npy`` / ``.npz`` arrays, image
+        pixels and audio/video (handed to the lazy ``AVDecoder``); over a limit is a bad sample.
 
     Examples:
       >>> decode_field("json", b'{"a": [1, {"b": 2}]}')
@@ -150,7 +150,7 @@ def decode_field(
       b'raw'
     """
     norm = _norm(ext)
-    lim = _DEFAULT_LIMITS if limits is None else limits
+    lim = DEFAULT_LIMITS if limits is None else limits
     try:
         if is_gz(norm) or norm == "gz":
             data = gunzip(data, lim.max_inflated_bytes)
@@ -162,9 +162,9 @@ def decode_field(
             return data
         if fn is decode_image_default:
             opts = _DEFAULT_IMAGE_OPTIONS if image_options is None else image_options
-            return decode_image_with(data, opts, rng=rng, path=path, key=key)
+            return decode_image_with(data, opts, limits=lim, rng=rng, path=path, key=key)
         if fn is fields.decode_av:
-            return fields.decode_av(data, path=path, key=key)
+            return fields.decode_av(data, path=path, key=key, limits=lim)
         if fn is fields.decode_npy or fn is fields.decode_npz:
             return fn(data, max_bytes=lim.max_array_bytes)
         return fn(data)

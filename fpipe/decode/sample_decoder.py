@@ -50,11 +50,14 @@ IMAGE_DECODE_SPECS: dict[str, tuple[str, str, str]] = {
 
 
 class SampleDecoder:
-    """Energon's decoder settings; only ``image_decode`` changes what fpipe decodes.
+    """Energon's decoder settings: ``image_decode`` and fpipe's ``decode_limits`` change what
+    fpipe decodes.
 
     Args:
       image_decode: a WebDataset image spec (see the module docstring); default ``"torchrgb"``
         as in Energon.
+      decode_limits: :class:`fpipe.decode.DecodeLimits` for every decoder the loader runs
+        (None: the defaults, or ``get_train_dataset(decode_limits=...)``).
       av_decode, video_decode_audio, guess_content: accepted for Energon compatibility; audio
         and video members are always lazy :class:`fpipe.decode.av.AVDecoder` handles.
 
@@ -70,6 +73,7 @@ class SampleDecoder:
         av_decode: Any = "AVDecoder",
         video_decode_audio: bool = False,
         guess_content: bool = False,
+        decode_limits: Any = None,
     ):
         from fpipe.decode.image import ImageDecodeOptions
 
@@ -83,6 +87,7 @@ class SampleDecoder:
         self.av_decode = av_decode
         self.video_decode_audio = video_decode_audio
         self.guess_content = guess_content
+        self.decode_limits = decode_limits
         #: what the loader decodes images with
         self.image_options = ImageDecodeOptions(out=out, dtype=dtype, mode=mode)
 

@@ -43,7 +43,6 @@ __all__ = [
     "AudioTaskEncoder",
     "EncodedAudioSample",
     "aligned_audio",
-    "default_av_limits",
     "sample_decoder",
 ]
 
@@ -75,24 +74,17 @@ class AudioConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"AudioConfig.clip must be 'first' or 'random', got {self.clip!r}")
 
 
-def default_av_limits(av_limits: Any) -> Any:
-    """``av_limits``, or ``AVLimits()`` when None (the task encoders' default)."""
-    if av_limits is not None:
-        return av_limits
-    from fpipe.decode.av_records import AVLimits  # no PyAV needed
-
-    return AVLimits()
-
-
 def sample_decoder(value: Any, sample: Any, field: str, limits: Any, also: str = "") -> Any:
     """The :class:`~fpipe.decode.av.AVDecoder` of a sample's audio/video field: ``value`` as
-    is, or a decoder over encoded bytes; ``TypeError`` naming the sample, the field and what
-    it accepts (``also``: other accepted kinds) otherwise."""
+    is (it carries the loader's limits), or a decoder over encoded bytes with ``limits`` (None:
+    the defaults); ``TypeError`` naming the sample, the field and what it accepts (``also``:
+    other accepted kinds) otherwise."""
     from fpipe.decode.av import AVDecoder
+    from fpipe.decode.limits import DEFAULT_LIMITS
 
     key = getattr(sample, "__key__", "")
     if isinstance(value, (bytes, bytearray, memoryview)):
-        value = AVDecoder(bytes(value), key=key, limits=limits)
+        value = AVDecoder(bytes(value), key=key, limits=limits or DEFAULT_LIMITS)
     if not isinstance(value, AVDecoder):
         raise TypeError(
             f"sample {key!r}: field {field!r} holds {type(value).__name__}; "
@@ -153,8 +145,9 @@ class AudioTaskEncoder(TaskEncoder):
 
     Args:
       config: the :class:`AudioConfig` (rate, channels, clip length and start policy).
-      av_limits: :class:`fpipe.decode.av.AVLimits` for the decoders the loader cooks (a file
-        over a limit is a bad sample under the loader's error policy).
+      decode_limits: :class:`fpipe.decode.DecodeLimits` for the decoders the loader runs (None:
+        the loader's ``decode_limits``, or the defaults); a file over a limit is a bad sample
+        under the loader's error policy.
       audio_field: the sample attribute holding the audio (an ``AVDecoder`` or encoded bytes).
       caption_field: the sample attribute copied into ``caption`` (None to skip).
 
@@ -162,11 +155,14 @@ class AudioTaskEncoder(TaskEncoder):
     :meth:`encode_sample`, so a restored loader gives the same clips in any worker.
     """
 
+    #: audio/video members without stored metadata are probed while cooking
+    probe_av = True
+
     def __init__(
         self,
         config: AudioConfig | None = None,
         *,
-        av_limits: Any = None,
+        decode_limits: Any = None,
         audio_field: str = "audio",
         caption_field: str | None = "caption",
     ):
@@ -174,12 +170,12 @@ class AudioTaskEncoder(TaskEncoder):
         if not isinstance(config, AudioConfig):
             raise ConfigError(f"AudioTaskEncoder needs an AudioConfig, got {type(config).__name__}")
         self.config = config
-        self.av_limits = default_av_limits(av_limits)
+        self.decode_limits = decode_limits
         self.audio_field = audio_field
         self.caption_field = caption_field
 
     def __repr__(self) -> str:
-        return f"AudioTaskEncoder({self.config!r}, av_limits={self.av_limits!r})"
+        return f"AudioTaskEncoder({self.config!r}, decode_limits={self.decode_limits!r})"
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedAudioSample:
         """Decode the sample's clip (or whole file) at the configured rate and channels."""
@@ -187,7 +183,7 @@ class AudioTaskEncoder(TaskEncoder):
 
         cfg = self.config
         dec = sample_decoder(
-            getattr(sample, self.audio_field), sample, self.audio_field, self.av_limits
+            getattr(sample, self.audio_field), sample, self.audio_field, self.decode_limits
         )
         if dec.metadata.audio_sample_rate is None:
             raise BadSampleError(dec.path, dec.key, "no audio stream")

@@ -51,7 +51,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.encode.hooks import _RNG, generic_batch
 
-__all__ = ["DefaultTaskEncoder", "TaskEncoder", "image_options"]
+__all__ = ["DefaultTaskEncoder", "TaskEncoder", "decode_limits_of", "image_options"]
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -102,6 +102,20 @@ def image_options(task_encoder: Any) -> Any:
     return opts
 
 
+def decode_limits_of(task_encoder: Any) -> Any:
+    """Decoding limits of a task encoder: ``decode_limits``, else its Energon ``decoder``'s
+    (:class:`~fpipe.decode.sample_decoder.SampleDecoder`), else the defaults
+    (:class:`fpipe.decode.DecodeLimits`)."""
+    limits = getattr(task_encoder, "decode_limits", None)
+    if limits is None:
+        limits = getattr(getattr(task_encoder, "decoder", None), "decode_limits", None)
+    if limits is None:
+        from fpipe.decode.limits import DEFAULT_LIMITS
+
+        limits = DEFAULT_LIMITS
+    return limits
+
+
 class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     """Base of task encoders: every hook has a default, override what the task needs.
 
@@ -109,13 +123,17 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
       cookers: :class:`fpipe.samples.Cooker` list for crude datasets (first match wins).
       image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` used when decoding images
         (``None``: the loader's option, or a full-size torch tensor).
-      decode_limits: :class:`fpipe.decode.DecodeLimits`, the size limits of inflated ``.gz``
-        members and ``.npy``/``.npz`` arrays (``None``: the loader's option, or the defaults).
+      decode_limits: :class:`fpipe.decode.DecodeLimits`, every decoding limit (inflated
+        ``.gz`` members, ``.npy``/``.npz`` arrays, image pixels, audio/video); ``None``: the
+        loader's option, else the Energon ``decoder``'s, else the defaults.
+      probe_av: probe audio/video members without stored metadata while cooking (limits and
+        corrupt files then fail before ``encode_sample``).
     """
 
     cookers: Sequence[Any] = ()
     image_decode: Any = None
     decode_limits: Any = None
+    probe_av: bool = False
     #: Energon's ``decoder = SampleDecoder(image_decode="torchrgb")`` (see ``image_options``).
     decoder: Any = None
 

@@ -3,8 +3,8 @@
 For each sample (e.g. a :class:`~fpipe.samples.CaptionedVideoSample` whose ``video`` is the
 lazy :class:`~fpipe.decode.av.AVDecoder` made while cooking), :meth:`encode_sample`:
 
-1. checks the decoder's metadata (stored by ``fpipe prepare``, else probed) against
-   :attr:`av_limits`;
+1. checks the decoder's metadata (stored by ``fpipe prepare``, else probed) against its
+   limits (the loader's :class:`fpipe.decode.DecodeLimits`);
 2. draws the ``num_frames`` frame indices with :func:`~fpipe.encode.video.sample_frame_indices`
    (fixed stride, from frame 0 or from a start drawn from the sample's ``rng``) over the
    video's frame count, and decodes only those frames (each from its nearest keyframe);
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError, ConfigError
-from fpipe.encode.audio import AudioConfig, aligned_audio, default_av_limits, sample_decoder
+from fpipe.encode.audio import AudioConfig, aligned_audio, sample_decoder
 from fpipe.encode.collate import pad_stack_lengths
 from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.encode.video import (
@@ -97,10 +97,11 @@ class VideoTaskEncoder(TaskEncoder):
     Args:
       config: the :class:`~fpipe.encode.video.VideoTransformConfig` (frames, size, stride,
         ``temporal="first"|"random"``, ``crop="center"|"random"``).
-      av_limits: :class:`fpipe.decode.av.AVLimits` (default ``AVLimits()``): a video over a
-        limit is a bad sample (``BadSampleError`` naming file and key; the loader's error
-        policy raises or skips and counts it). The loader also hands these limits to the
-        decoders it cooks, which then probe files without stored metadata while cooking.
+      decode_limits: :class:`fpipe.decode.DecodeLimits` (None: the loader's
+        ``decode_limits``, or the defaults): a video over a limit is a bad sample
+        (``BadSampleError`` naming file and key; the loader's error policy raises or skips and
+        counts it). The loader hands the limits to the decoders it cooks, which probe files
+        without stored metadata while cooking (``probe_av``).
       video_field: the sample attribute holding the video (``AVDecoder``, encoded bytes,
         decoded ``uint8 [T, 3, H, W]`` frames, or an image ``[3, H, W]``: a 1-frame clip);
         samples without it use their ``image`` attribute (image datasets).
@@ -112,11 +113,14 @@ class VideoTaskEncoder(TaskEncoder):
     re-materialized after a restore, in any worker, gives the same tensor.
     """
 
+    #: audio/video members without stored metadata are probed while cooking
+    probe_av = True
+
     def __init__(
         self,
         config: VideoTransformConfig,
         *,
-        av_limits: Any = None,
+        decode_limits: Any = None,
         video_field: str = "video",
         caption_field: str | None = "caption",
         audio: AudioConfig | None = None,
@@ -128,7 +132,7 @@ class VideoTaskEncoder(TaskEncoder):
                 f"VideoTaskEncoder needs a VideoTransformConfig, got {type(config).__name__}"
             )
         self.config = config
-        self.av_limits = default_av_limits(av_limits)
+        self.decode_limits = decode_limits
         self.video_field = video_field
         self.caption_field = caption_field
         self.audio = audio
@@ -138,7 +142,8 @@ class VideoTaskEncoder(TaskEncoder):
 
     def __repr__(self) -> str:
         return (
-            f"VideoTaskEncoder({self.config!r}, av_limits={self.av_limits!r}, audio={self.audio!r})"
+            f"VideoTaskEncoder({self.config!r}, decode_limits={self.decode_limits!r}, "
+            f"audio={self.audio!r})"
         )
 
     def for_bucket(self, shape: tuple[int, ...]) -> VideoTaskEncoder:
@@ -152,7 +157,7 @@ class VideoTaskEncoder(TaskEncoder):
             cfg = msgspec.structs.replace(self.config, num_frames=t, height=h, width=w)
             enc = self._buckets[(t, h, w)] = VideoTaskEncoder(
                 cfg,
-                av_limits=self.av_limits,
+                decode_limits=self.decode_limits,
                 video_field=self.video_field,
                 caption_field=self.caption_field,
             )
@@ -165,9 +170,9 @@ class VideoTaskEncoder(TaskEncoder):
 
         cfg = self.config
         also = " or a [T, 3, H, W] tensor"
-        video = sample_decoder(video, sample, self.video_field, self.av_limits, also)
+        video = sample_decoder(video, sample, self.video_field, self.decode_limits, also)
         meta = video.metadata  # stored by `fpipe prepare`, else probed now (no decoding)
-        check_av_limits(meta, self.av_limits, path=video.path, key=video.key)
+        check_av_limits(meta, video.limits, path=video.path, key=video.key)
         if not meta.video_num_frames:
             raise BadSampleError(video.path, video.key, "no video frames")
         idx = sample_frame_indices(

@@ -143,7 +143,8 @@ def get_train_dataset(
       image_decode: :class:`fpipe.decode.image.ImageDecodeOptions` (or the encoder's).
       error_policy: ``"raise"`` or ``"skip"`` bad samples (skips are counted in the stats).
       decode_limits: :class:`fpipe.decode.DecodeLimits` (or the encoder's ``decode_limits``):
-        size limits of inflated members and arrays; see docs/failures.md.
+        every decoding limit (inflated ``.gz`` members, arrays, image pixels, audio/video),
+        handed to every decoder in every worker; see docs/failures.md.
       global_batch_size: instead of ``batch_size``: samples per step over all data-parallel
         ranks; the per-rank batch is ``global_batch_size / world_size`` (it must divide). Keep
         it fixed when resuming on another world size.

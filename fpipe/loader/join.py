@@ -175,7 +175,7 @@ def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int) -> Any:
     found = m.joins.get(("found", d), {}).get(index)
     if found is None:  # not a recipe's sample (a direct call)
         found = part_indices(m, d, np.array([index]))[:, 0].tolist()
-    raw = ds.read(index, m.wanted(src))
+    raw = ds.read(index, m.wanted(src), limits=m.decode_limits)
     crude = _is_crude(src)
     parts: list[Any] = []
     for k, (part, j) in enumerate(zip(src.join, found)):
@@ -184,7 +184,7 @@ def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int) -> Any:
             parts.append(None)  # nonmatch: none
             continue
         pds = _part_dataset(m, d, k)
-        praw = pds.read(j, m.wanted(part.source))
+        praw = pds.read(j, m.wanted(part.source), limits=m.decode_limits)
         if crude:  # one crude sample with every part's members (later parts win)
             raw = {**raw, **praw}
         else:

@@ -138,7 +138,7 @@ class Materializer:
         unbatched: bool = False,
     ):
         from fpipe.encode.packing import check_packing_hooks
-        from fpipe.encode.task_encoder import image_options
+        from fpipe.encode.task_encoder import decode_limits_of, image_options
 
         self.sources = list(sources)
         self.task_encoder = task_encoder
@@ -150,11 +150,10 @@ class Materializer:
         #: ``batch_size=None`` (Energon): each recipe is one sample, returned without batch().
         self.unbatched = unbatched
         self.error_policy = ErrorPolicy(error_policy)
-        #: fpipe.decode.DecodeLimits (None: the task encoder's ``decode_limits``, or defaults)
+        #: fpipe.decode.DecodeLimits: every decoding limit, handed to every decoder this runs
+        #: (the argument, else the task encoder's, else the defaults)
         self.decode_limits = (
-            decode_limits
-            if decode_limits is not None
-            else getattr(task_encoder, "decode_limits", None)
+            decode_limits if decode_limits is not None else decode_limits_of(task_encoder)
         )
         self._datasets: dict[int, Any] = {}
         self._field_maps: dict[int, Any] = {}
@@ -218,7 +217,7 @@ class Materializer:
             ds = self.dataset(dataset)
             key = None
             if read is None:
-                raw = ds.read(index, self.wanted(self.sources[dataset]))
+                raw = ds.read(index, self.wanted(self.sources[dataset]), limits=self.decode_limits)
             else:
                 key, raw = read
                 if isinstance(raw, Exception):
@@ -244,11 +243,12 @@ class Materializer:
                 restore_key=restore_key,
                 subflavors=src.subflavors,
                 path=str(path),
+                decode_limits=self.decode_limits,
             )
             return self.task_encoder.cook_crude_sample(crude)
         # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
-        # let the lazy AVDecoder seek without probing the file; the task encoder's `av_limits`
-        # (None: default limits, no eager probe) bound it.
+        # let the lazy AVDecoder seek without probing the file; a task encoder with
+        # `probe_av = True` (the video/audio ones) has the others probed while cooking.
         from fpipe.samples import cook_sample
 
         fmap = self.field_map(src)
@@ -264,8 +264,8 @@ class Materializer:
             image_decode_options=self.image_decode,
             rng=rng,
             av_metadata=av_metadata,
-            av_limits=getattr(self.task_encoder, "av_limits", None),
             decode_limits=self.decode_limits,
+            probe_av=bool(getattr(self.task_encoder, "probe_av", False)),
         )
 
     def reads(self, refs) -> Iterator[tuple]:
@@ -289,7 +289,9 @@ class Materializer:
 
     def _read_many(self, d: int, indices: np.ndarray) -> list:
         try:
-            return self.dataset(d).read_many(indices, self.wanted(self.sources[d]))
+            return self.dataset(d).read_many(
+                indices, self.wanted(self.sources[d]), limits=self.decode_limits
+            )
         except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
             return [(None, e)] * len(indices)
 

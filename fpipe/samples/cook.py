@@ -62,8 +62,8 @@ def cook_sample(
     image_decode_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
     rng: np.random.Generator | None = None,
     av_metadata: Mapping[str, Any] | None = None,
-    av_limits: Any = None,
     decode_limits: Any = None,
+    probe_av: bool = False,
 ) -> Any:
     """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
 
@@ -83,11 +83,11 @@ def cook_sample(
         lazy :class:`~fpipe.decode.av.AVDecoder` of that member then seeks without probing,
         and its limits are checked now. A member named here is treated as audio/video even if
         its key is not a media extension (a table column such as ``path``).
-      av_limits: :class:`fpipe.decode.av.AVLimits` for the audio/video decoders. When given,
-        a member without stored metadata is probed now (demux only, no frame decoded), so a
-        corrupt file or a file over a limit raises :class:`BadSampleError` while cooking.
-      decode_limits: :class:`fpipe.decode.DecodeLimits` of inflated and array sizes (None: the
-        defaults).
+      decode_limits: :class:`fpipe.decode.DecodeLimits`, every decoding limit (inflated and
+        array sizes, image pixels, audio/video); None: the defaults.
+      probe_av: probe an audio/video member without stored metadata now (demux only, no frame
+        decoded), so a corrupt file or a file over a limit raises :class:`BadSampleError`
+        while cooking rather than when the task encoder decodes it.
 
     Raises:
       BadSampleError: a required field has no member present, or a used member is undecodable.
@@ -112,9 +112,9 @@ def cook_sample(
                 continue
             whole = decoded.get(src.ext, _MISSING)
             if whole is _MISSING:
-                if _av_member(src.ext, av_metadata, av_limits):
+                if _av_member(src.ext, av_metadata, probe_av):
                     whole = _decode_av_member(
-                        src.ext, raw[src.ext], av_metadata, av_limits, path=path, key=key
+                        src.ext, raw[src.ext], av_metadata, decode_limits, path=path, key=key
                     )
                 else:
                     whole = decode_field(
@@ -149,11 +149,12 @@ def cook_sample(
     )
 
 
-def _av_member(ext: str, av_metadata: Mapping[str, Any] | None, av_limits: Any) -> bool:
-    """Whether member ``ext`` gets the video branch: stored metadata or limits apply to it and
-    it is audio/video (a built-in AV extension, or named in ``av_metadata`` and without a
-    registered decoder). A custom decoder registered for the extension keeps precedence."""
-    if is_gz(ext) or not (av_limits is not None or (av_metadata and ext in av_metadata)):
+def _av_member(ext: str, av_metadata: Mapping[str, Any] | None, probe_av: bool) -> bool:
+    """Whether member ``ext`` gets the video branch: stored metadata applies to it (or
+    ``probe_av``) and it is audio/video (a built-in AV extension, or named in ``av_metadata``
+    and without a registered decoder). A custom decoder registered for the extension keeps
+    precedence."""
+    if is_gz(ext) or not (probe_av or (av_metadata and ext in av_metadata)):
         return False
     from fpipe.decode import fields
     from fpipe.decode.registry import get_decoder
@@ -166,16 +167,17 @@ def _decode_av_member(
     ext: str,
     data: bytes,
     av_metadata: Mapping[str, Any] | None,
-    av_limits: Any,
+    decode_limits: Any,
     *,
     path: str,
     key: str,
 ) -> Any:
     """The video branch: a lazy ``AVDecoder`` with the stored metadata and the limits."""
-    from fpipe.decode.av import AVDecoder, AVLimits
+    from fpipe.decode.av import AVDecoder
+    from fpipe.decode.limits import DEFAULT_LIMITS
 
     meta = av_metadata.get(ext) if av_metadata else None
-    limits = av_limits if av_limits is not None else AVLimits()
+    limits = decode_limits if decode_limits is not None else DEFAULT_LIMITS
     try:
         dec = AVDecoder(data, metadata=meta, path=path, key=key, limits=limits)
         if meta is None:
@@ -205,9 +207,13 @@ class CrudeSample(dict):
         rng: np.random.Generator | None = None,
         limits: Any = None,
     ) -> Any:
-        """Decode member ``ext`` with the registry (``limits``: a
-        :class:`fpipe.decode.DecodeLimits`); errors name this sample's file and key."""
+        """Decode member ``ext`` with the registry; errors name this sample's file and key.
+
+        ``limits``: a :class:`fpipe.decode.DecodeLimits`; None: the loader's (carried in the
+        sample as ``__decode_limits__``), or the defaults."""
         path, key = self.get("__path__", ""), self.get("__key__", "")
+        if limits is None:
+            limits = self.get("__decode_limits__")
         if ext not in self:
             present = ", ".join(sorted(k for k in self if not k.startswith("__")))
             raise BadSampleError(path, key, f"missing member {ext!r} (members: {present})")
@@ -229,13 +235,18 @@ def make_crude_sample(
     restore_key: tuple[Any, ...] = (),
     subflavors: Mapping[str, Any] | None = None,
     path: str = "",
+    decode_limits: Any = None,
 ) -> CrudeSample:
-    """Wrap raw members into a :class:`CrudeSample` (nothing is decoded)."""
+    """Wrap raw members into a :class:`CrudeSample` (nothing is decoded). ``decode_limits``
+    (the loader's :class:`fpipe.decode.DecodeLimits`) is kept as ``__decode_limits__`` for
+    :meth:`CrudeSample.decode`."""
     crude = CrudeSample(raw)
     crude["__key__"] = key
     crude["__restore_key__"] = tuple(restore_key)
     crude["__subflavors__"] = dict(subflavors) if subflavors else {}
     crude["__path__"] = path
+    if decode_limits is not None:
+        crude["__decode_limits__"] = decode_limits
     return crude
 
 

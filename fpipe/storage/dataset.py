@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.av_meta import AVIndex
 from fpipe.storage.config import (
     DatasetConfig,
@@ -63,7 +64,9 @@ class Reader(Protocol):
 
     def key(self, i: int) -> str: ...
 
-    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]: ...
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]: ...
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]: ...
 
@@ -172,17 +175,32 @@ class Dataset:
             self._key_index = {self.reader.key(i): i for i in range(len(self))}
         return self._key_index.get(key)
 
-    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
+    def read(
+        self,
+        i: int,
+        exts: frozenset[str] | None = None,
+        *,
+        limits: DecodeLimits | None = None,
+    ) -> dict[str, bytes]:
         """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed).
 
         ``exts``: the members the caller will use (a compiled field map's ``extensions``);
         readers may then skip the others (the tar reader does: fewer bytes read). None: all.
+        ``limits``: the :class:`fpipe.decode.DecodeLimits` whose ``max_inflated_bytes`` bounds
+        ``.gz`` members (None: the defaults); the loader passes its own.
         """
-        return self.reader.read(self._check(i), exts)
+        return self.reader.read(self._check(i), exts, limits)
 
-    def read_many(self, indices, exts: frozenset[str] | None = None) -> list[tuple[str, Any]]:
+    def read_many(
+        self,
+        indices,
+        exts: frozenset[str] | None = None,
+        *,
+        limits: DecodeLimits | None = None,
+    ) -> list[tuple[str, Any]]:
         """``(key, members)`` of each sample of ``indices``: what :meth:`key` and :meth:`read`
-        give, for a whole batch at once (the tar layout gathers its index lookups with numpy).
+        (with ``limits``) give, for a whole batch at once (the tar layout gathers its index
+        lookups with numpy).
 
         A sample whose key or read raises holds the exception in place of its members (and
         ``"#<index>"`` as its key): the caller raises it when it comes to that sample, so one
@@ -195,11 +213,11 @@ class Dataset:
         idx = np.asarray(indices, dtype=np.int64)
         fn = getattr(self.reader, "read_many", None)
         if fn is not None and bool(((idx >= 0) & (idx < len(self))).all()):
-            return fn(idx, exts)
+            return fn(idx, exts, limits)
         out: list[tuple[str, Any]] = []
         for i in idx.tolist():
             try:
-                out.append((self.key(i), self.read(i, exts)))
+                out.append((self.key(i), self.read(i, exts, limits=limits)))
             except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
                 out.append((f"#{i}", e))
         return out

@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.config import (
     DatasetConfig,
     SplitConfig,
@@ -226,20 +227,24 @@ class EnergonReader:
             out.append(key)
         return np.array(out or [b""], dtype="S")[: len(out)]
 
-    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
-        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed).
-        ``exts`` is ignored: the sample is one range of its shard, read whole."""
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed within
+        ``limits``). ``exts`` is ignored: the sample is one range of its shard, read whole."""
         path, key, parts = self._sample(i)
-        return members_to_dict(path, lambda: key, parts)
+        return members_to_dict(path, lambda: key, parts, limits)
 
-    def read_many(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
+    def read_many(
+        self, indices, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> list[tuple]:
         """``(key, members)`` of each sample, each read once (:meth:`key` alone reads the
         sample's headers too); a failing sample holds its exception instead of members."""
         out: list[tuple] = []
         for i in indices.tolist() if hasattr(indices, "tolist") else indices:
             try:
                 path, key, parts = self._sample(i)
-                out.append((key, members_to_dict(path, lambda k=key: k, parts)))
+                out.append((key, members_to_dict(path, lambda k=key: k, parts, limits)))
             except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
                 out.append((f"#{i}", e))
         return out

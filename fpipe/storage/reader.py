@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
-from fpipe.decode.limits import DEFAULT_MAX_INFLATED_BYTES, gunzip
+from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 
 __all__ = ["FileCache", "gunzip_member", "members_to_dict"]
 
@@ -88,12 +88,14 @@ class FileCache:
             self.close()
 
 
-def gunzip_member(path: str, key: str, ext: str, data: bytes) -> bytes:
-    """Decompress a ``.gz`` member, refusing more than the default
-    ``DecodeLimits.max_inflated_bytes`` of output before producing it; corrupt or oversized
-    data is a :class:`BadSampleError` naming it."""
+def gunzip_member(
+    path: str, key: str, ext: str, data: bytes, limits: DecodeLimits | None = None
+) -> bytes:
+    """Decompress a ``.gz`` member, refusing more than ``limits.max_inflated_bytes`` (None:
+    the default limits) of output before producing it; corrupt or oversized data is a
+    :class:`BadSampleError` naming it."""
     try:
-        return gunzip(data, DEFAULT_MAX_INFLATED_BYTES)
+        return gunzip(data, (limits or DEFAULT_LIMITS).max_inflated_bytes)
     except (OSError, EOFError, zlib.error, ValueError, MemoryError) as e:
         raise BadSampleError(
             path, key, f"corrupt gzip member {ext!r}: {type(e).__name__}: {e}"
@@ -101,9 +103,13 @@ def gunzip_member(path: str, key: str, ext: str, data: bytes) -> bytes:
 
 
 def members_to_dict(
-    path: str, key_fn: Callable[[], str], parts: Iterable[tuple[str, bytes]]
+    path: str,
+    key_fn: Callable[[], str],
+    parts: Iterable[tuple[str, bytes]],
+    limits: DecodeLimits | None = None,
 ) -> dict[str, bytes]:
-    """Member bytes by extension; ``.gz`` members decompressed under their base extension.
+    """Member bytes by extension; ``.gz`` members decompressed under their base extension,
+    within ``limits.max_inflated_bytes`` (None: the default limits).
 
     ``key_fn()`` gives the sample key for error messages (computed only on error). A plain
     member wins over a ``.gz`` one with the same base extension.
@@ -113,7 +119,7 @@ def members_to_dict(
         if is_gz(ext):
             base = strip_gz(ext)
             if base not in out:
-                out[base] = gunzip_member(path, key_fn(), ext, data)
+                out[base] = gunzip_member(path, key_fn(), ext, data, limits)
         else:
             out[ext] = data
     return out

@@ -29,6 +29,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import MEDIA_EXTENSIONS, last_part, strip_gz
+from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.record import IndexRecord, TableLayout
 from fpipe.storage.tar_index import encode_keys
 
@@ -253,8 +254,11 @@ class TableReader:
         """The file a media value names."""
         return os.path.join(self._root, value)
 
-    def media_bytes(self, col: str, value: str, key: str) -> bytes:
-        """Bytes of the media file ``value`` (from ``root``, else from the aux dataset)."""
+    def media_bytes(
+        self, col: str, value: str, key: str, limits: DecodeLimits | None = None
+    ) -> bytes:
+        """Bytes of the media file ``value`` (from ``root``, else from the aux dataset, whose
+        ``.gz`` members are inflated within ``limits``)."""
         fpath = self.media_path(value)
         try:
             with open(fpath, "rb") as f:
@@ -268,12 +272,14 @@ class TableReader:
             self._aux = self._open_aux(self._aux_path)
         ext = suffix(value)
         j = self._aux.index_of_key(value[: len(value) - len(ext) - 1]) if ext else None
-        data = None if j is None else self._aux.read(j).get(strip_gz(ext))
+        data = None if j is None else self._aux.read(j, limits=limits).get(strip_gz(ext))
         if data is None:
             raise BadSampleError(self._aux_path, key, f"column {col!r}: no member {value!r}")
         return data
 
-    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]:
         """Every column of row ``i`` as bytes; media columns hold the file's bytes (``exts``
         is ignored: a field map names columns, not member extensions)."""
         out: dict[str, bytes] = {}
@@ -282,7 +288,7 @@ class TableReader:
             if v is None:
                 continue
             if col in self._t.media_columns:
-                data = self.media_bytes(col, str(v), self.key(i))
+                data = self.media_bytes(col, str(v), self.key(i), limits)
                 out[col] = data
                 ext = strip_gz(suffix(str(v)))
                 if ext and ext not in self._t.columns:

@@ -16,15 +16,19 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
+from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.members import MemberRows
 from fpipe.storage.tar_reader import _GAP
 
 __all__ = ["read_many"]
 
 
-def read_many(reader, idx: np.ndarray, exts: frozenset[str] | None) -> list[tuple]:
+def read_many(
+    reader, idx: np.ndarray, exts: frozenset[str] | None, limits: DecodeLimits | None = None
+) -> list[tuple]:
     """``(key, members | exception)`` of samples ``idx`` of ``reader`` (a
-    :class:`~fpipe.storage.tar_reader.TarReader`), in order."""
+    :class:`~fpipe.storage.tar_reader.TarReader`), in order; ``.gz`` members are inflated
+    within ``limits`` (by :meth:`TarReader.read`)."""
     out: list[tuple] = [()] * len(idx)
     plan = _plan(reader, idx, exts)
     slow = list(range(len(idx))) if plan is None else _read_planned(reader, plan, out)
@@ -32,7 +36,7 @@ def read_many(reader, idx: np.ndarray, exts: frozenset[str] | None) -> list[tupl
         i = int(idx[j])
         try:
             key = reader.key(i)
-            out[j] = (key, reader.read(i, exts))
+            out[j] = (key, reader.read(i, exts, limits))
         except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
             out[j] = (f"#{i}", e)
     return out

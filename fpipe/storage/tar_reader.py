@@ -20,6 +20,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import GZ, strip_gz
+from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.reader import FileCache, members_to_dict
 from fpipe.storage.record import ArrayStore, IndexRecord
@@ -143,9 +144,11 @@ class TarReader:
                 ranges.extend((path, o, s) for o, s in _read_ranges(placed))
         fetch(ranges)
 
-    def read(self, i: int, exts: frozenset[str] | None = None) -> dict[str, bytes]:
-        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed); only
-        the members in ``exts`` when given."""
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed within
+        ``limits``); only the members in ``exts`` when given."""
         sid = self._shard_id(i)
         placed = self._placed(i, exts)
         try:
@@ -159,16 +162,18 @@ class TarReader:
             parts = self._pread(path, i, placed)
         except OSError as e:
             raise BadSampleError(path, self.key(i), f"read failed: {e}") from None
-        return members_to_dict(path, lambda: self.key(i), parts)
+        return members_to_dict(path, lambda: self.key(i), parts, limits)
 
-    def read_many(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
+    def read_many(
+        self, indices, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> list[tuple]:
         """``(key, members)`` of each sample of ``indices`` (in range), as :meth:`key` and
         :meth:`read` give them, the index looked up for all at once
         (:func:`fpipe.storage.tar_batch.read_many`); a sample whose key or read fails holds
         the exception instead of its members, for the caller to raise in its turn."""
         from fpipe.storage.tar_batch import read_many
 
-        return read_many(self, np.asarray(indices, dtype=np.int64), exts)
+        return read_many(self, np.asarray(indices, dtype=np.int64), exts, limits)
 
     def cached_shard_path(self, shard_id: int) -> str:
         """:meth:`shard_path`, remembered per shard once it succeeded."""

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from fpipe.core.errors import BadSampleError
+from fpipe.decode import DecodeLimits
 from fpipe.decode.av import (
     AVDecoder,
-    AVLimits,
     AVMetadata,
     av_open,
     probe_av,
@@ -320,9 +320,9 @@ def test_audio_only_file_has_no_video():
 @pytest.mark.parametrize(
     "limits, word",
     [
-        (AVLimits(max_duration_s=4.0), "max_duration_s"),
-        (AVLimits(max_frames=100), "max_frames"),
-        (AVLimits(max_pixels=64 * 47), "max_pixels"),
+        (DecodeLimits(max_av_duration_s=4.0), "max_av_duration_s"),
+        (DecodeLimits(max_video_frames=100), "max_video_frames"),
+        (DecodeLimits(max_video_pixels=64 * 47), "max_video_pixels"),
     ],
 )
 def test_limits(video, limits, word):
@@ -337,7 +337,7 @@ def test_limits(video, limits, word):
 
 def test_limits_off():
     data = write_video(None, num_frames=12, fps=FPS)
-    lim = AVLimits(max_duration_s=None, max_frames=None, max_pixels=None)
+    lim = DecodeLimits(max_av_duration_s=None, max_video_frames=None, max_video_pixels=None)
     assert AVDecoder(data, limits=lim).get_video().video_clips[0].shape[0] == 12
 
 

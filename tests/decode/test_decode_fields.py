@@ -15,6 +15,7 @@ from PIL import Image
 import fpipe.decode as fd
 from fpipe.core.errors import BadSampleError
 from fpipe.decode import (
+    DecodeLimits,
     ImageDecodeOptions,
     decode_field,
     get_decoder,
@@ -193,10 +194,12 @@ def test_video_is_a_lazy_handle(monkeypatch):
     stub = types.ModuleType("fpipe.decode.av")
     stub.AVDecoder = StubAVDecoder
     monkeypatch.setitem(sys.modules, "fpipe.decode.av", stub)
+    limits = DecodeLimits(max_video_frames=7)
     for ext in ("mp4", "webm", "mkv", "mov", "avi", "mp3", "wav", "flac", "m4a", "ogg"):
-        h = decode_field(ext, b"videobytes", path="v.tar", key="v/1")
+        h = decode_field(ext, b"videobytes", path="v.tar", key="v/1", limits=limits)
         assert isinstance(h, StubAVDecoder)
-    assert made[0] == (b"videobytes", {"path": "v.tar", "key": "v/1"})
+    # the handle gets the caller's limits
+    assert made[0] == (b"videobytes", {"path": "v.tar", "key": "v/1", "limits": limits})
 
 
 def test_video_handle_with_real_module():

@@ -13,6 +13,7 @@ from PIL import Image, JpegImagePlugin
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.image import ImageDecodeOptions, decode_image, image_size, psnr
+from fpipe.decode.limits import DecodeLimits
 
 
 def smooth_rgb(w: int, h: int, seed: int = 0) -> np.ndarray:
@@ -73,21 +74,23 @@ def test_bomb_refused_from_header_before_decoding():
             decode_image(data, path="shard-3.tar", key="shard-3/000042")
     e = ei.value
     assert e.path == "shard-3.tar" and e.key == "shard-3/000042"
-    assert "max_pixels" in e.reason and "12000x9000" in e.reason
+    assert "max_image_pixels" in e.reason and "12000x9000" in e.reason
+    assert "DecodeLimits(max_image_pixels=" in e.reason  # how to raise it
 
 
 def test_bomb_limit_configurable_and_checked_before_decode():
     data = JPEG[: len(JPEG) // 3]  # truncated: decoding would fail differently
-    with pytest.raises(BadSampleError, match="max_pixels=1000"):
-        decode_image(data, max_pixels=1000, key="k")
+    with pytest.raises(BadSampleError, match="max_image_pixels=1000"):
+        decode_image(data, limits=DecodeLimits(max_image_pixels=1000), key="k")
     # a large limit lets a normal image through; None disables the limit
-    assert decode_image(JPEG, out="numpy", max_pixels=None).shape == (480, 640, 3)
+    no_limit = DecodeLimits(max_image_pixels=None)
+    assert decode_image(JPEG, out="numpy", limits=no_limit).shape == (480, 640, 3)
 
 
 def test_pillow_hard_bomb_error_becomes_bad_sample():
     data = png_header_only(20000, 20000)  # 400 MP, above Pillow's own hard limit
     with pytest.raises(BadSampleError, match="bomb") as ei:
-        decode_image(data, max_pixels=None, key="k1")
+        decode_image(data, limits=DecodeLimits(max_image_pixels=None), key="k1")
     assert ei.value.key == "k1"
 
 
@@ -202,7 +205,6 @@ def test_global_rngs_not_used():
         {"resample": "cubic"},
         {"target_size": 0},
         {"target_size": (1, 2, 3)},
-        {"max_pixels": 0},
         {"reducing_gap": 0.5},
     ],
 )

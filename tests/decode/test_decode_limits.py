@@ -92,7 +92,9 @@ def test_limits_are_checked_when_built():
     with pytest.raises(ConfigError):
         DecodeLimits(max_array_bytes=-1)
     with pytest.raises(ConfigError):
-        ImageDecodeOptions(max_decode_ratio=0)
+        DecodeLimits(max_decode_ratio=0)
+    with pytest.raises(ConfigError):
+        DecodeLimits(max_audio_samples="many")
 
 
 def test_huge_png_for_a_tiny_target_is_refused_before_decoding():
@@ -106,9 +108,8 @@ def test_huge_png_for_a_tiny_target_is_refused_before_decoding():
     with pytest.raises(BadSampleError, match="max_decode_ratio"):
         decode_image_with(data, opts, path="p", key="k")
     # a larger target, or the limit off, decodes it
-    assert decode_image_with(
-        data, ImageDecodeOptions(target_size=8, max_decode_ratio=None)
-    ).shape == (3, 8, 8)
+    no_ratio = DecodeLimits(max_decode_ratio=None)
+    assert decode_image_with(data, opts, limits=no_ratio).shape == (3, 8, 8)
 
 
 def test_jpeg_draft_decode_counts_the_reduced_size():
@@ -117,17 +118,42 @@ def test_jpeg_draft_decode_counts_the_reduced_size():
 
     buf = io.BytesIO()
     Image.new("RGB", (4800, 4000)).save(buf, "JPEG")
-    out = decode_image_with(buf.getvalue(), ImageDecodeOptions(target_size=8, max_decode_ratio=1.0))
+    lim = DecodeLimits(max_decode_ratio=1.0)
+    out = decode_image_with(buf.getvalue(), ImageDecodeOptions(target_size=8), limits=lim)
     assert out.shape == (3, 8, 8)  # 600x500 decoded = 300_000 pixels, under the floor
 
 
 def test_audio_over_the_sample_limit_is_a_bad_sample():
     pytest.importorskip("av")
-    from fpipe.decode.av import AVDecoder, AVLimits
+    from fpipe.decode.av import AVDecoder
     from tests.decode.av_helpers import write_audio
 
     data = write_audio(None, seconds=2.0, sample_rate=8000, channels=1)
     with pytest.raises(BadSampleError, match="4000 audio samples"):
-        AVDecoder(data, key="a/1", limits=AVLimits(max_audio_samples=4000)).get_audio()
+        AVDecoder(data, key="a/1", limits=DecodeLimits(max_audio_samples=4000)).get_audio()
     clip = AVDecoder(data, key="a/1").get_audio().audio_clips[0]
     assert clip.shape == (1, 16000)
+
+
+def test_gz_members_of_a_shard_use_the_loaders_limits(tmp_path):
+    """A ``txt.gz`` member is inflated when the shard is read, under the limits given to the
+    loader (not the default 256 MiB), and over them it is a bad sample under the policy."""
+    import fpipe
+    from fpipe.loader import Topology
+    from fpipe.storage import prepare_dataset
+    from tests.storage.helpers import write_tar
+
+    big = gzip.compress(b"a" * (64 << 10))  # inflates to 64 KiB
+    write_tar(
+        tmp_path / "s.tar",
+        [(f"{i:03d}", {"txt.gz": big if i == 2 else gzip.compress(b"ok")}) for i in range(4)],
+    )
+    prepare_dataset(tmp_path, fields={"text": "txt"}, sample_type="TextSample")
+    limits = DecodeLimits(max_inflated_bytes=1 << 10)
+    kw = dict(batch_size=4, seed=0, num_epochs=1, topology=Topology(0, 1), decode_limits=limits)
+    with pytest.raises(BadSampleError, match="max_inflated_bytes=1024") as info:
+        next(iter(fpipe.get_loader(fpipe.get_train_dataset(str(tmp_path), **kw))))
+    assert info.value.key == "s/002" and "txt.gz" in str(info.value)
+    loader = fpipe.get_loader(fpipe.get_train_dataset(str(tmp_path), error_policy="skip", **kw))
+    texts = [t for b in loader for t in b.text]
+    assert texts == ["ok"] * 3 and loader.stats().skipped == 1

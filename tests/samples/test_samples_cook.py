@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from fpipe.core.errors import BadSampleError, ConfigError
-from fpipe.decode import ImageDecodeOptions, register_decoder, unregister_decoder
+from fpipe.decode import DecodeLimits, ImageDecodeOptions, register_decoder, unregister_decoder
 from fpipe.samples import (
     CaptionedVideoSample,
     CaptioningSample,
@@ -256,7 +256,7 @@ def test_video_fields_are_lazy_handles(monkeypatch):
     )
     assert isinstance(s.video, StubAVDecoder) and s.video.data == b"VIDEO"
     assert s.audio.data == b"AUDIO" and s.metadata == {"fps": 30}
-    assert made[0] == {"path": "v.tar", "key": "v/1"}
+    assert made[0] == {"path": "v.tar", "key": "v/1", "limits": DecodeLimits()}
     s = cook_sample(
         {"mp4": b"V", "txt": b"c"},
         sample_type="VideoTextSample",

@@ -19,7 +19,8 @@ import torch
 
 import fpipe
 from fpipe.core.errors import BadSampleError
-from fpipe.decode.av import AVDecoder, AVLimits, probe_av
+from fpipe.decode import DecodeLimits
+from fpipe.decode.av import AVDecoder, probe_av
 from fpipe.encode.video import VideoTransformConfig, video_transform
 from fpipe.encode.video_task import VideoBatch, VideoTaskEncoder
 from fpipe.storage import open_dataset, prepare_dataset
@@ -225,15 +226,16 @@ def test_late_clip_decodes_from_stored_keyframe(tmp_path, monkeypatch):
 
 
 def test_limits_follow_error_policy(shard_ds):
-    enc = VideoTaskEncoder(CFG, av_limits=AVLimits(max_duration_s=2.6))  # 3.0 and 3.5 s fail
+    limits = DecodeLimits(max_av_duration_s=2.6)  # the 3.0 and 3.5 s videos fail
+    enc = VideoTaskEncoder(CFG, decode_limits=limits)
     with pytest.raises(BadSampleError) as e:
         _take(fpipe.get_loader(_build(shard_ds, task_encoder=enc), num_workers=0), 4)
-    assert "max_duration_s" in str(e.value) and e.value.key.startswith("shard-")
+    assert "max_av_duration_s" in str(e.value) and e.value.key.startswith("shard-")
     assert e.value.key in str(e.value) and str(shard_ds) in str(e.value)
 
-    loader = fpipe.get_loader(
-        _build(shard_ds, task_encoder=enc, error_policy="skip", num_epochs=1), num_workers=2
-    )
+    # the loader's limits reach the decoders in the workers (the encoder has none of its own)
+    ds = _build(shard_ds, decode_limits=limits, error_policy="skip", num_epochs=1)
+    loader = fpipe.get_loader(ds, num_workers=2)
     seen = list(loader)  # one epoch: 8 samples, 4 over the limit
     assert (loader.stats().skipped, loader.stats().samples) == (4, 4)
     for b in seen:
