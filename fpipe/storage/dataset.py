@@ -49,6 +49,7 @@ from fpipe.storage.validate import (
     array_checker,
     check_headers,
     check_record,
+    check_remote_sizes,
     check_shards_unchanged,
 )
 from fpipe.storage.webdataset import is_gzip_shard
@@ -291,12 +292,23 @@ def _open_remote(
     *,
     index_dir: str | os.PathLike | None = None,
     storage: StorageOptions | dict | None = None,
+    shard_check: ShardCheck = "size",
 ) -> Dataset:
+    from fpipe.storage.remote import list_objects
     from fpipe.storage.remote_index import local_index
 
     options = storage if isinstance(storage, StorageOptions) else StorageOptions(**(storage or {}))
     local = local_index(url, index_dir, options)
     record = read_record(local)
+    if shard_check != "off":  # one LIST: object sizes against the index
+        try:
+            sizes = dict(list_objects(url, options))
+        except OSError as e:
+            raise ConfigError(
+                f"{url}: cannot list the shards to compare their sizes with the index ({e}); "
+                "open it with shard_check='off' to rely on the per-read check alone"
+            ) from None
+        check_remote_sizes(url, record, sizes)
     if record.layout != "tar":
         raise ConfigError(
             f"{url}: only datasets of tar shards prepared by `fpipe prepare` are read from object "
@@ -321,14 +333,19 @@ def _open_remote(
         reader,
         files,
         where=str(local / "split.yaml"),
-        open_args={"index_dir": None if index_dir is None else str(index_dir), "storage": options},
+        open_args={
+            "index_dir": None if index_dir is None else str(index_dir),
+            "storage": options,
+            "shard_check": shard_check,
+        },
     )
 
 
-def _open_energon(p: Path, max_open_files: int = 64) -> Dataset:
+def _open_energon(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
     meta = read_energon_meta(p)
     record = energon_record(meta)
     check_record(p, record, str(p / ".nv-meta"))
+    check_shards_unchanged(p, record, shard_check)
     arrays = ArrayStore(make=energon_arrays(str(p), record))
     files = FileCache(max_open_files)
     reader = EnergonReader(str(p), record, arrays, files)
@@ -341,7 +358,7 @@ def _open_energon(p: Path, max_open_files: int = 64) -> Dataset:
         reader,
         files,
         where=str(p / ".nv-meta" / "split.yaml"),
-        open_args={"max_open_files": max_open_files},
+        open_args={"max_open_files": max_open_files, "shard_check": shard_check},
     )
 
 
@@ -378,8 +395,11 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
         dict of its fields); for a table file: ``root`` (media folder), ``media_columns``, ``aux``
         (prepared tar dataset holding media), ``sample_type``, ``field_map``; for folders:
         ``max_open_files`` (shard files kept open per process, default 64); for prepared
-        folders: ``shard_check`` (``"mtime"`` default, ``"size"`` or ``"off"``: how opening
-        checks that the shards are the ones indexed; see :data:`fpipe.storage.validate.ShardCheck`).
+        and Energon folders and URLs: ``shard_check`` (``"mtime"`` default, ``"size"`` or
+        ``"off"``: how opening checks that the shards are the ones indexed, see
+        :data:`fpipe.storage.validate.ShardCheck`; a URL compares object sizes from one
+        listing unless ``"off"``). Every read also checks the sample's bytes against the
+        index, whatever ``shard_check``.
 
     Returns:
       A :class:`Dataset`.

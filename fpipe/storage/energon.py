@@ -147,11 +147,27 @@ def energon_arrays(root: str, record: IndexRecord):
 
 
 def parse_sample(buf: bytes) -> tuple[str, list[tuple[str, bytes]]]:
-    """(key, [(ext, bytes)]) of the first sample in a byte range of a tar file."""
-    f = io.BytesIO(buf)
-    for key, exts, _offs, _sizes, content in iter_samples(f, len(buf), lambda e: -1):
-        return key, [(e, content[e]) for e in exts]
-    raise ShardError("no tar member in the sample's byte range")
+    """(key, [(ext, bytes)]) of the one sample a byte range of a tar file holds.
+
+    Raises:
+      ShardError: the range does not hold exactly one whole sample: no tar header at its
+        start, a member cut at its end, or a second sample in it (a shard that no longer
+        matches its ``.tar.idx``).
+    """
+    samples = iter_samples(io.BytesIO(buf), len(buf), lambda e: -1)
+    first = next(samples, None)
+    if first is None:
+        raise ShardError("no tar member in the sample's byte range")
+    key, exts, _offs, _sizes, content = first
+    try:
+        extra = next(samples, None)
+    except ShardError as e:  # the range ends after the sample: no end-of-archive marker in it
+        if not e.reason.startswith("no end-of-archive marker"):
+            raise
+        extra = None
+    if extra is not None:
+        raise ShardError(f"a second sample ({extra[0]!r}) follows sample {key!r} in the range")
+    return key, [(e, content[e]) for e in exts]
 
 
 def _header_key(head: bytes) -> bytes | None:
@@ -195,7 +211,13 @@ class EnergonReader:
         try:
             key, parts = parse_sample(buf)
         except ShardError as e:
-            raise BadSampleError(path, where, f"bytes {lo}..{hi}: {e.reason}") from None
+            raise BadSampleError(
+                path,
+                where,
+                f"stale shard: bytes {lo}..{hi} of {name!r}, sample {j} by its {IDX_SUFFIX} "
+                f"file: {e.reason}; the shard no longer matches its index (changed after "
+                f"`energon prepare`): re-run `energon prepare {self.path}` (or `fpipe prepare`)",
+            ) from None
         return path, f"{shard_stem(name)}/{key}", parts
 
     def key(self, i: int) -> str:

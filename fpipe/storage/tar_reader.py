@@ -5,6 +5,12 @@ sorted by sample (:mod:`fpipe.storage.members`; indexes of format 1 hold two arr
 extension instead, still read) and the sample keys (``keys.npy``). A sample is then one
 positional read (or one per member when they are far apart). Gzip-compressed shards are
 decompressed once into ``.fpipe/decompressed/``.
+
+Every read starts 512 bytes early, at the tar header of the sample's first member, and checks
+that it names that member (``<key>.<ext>``): a shard rewritten, reordered or swapped after
+prepare is a :class:`BadSampleError` naming the shard, the expected member and what is there
+(so the error policy counts it), never other samples' bytes under this key. The header comes
+in the same read (on object storage, the same ranged GET), so the check costs no request.
 """
 
 from __future__ import annotations
@@ -24,12 +30,15 @@ from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.reader import FileCache, members_to_dict
 from fpipe.storage.record import ArrayStore, IndexRecord
+from fpipe.storage.validate import header_mismatch, stale_reason
 from fpipe.storage.webdataset import is_gzip_shard, shard_stem
 
 __all__ = ["TarReader", "tar_arrays"]
 
 #: extra bytes allowed between members before a sample is read with one pread per member.
 _GAP = 64 * 1024
+#: a tar header: read before a sample's first member to check the member's name.
+_HEADER = 512
 
 
 class TarReader:
@@ -111,7 +120,11 @@ class TarReader:
             name = self._record.shards[sid].name
             raise BadSampleError(name, f"#{i}", self._corrupt(str(e))) from None
         for ext, off, size in placed:
-            if off < 0 or size < 0 or (limit >= 0 and off + size > limit and not self._gz[sid]):
+            if (
+                off < _HEADER
+                or size < 0
+                or (limit >= 0 and off + size > limit and not self._gz[sid])
+            ):
                 raise BadSampleError(
                     self._record.shards[sid].name,
                     self.key(i),
@@ -159,7 +172,7 @@ class TarReader:
         if not placed:
             return {}
         try:
-            parts = self._pread(path, i, placed)
+            parts = self._pread(path, i, placed, sid)
         except OSError as e:
             raise BadSampleError(path, self.key(i), f"read failed: {e}") from None
         return members_to_dict(path, lambda: self.key(i), parts, limits)
@@ -182,26 +195,33 @@ class TarReader:
             path = self._paths[shard_id] = self.shard_path(shard_id)
         return path
 
-    def _pread(self, path: str, i: int, placed: list[tuple[str, int, int]]):
-        ranges = _read_ranges(placed)
-        if len(ranges) == 1:  # one read for the whole sample
-            lo, size = ranges[0]
-            hi = lo + size
-            buf = self._files.pread(path, lo, hi - lo)
-            if len(buf) < hi - lo:
+    def _pread(self, path: str, i: int, placed: list[tuple[str, int, int]], sid: int):
+        """Member bytes of sample ``i`` (one read when they are close), after checking that
+        the tar header before the first of them names it."""
+        bufs = []
+        for lo, size in _read_ranges(placed):
+            buf = self._files.pread(path, lo, size)
+            if len(buf) < size:
                 raise BadSampleError(
                     path,
                     self.key(i),
-                    f"shard truncated: wanted bytes {lo}..{hi}, file ends at {lo + len(buf)}",
+                    f"shard truncated: wanted bytes {lo}..{lo + size}, file ends at "
+                    f"{lo + len(buf)}",
                 )
-            mv = memoryview(buf)
-            return [(ext, bytes(mv[o - lo : o - lo + s])) for ext, o, s in placed]
+            bufs.append((lo, memoryview(buf)))
+        ext, first, _ = min(placed, key=lambda p: p[1])
+        expected = f"{self.member_key(i)}.{ext}".encode("utf-8", "surrogateescape")
+        found = header_mismatch(bytes(bufs[0][1][:_HEADER]), expected)
+        if found is not None:
+            name = self._record.shards[sid].name
+            want = expected.decode("utf-8", "replace")
+            raise BadSampleError(
+                path, self.key(i), stale_reason(self.path, name, first - _HEADER, want, found)
+            )
         parts = []
         for ext, o, s in placed:
-            data = self._files.pread(path, o, s)
-            if len(data) < s:
-                raise BadSampleError(path, self.key(i), f"member {ext!r} truncated")
-            parts.append((ext, data))
+            lo, mv = next((lo, mv) for lo, mv in bufs if lo <= o and o + s <= lo + len(mv))
+            parts.append((ext, bytes(mv[o - lo : o - lo + s])))
         return parts
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
@@ -222,13 +242,15 @@ def tar_arrays(record: IndexRecord) -> tuple[str, ...]:
 
 
 def _read_ranges(placed: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
-    """``(offset, size)`` reads for a sample's members: one covering them all when they are
-    close (they are contiguous in a tar, separated by headers), else one per member."""
+    """``(offset, size)`` reads for a sample's members, by offset: one covering them all when
+    they are close (they are contiguous in a tar, separated by headers), else one per member;
+    the first starts at the first member's tar header (checked against the index)."""
     lo = min(p[1] for p in placed)
     hi = max(p[1] + p[2] for p in placed)
     if hi - lo <= sum(p[2] for p in placed) + _GAP:
-        return [(lo, hi - lo)]
-    return [(o, s) for _, o, s in placed]
+        return [(lo - _HEADER, hi - lo + _HEADER)]
+    ranges = sorted((o, s) for _, o, s in placed)
+    return [(ranges[0][0] - _HEADER, ranges[0][1] + _HEADER), *ranges[1:]]
 
 
 def _decompressed_copy(src: str, dst: Path) -> str:

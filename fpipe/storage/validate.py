@@ -21,19 +21,24 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.record import IndexRecord
+from fpipe.storage.webdataset import _checksum_ok
 
 __all__ = [
     "ShardCheck",
     "array_checker",
     "check_headers",
     "check_record",
+    "check_remote_sizes",
     "check_shards_unchanged",
     "confined",
+    "header_mismatch",
+    "stale_reason",
 ]
 
 #: How opening a prepared dataset checks that its shards are the ones indexed:
-#: ``"mtime"`` (default): size and modification time; ``"size"``: size only (for copies that
-#: did not keep mtimes); ``"off"``: no check.
+#: ``"mtime"`` (default): size and modification time (an Energon folder: no shard newer than
+#: its ``.tar.idx``); ``"size"``: size only (for copies that did not keep mtimes); ``"off"``:
+#: no check. Every layout also checks each sample's bytes against its index when it is read.
 ShardCheck = Literal["mtime", "size", "off"]
 
 _REPREPARE = "re-run `fpipe prepare {root}` to index the shards as they are now"
@@ -80,11 +85,15 @@ def check_record(root: str | Path, record: IndexRecord, where: str) -> None:
 
 def check_shards_unchanged(root: str | Path, record: IndexRecord, mode: ShardCheck) -> None:
     """Refuse shards whose size (or mtime) differs from what the index recorded: a shard
-    rewritten or swapped after ``fpipe prepare`` would deliver other samples' bytes."""
+    rewritten or swapped after ``fpipe prepare`` would deliver other samples' bytes. An Energon
+    folder records no sizes: with ``"mtime"`` a shard modified after its ``.tar.idx`` was
+    written is refused."""
+    if mode not in ("mtime", "size", "off"):
+        raise ConfigError(f"shard check must be 'mtime', 'size' or 'off', got {mode!r}")
+    if mode == "mtime" and record.layout == "energon":
+        _check_energon_mtimes(root, record)
     if mode == "off" or record.layout != "tar":
         return
-    if mode not in ("mtime", "size"):
-        raise ConfigError(f"shard check must be 'mtime', 'size' or 'off', got {mode!r}")
     for s in record.shards:
         path = os.path.join(root, s.name)
         try:
@@ -103,6 +112,36 @@ def check_shards_unchanged(root: str | Path, record: IndexRecord, mode: ShardChe
                 f"{path}: shard modified since it was indexed (mtime {st.st_mtime_ns} ns, the "
                 f"index says {s.mtime_ns}); " + _REPREPARE.format(root=root) + " (or open it "
                 "with shard_check='size' if it was copied without keeping modification times)"
+            )
+
+
+def check_remote_sizes(url: str, record: IndexRecord, sizes: dict[str, int]) -> None:
+    """Refuse objects missing or whose size differs from the ``bytes`` prepare recorded
+    (``sizes``: object name relative to ``url`` -> size, from one listing)."""
+    for s in record.shards:
+        size = sizes.get(s.name)
+        if size is None or (s.bytes >= 0 and size != s.bytes):
+            now = "is missing" if size is None else f"has {size} bytes, the index says {s.bytes}"
+            raise ConfigError(
+                f"{url}/{s.name}: shard changed since it was indexed (it {now}); "
+                + _REPREPARE.format(root=url)
+                + " (or open it with shard_check='off')"
+            )
+
+
+def _check_energon_mtimes(root: str | Path, record: IndexRecord) -> None:
+    for s in record.shards:
+        path = os.path.join(root, s.name)
+        try:
+            shard, idx = os.stat(path).st_mtime_ns, os.stat(path + ".idx").st_mtime_ns
+        except OSError:
+            continue  # a missing shard or index fails when read, with its name
+        if shard > idx:
+            raise ConfigError(
+                f"{path}: shard modified after its .tar.idx was written (by `energon "
+                f"prepare`); re-run `energon prepare {root}` (or `fpipe prepare {root}`) to "
+                "index the shards as they are now (or open it with shard_check='size' if it "
+                "was copied without keeping modification times)"
             )
 
 
@@ -171,3 +210,48 @@ def check_headers(index_dir: Path, record: IndexRecord, names: tuple[str, ...]) 
                 f"{path}: unreadable index array ({e}); re-run `fpipe prepare`"
             ) from None
         _check_shape(record, str(index_dir), name, tuple(shape), dtype)
+
+
+def header_mismatch(header: bytes, expected: bytes) -> str | None:
+    """None if the 512-byte tar ``header`` is the one of member ``expected`` (``<key>.<ext>``
+    as indexed), else what is there instead.
+
+    Read with the member, it costs nothing extra: the bytes come in the same read. A long name
+    (GNU or pax) leaves its first 99-100 bytes in the header and a pax name ``?`` for each
+    non-ASCII character; both are accepted as the name they stand for.
+
+    Examples:
+      >>> import io, tarfile
+      >>> buf = io.BytesIO()
+      >>> with tarfile.open(fileobj=buf, mode="w") as tf:
+      ...     tf.addfile(tarfile.TarInfo("0001.jpg"))
+      >>> header_mismatch(buf.getvalue()[:512], b"0001.jpg") is None
+      True
+      >>> header_mismatch(buf.getvalue()[:512], b"0002.jpg")
+      "member '0001.jpg'"
+    """
+    if len(header) < 512 or header == bytes(512) or not _checksum_ok(header):
+        return "no tar header"
+    short = header[:100].split(b"\0", 1)[0]
+    name = short
+    if header[257:263] == b"ustar\0":  # POSIX: a name over 100 bytes may be split in two
+        prefix = header[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + short
+    if name == expected:
+        return None
+    ascii_name = expected.decode("utf-8", "surrogateescape").encode("ascii", "replace")
+    for want in (expected, ascii_name):
+        if want == name or (len(short) >= 99 and want.startswith(short)):
+            return None
+    return f"member {name.decode('utf-8', 'replace')!r}"
+
+
+def stale_reason(root: str, shard: str, offset: int, expected: str, found: str) -> str:
+    """The message of a shard that no longer matches its index (rewritten, reordered or
+    swapped after prepare): what was expected where, what is there, and what to run."""
+    return (
+        f"stale shard {shard!r}: the index has member {expected!r} at byte {offset}, the "
+        f"shard has {found} there; the shard changed after it was indexed (rewritten, "
+        f"reordered or swapped): " + _REPREPARE.format(root=root)
+    )

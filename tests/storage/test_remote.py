@@ -114,13 +114,20 @@ def test_deleted_object_follows_the_error_policy(s3, pair, tmp_path):
     url = s3.upload(local, "fpipe-test", "deleted")
     prepare_dataset(url, fields=FIELDS, sample_type="CaptioningSample")
     s3.client().delete_object(Bucket="fpipe-test", Key="deleted/shard-0001.tar")
-    ds = open_dataset(url)
+    with pytest.raises(ConfigError, match=r"shard-0001\.tar: shard changed.*is missing"):
+        open_dataset(url)  # the listing on open misses it
+    ds = open_dataset(url, shard_check="off")  # deleted after opening: per read
     with pytest.raises(BadSampleError, match=r"shard-0001\.tar.*no such object") as e:
         ds.read(8)
     assert e.value.key == ds.key(8)
     # skip policy: a batch loses the sample and the loader counts it
     skipping = fpipe.get_train_dataset(
-        url, batch_size=24, seed=0, error_policy="skip", num_epochs=1
+        url,
+        batch_size=24,
+        seed=0,
+        error_policy="skip",
+        num_epochs=1,
+        open_kwargs={"shard_check": "off"},
     )
     loader = fpipe.get_loader(skipping, num_workers=0)
     batch = next(iter(loader))
@@ -211,8 +218,9 @@ def test_only_the_members_a_sample_uses_are_fetched(s3, tmp_path):
     assert got == [{k: f[k] for k in need} for f in full]
     files = ds.reader._files
     used = sum(len(v) for g in got for v in g.values())
-    # one GET per sample, and the bytes beyond the used members are the txt headers only
-    assert files.requests == 6 and files.bytes_read - used <= 6 * 1024
+    # one GET per sample; the bytes beyond the used members are the first member's tar header
+    # (checked against the key), the jpg's zero padding and the txt's header
+    assert files.requests == 6 and files.bytes_read - used <= 6 * 1536
     # the loader asks for the field map's members only (the json member is never fetched)
     loader = fpipe.get_loader(
         fpipe.get_train_dataset(url, batch_size=6, seed=0, num_epochs=1), num_workers=0
@@ -272,10 +280,43 @@ def test_check_preview_and_info_take_a_url(s3, pair, tmp_path):
     assert report.ok and report.samples == 24 and report.shards == 3
     out = save_preview(url, tmp_path / "grid.png")
     assert Path(out).stat().st_size > 0
-    # a shard deleted after prepare: check names it instead of failing on the path
+    # a shard deleted after prepare: named when opening (as for a local folder)
     local, _ = pair
     gone = s3.upload(local, "fpipe-test", "check-gone")
     prepare_dataset(gone, fields=FIELDS, sample_type="CaptioningSample")
     s3.client().delete_object(Bucket="fpipe-test", Key="check-gone/shard-0002.tar")
-    bad = check_dataset(gone, progress=False)
-    assert not bad.ok and any("shard-0002.tar" in p[0] for p in bad.problems)
+    with pytest.raises(ConfigError, match=r"shard-0002\.tar: shard changed"):
+        check_dataset(gone, progress=False)
+
+
+def test_stale_objects_are_caught_in_the_same_get(s3, tmp_path):
+    """An object rewritten after prepare with the same length (samples reordered) or two
+    objects swapped: each read checks the tar header it fetched with the sample (still one
+    GET per sample) and refuses other samples' bytes; a size change fails on open."""
+    src = tmp_path / "d"
+    for s in range(2):
+        write_tar(
+            src / f"s{s}.tar", [(f"{s}{i:03d}", {"txt": f"c{s}{i}".encode()}) for i in range(3)]
+        )
+    url = s3.upload(src, "fpipe-test", "stale")
+    prepare_dataset(url, fields={"caption": "txt"})
+    c = s3.client()
+    put = lambda name, data: c.put_object(Bucket="fpipe-test", Key=f"stale/{name}", Body=data)  # noqa: E731
+    a, b = (src / "s0.tar").read_bytes(), (src / "s1.tar").read_bytes()
+    put("s0.tar", b), put("s1.tar", a)  # swapped (same sizes)
+    ds = open_dataset(url)
+    ds.prefetch(range(6))
+    for i in range(6):
+        with pytest.raises(BadSampleError, match="stale shard") as e:
+            ds.read(i)
+        assert e.value.key == ds.key(i) and "re-run `fpipe prepare" in str(e.value)
+    assert ds.reader._files.requests == 6  # the header came with the sample
+    loader = fpipe.get_loader(
+        fpipe.get_train_dataset(url, batch_size=6, seed=0, num_epochs=1, error_policy="skip"),
+        num_workers=0,
+    )
+    assert sum(len(x.caption) for x in loader) == 0 and loader.stats().skipped == 6
+    put("s1.tar", a + bytes(512))  # a size change is refused when opening
+    with pytest.raises(ConfigError, match=r"s1\.tar: shard changed.*has 10752 bytes"):
+        open_dataset(url)
+    assert len(open_dataset(url, shard_check="off")) == 6
