@@ -6,11 +6,13 @@ extension instead, still read) and the sample keys (``keys.npy``). A sample is t
 positional read (or one per member when they are far apart). Gzip-compressed shards are
 decompressed once into ``.fpipe/decompressed/``.
 
-Every read starts 512 bytes early, at the tar header of the sample's first member, and checks
-that it names that member (``<key>.<ext>``): a shard rewritten, reordered or swapped after
-prepare is a :class:`BadSampleError` naming the shard, the expected member and what is there
-(so the error policy counts it), never other samples' bytes under this key. The header comes
-in the same read (on object storage, the same ranged GET), so the check costs no request.
+Every read checks the tar header of one of the sample's members against the index (it must
+name ``<key>.<ext>``): a shard rewritten, reordered or swapped after prepare is a
+:class:`BadSampleError` naming the shard, the expected member and what is there (so the error
+policy counts it), never other samples' bytes under this key. The header comes in the same
+read (on object storage, the same ranged GET): for a sample of several members it is the
+second member's, which lies between the members read anyway; a one-member read starts 512
+bytes early to include its header.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ class TarReader:
                 continue  # read(i) raises it, under the error policy
             if placed:
                 path = self.shard_path(self._shard_id(i))
-                ranges.extend((path, o, s) for o, s in _read_ranges(placed))
+                ranges.extend((path, o, s) for o, s in _read_ranges(placed)[0])
         fetch(ranges)
 
     def read(
@@ -197,9 +199,10 @@ class TarReader:
 
     def _pread(self, path: str, i: int, placed: list[tuple[str, int, int]], sid: int):
         """Member bytes of sample ``i`` (one read when they are close), after checking that
-        the tar header before the first of them names it."""
+        the tar header before one of them names it (see :func:`_read_ranges`)."""
         bufs = []
-        for lo, size in _read_ranges(placed):
+        ranges, (ext, at, _) = _read_ranges(placed)
+        for lo, size in ranges:
             buf = self._files.pread(path, lo, size)
             if len(buf) < size:
                 raise BadSampleError(
@@ -209,20 +212,15 @@ class TarReader:
                     f"{lo + len(buf)}",
                 )
             bufs.append((lo, memoryview(buf)))
-        ext, first, _ = min(placed, key=lambda p: p[1])
         expected = f"{self.member_key(i)}.{ext}".encode("utf-8", "surrogateescape")
-        found = header_mismatch(bytes(bufs[0][1][:_HEADER]), expected)
+        found = header_mismatch(_slice(bufs, at - _HEADER, _HEADER), expected)
         if found is not None:
             name = self._record.shards[sid].name
             want = expected.decode("utf-8", "replace")
             raise BadSampleError(
-                path, self.key(i), stale_reason(self.path, name, first - _HEADER, want, found)
+                path, self.key(i), stale_reason(self.path, name, at - _HEADER, want, found)
             )
-        parts = []
-        for ext, o, s in placed:
-            lo, mv = next((lo, mv) for lo, mv in bufs if lo <= o and o + s <= lo + len(mv))
-            parts.append((ext, bytes(mv[o - lo : o - lo + s])))
-        return parts
+        return [(ext, _slice(bufs, o, s)) for ext, o, s in placed]
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
         """Extension :meth:`read` gives field ``field``'s media under: the first of the
@@ -241,16 +239,30 @@ def tar_arrays(record: IndexRecord) -> tuple[str, ...]:
     return (*head, *(f"members/{a}.npy" for a in ("start", "ext", "offset", "size")))
 
 
-def _read_ranges(placed: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
-    """``(offset, size)`` reads for a sample's members, by offset: one covering them all when
-    they are close (they are contiguous in a tar, separated by headers), else one per member;
-    the first starts at the first member's tar header (checked against the index)."""
-    lo = min(p[1] for p in placed)
-    hi = max(p[1] + p[2] for p in placed)
-    if hi - lo <= sum(p[2] for p in placed) + _GAP:
-        return [(lo - _HEADER, hi - lo + _HEADER)]
-    ranges = sorted((o, s) for _, o, s in placed)
-    return [(ranges[0][0] - _HEADER, ranges[0][1] + _HEADER), *ranges[1:]]
+def _read_ranges(
+    placed: list[tuple[str, int, int]],
+) -> tuple[list[tuple[int, int]], tuple[str, int, int]]:
+    """``(offset, size)`` reads for a sample's members, by offset (one covering them all when
+    they are close: they are contiguous in a tar, separated by headers; else one per member),
+    and the member whose tar header is checked against the index: the second one when the
+    sample is one read (its header lies between the first two members, read anyway), else the
+    first, whose header the first read then includes (512 bytes more)."""
+    by_offset = sorted(placed, key=lambda p: p[1])
+    lo = by_offset[0][1]
+    hi = max(o + s for _, o, s in by_offset)
+    if hi - lo <= sum(s for _, _, s in by_offset) + _GAP:
+        if len(by_offset) > 1:
+            return [(lo, hi - lo)], by_offset[1]
+        return [(lo - _HEADER, hi - lo + _HEADER)], by_offset[0]
+    ranges = [(o, s) for _, o, s in by_offset]
+    ranges[0] = (lo - _HEADER, ranges[0][1] + _HEADER)
+    return ranges, by_offset[0]
+
+
+def _slice(bufs: list[tuple[int, memoryview]], off: int, size: int) -> bytes:
+    """Bytes ``off .. off + size`` of the shard from the reads ``(offset, bytes)`` holding them."""
+    lo, mv = next((lo, mv) for lo, mv in bufs if lo <= off and off + size <= lo + len(mv))
+    return bytes(mv[off - lo : off - lo + size])
 
 
 def _decompressed_copy(src: str, dst: Path) -> str:

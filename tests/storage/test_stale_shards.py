@@ -43,8 +43,10 @@ def test_reordered_shard_is_a_bad_sample_naming_shard_expected_and_found(tmp_pat
 
 
 def test_swapped_shards_are_caught_per_read_without_the_open_check(tmp_path):
+    # two members per sample: the second member's header (between the two) is the one checked
+    two = [(k, {**m, "cls": b"1"}) for k, m in SAMPLES]
     for s in range(2):
-        write_tar(tmp_path / f"s{s}.tar", SAMPLES[s * 3 : s * 3 + 3])
+        write_tar(tmp_path / f"s{s}.tar", two[s * 3 : s * 3 + 3])
     prepare_dataset(tmp_path)
     a, b, tmp = tmp_path / "s0.tar", tmp_path / "s1.tar", tmp_path / "t.tar"
     os.replace(a, tmp), os.replace(b, a), os.replace(tmp, b)
@@ -52,6 +54,8 @@ def test_swapped_shards_are_caught_per_read_without_the_open_check(tmp_path):
     for i in range(6):
         with pytest.raises(BadSampleError, match="stale shard"):
             ds.read(i)
+        with pytest.raises(BadSampleError, match="stale shard"):
+            ds.read(i, frozenset({"cls"}))  # one member read: its own header
 
 
 def test_header_check_accepts_long_and_non_ascii_names(tmp_path):
