@@ -66,13 +66,17 @@ class TarReader:
 
     def member_key(self, i: int) -> str:
         """The key of sample ``i`` inside its shard (no shard stem): what a join matches."""
+        return self._key_bytes(i).decode("utf-8", "surrogateescape")
+
+    def _key_bytes(self, i: int) -> bytes:
+        """:meth:`member_key` of sample ``i`` as stored (the tar name up to the extension)."""
         off = self._array("keys.offsets.npy")
         keys = self._array("keys.npy")
         a, b = int(off[i]), int(off[i + 1])
         if not 0 <= a <= b <= len(keys):
             name = self._record.shards[self._shard_id(i)].name
             raise BadSampleError(name, f"#{i}", self._corrupt(f"key bytes {a}..{b}"))
-        return keys[a:b].tobytes().decode("utf-8", "surrogateescape")
+        return keys[a:b].tobytes()
 
     def member_keys(self, indices) -> np.ndarray:
         """:meth:`member_key` of samples ``indices`` at once, as UTF-8 bytes (numpy ``S``)."""
@@ -212,7 +216,7 @@ class TarReader:
                     f"{lo + len(buf)}",
                 )
             bufs.append((lo, memoryview(buf)))
-        expected = f"{self.member_key(i)}.{ext}".encode("utf-8", "surrogateescape")
+        expected = self._key_bytes(i) + b"." + ext.encode("utf-8", "surrogateescape")
         found = header_mismatch(_slice(bufs, at - _HEADER, _HEADER), expected)
         if found is not None:
             name = self._record.shards[sid].name
