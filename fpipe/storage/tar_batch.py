@@ -7,7 +7,10 @@ member inside its shard). Each sound sample whose wanted members lie in one byte
 one ``pread``, its members sliced out (a lone member is the read itself). Samples that are not
 (a ``.gz`` member wanted, members far apart, an entry failing a check, an index of format 1)
 go through :meth:`TarReader.key` and :meth:`TarReader.read`, which raise the errors they
-always raise; an error is returned in the sample's place, not raised.
+always raise; an error is returned in the sample's place, not raised. As
+:meth:`TarReader.read` does, each read checks one tar header against the index (the second
+member's, between the members read; a lone member's read starts at its own header), so a shard
+changed after prepare gives a "stale shard" error, not other samples' bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.members import MemberRows
-from fpipe.storage.tar_reader import _GAP
+from fpipe.storage.tar_reader import _GAP, _HEADER
+from fpipe.storage.validate import header_mismatch, stale_reason
 
 __all__ = ["read_many"]
 
@@ -46,7 +50,7 @@ class _Plan:
     """Per sample of the batch: sound and readable in one range (``ok``), shard id, member
     key, byte range ``lo..hi``; the wanted members' rows from ``first[j]`` to ``first[j+1]``."""
 
-    __slots__ = ("first", "hi", "keys", "lo", "names", "offset", "ok", "sid", "size")
+    __slots__ = ("first", "hi", "keys", "lo", "names", "offset", "ok", "raw", "sid", "size")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -72,7 +76,7 @@ def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
     # every member inside its shard (gzip shards: offsets are in the decompressed copy)
     limit = np.asarray([s.bytes for s in rec.shards], dtype=np.int64)[sid][owner]
     gz_shard = np.asarray(reader._gz, dtype=bool)[sid][owner]
-    bad = (off < 0) | (size < 0) | ((limit >= 0) & (off + size > limit) & ~gz_shard)
+    bad = (off < _HEADER) | (size < 0) | ((limit >= 0) & (off + size > limit) & ~gz_shard)
     names = list(rec.members)
     wanted = np.asarray([exts is None or strip_gz(e) in exts for e in names], dtype=bool)
     gz_member = np.asarray([is_gz(e) for e in names], dtype=bool)
@@ -90,16 +94,18 @@ def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
     some = count > 0
     lo = np.where(some, lo, 0)
     ok &= ~some | (hi - lo <= total + _GAP)  # else one read per member: read() does it
+    lo = np.where(count == 1, lo - _HEADER, lo)  # a lone member's read starts at its header
     first = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=first[1:])
-    keys = [
-        kbytes[a:b].tobytes().decode("utf-8", "surrogateescape") if good else ""
+    raw = [
+        kbytes[a:b].tobytes() if good else b""
         for a, b, good in zip(ka.tolist(), kb.tolist(), ok.tolist())
     ]
     return _Plan(
         ok=ok,
         sid=sid.tolist(),
-        keys=keys,
+        raw=raw,
+        keys=[k.decode("utf-8", "surrogateescape") for k in raw],
         lo=lo.tolist(),
         hi=hi.tolist(),
         first=first.tolist(),
@@ -134,8 +140,11 @@ def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
             out[j] = (key, BadSampleError(path, key, f"shard truncated: {wanted}"))
             continue
         r0, r1 = first[j], first[j + 1]
-        if r1 == r0 + 1 and b > a:  # one member: the read is its bytes
-            out[j] = (key, {names[r0]: buf})
+        stale = _check_header(reader, plan, j, buf, path, key) if r1 > r0 else None
+        if stale is not None:
+            out[j] = (key, stale)
+        elif r1 == r0 + 1:  # one member: the read is its header and its bytes
+            out[j] = (key, {names[r0]: buf[_HEADER:]})
         else:
             mv = memoryview(buf)
             cut = {}
@@ -144,3 +153,20 @@ def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
                 cut[names[r]] = bytes(mv[o : o + size[r]])
             out[j] = (key, cut)
     return slow
+
+
+def _check_header(reader, plan: _Plan, j: int, buf: bytes, path: str, key: str):
+    """None if the tar header checked for sample ``j`` (read in ``buf``, from ``plan.lo[j]``)
+    names the member the index has there, else the "stale shard" :class:`BadSampleError`."""
+    r0, r1 = plan.first[j], plan.first[j + 1]
+    r = r0 if r1 == r0 + 1 else sorted(range(r0, r1), key=plan.offset.__getitem__)[1]
+    at = plan.offset[r] - _HEADER - plan.lo[j]
+    expected = plan.raw[j] + b"." + plan.names[r].encode("utf-8", "surrogateescape")
+    found = header_mismatch(buf[at : at + _HEADER], expected)
+    if found is None:
+        return None
+    shard = reader._record.shards[plan.sid[j]].name
+    want = expected.decode("utf-8", "replace")
+    return BadSampleError(
+        path, key, stale_reason(reader.path, shard, plan.offset[r] - _HEADER, want, found)
+    )
