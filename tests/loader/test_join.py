@@ -93,7 +93,7 @@ def join_yaml(root, nonmatch="skip", name="j.yaml", joiner="ImageText"):
     )
 
 
-def loader(path, num_workers=0, **kw):
+def loader(path, num_workers=0, worker_mode="process", **kw):
     kw = {"max_samples_per_sequence": 2, **kw}
     ds = fpipe.get_train_dataset(
         path,
@@ -104,7 +104,7 @@ def loader(path, num_workers=0, **kw):
         topology=Topology(0, 1),
         **kw,
     )
-    return fpipe.get_loader(ds, num_workers=num_workers)
+    return fpipe.get_loader(ds, num_workers=num_workers, worker_mode=worker_mode)
 
 
 def samples_of(loader_, batches, images=True):
@@ -153,6 +153,7 @@ def test_workers_and_resume_are_exact(data):
     path = join_yaml(data)
     ref = take(loader(path), 6)
     assert take(loader(path, num_workers=2), 6) == ref
+    assert take(loader(path, num_workers=2, worker_mode="thread"), 6) == ref
     ld = loader(path)
     assert take(ld, 2) == ref[:2]
     again = loader(path)
