@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,9 @@ __all__ = [
 
 
 _OUTS = ("pil", "numpy", "torch")
+#: ``warnings.catch_warnings`` swaps the process's filter list: one thread at a time (thread
+#: workers), or two overlapping blocks would leave a filter behind or drop one.
+_WARNINGS_LOCK = threading.Lock()
 _MODES = ("RGB", "L", "RGBA")
 _DTYPES = ("uint8", "float32")
 _RESIZES = ("short_side", "long_side", "exact")
@@ -200,7 +204,7 @@ def image_size(data: bytes, *, path: str = "", key: str = "") -> tuple[int, int]
 
 def _open(data: bytes, max_pixels: int | None, path: str, key: str) -> Image.Image:
     try:
-        with warnings.catch_warnings():
+        with _WARNINGS_LOCK, warnings.catch_warnings():
             # fpipe's max_pixels replaces Pillow's global limit (whose warning fires at 89 MP).
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img = Image.open(io.BytesIO(data))
