@@ -14,8 +14,9 @@ sample (uniform). In one run:
 3. Throughput: refs per second through the packing selection (over-budget policy plus the
    algorithm, buffer by buffer, median of ``--repeats``), per strategy; ``pack_refs_per_s`` is
    the plan pipeline ``samples -> pack -> batch`` pulled recipe by recipe with ``balanced``
-   (the slowest strategy), per CPU second of this process; ``pack_refs_per_s_ffd`` and
-   ``pack_refs_per_s_greedy`` the same pipeline with those strategies (both budgets), and
+   (the slowest strategy), per CPU second of this process; ``pack_refs_per_s_ffd``,
+   ``pack_refs_per_s_bfd`` and ``pack_refs_per_s_greedy`` the same pipeline with those
+   strategies (both budgets), and
    ``pack_refs_per_s_{ffd,balanced}_tokens_only`` with the token budget alone.
 
 Usage: ``python bench/packing.py [--samples 100000] [--repeats 3]``. Targets: ``ffd`` and
@@ -170,7 +171,7 @@ def main() -> None:
     out["pack_refs_per_s"] = plan if plan is not None else out["select_refs_per_s_balanced"]
     out["pack_refs_per_s_source"] = "plan" if plan is not None else "selection"
     print(f"plan tier through packing (balanced): {out['pack_refs_per_s']:,.0f} refs/s")
-    for name in ("ffd", "greedy"):
+    for name in ("ffd", "bfd", "greedy"):
         rate_ = plan_rate(tokens, images, limits2, name, args.buffer, args.repeats)
         out[f"pack_refs_per_s_{name}"] = rate_
         if rate_ is not None:

@@ -61,6 +61,14 @@ class Refs:
         self.columns = dict(columns)
 
     @classmethod
+    def wrap(cls, columns: dict[str, np.ndarray]) -> Refs:
+        """A chunk over ``columns`` as given (no copy of the dict): for hot paths that build
+        the dict themselves and hand it over."""
+        refs = cls.__new__(cls)
+        refs.columns = columns
+        return refs
+
+    @classmethod
     def of(cls, *, index, dataset=0, epoch=0, **meta) -> Refs:
         """Build a chunk from arrays or scalars (scalars are broadcast to ``len(index)``)."""
         idx = np.asarray(index, dtype=np.int64)

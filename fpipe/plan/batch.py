@@ -21,9 +21,13 @@ __all__ = ["BatchConfig", "BatchState", "Remainder", "batch", "join_packs"]
 
 def join_packs(packs: tuple) -> Refs:
     """The refs of ``packs`` one after the other, with a ``pack`` column (0, 0, 1, ...)."""
+    if not packs:
+        return Refs.empty().with_columns(pack=np.zeros(0, dtype=np.int64))
     sizes = [len(p) for p in packs]
-    joined = Refs.concat(list(packs))
-    return joined.with_columns(pack=np.repeat(np.arange(len(packs), dtype=np.int64), sizes))
+    columns = [p.columns for p in packs]
+    joined = {n: np.concatenate([c[n] for c in columns]) for n in columns[0]}
+    joined["pack"] = np.repeat(np.arange(len(packs), dtype=np.int64), sizes)
+    return Refs.wrap(joined)
 
 
 class Remainder(str, enum.Enum):

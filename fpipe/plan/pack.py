@@ -107,17 +107,20 @@ def select_packs(
             raise ConfigError(f"the packing strategy {config.strategy!r} made a pack over budget")
     else:
         packing = ALGORITHMS[config.strategy](kept_costs, limits)
-    packs = _split(refs, packing)
-    if config.shuffle_packs and len(packs) > 1:
-        order = permutation(key, len(packs), np.arange(len(packs)))
-        packs = tuple(packs[i] for i in order.tolist())
-    return packs, dropped, truncated
+    if config.shuffle_packs and len(packing) > 1:
+        packing = packing.permute(permutation(key, len(packing), np.arange(len(packing))))
+    return _split(refs, packing), dropped, truncated
 
 
 def _split(refs: Refs, packing: Packing) -> tuple[Refs, ...]:
-    ordered = refs[packing.order]
+    """The packs as chunks: one gather of the buffer's columns, then a view per pack."""
+    names = list(refs.columns)
+    columns = [refs.columns[n][packing.order] for n in names]
     bounds = packing.offsets.tolist()
-    return tuple(ordered[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+    return tuple(
+        Refs.wrap(dict(zip(names, [c[a:b] for c in columns])))
+        for a, b in zip(bounds[:-1], bounds[1:])
+    )
 
 
 def pack(

@@ -10,7 +10,7 @@ import heapq
 
 import numpy as np
 
-from fpipe.plan.pack_algorithms import Packing, _as_costs, _decreasing, _from_assignment
+from fpipe.plan.pack_base import Packing, _as_costs, _decreasing, _from_assignment
 
 
 def _fit_decreasing(costs, limits, best: bool) -> Packing:
