@@ -1,13 +1,15 @@
-"""Benchmark: the cost of the stale-shard check on ``Dataset.read`` (fpipe's tar layout).
+"""Benchmark: the cost of the stale-shard check on reads of fpipe's tar layout.
 
 Every read checks one tar header of the sample against the index (see docs/failures.md,
-"Stale data"). This measures CPU time per ``read`` of small local samples (the worst case:
-the check is a fixed cost, the payload is tiny) with the check, and with the check replaced by
-a no-op in the same run, interleaved; for samples of one member (the read starts 512 bytes
-early for its header) and of two members (the second member's header, read anyway).
+"Stale data"). This measures CPU time per sample of ``Dataset.read`` and of
+``Dataset.read_many`` (256 samples a call, as the loader reads) on small local samples (the
+worst case: the check is a fixed cost, the payload is tiny), with the check, and with the check
+replaced by a no-op in the same run, interleaved; for samples of one member (the read starts
+512 bytes early for its header) and of two members (the second member's header, read anyway).
 
 Usage: ``python bench/read_check.py [--samples 8000] [--repeats 5]``.
-The last line of output is one JSON object (``*_us_per_read``, ``*_check_overhead_ratio``).
+The last line of output is one JSON object (``*_us``, ``*_us_no_check``,
+``*_check_overhead_ratio`` per kind of sample and read).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fpipe.storage import open_dataset, prepare_dataset, tar_reader
+from fpipe.storage import open_dataset, prepare_dataset, tar_batch, tar_reader
 
 
 def _dataset(root: Path, n: int, members: dict[str, bytes]) -> None:
@@ -39,11 +41,19 @@ def _dataset(root: Path, n: int, members: dict[str, bytes]) -> None:
     prepare_dataset(root, progress=False)
 
 
-def _per_read_us(ds, n: int) -> float:
+def _per_read_us(ds, n: int, many: bool) -> float:
     t = time.process_time()
-    for i in range(n):
-        ds.read(i)
+    if many:
+        for c in range(0, n, 256):
+            ds.read_many(range(c, min(n, c + 256)))
+    else:
+        for i in range(n):
+            ds.read(i)
     return (time.process_time() - t) / n * 1e6
+
+
+def _no_check(header: bytes, expected: bytes) -> None:
+    return None
 
 
 def main() -> None:
@@ -62,20 +72,22 @@ def main() -> None:
             root = Path(tmp) / kind
             _dataset(root, args.samples, members)
             ds = open_dataset(root)
-            _per_read_us(ds, args.samples)  # warm-up: page cache, mapped arrays
-            on, off = [], []
-            for _ in range(args.repeats):
-                on.append(_per_read_us(ds, args.samples))
-                tar_reader.header_mismatch = lambda header, expected: None
-                try:
-                    off.append(_per_read_us(ds, args.samples))
-                finally:
-                    tar_reader.header_mismatch = checked
-            out[f"{kind}_us_per_read"] = round(statistics.median(on), 2)
-            out[f"{kind}_us_per_read_no_check"] = round(statistics.median(off), 2)
-            out[f"{kind}_check_overhead_ratio"] = round(
-                statistics.median(on) / statistics.median(off), 3
-            )
+            for many in (False, True):
+                name = f"{kind}_{'read_many' if many else 'read'}"
+                _per_read_us(ds, args.samples, many)  # warm-up: page cache, mapped arrays
+                on, off = [], []
+                for _ in range(args.repeats):
+                    on.append(_per_read_us(ds, args.samples, many))
+                    tar_reader.header_mismatch = tar_batch.header_mismatch = _no_check
+                    try:
+                        off.append(_per_read_us(ds, args.samples, many))
+                    finally:
+                        tar_reader.header_mismatch = tar_batch.header_mismatch = checked
+                out[f"{name}_us"] = round(statistics.median(on), 2)
+                out[f"{name}_us_no_check"] = round(statistics.median(off), 2)
+                out[f"{name}_check_overhead_ratio"] = round(
+                    statistics.median(on) / statistics.median(off), 3
+                )
     out["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out))
 

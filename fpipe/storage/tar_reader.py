@@ -224,7 +224,10 @@ class TarReader:
             raise BadSampleError(
                 path, self.key(i), stale_reason(self.path, name, at - _HEADER, want, found)
             )
-        return [(ext, _slice(bufs, o, s)) for ext, o, s in placed]
+        if len(bufs) == 1:  # the usual case: one read holds every member
+            lo, mv = bufs[0]
+            return [(e, bytes(mv[o - lo : o - lo + n])) for e, o, n in placed]
+        return [(e, _slice(bufs, o, n)) for e, o, n in placed]
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
         """Extension :meth:`read` gives field ``field``'s media under: the first of the
@@ -251,16 +254,21 @@ def _read_ranges(
     and the member whose tar header is checked against the index: the second one when the
     sample is one read (its header lies between the first two members, read anyway), else the
     first, whose header the first read then includes (512 bytes more)."""
-    by_offset = sorted(placed, key=lambda p: p[1])
+    if len(placed) == 1:
+        _, lo, size = placed[0]
+        return [(lo - _HEADER, size + _HEADER)], placed[0]
+    by_offset = sorted(placed, key=_offset)
     lo = by_offset[0][1]
     hi = max(o + s for _, o, s in by_offset)
     if hi - lo <= sum(s for _, _, s in by_offset) + _GAP:
-        if len(by_offset) > 1:
-            return [(lo, hi - lo)], by_offset[1]
-        return [(lo - _HEADER, hi - lo + _HEADER)], by_offset[0]
+        return [(lo, hi - lo)], by_offset[1]
     ranges = [(o, s) for _, o, s in by_offset]
     ranges[0] = (lo - _HEADER, ranges[0][1] + _HEADER)
     return ranges, by_offset[0]
+
+
+def _offset(member: tuple[str, int, int]) -> int:
+    return member[1]
 
 
 def _slice(bufs: list[tuple[int, memoryview]], off: int, size: int) -> bytes:
