@@ -9,6 +9,8 @@ Pure string functions: no PIL, no PyAV, no I/O.
 
 from __future__ import annotations
 
+import functools
+
 __all__ = [
     "AV_EXTENSIONS",
     "GZ",
@@ -68,6 +70,7 @@ def last_part(ext: str) -> str:
     return strip_gz(ext).rsplit(".", 1)[-1].lower()
 
 
+@functools.lru_cache(maxsize=4096)  # called per member while indexing
 def ext_kind(ext: str) -> str:
     """``"image"``, ``"av"``, ``"text"`` or ``""`` (anything else) for a member extension.
 

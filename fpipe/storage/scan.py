@@ -119,10 +119,23 @@ def _access(value: Any, path: tuple[str, ...]) -> Any:
 class _Sample:
     """Lazy view of one raw sample: member bytes, decompressed and JSON-decoded on demand."""
 
-    __slots__ = ("exts", "content", "full", "_json")
+    __slots__ = ("exts", "content", "_f", "_offs", "_sizes", "_json")
 
-    def __init__(self, exts, content, full):
-        self.exts, self.content, self.full, self._json = exts, content, full, {}
+    def __init__(self, f, exts, offs, sizes, content):
+        self.exts, self.content, self._json = exts, content, {}
+        self._f, self._offs, self._sizes = f, offs, sizes
+
+    def full(self, ext: str) -> bytes:
+        """All bytes of member ``ext`` (read from the shard unless the walk read them)."""
+        i = self.exts.index(ext)
+        data = self.content.get(ext)
+        if data is None or len(data) < self._sizes[i]:
+            self._f.seek(self._offs[i])
+            data = self._f.read(self._sizes[i])
+            if len(data) < self._sizes[i]:
+                raise _Bad(f"member {ext!r} is truncated")
+            self.content[ext] = data
+        return data
 
     def data(self, ext: str) -> bytes:
         return _unzip(ext, self.full(ext))
@@ -137,15 +150,19 @@ class _Sample:
 
     def resolve(self, alternatives: tuple[FieldSpec, ...]) -> tuple[str, Any] | None:
         """(ext, value) of the first alternative present; value is None for raw members."""
+        exts = self.exts
         for alt in alternatives:
-            for ext in (alt.ext, alt.ext + GZ):
-                if ext in self.exts:
-                    if not alt.path:
-                        return ext, None
-                    try:
-                        return ext, _access(self.json(ext), alt.path)
-                    except (KeyError, IndexError, ValueError, TypeError):
-                        break
+            ext = alt.ext
+            if ext not in exts:
+                ext += GZ
+                if ext not in exts:
+                    continue
+            if not alt.path:
+                return ext, None
+            try:
+                return ext, _access(self.json(ext), alt.path)
+            except (KeyError, IndexError, ValueError, TypeError):
+                continue
         return None
 
 
@@ -302,26 +319,11 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
             shard_error=str(e),
         )
     with f:
-
-        def full_reader(offs, sizes, exts, content):
-            def full(ext: str) -> bytes:
-                i = exts.index(ext)
-                data = content.get(ext)
-                if data is None or len(data) < sizes[i]:
-                    f.seek(offs[i])
-                    data = f.read(sizes[i])
-                    if len(data) < sizes[i]:
-                        raise _Bad(f"member {ext!r} is truncated")
-                    content[ext] = data
-                return data
-
-            return full
-
         try:
             for key, exts, offs, sizes, content in iter_samples(
                 f, file_size, _read_plan(opts, fields)
             ):
-                s = _Sample(exts, content, full_reader(offs, sizes, exts, content))
+                s = _Sample(f, exts, offs, sizes, content)
                 try:
                     row, kf = _row(s, sizes, opts, fields, extra, user)
                 except (_Bad, OSError, EOFError) as e:

@@ -174,12 +174,30 @@ def _fallback_tarfile(f) -> tarfile.TarFile:
     return tf
 
 
+#: byte -> its lowest bit (the parity of a byte sum is the parity of its odd bytes' count)
+_LOW_BIT = bytes(i & 1 for i in range(256))
+_ADLER = 65521  #: Adler-32's modulus (a prime)
+
+
 def _checksum_ok(h: bytes) -> bool:
+    """Whether a 512-byte header's stored checksum is the sum of its bytes, the checksum field
+    counted as spaces (what tar writes and ``tarfile`` checks).
+
+    ``sum(h)`` iterates 512 Python ints; this is the same test, exactly, in C: the sum ``S`` of
+    512 bytes is at most 130,560, Adler-32's low half is ``(1 + S) mod 65521`` and the count of
+    odd bytes gives ``S mod 2``; two numbers in ``[0, 130560]`` equal modulo 65521 and modulo 2
+    are equal (131,042 > 130,560).
+    """
     try:
         stored = int(h[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
     except ValueError:
         return False
-    return sum(h) - sum(h[148:156]) + 256 == stored
+    want = stored - 256 + sum(h[148:156])  # what sum(h) is when the checksum is right
+    return (
+        0 <= want <= 255 * _BLOCK
+        and zlib.adler32(h) & 0xFFFF == (1 + want) % _ADLER
+        and h.translate(_LOW_BIT).count(1) & 1 == want & 1
+    )
 
 
 _CHUNK = 1 << 24

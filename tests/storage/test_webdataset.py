@@ -7,10 +7,13 @@ import io
 import tarfile
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fpipe.storage import open_dataset, prepare_dataset
 from fpipe.storage.webdataset import (
     ShardError,
+    _checksum_ok,
     expand_braces,
     iter_samples,
     list_shards,
@@ -119,3 +122,35 @@ def test_gzip_shard_and_gz_members_end_to_end(tmp_path):
     assert list(ds.column("txt.chars")) == [14, 14, 5]
     assert list(ds.column("jpg.width"))[:2] == [12, 12]
     assert (tmp_path / ".fpipe" / "decompressed" / "a.tar").exists()
+
+
+def _plain_checksum_ok(h: bytes) -> bool:
+    """The definition: the stored octal checksum is the byte sum with the field as spaces."""
+    try:
+        stored = int(h[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+    except ValueError:
+        return False
+    return sum(h) - sum(h[148:156]) + 256 == stored
+
+
+@given(
+    name=st.integers(0, 10**12),
+    size=st.integers(0, 8**11 - 1),
+    edits=st.lists(st.tuples(st.integers(0, 511), st.integers(0, 255)), max_size=3),
+    checksum=st.one_of(st.none(), st.integers(0, 8**6 - 1)),
+)
+def test_header_checksum_is_the_byte_sum(name, size, edits, checksum):
+    ti = tarfile.TarInfo(f"shard/{name:013d}.seg.png")
+    ti.size = size
+    h = bytearray(ti.tobuf(format=tarfile.GNU_FORMAT)[:512])
+    if checksum is not None:  # a stored value that may or may not be the sum
+        h[148:156] = b"%06o\0 " % checksum
+    for i, v in edits:
+        h[i] = v
+    assert _checksum_ok(bytes(h)) == _plain_checksum_ok(bytes(h))
+    # the same sum modulo 65521 but not modulo 2 (or the reverse) is refused
+    for delta in (1, 65521, 131042):
+        bad = bytearray(h)
+        want = sum(h) - sum(h[148:156]) + 256 + delta
+        bad[148:156] = b"%06o\0 " % want if want < 8**6 else b"7777777\0"
+        assert not _checksum_ok(bytes(bad))
