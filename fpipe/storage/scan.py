@@ -6,7 +6,9 @@ data), run once per shard by ``fpipe prepare``, in worker processes when ``worke
 Columns it computes, per sample (``-1`` where a value does not apply):
 
 - ``bytes``: bytes of all members of the sample;
-- ``<field>.bytes`` for every field of the field map (every extension when there is none);
+- ``<field>.bytes`` for every field of the field map (every extension when there is none;
+  :func:`~fpipe.storage.prepare_shards.scan_shards` then keeps the columns of the most frequent
+  extensions only, see ``MAX_EXTENSION_FIELDS``);
 - ``<field>.width`` / ``<field>.height`` for image fields, from the header only;
 - ``<field>.chars`` for text fields and string-valued ``json[...]`` fields;
 - for audio/video fields (``mp4``, ``webm``, ``wav``...; ``probe_av``, on by default): the
