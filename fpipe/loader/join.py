@@ -25,7 +25,14 @@ from fpipe.encode.hooks import SkipSample
 from fpipe.loader.materialize import DatasetSource
 from fpipe.samples.base import BASE_FIELDS, Sample
 
-__all__ = ["JoinSource", "NoMatch", "joined_sample", "prefetch_parts", "with_join"]
+__all__ = [
+    "JoinSource",
+    "NoMatch",
+    "joined_sample",
+    "prefetch_parts",
+    "read_joined",
+    "with_join",
+]
 
 _CRUDE = ("CrudeSample", "crude")
 _PART_TAG = 2  # fold_in tag of part k's cooking rng: 2 + k (0 and 1: the primary's rngs)
@@ -155,58 +162,96 @@ def part_indices(m, d: int, indices: np.ndarray) -> np.ndarray:
 
 
 def prefetch_parts(m, d: int, indices: np.ndarray) -> None:
-    """Find the matches of a recipe's samples ``indices`` of dataset ``d`` at once (kept for
-    :func:`joined_sample` until the next recipe), and let the parts start fetching them."""
+    """Let the parts of dataset ``d`` start fetching the matches of a recipe's samples."""
     found = part_indices(m, d, indices)
-    m.joins[("found", d)] = dict(zip(np.asarray(indices).tolist(), found.T.tolist()))
     for k, part in enumerate(m.sources[d].join):
         hits = found[k][found[k] >= 0]
         if len(hits):
             _part_dataset(m, d, k).prefetch(hits.tolist(), m.wanted(part.source))
 
 
-def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int) -> Any:
+def _read_many(ds, indices: np.ndarray, wanted, limits) -> list:
+    try:
+        return ds.read_many(indices, wanted, limits=limits)
+    except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
+        return [(None, e)] * len(indices)
+
+
+def read_joined(m, d: int, indices: np.ndarray) -> list[tuple]:
+    """What :func:`joined_sample` needs of each of ``indices`` (samples of the joined dataset
+    ``d``), read a batch at once (``Dataset.read_many``): ``((key, members), part reads,
+    part indices)``, a part's read None where it has no match (index -1); members hold the
+    exception of a failed read, raised in the sample's turn."""
+    indices = np.asarray(indices, np.int64)
+    src = m.sources[d]
+    found = part_indices(m, d, indices)
+    own = _read_many(m.dataset(d), indices, m.wanted(src), m.decode_limits)
+    reads: list[list] = []
+    for k, part in enumerate(src.join):
+        got: list = [None] * len(indices)
+        hits = np.flatnonzero(found[k] >= 0)
+        if len(hits):
+            pds = _part_dataset(m, d, k)
+            pread = _read_many(pds, found[k][hits], m.wanted(part.source), m.decode_limits)
+            for p, r in zip(hits.tolist(), pread):
+                got[p] = r
+        reads.append(got)
+    return [
+        (own[p], tuple(r[p] for r in reads), tuple(found[:, p].tolist()))
+        for p in range(len(indices))
+    ]
+
+
+def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int, read=None) -> Any:
     """Sample ``index`` of the joined dataset ``d``: its own sample joined with the sample of
-    the same key in each part (see the module docstring for ``nonmatch``)."""
+    the same key in each part (see the module docstring for ``nonmatch``); ``read``: its entry
+    of :func:`read_joined` (None: read here)."""
     from fpipe.core.rng import LazyGenerator
 
     src = m.sources[d]
     ds = m.dataset(d)
-    found = m.joins.get(("found", d), {}).get(index)
-    if found is None:  # not a recipe's sample (a direct call)
-        found = part_indices(m, d, np.array([index]))[:, 0].tolist()
-    raw = ds.read(index, m.wanted(src), limits=m.decode_limits)
+    (key, raw), part_reads, found = read if read is not None else read_joined(m, d, [index])[0]
+    if isinstance(raw, Exception):
+        raise raw
     crude = _is_crude(src)
     parts: list[Any] = []
-    for k, (part, j) in enumerate(zip(src.join, found)):
+    for k, (part, j, pread) in enumerate(zip(src.join, found, part_reads)):
         if j < 0:
             _no_match(ds, index, part)
             parts.append(None)  # nonmatch: none
             continue
-        pds = _part_dataset(m, d, k)
-        praw = pds.read(j, m.wanted(part.source), limits=m.decode_limits)
+        pkey, praw = pread
+        if isinstance(praw, Exception):
+            raise praw
         if crude:  # one crude sample with every part's members (later parts win)
             raw = {**raw, **praw}
         else:
             rng = LazyGenerator(skey, _PART_TAG + k)
-            parts.append(m.cook(part.source, pds, j, praw, restore_key, rng))
-    sample = m.cook(src, ds, index, raw, restore_key, LazyGenerator(skey, 0))
+            pds = _part_dataset(m, d, k)
+            parts.append(m.cook(part.source, pds, j, praw, restore_key, rng, pkey))
+    sample = m.cook(src, ds, index, raw, restore_key, LazyGenerator(skey, 0), key)
     if crude:
         return sample
-    cls = _joiner(src)
+    cls = _joiner(m, d)
     if src.join_name:  # a mapping of named parts: the joiner gets them by name
         names = [src.join_name, *(p.name for p in src.join)]
         return cls.from_joined(**dict(zip(names, [sample, *parts])))
     return cls.from_joined(sample, *parts)
 
 
-def _joiner(src: DatasetSource) -> type:
+def _joiner(m, d: int) -> type:
+    """The joiner class of dataset ``d`` (resolved once per process)."""
     from fpipe.samples import sample_type_from_name
 
-    try:
-        return sample_type_from_name(src.joiner if src.joiner is not None else src.sample_type)
-    except ConfigError as e:
-        raise ConfigError(f"joiner of the join of {src.path}: {e}") from None
+    cls = m.joins.get(("joiner", d))
+    if cls is None:
+        src = m.sources[d]
+        try:
+            cls = sample_type_from_name(src.joiner if src.joiner is not None else src.sample_type)
+        except ConfigError as e:
+            raise ConfigError(f"joiner of the join of {src.path}: {e}") from None
+        m.joins[("joiner", d)] = cls
+    return cls
 
 
 def _no_match(ds, index: int, part: JoinSource) -> None:

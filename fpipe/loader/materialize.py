@@ -212,7 +212,7 @@ class Materializer:
         if self.sources[dataset].join:
             from fpipe.loader.join import joined_sample
 
-            sample = joined_sample(self, dataset, index, restore_key, skey)
+            sample = joined_sample(self, dataset, index, restore_key, skey, read)
         else:
             ds = self.dataset(dataset)
             key = None
@@ -272,15 +272,17 @@ class Materializer:
         """``(key, members)`` of each ref in order (:meth:`Dataset.read_many`, up to
         ``_READ_CHUNK`` samples per call); a sample that cannot be read, or whose dataset
         cannot be opened, holds the exception in place of its members; a joined dataset's
-        sample is None (read with its parts in :meth:`sample`)."""
+        sample also holds its parts' reads (:func:`fpipe.loader.join.read_joined`)."""
         for c in range(0, len(refs), _READ_CHUNK):
             datasets = refs.dataset[c : c + _READ_CHUNK]
             indices = refs.index[c : c + _READ_CHUNK]
             out: list[tuple] = [()] * len(indices)
             for d in np.unique(datasets).tolist():
                 pos = np.flatnonzero(datasets == d)
-                if self.sources[d].join:  # joined samples are read with their parts
-                    got = [None] * len(pos)
+                if self.sources[d].join:  # joined samples: with their parts' samples
+                    from fpipe.loader.join import read_joined
+
+                    got = read_joined(self, d, indices[pos])
                 else:
                     got = self._read_many(d, indices[pos])
                 for p, r in zip(pos.tolist(), got):

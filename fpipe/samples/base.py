@@ -9,6 +9,7 @@ are keyword-only with defaults, so subclasses may declare fields without default
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -96,20 +97,26 @@ class Sample:
         values: dict[str, Any] = {}
         for part in parts:
             if part is not None:
-                for f in dataclasses.fields(part):
-                    if f.init and f.name not in BASE_FIELDS:
-                        values[f.name] = getattr(part, f.name)
-        own = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name not in BASE_FIELDS}
-        unknown = sorted(set(values) - set(own))
+                for name in _user_fields(type(part))[0]:
+                    values[name] = getattr(part, name)
+        own, required = _user_fields(cls)
+        unknown = sorted(set(values).difference(own))
         if unknown:
             raise TypeError(
                 f"{cls.__name__} has no field(s) {', '.join(unknown)} of the joined samples; "
                 f"its fields: {', '.join(own)}"
             )
-        for name, f in own.items():
-            if name not in values and f.default is f.default_factory is dataclasses.MISSING:
-                values[name] = None
+        for name in required:
+            values.setdefault(name, None)
         return cls(**basic_sample_keys(parts[0]), **values)
+
+
+@functools.lru_cache(maxsize=256)
+def _user_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(init fields that are not base fields, those of them without a default) of ``cls``."""
+    fields = [f for f in dataclasses.fields(cls) if f.init and f.name not in BASE_FIELDS]
+    required = [f for f in fields if f.default is f.default_factory is dataclasses.MISSING]
+    return tuple(f.name for f in fields), tuple(f.name for f in required)
 
 
 def basic_sample_keys(sample: Any) -> dict[str, Any]:
