@@ -34,6 +34,7 @@ The last line of output is one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -59,14 +60,38 @@ from tests.storage.s3_server import LocalS3, S3Server, restore_env, set_env  # n
 FIELDS = {"image": "jpg", "caption": "txt"}
 
 
-class SeaweedS3(S3Server):
-    """``weed mini`` on loopback ports, data in a temporary folder; any credentials work."""
+#: ``weed mini`` as the earlier figures ran it (every component on, no chunk cache).
+SEAWEED_PLAIN: tuple[list[str], dict[str, str]] = ([], {})
+#: The lighter fixture: no telemetry, WebDAV, IAM, Iceberg or Lance services; an in-memory
+#: chunk cache (SeaweedFS stores an object as 4 MiB chunks and, without the cache, reads a whole
+#: chunk from its volume server for a ranged GET: 4.5 ms of server CPU per random 24 KB read
+#: against 0.75 ms with it); one Go scheduler thread (GOMAXPROCS=1: less spinning on the two
+#: cores the loader also uses).
+SEAWEED_LIGHT: tuple[list[str], dict[str, str]] = (
+    [
+        "-master.telemetry=false",
+        "-webdav=false",
+        "-s3.iam=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-s3.cacheCapacityMB=256",
+    ],
+    {"GOMAXPROCS": "1"},
+)
 
-    def __init__(self, weed: str, folder: str):
+
+class SeaweedS3(S3Server):
+    """``weed mini`` on loopback ports, data and logs in a temporary folder; any credentials
+    work. ``setup``: extra flags and environment (:data:`SEAWEED_LIGHT`, :data:`SEAWEED_PLAIN`)."""
+
+    def __init__(self, weed: str, folder: str, setup=SEAWEED_LIGHT):
         s3, master, volume, filer, webdav = (_free_port() for _ in range(5))
+        os.makedirs(folder, exist_ok=True)
+        flags, env = setup
         proc = subprocess.Popen(
             [
                 weed,
+                f"-logdir={folder}",
                 "mini",
                 f"-dir={folder}",
                 "-ip=127.0.0.1",
@@ -77,9 +102,11 @@ class SeaweedS3(S3Server):
                 f"-filer.port={filer}",
                 f"-webdav.port={webdav}",
                 "-admin.ui=false",
+                *flags,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **env},
         )
         super().__init__(f"http://127.0.0.1:{s3}", proc)
         _wait_bucket_api(self)
@@ -105,9 +132,40 @@ def _wait_bucket_api(server, timeout: float = 60.0) -> None:
 
 def start_server(kind: str, folder: str):
     weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if kind == "seaweedfs-plain":
+        return kind, SeaweedS3(weed, folder, SEAWEED_PLAIN)
     if kind == "seaweedfs" or (kind == "auto" and os.path.exists(weed)):
         return "seaweedfs", SeaweedS3(weed, folder)
     return "moto", LocalS3(process=True)
+
+
+def _proc_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds(server_pid: int) -> float:
+    """CPU time of this process and every process below it (DataLoader workers, the fork
+    server) except the S3 server's: the loader's whole CPU cost. Linux only."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    total = 0.0
+    for pid in parent:
+        p, seen = pid, 0
+        while p not in (0, 1, server_pid) and seen < 64:  # walk up to this process
+            if p == os.getpid():
+                with contextlib.suppress(OSError):
+                    total += _proc_cpu(pid)
+                break
+            p, seen = parent.get(p, 0), seen + 1
+    return total
 
 
 def write_dataset(root: Path, shards: int, per_shard: int) -> None:
@@ -150,7 +208,8 @@ def io_figures(url: str, n: int) -> dict:
     }
 
 
-def rate(path: str, batches: int, warmup: int) -> float:
+def rate(path: str, batches: int, warmup: int, server) -> tuple[float, float, float]:
+    """(samples/s, client CPU ms per sample, server CPU ms per sample) over the timed batches."""
     ds = fpipe.get_train_dataset(
         path,
         batch_size=32,
@@ -162,17 +221,23 @@ def rate(path: str, batches: int, warmup: int) -> float:
     it = iter(fpipe.get_loader(ds, num_workers=2))
     for _ in range(warmup):
         next(it)
-    t0 = time.perf_counter()
+    pid = server._proc.pid
+    c0, s0, t0 = client_cpu_seconds(pid), server.cpu_seconds(), time.perf_counter()
     for _ in range(batches):
         next(it)
-    return batches * 32 / (time.perf_counter() - t0)
+    t = time.perf_counter() - t0
+    c, s = client_cpu_seconds(pid) - c0, server.cpu_seconds() - s0
+    n = batches * 32
+    return n / t, 1000 * c / n, 1000 * s / n
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--server", choices=["auto", "seaweedfs", "moto"], default="auto")
+    ap.add_argument(
+        "--server", choices=["auto", "seaweedfs", "seaweedfs-plain", "moto"], default="auto"
+    )
     args = ap.parse_args()
     shards, per_shard, batches, repeats = (4, 200, 10, 1) if args.quick else (8, 400, 40, 3)
     repeats = 1 if args.quick else args.repeats
@@ -199,15 +264,21 @@ def main() -> None:
             f"requests/sample {figures['requests_per_sample']:.3f}, "
             f"overread {figures['overread_fraction']:.4f}"
         )
-        local_rates, remote_rates, server_cpu = [], [], []
+        local_rates, remote_rates, server_cpu, local_cpu, remote_cpu, loads = [], [], [], [], [], []
         for r in range(repeats):
-            local_rates.append(rate(str(local), batches, 3))
-            cpu0 = server.cpu_seconds()
-            remote_rates.append(rate(url, batches, 3))
-            server_cpu.append((server.cpu_seconds() - cpu0) / ((batches + 3) * 32))
+            got = rate(str(local), batches, 3, server)
+            local_rates.append(got[0])
+            local_cpu.append(got[1])
+            got = rate(url, batches, 3, server)
+            remote_rates.append(got[0])
+            remote_cpu.append(got[1])
+            server_cpu.append(got[2])
+            loads.append(round(os.getloadavg()[0], 2))
             print(
                 f"repeat {r}: local {local_rates[-1]:,.0f} samples/s, "
-                f"bucket {remote_rates[-1]:,.0f} samples/s (load {os.getloadavg()[0]:.1f})"
+                f"bucket {remote_rates[-1]:,.0f} samples/s; client CPU ms/sample local "
+                f"{local_cpu[-1]:.3f}, bucket {remote_cpu[-1]:.3f}, server {server_cpu[-1]:.3f} "
+                f"(load {os.getloadavg()[0]:.1f})"
             )
         loc, rem = statistics.median(local_rates), statistics.median(remote_rates)
         result = {
@@ -215,12 +286,19 @@ def main() -> None:
             "local_samples_per_s": round(loc, 1),
             "remote_samples_per_s": round(rem, 1),
             "remote_vs_local_samples_per_s": round(rem / loc, 3),
-            "server_cpu_ms_per_sample": round(1000 * statistics.median(server_cpu), 3),
+            "server_cpu_ms_per_sample": round(statistics.median(server_cpu), 3),
+            "local_client_cpu_ms_per_sample": round(statistics.median(local_cpu), 3),
+            "remote_client_cpu_ms_per_sample": round(statistics.median(remote_cpu), 3),
+            # samples per client CPU-second, bucket over local (the server's CPU left out)
+            "remote_vs_local_samples_per_client_cpu_s": round(
+                statistics.median(local_cpu) / statistics.median(remote_cpu), 3
+            ),
             "prepare_local_samples_per_s": round(n / t_local, 1),
             "prepare_remote_samples_per_s": round(n / t_remote, 1),
             "samples": n,
             "server": server_kind,
             "load_avg_1m": round(os.getloadavg()[0], 2),
+            "load_avg_1m_repeats": loads,
         }
     finally:
         restore_env(old)
