@@ -238,6 +238,7 @@ class RemoteFiles:
         self.options = options or StorageOptions()
         self._pending: dict[tuple[str, int, int], concurrent.futures.Future] = {}
         self._sem: tuple[int, asyncio.Semaphore] | None = None
+        self._names: tuple[int, dict[str, tuple[Any, str]]] = (os.getpid(), {})
         #: requests sent and bytes received by this process (for benchmarks and tests)
         self.requests = 0
         self.bytes_read = 0
@@ -249,7 +250,14 @@ class RemoteFiles:
         self.__init__(state["root"], state["options"])
 
     def _store_name(self, path: str) -> tuple[Any, str]:
-        return open_store(path, self.options)
+        pid, names = self._names
+        got = names.get(path)
+        if got is None or pid != os.getpid():  # a new process goes through open_store's check
+            if pid != os.getpid():
+                names = {}
+                self._names = (os.getpid(), names)
+            got = names[path] = open_store(path, self.options)
+        return got
 
     def pread(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes of the object at ``path`` from ``offset`` (fewer only at its end).
@@ -274,24 +282,38 @@ class RemoteFiles:
         for fut in self._pending.values():
             fut.cancel()
         todo = dict.fromkeys(r for r in ranges if r[2] > 0)
-        self._pending = {r: self._submit(*r) for r in todo}
+        self._pending = self._start(list(todo))
 
     def _submit(self, path: str, off: int, size: int) -> concurrent.futures.Future:
-        store, name = self._store_name(path)  # in this thread: checks for fork, opens once
-        self.requests += 1
-        return asyncio.run_coroutine_threadsafe(self._get(store, name, path, off, size), _io_loop())
+        return self._start([(path, off, size)])[(path, off, size)]
 
-    async def _get(self, store, name: str, path: str, off: int, size: int):
+    def _start(self, ranges: list[tuple[str, int, int]]) -> dict:
+        """Futures of ``ranges``, whose GETs start with one wake-up of the I/O loop."""
+        jobs = [(self._store_name(r[0]), r, concurrent.futures.Future()) for r in ranges]
+        self.requests += len(jobs)  # stores opened in this thread: checks for fork, opens once
+        loop = _io_loop()
+        loop.call_soon_threadsafe(self._spawn, jobs)
+        return {r: fut for _, r, fut in jobs}
+
+    def _spawn(self, jobs) -> None:
+        for (store, name), (path, off, size), fut in jobs:
+            asyncio.ensure_future(self._get(store, name, path, off, size, fut))
+
+    async def _get(self, store, name: str, path: str, off: int, size: int, fut) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return  # a later prefetch replaced this one before its GET started
         pid = os.getpid()
         if self._sem is None or self._sem[0] != pid:
             self._sem = (pid, asyncio.Semaphore(self.options.concurrency))
         async with self._sem[1]:
             try:
-                data = bytes(await _obstore().get_range_async(store, name, start=off, length=size))
+                data = await _obstore().get_range_async(store, name, start=off, length=size)
             except Exception as e:
-                return _as_os_error(path, e)
+                fut.set_result(_as_os_error(path, e))
+                return
+        data = bytes(data)
         self.bytes_read += len(data)
-        return data
+        fut.set_result(data)
 
     def open_stream(self, path: str, chunk: int = 8 << 20):
         """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe
