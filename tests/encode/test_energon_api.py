@@ -13,7 +13,7 @@ from PIL import Image
 
 import fpipe
 from fpipe.cli.main import main
-from fpipe.core.errors import ConfigError
+from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.fields import decode_tenbin
 from fpipe.decode.registry import decode_field
 from fpipe.encode.hooks import using_sample_rng
@@ -147,3 +147,23 @@ def test_state_show_reads_torch_saved_state(tmp_path, capsys):
         assert "format version" in capsys.readouterr().out
     (tmp_path / "raw.bin").write_bytes(raw)
     assert main(["state", "show", str(tmp_path / "raw.bin")]) == 0
+
+
+def test_decode_limits_come_from_the_loader_the_encoder_or_its_sample_decoder():
+    from fpipe.decode import DecodeLimits
+    from fpipe.encode.task_encoder import decode_limits_of
+
+    mine = DecodeLimits(max_image_pixels=10)
+
+    class WithDecoder(fpipe.DefaultTaskEncoder):
+        decoder = fpipe.SampleDecoder(image_decode="pilrgb", decode_limits=mine)
+
+    class WithLimits(fpipe.DefaultTaskEncoder):
+        decode_limits = DecodeLimits(max_image_pixels=20)
+        decoder = fpipe.SampleDecoder(decode_limits=mine)
+
+    assert decode_limits_of(WithDecoder()) is mine
+    assert decode_limits_of(WithLimits()).max_image_pixels == 20  # the encoder's own first
+    assert decode_limits_of(fpipe.DefaultTaskEncoder()) == DecodeLimits()
+    with pytest.raises(BadSampleError, match="max_image_pixels=10"):
+        decode_field("png", _png("RGB"), limits=decode_limits_of(WithDecoder()))
