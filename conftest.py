@@ -1,7 +1,8 @@
 """Hypothesis profiles shared by tests/ and property_tests/.
 
 The default profile (``ci``) is bounded and derandomized: the README's test command runs the
-same examples everywhere, with or without ``CI`` set, and stays well under 150 s on 2 cores.
+same examples everywhere, with or without ``CI`` set, and stays under 150 s on 2 cores (on
+every core through pytest-xdist, see pyproject.toml).
 Opt in to more with ``HYPOTHESIS_PROFILE=dev`` (200 random examples per property) or
 ``HYPOTHESIS_PROFILE=long`` (1000, for soak runs). Tests marked ``slow`` run in every profile;
 deselect them while iterating with ``-m "not slow"``.

@@ -37,6 +37,7 @@ def test_gzip_member_over_the_inflate_limit_is_a_bad_sample():
         (b"\x1f\x8b\x08\x00" + b"\xff" * 40, "corrupt"),
         (b"not gzip at all", "not gzip"),
     ],
+    ids=["truncated", "corrupt", "not-gzip"],  # stable ids: gzip headers hold the time
 )
 def test_broken_gzip_member_is_a_bad_sample(data, what):
     with pytest.raises(BadSampleError, match="txt.gz"):
