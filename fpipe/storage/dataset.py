@@ -37,7 +37,7 @@ from fpipe.storage.config import (
     load_split_config,
 )
 from fpipe.storage.energon import EnergonReader, energon_arrays, energon_record, read_energon_meta
-from fpipe.storage.reader import FileCache
+from fpipe.storage.reader import FileCache, read_each
 from fpipe.storage.record import ArrayStore, IndexRecord, read_record
 from fpipe.storage.remote import RemoteFiles, StorageOptions, is_url
 from fpipe.storage.splits import resolve_split
@@ -215,13 +215,7 @@ class Dataset:
         fn = getattr(self.reader, "read_many", None)
         if fn is not None and bool(((idx >= 0) & (idx < len(self))).all()):
             return fn(idx, exts, limits)
-        out: list[tuple[str, Any]] = []
-        for i in idx.tolist():
-            try:
-                out.append((self.key(i), self.read(i, exts, limits=limits)))
-            except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
-                out.append((f"#{i}", e))
-        return out
+        return read_each(idx.tolist(), lambda i: (self.key(i), self.read(i, exts, limits=limits)))
 
     def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
         """Start fetching samples ``indices`` for the :meth:`read` calls that follow.

@@ -33,7 +33,7 @@ from fpipe.storage.config import (
     dataset_config_from_obj,
     split_config_from_obj,
 )
-from fpipe.storage.reader import FileCache, members_to_dict
+from fpipe.storage.reader import FileCache, members_to_dict, read_each
 from fpipe.storage.record import ArrayStore, IndexRecord, ShardEntry
 from fpipe.storage.webdataset import ShardError, iter_samples, shard_stem, split_name
 
@@ -262,14 +262,12 @@ class EnergonReader:
     ) -> list[tuple]:
         """``(key, members)`` of each sample, each read once (:meth:`key` alone reads the
         sample's headers too); a failing sample holds its exception instead of members."""
-        out: list[tuple] = []
-        for i in indices.tolist() if hasattr(indices, "tolist") else indices:
-            try:
-                path, key, parts = self._sample(i)
-                out.append((key, members_to_dict(path, lambda k=key: k, parts, limits)))
-            except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
-                out.append((f"#{i}", e))
-        return out
+
+        def read_one(i: int) -> tuple[str, dict[str, bytes]]:
+            path, key, parts = self._sample(i)
+            return key, members_to_dict(path, lambda: key, parts, limits)
+
+        return read_each(indices.tolist() if hasattr(indices, "tolist") else indices, read_one)
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
         """No stored audio/video metadata without an fpipe index."""

@@ -15,12 +15,13 @@ import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 
-__all__ = ["FileCache", "gunzip_member", "members_to_dict"]
+__all__ = ["FileCache", "gunzip_member", "members_to_dict", "read_each"]
 
 
 class FileCache:
@@ -122,4 +123,27 @@ def members_to_dict(
                 out[base] = gunzip_member(path, key_fn(), ext, data, limits)
         else:
             out[ext] = data
+    return out
+
+
+def read_each(
+    indices: Iterable[int], read_one: Callable[[int], tuple[str, Any]]
+) -> list[tuple[str, Any]]:
+    """``read_one(i)`` (a sample's ``(key, members)``) for each of ``indices``, in order; a
+    sample whose read raises holds the exception in place of its members, and ``"#<index>"``
+    as its key.
+
+    The caller raises the exception when it comes to that sample, so one bad sample does not
+    stop the rest of a batch from being read (the contract of ``Dataset.read_many``).
+
+    Example:
+      >>> read_each([0, 1], lambda i: ("k", 1 // i))[0][0]
+      '#0'
+    """
+    out: list[tuple[str, Any]] = []
+    for i in indices:
+        try:
+            out.append(read_one(i))
+        except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
+            out.append((f"#{i}", e))
     return out

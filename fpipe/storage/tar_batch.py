@@ -21,6 +21,7 @@ from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.members import MemberRows
+from fpipe.storage.reader import read_each
 from fpipe.storage.tar_reader import _GAP, _HEADER
 from fpipe.storage.validate import header_mismatch, stale_reason
 
@@ -36,13 +37,11 @@ def read_many(
     out: list[tuple] = [()] * len(idx)
     plan = _plan(reader, idx, exts)
     slow = list(range(len(idx))) if plan is None else _read_planned(reader, plan, out)
-    for j in slow:
-        i = int(idx[j])
-        try:
-            key = reader.key(i)
-            out[j] = (key, reader.read(i, exts, limits))
-        except Exception as e:  # noqa: BLE001 - raised by the caller, in this sample's turn
-            out[j] = (f"#{i}", e)
+    done = read_each(
+        (int(idx[j]) for j in slow), lambda i: (reader.key(i), reader.read(i, exts, limits))
+    )
+    for j, sample in zip(slow, done):
+        out[j] = sample
     return out
 
 
