@@ -175,8 +175,6 @@ def get_train_dataset(
                                      max_samples_per_sequence=100, seed=1234)
         loader = fpipe.get_loader(ds, num_workers=4)
     """
-    from fpipe.encode import DefaultTaskEncoder
-
     topo = topology or worker_config or Topology.from_env()
     if distribution not in ("global", "per_rank"):
         raise ConfigError(f"distribution must be 'global' or 'per_rank', got {distribution!r}")
@@ -242,20 +240,15 @@ def get_train_dataset(
     if shuffle_buffer_size and shuffle_buffer_size > 1:
         stages.append(window_shuffle(shuffle_buffer_size))
     stages.extend(plan_stages)
-    mat = Materializer(
+    mat, recipe_size = _materializer(
         sources,
-        task_encoder or DefaultTaskEncoder(),
-        image_decode=image_decode,
-        error_policy=error_policy,
-        packing_buffer_size=packing_buffer_size,
-        decode_limits=decode_limits,
-        unbatched=batch_size is None,
+        task_encoder,
+        image_decode,
+        error_policy,
+        packing_buffer_size,
+        decode_limits,
+        batch_size,
     )
-    if batch_size is None and mat.packing:
-        raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
-    # With a packing buffer, recipes are buffers (the last one may be short, as in Energon) and
-    # the loader batches their packs; otherwise recipes are batches.
-    recipe_size = packing_buffer_size if mat.packing else (batch_size or 1)
     recipe_drop_last = drop_last and not mat.packing
     if distribution == "global":  # per-rank mode has no distribute stage
         stages.append(
@@ -286,6 +279,34 @@ def get_train_dataset(
         path=str(path),
         split=split,
     )
+
+
+def _materializer(
+    sources,
+    task_encoder,
+    image_decode,
+    error_policy,
+    packing_buffer_size,
+    decode_limits,
+    batch_size,
+) -> tuple[Materializer, int]:
+    """The materializer of both dataset kinds, and the recipe size: with a packing buffer,
+    recipes are buffers (the last one may be short, as in Energon) and the loader batches
+    their packs; otherwise recipes are batches (Energon's ``batch_size=None``: one sample)."""
+    from fpipe.encode import DefaultTaskEncoder  # lazy: the encode package imports torch
+
+    mat = Materializer(
+        sources,
+        task_encoder or DefaultTaskEncoder(),
+        image_decode=image_decode,
+        error_policy=error_policy,
+        packing_buffer_size=packing_buffer_size,
+        decode_limits=decode_limits,
+        unbatched=batch_size is None,
+    )
+    if batch_size is None and mat.packing:
+        raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
+    return mat, packing_buffer_size if mat.packing else (batch_size or 1)
 
 
 def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tuple[str, ...]:
@@ -348,8 +369,6 @@ def get_val_dataset(
     A metadataset's split is its datasets concatenated in file order (weights and repetitions
     ignored, as in Energon), each sample once across all ranks.
     """
-    from fpipe.encode import DefaultTaskEncoder
-
     topo = topology or worker_config or Topology.from_env()
     view, sources, names = eval_head(
         path,
@@ -362,18 +381,15 @@ def get_val_dataset(
             open_kwargs=open_kwargs,
         ),
     )
-    mat = Materializer(
+    mat, recipe_size = _materializer(
         sources,
-        task_encoder or DefaultTaskEncoder(),
-        image_decode=image_decode,
-        error_policy=error_policy,
-        packing_buffer_size=packing_buffer_size,
-        decode_limits=decode_limits,
-        unbatched=batch_size is None,  # Energon's batch_size=None: one sample per recipe
+        task_encoder,
+        image_decode,
+        error_policy,
+        packing_buffer_size,
+        decode_limits,
+        batch_size,
     )
-    if batch_size is None and mat.packing:
-        raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
-    recipe_size = packing_buffer_size if mat.packing else (batch_size or 1)
     stages = [
         distribute(
             recipe_size * topo.world_size,
