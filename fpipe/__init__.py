@@ -34,6 +34,7 @@ _SAMPLES = (
     "VideoTextSample",
     "basic_sample_keys",
 )
+# Energon's hook helpers and task encoders (fpipe.encode lazily loads the same names).
 _ENCODE = (
     "DefaultTaskEncoder",
     "IgnoreSample",

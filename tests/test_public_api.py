@@ -65,6 +65,18 @@ def test_dunder_all_is_sorted():
     assert not problems, "\n".join(problems)
 
 
+def test_energon_hook_names_are_exported_at_top_level_and_by_encode():
+    import fpipe.encode
+    import fpipe.encode.hooks as hooks
+
+    # using_sample_rng is the loader's side of sample_rng, not a user hook
+    user_hooks = set(hooks.__all__) - {"using_sample_rng"}
+    assert user_hooks <= set(fpipe.encode.__all__)
+    assert user_hooks | {"DefaultTaskEncoder", "TaskEncoder"} <= set(fpipe.__all__)
+    for name in user_hooks:
+        assert getattr(fpipe, name) is getattr(fpipe.encode, name) is getattr(hooks, name)
+
+
 @pytest.mark.parametrize("name", [m for p in DOCUMENTED_PACKAGES for m in _module_names(p)])
 def test_public_names_have_docstrings(name):
     mod = _module(name)

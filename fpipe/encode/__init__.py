@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from fpipe import _ENCODE as _ENERGON_NAMES
+
 if TYPE_CHECKING:
     from fpipe.encode.collate import collate, collate_samples, pad_stack, pad_stack_lengths
     from fpipe.encode.hooks import (
@@ -25,18 +27,10 @@ if TYPE_CHECKING:
     from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
     from fpipe.encode.varlen import VarlenPack, stack_varlen, varlen_pack
 
-_HOOKS = (
-    "IgnoreSample",
-    "SkipSample",
-    "batch_list",
-    "batch_pad_stack",
-    "batch_stack",
-    "generic_batch",
-    "sample_rng",
-    "stateless",
-)
+# The names fpipe re-exports at top level (Energon's hook helpers and task encoders) are listed
+# once, in fpipe/__init__.py; the task encoders' entries below override the hooks module.
 _LAZY = {
-    **dict.fromkeys(_HOOKS, "fpipe.encode.hooks"),
+    **dict.fromkeys(_ENERGON_NAMES, "fpipe.encode.hooks"),
     "DefaultTaskEncoder": "fpipe.encode.task_encoder",
     "TaskEncoder": "fpipe.encode.task_encoder",
     "VarlenPack": "fpipe.encode.varlen",
