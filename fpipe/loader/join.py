@@ -24,6 +24,7 @@ from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.encode.hooks import SkipSample
 from fpipe.loader.materialize import DatasetSource
 from fpipe.samples.base import BASE_FIELDS, Sample
+from fpipe.storage.config import is_crude
 
 __all__ = [
     "JoinSource",
@@ -34,7 +35,6 @@ __all__ = [
     "with_join",
 ]
 
-_CRUDE = ("CrudeSample", "crude")
 _PART_TAG = 2  # fold_in tag of part k's cooking rng: 2 + k (0 and 1: the primary's rngs)
 
 
@@ -58,10 +58,6 @@ class NoMatch(SkipSample):  # noqa: N818 - a SkipSample, counted the same way
         self.where = where
 
 
-def _is_crude(src: DatasetSource) -> bool:
-    return src.sample_type in _CRUDE
-
-
 def with_join(
     primary: DatasetSource, parts: list[JoinSource], joiner: str | None, where: str
 ) -> DatasetSource:
@@ -72,7 +68,7 @@ def with_join(
     from fpipe.samples import sample_type_from_name
 
     srcs = [primary, *(p.source for p in parts)]
-    crude = [_is_crude(s) for s in srcs]
+    crude = [is_crude(s.sample_type) for s in srcs]
     if any(crude) and not all(crude):
         kinds = ", ".join(f"{s.path} ({s.sample_type})" for s in srcs)
         raise ConfigError(f"{where}: a join mixes crude and typed datasets: {kinds}")
@@ -213,7 +209,7 @@ def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int, read=Non
     (key, raw), part_reads, found = read if read is not None else read_joined(m, d, [index])[0]
     if isinstance(raw, Exception):
         raise raw
-    crude = _is_crude(src)
+    crude = is_crude(src.sample_type)
     parts: list[Any] = []
     for k, (part, j, pread) in enumerate(zip(src.join, found, part_reads)):
         if j < 0:

@@ -21,6 +21,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ErrorPolicy, FpipeError, MaterializeError
 from fpipe.core.records import Recipe, Refs
 from fpipe.core.rng import LazyGenerator, fold_in_array
+from fpipe.storage.config import is_crude
 
 __all__ = ["DatasetSource", "MaterializedBatch", "Materializer", "decode_recipe", "encode_recipe"]
 
@@ -195,7 +196,7 @@ class Materializer:
     def wanted(self, src: DatasetSource) -> frozenset[str] | None:
         """Member extensions samples of ``src`` are cooked from (None: all, for crude
         samples, whose cooker sees every member)."""
-        if src.sample_type in ("CrudeSample", "crude"):
+        if is_crude(src.sample_type):
             return None
         return self.field_map(src).extensions
 
@@ -234,7 +235,7 @@ class Materializer:
         (``key``: its key when known, else ``ds.key(index)``)."""
         sample_key = ds.key(index) if key is None else key
         path = getattr(ds, "path", src.path)
-        if src.sample_type in ("CrudeSample", "crude"):  # (the hook name in __call__ agrees)
+        if is_crude(src.sample_type):
             from fpipe.samples import make_crude_sample
 
             crude = make_crude_sample(
@@ -343,8 +344,7 @@ class Materializer:
         )
         kept = []  # positions in the recipe of the samples not skipped
         for pos, (d, i, e, skey, read) in enumerate(ids):
-            crude = self.sources[d].sample_type in ("CrudeSample", "crude")
-            hook = "cook_crude_sample" if crude else "read/cook"
+            hook = "cook_crude_sample" if is_crude(self.sources[d].sample_type) else "read/cook"
             try:
                 with using_sample_rng(LazyGenerator(skey, _ENCODE)):  # fpipe.sample_rng()
                     sample, rng = self.sample(d, i, e, skey, read)

@@ -27,6 +27,7 @@ from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
 from fpipe.plan.source import View
+from fpipe.storage.config import is_crude
 from fpipe.storage.metadataset import Leaf, Mix, is_metadataset, load_metadataset, resolve_mix
 
 __all__ = ["eval_head", "train_head"]
@@ -85,17 +86,17 @@ def _source(path, ds, overrides, extra_subflavors) -> DatasetSource:
     )
     cfg = ds.config
     st = sample_type if sample_type is not None else cfg.sample_type
-    if field_map is None and not cfg.field_map and cfg.sample_loader and st != "CrudeSample":
+    if not isinstance(st, str):
+        from fpipe.samples import sample_type_name
+
+        st = sample_type_name(st)
+    if field_map is None and not cfg.field_map and cfg.sample_loader and not is_crude(st):
         raise ConfigError(
             f"{path}: dataset.yaml maps fields with an Energon sample_loader "
             f"({cfg.sample_loader}); fpipe does not run code named in data files. Set a field "
             f"map instead: `fpipe prepare {path} --field image=jpg --field caption=txt` (or "
             "field_map={...} here), or use sample_type='CrudeSample' with a cooker"
         )
-    if not isinstance(st, str):
-        from fpipe.samples import sample_type_name
-
-        st = sample_type_name(st)
     sub = dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {}))
     sub.update(extra_subflavors or {})
     return DatasetSource(

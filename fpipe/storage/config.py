@@ -23,6 +23,7 @@ __all__ = [
     "DatasetConfig",
     "SplitConfig",
     "dump_yaml",
+    "is_crude",
     "load_dataset_config",
     "load_split_config",
     "parse_split_ratios",
@@ -31,6 +32,17 @@ __all__ = [
 
 #: sample type used when none was given: raw fields, cooked by the user.
 CRUDE = "CrudeSample"
+
+
+def is_crude(sample_type: str) -> bool:
+    """Whether ``sample_type`` names crude samples (raw members for a cooker): ``"CrudeSample"``
+    or its short form ``"crude"``.
+
+    Example:
+      >>> is_crude("crude"), is_crude("CaptioningSample")
+      (True, False)
+    """
+    return sample_type in (CRUDE, "crude")
 
 
 class DatasetConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -71,6 +71,18 @@ def test_sample_loader_dataset_is_refused_with_a_fix(tmp_path):
     assert len(next(iter(ds)).caption) == 2
 
 
+@pytest.mark.parametrize("name", ["CrudeSample", "crude"])
+def test_crude_override_of_a_sample_loader_dataset_reaches_the_cooker(tmp_path, name):
+    # "crude" is read as CrudeSample by the materializer; the sample_loader check agrees
+    import fpipe
+
+    make_energon741_dataset(tmp_path, shards=1, per_shard=2, split_ratio=(1, 0, 0),
+                            form="sample_loader")  # fmt: skip
+    ds = fpipe.get_train_dataset(tmp_path, batch_size=2, sample_type=name)
+    with pytest.raises(ConfigError, match="no cookers"):
+        next(iter(ds))
+
+
 def test_split_order_follows_split_yaml(tmp_path):
     # `energon prepare --shuffle-tars` lists shards shuffled; Energon reads them in that order
     make_energon741_dataset(tmp_path, shards=3, per_shard=2)
