@@ -22,7 +22,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.encode.hooks import SkipSample
-from fpipe.loader.materialize import DatasetSource
+from fpipe.loader.materialize import DatasetSource, read_many_held
 from fpipe.samples.base import BASE_FIELDS, Sample
 from fpipe.storage.config import is_crude
 
@@ -166,13 +166,6 @@ def prefetch_parts(m, d: int, indices: np.ndarray) -> None:
             _part_dataset(m, d, k).prefetch(hits.tolist(), m.wanted(part.source))
 
 
-def _read_many(ds, indices: np.ndarray, wanted, limits) -> list:
-    try:
-        return ds.read_many(indices, wanted, limits=limits)
-    except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
-        return [(None, e)] * len(indices)
-
-
 def read_joined(m, d: int, indices: np.ndarray) -> list[tuple]:
     """What :func:`joined_sample` needs of each of ``indices`` (samples of the joined dataset
     ``d``), read a batch at once (``Dataset.read_many``): ``((key, members), part reads,
@@ -181,14 +174,14 @@ def read_joined(m, d: int, indices: np.ndarray) -> list[tuple]:
     indices = np.asarray(indices, np.int64)
     src = m.sources[d]
     found = part_indices(m, d, indices)
-    own = _read_many(m.dataset(d), indices, m.wanted(src), m.decode_limits)
+    own = read_many_held(m.dataset(d), indices, m.wanted(src), m.decode_limits)
     reads: list[list] = []
     for k, part in enumerate(src.join):
         got: list = [None] * len(indices)
         hits = np.flatnonzero(found[k] >= 0)
         if len(hits):
             pds = _part_dataset(m, d, k)
-            pread = _read_many(pds, found[k][hits], m.wanted(part.source), m.decode_limits)
+            pread = read_many_held(pds, found[k][hits], m.wanted(part.source), m.decode_limits)
             for p, r in zip(hits.tolist(), pread):
                 got[p] = r
         reads.append(got)

@@ -87,6 +87,16 @@ def decode_recipe(data: bytes) -> Recipe:
     return Recipe(step=step, refs=refs, key=key, bucket=bucket, shape=tuple(shape))
 
 
+def read_many_held(ds, indices: np.ndarray, wanted, limits) -> list[tuple]:
+    """``ds.read_many(indices, wanted, limits=limits)``; if that call itself fails, each sample
+    holds its exception as ``(None, error)``, raised in the sample's turn (the error policy then
+    applies to each)."""
+    try:
+        return ds.read_many(indices, wanted, limits=limits)
+    except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
+        return [(None, e)] * len(indices)
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetSource:
     """How to read and cook the samples of one dataset of a pipeline.
@@ -291,12 +301,11 @@ class Materializer:
             yield from out
 
     def _read_many(self, d: int, indices: np.ndarray) -> list:
-        try:
-            return self.dataset(d).read_many(
-                indices, self.wanted(self.sources[d]), limits=self.decode_limits
-            )
+        try:  # a dataset that cannot be opened fails each of its samples, as a read does
+            ds, wanted = self.dataset(d), self.wanted(self.sources[d])
         except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
             return [(None, e)] * len(indices)
+        return read_many_held(ds, indices, wanted, self.decode_limits)
 
     def _prefetch(self, refs) -> None:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
