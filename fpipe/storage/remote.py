@@ -152,9 +152,9 @@ def open_store(url: str, options: StorageOptions | None = None) -> tuple[Any, st
     cache_key = (base, msgspec.json.encode(options))
     store = _STORES.get(cache_key)
     if store is None:
+        _obstore()  # first: without obstore, the install hint rather than an ImportError
         from obstore.store import from_url
 
-        _obstore()
         retry = {
             "max_retries": options.max_retries,
             "backoff": {
