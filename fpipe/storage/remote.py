@@ -289,8 +289,9 @@ class RemoteFiles:
 
     def _start(self, ranges: list[tuple[str, int, int]]) -> dict:
         """Futures of ``ranges``, whose GETs start with one wake-up of the I/O loop."""
+        # stores are opened here, in the caller's thread: the fork check runs, and once
         jobs = [(self._store_name(r[0]), r, concurrent.futures.Future()) for r in ranges]
-        self.requests += len(jobs)  # stores opened in this thread: checks for fork, opens once
+        self.requests += len(jobs)
         loop = _io_loop()
         loop.call_soon_threadsafe(self._spawn, jobs)
         return {r: fut for _, r, fut in jobs}
@@ -300,20 +301,28 @@ class RemoteFiles:
             asyncio.ensure_future(self._get(store, name, path, off, size, fut))
 
     async def _get(self, store, name: str, path: str, off: int, size: int, fut) -> None:
+        """Fetch one range into ``fut``, which always gets a result: ``pread`` waits on it
+        without a timeout, so any failure here becomes its result (or exception)."""
         if not fut.set_running_or_notify_cancel():
             return  # a later prefetch replaced this one before its GET started
+        try:
+            data = await self._fetch(store, name, off, size)
+        except Exception as e:
+            fut.set_result(_as_os_error(path, e))
+        except BaseException as e:  # cancelled (the loop shutting down): still wake the reader
+            fut.set_exception(e)
+            raise
+        else:
+            self.bytes_read += len(data)
+            fut.set_result(data)
+
+    async def _fetch(self, store, name: str, off: int, size: int) -> bytes:
         pid = os.getpid()
         if self._sem is None or self._sem[0] != pid:
             self._sem = (pid, asyncio.Semaphore(self.options.concurrency))
         async with self._sem[1]:
-            try:
-                data = await _obstore().get_range_async(store, name, start=off, length=size)
-            except Exception as e:
-                fut.set_result(_as_os_error(path, e))
-                return
-        data = bytes(data)
-        self.bytes_read += len(data)
-        fut.set_result(data)
+            data = await _obstore().get_range_async(store, name, start=off, length=size)
+        return bytes(data)
 
     def open_stream(self, path: str, chunk: int = 8 << 20):
         """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe

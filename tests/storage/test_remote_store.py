@@ -1,8 +1,9 @@
-"""remote.py without a server: ``file://`` objects, a missing obstore."""
+"""remote.py without a server: ``file://`` objects, a missing obstore, failing range fetches."""
 
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -18,3 +19,36 @@ def test_without_obstore_the_error_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(remote, "_STORES", {})
     with pytest.raises(ConfigError, match=r"pip install 'fpipe\[remote\]'"):
         remote.open_store(f"file://{tmp_path}/x.bin")
+
+
+class _Unreadable:
+    def __bytes__(self):
+        raise MemoryError("no room for the range")
+
+
+class _FetchedButUnreadable:
+    """An obstore whose ranged GET succeeds and whose bytes cannot be taken."""
+
+    async def get_range_async(self, store, name, *, start, length):
+        return _Unreadable()
+
+
+def test_a_range_read_that_fails_after_its_get_raises_instead_of_hanging(monkeypatch, tmp_path):
+    (tmp_path / "x.bin").write_bytes(b"0123456789")
+    url = f"file://{tmp_path}/x.bin"
+    files = remote.RemoteFiles(f"file://{tmp_path}")
+    assert files.pread(url, 2, 4) == b"2345"
+    monkeypatch.setattr(remote, "_obstore", _FetchedButUnreadable)
+    raised: list[BaseException] = []
+
+    def read():
+        try:
+            files.pread(url, 0, 4)
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertions
+            raised.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "pread still waits for a range whose fetch failed"
+    assert isinstance(raised[0], OSError) and "x.bin: no room for the range" in str(raised[0])
