@@ -163,6 +163,17 @@ def _concat(names=("a", "b"), sizes=(9, 14), limit=None):
     return repeat(concat(views, names=list(names), limit=limit), 2)
 
 
+#: Variants of the config fields bucket_batches and group_batches share (their window shuffle,
+#: epochs, distribution and remainder).
+GROUPED_BATCH_VARIANTS: dict[str, dict[str, Any]] = {
+    "window": {"window": 10},
+    "shuffle": {"shuffle": False},
+    "num_epochs": {"epochs": 3},
+    "rank": {"rank": 1, "world_size": 2},
+    "world_size": {"world_size": 2},
+    "remainder": {"drop_last": False},
+}
+
 EXAMPLES: list[Example] = [
     Example(
         "bucket_batches",
@@ -173,12 +184,7 @@ EXAMPLES: list[Example] = [
             "width": {"width": "w2"},
             "height": {"height": "h2"},
             "frames": {"frames": None},
-            "window": {"window": 10},
-            "shuffle": {"shuffle": False},
-            "num_epochs": {"epochs": 3},
-            "rank": {"rank": 1, "world_size": 2},
-            "world_size": {"world_size": 2},
-            "remainder": {"drop_last": False},
+            **GROUPED_BATCH_VARIANTS,
         },
     ),
     Example(
@@ -189,12 +195,7 @@ EXAMPLES: list[Example] = [
             "criterion": {"fn": by_u},
             "columns": {"cols": ("u", "t")},
             "max_groups": {"max_groups": 8},
-            "window": {"window": 10},
-            "shuffle": {"shuffle": False},
-            "num_epochs": {"epochs": 3},
-            "rank": {"rank": 1, "world_size": 2},
-            "world_size": {"world_size": 2},
-            "remainder": {"drop_last": False},
+            **GROUPED_BATCH_VARIANTS,
         },
     ),
     Example(
