@@ -40,6 +40,7 @@ __all__ = [
     "randint",
     "split",
     "uniform",
+    "uniform_array",
 ]
 
 Key = int  #: a 64-bit unsigned key; only ever combined through fold_in
@@ -135,6 +136,17 @@ def name_id(name: str) -> int:
 def uniform(k: Key, *data: int) -> float:
     """A float in [0, 1) determined by ``k`` and the position ``data``."""
     return (fold_in(k, *data) >> 11) * (1.0 / (1 << 53))
+
+
+def uniform_array(k: Key | np.ndarray, *data: np.ndarray | int) -> np.ndarray:
+    """Vectorized :func:`uniform`: a float64 in [0, 1) per element of the broadcast ``data``
+    (``k`` may be an array of keys, as in :func:`fold_in_array`).
+
+    Example:
+        >>> uniform_array(7, np.arange(3)).tolist() == [uniform(7, i) for i in range(3)]
+        True
+    """
+    return (fold_in_array(k, *data) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 def randint(k: Key, high: int, *data: int) -> int:

@@ -26,11 +26,9 @@ import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
-from fpipe.core.rng import fold_in, fold_in_array, permutation
+from fpipe.core.rng import fold_in, permutation, uniform_array
 
 __all__ = ["WeightSchedule", "choose_epochized", "choose_weighted", "ordinals"]
-
-_TO_UNIT = 1.0 / (1 << 53)
 
 
 class WeightSchedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,11 +102,6 @@ class WeightSchedule(msgspec.Struct, frozen=True, kw_only=True):
         return row / row.sum()
 
 
-def _uniform(key: int, positions: np.ndarray) -> np.ndarray:
-    """A float in [0, 1) per position, from the hash of (key, position)."""
-    return (fold_in_array(key, positions) >> np.uint64(11)).astype(np.float64) * _TO_UNIT
-
-
 def _pick(row: tuple[float, ...], u: np.ndarray) -> np.ndarray:
     """Index ``d`` with probability ``row[d] / sum(row)`` for each uniform ``u``."""
     w = np.asarray(row, dtype=np.float64)
@@ -127,7 +120,7 @@ def choose_weighted(key: int, schedule: WeightSchedule, positions: np.ndarray) -
     dataset within it (exact, O(log datasets) per position).
     """
     positions = np.asarray(positions, dtype=np.int64)
-    u = _uniform(key, positions)
+    u = uniform_array(key, positions)
     pts = schedule.points
     if len(pts) == 1:
         return _pick(schedule.weights[0], u)

@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from fpipe.core.rng import fold_in_array
+from fpipe.core.rng import fold_in_array, uniform_array
 from fpipe.plan.bucket_config import BucketTable, aspect_ratio
 
 __all__ = ["REJECTED", "UNFIT", "assign_buckets"]
@@ -138,7 +138,7 @@ def assign_buckets(
         cand = choice >= 0
         c, choice = p[cand], choice[cand]
         fits_any[c] = True
-        u = (fold_in_array(base[slot[c]], level) >> np.uint64(11)) * (1.0 / (1 << 53))
+        u = uniform_array(base[slot[c]], level)
         keep = u < lk.prob[choice]
         out[c[keep]] = choice[keep]
         # not kept here (or no frame option at this resolution): try the next smaller one

@@ -69,6 +69,17 @@ def test_randint_uniform_choice_ranges():
         rng.choice(k, [0, 0])
 
 
+def test_uniform_array_is_uniform_elementwise():
+    k = rng.key(42)
+    assert rng.uniform_array(k, np.array([3]))[0] == GOLDEN_UNIFORM
+    pos = np.arange(50)
+    assert rng.uniform_array(k, pos, 9).tolist() == [rng.uniform(k, int(i), 9) for i in pos]
+    keys = rng.fold_in_array(k, pos)  # an array of keys, one position each
+    assert rng.uniform_array(keys, 2).tolist() == [
+        rng.uniform(rng.fold_in(k, int(i)), 2) for i in pos
+    ]
+
+
 def test_generator_is_owned_by_its_key():
     a = rng.generator(rng.fold_in(rng.key(1), 5)).random(4)
     np.random.seed(0)  # noqa: NPY002 - the global RNG must not matter
