@@ -230,10 +230,12 @@ def header_mismatch(header: bytes, expected: bytes) -> str | None:
       >>> header_mismatch(buf.getvalue()[:512], b"0002.jpg")
       "member '0001.jpg'"
     """
+    if len(header) < 512:  # cut short: the end of the file
+        return "no tar header"
     n = len(expected)
     if n < 100 and header[:n] == expected and header[n] == 0:
         return None  # the usual case, decided without the checksum
-    if len(header) < 512 or header == bytes(512) or not _checksum_ok(header):
+    if header == bytes(512) or not _checksum_ok(header):
         return "no tar header"
     short = header[:100].split(b"\0", 1)[0]
     name = short

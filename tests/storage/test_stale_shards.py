@@ -73,6 +73,12 @@ def test_header_check_accepts_long_and_non_ascii_names(tmp_path):
     assert header_mismatch(bytes(512), b"a.txt") == "no tar header"
 
 
+def test_a_header_cut_short_is_no_header():
+    # it raised IndexError (exactly the name's length) or matched (the name and a NUL)
+    assert header_mismatch(b"a.txt", b"a.txt") == "no tar header"
+    assert header_mismatch(b"a.txt\0", b"a.txt") == "no tar header"
+
+
 def _energon(tmp_path, samples):
     """An Energon folder of one shard holding ``samples`` (and its .tar.idx)."""
     make_energon_dataset(tmp_path, shards=1, per_shard=len(samples))
