@@ -145,9 +145,11 @@ class AudioTaskEncoder(TaskEncoder):
 
     Args:
       config: the :class:`AudioConfig` (rate, channels, clip length and start policy).
-      decode_limits: :class:`fpipe.decode.DecodeLimits` for the decoders the loader runs (None:
-        the loader's ``decode_limits``, or the defaults); a file over a limit is a bad sample
-        under the loader's error policy.
+      decode_limits: :class:`fpipe.decode.DecodeLimits` the loader uses unless
+        ``get_train_dataset(decode_limits=...)`` is given (the decoders it cooks carry them),
+        and the limits of encoded bytes this encoder decodes itself (None: the defaults for
+        those, whatever the loader's); a file over a limit is a bad sample under the loader's
+        error policy.
       audio_field: the sample attribute holding the audio (an ``AVDecoder`` or encoded bytes).
       caption_field: the sample attribute copied into ``caption`` (None to skip).
 

@@ -97,11 +97,13 @@ class VideoTaskEncoder(TaskEncoder):
     Args:
       config: the :class:`~fpipe.encode.video.VideoTransformConfig` (frames, size, stride,
         ``temporal="first"|"random"``, ``crop="center"|"random"``).
-      decode_limits: :class:`fpipe.decode.DecodeLimits` (None: the loader's
-        ``decode_limits``, or the defaults): a video over a limit is a bad sample
-        (``BadSampleError`` naming file and key; the loader's error policy raises or skips and
-        counts it). The loader hands the limits to the decoders it cooks, which probe files
-        without stored metadata while cooking (``probe_av``).
+      decode_limits: :class:`fpipe.decode.DecodeLimits` the loader uses unless
+        ``get_train_dataset(decode_limits=...)`` is given, and the limits of encoded bytes this
+        encoder decodes itself (None: the defaults for those, whatever the loader's): a video
+        over a limit is a bad sample (``BadSampleError`` naming file and key; the loader's
+        error policy raises or skips and counts it). The loader hands its limits to the
+        decoders it cooks, which probe files without stored metadata while cooking
+        (``probe_av``).
       video_field: the sample attribute holding the video (``AVDecoder``, encoded bytes,
         decoded ``uint8 [T, 3, H, W]`` frames, or an image ``[3, H, W]``: a 1-frame clip);
         samples without it use their ``image`` attribute (image datasets).
