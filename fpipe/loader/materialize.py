@@ -184,6 +184,7 @@ class Materializer:
         return other
 
     def dataset(self, i: int):
+        """The opened dataset ``i`` of :attr:`sources` (opened once per process)."""
         ds = self._datasets.get(i)
         if ds is None:
             from fpipe.storage import open_dataset

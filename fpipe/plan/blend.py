@@ -1,5 +1,6 @@
 """Blending several datasets into one stream of refs: by weight (optionally scheduled over the
-run) or epochized (exact passes per blend epoch); and concatenation for validation.
+run) or epochized (exact passes per blend epoch). Validation splits are concatenated instead
+(:mod:`fpipe.plan.concat`).
 
 Each dataset is a :class:`~fpipe.plan.source.View` with its own slice shuffle: dataset ``d``'s
 stream is its epochs one after the other, epoch ``e`` in that view's keyed order of epoch

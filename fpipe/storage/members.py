@@ -52,7 +52,9 @@ class MemberTable(msgspec.Struct, frozen=True):
         return {e: int(c) for e, c in zip(self.exts, found)}
 
 
-def build_members(samples: Sequence[tuple[Sequence[str], Sequence[int], Sequence[int]]]):
+def build_members(
+    samples: Sequence[tuple[Sequence[str], Sequence[int], Sequence[int]]],
+) -> MemberTable:
     """The table of ``samples``, each ``(extensions, offsets, sizes)`` of its members."""
     m = sum(len(s[0]) for s in samples)
     names = sorted({e for s in samples for e in s[0]})
