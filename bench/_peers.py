@@ -189,10 +189,14 @@ def spdl_iter(root: str, bs: int, workers: int, decode: str) -> Iterator:
     from spdl.pipeline import PipelineBuilder
 
     src = TarSource(root)
+    decode_one = Decode(decode)
+    # SPDL's pipeline turns a failing stage into a 120 s wait for the next item: decode one
+    # sample first, so a missing FFmpeg library fails at once with its own error
+    decode_one(src[0])
     pipeline = (
         PipelineBuilder()
         .add_source(src[i] for i in shuffled_forever(len(src)))
-        .pipe(Decode(decode), concurrency=workers)
+        .pipe(decode_one, concurrency=workers)
         .aggregate(bs, drop_last=True)
         .pipe(collate_np)
         .add_sink(2)
