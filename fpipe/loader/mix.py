@@ -51,7 +51,7 @@ def dataset_view(
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
     source = _source(path, ds, overrides, extra_subflavors)
-    source_id = f"{Path(os.fspath(path)).name}#{split}#{len(ds)}"
+    source_id = f"{_dataset_name(path)}#{split}#{len(ds)}"
     if join is not None and join.join:
         source, tag = _joined(join, source, overrides)
         source_id += tag
@@ -108,21 +108,31 @@ def _source(path, ds, overrides, extra_subflavors) -> DatasetSource:
     )
 
 
-def _leaves(path, split, training) -> Mix:
-    return resolve_mix(load_metadataset(path), split, training=training)
+def _dataset_name(path) -> str:
+    """A dataset's name in a plan of one dataset: its folder's name."""
+    return Path(os.fspath(path)).name
 
 
-def _leaf_view(leaf: Leaf, d: int, overrides, columns, limit=None):
-    return dataset_view(
-        leaf.path,
-        leaf.split_part,
-        dataset=d,
-        extra_subflavors=leaf.subflavors,
-        overrides=overrides,
-        columns=columns,
-        limit=limit,
-        join=leaf,
-    )
+def _mix_views(
+    path, split: str, *, training: bool, overrides, columns
+) -> tuple[Mix, tuple[str, ...], list[DatasetSource], list[View]]:
+    """A metadataset split resolved: its mix, the leaves' names, and each leaf's source and
+    index-order view (dataset id = the leaf's position)."""
+    mix = resolve_mix(load_metadataset(path), split, training=training)
+    sources, views = [], []
+    for d, leaf in enumerate(mix.leaves):
+        source, view = dataset_view(
+            leaf.path,
+            leaf.split_part,
+            dataset=d,
+            extra_subflavors=leaf.subflavors,
+            overrides=overrides,
+            columns=columns,
+            join=leaf,
+        )
+        sources.append(source)
+        views.append(view)
+    return mix, tuple(leaf.name for leaf in mix.leaves), sources, views
 
 
 def train_head(
@@ -150,14 +160,11 @@ def train_head(
         if weight_schedule is not None:
             raise ConfigError("weight_schedule needs a metadataset with a blend")
         source, view = dataset_view(path, split, overrides=overrides, columns=columns)
-        return repeat(shuffled(view), num_epochs), [source], (Path(os.fspath(path)).name,)
-    mix = _leaves(path, split, True)
-    names = tuple(leaf.name for leaf in mix.leaves)
-    sources, views = [], []
-    for d, leaf in enumerate(mix.leaves):
-        source, view = _leaf_view(leaf, d, overrides, columns)
-        sources.append(source)
-        views.append(shuffled(view))
+        return repeat(shuffled(view), num_epochs), [source], (_dataset_name(path),)
+    mix, names, sources, views = _mix_views(
+        path, split, training=True, overrides=overrides, columns=columns
+    )
+    views = [shuffled(v) for v in views]
     if mix.mode == "single" and weight_schedule is None:
         return repeat(views[0], num_epochs), sources, names
     common = dict(names=names, num_epochs=num_epochs, allow_changed_weights=allow_changed_weights)
@@ -185,14 +192,10 @@ def eval_head(
     """(view, dataset sources, dataset names) of a validation / test pass."""
     if not is_metadataset(path):
         source, view = dataset_view(path, split, overrides=overrides, columns=(), limit=limit)
-        return view, [source], (Path(os.fspath(path)).name,)
-    mix = _leaves(path, split, False)
-    names = tuple(leaf.name for leaf in mix.leaves)
-    sources, views = [], []
-    for d, leaf in enumerate(mix.leaves):
-        source, view = _leaf_view(leaf, d, overrides, ())
-        sources.append(source)
-        views.append(view)
+        return view, [source], (_dataset_name(path),)
+    _, names, sources, views = _mix_views(
+        path, split, training=False, overrides=overrides, columns=()
+    )
     view = concat(views, names=list(names), limit=limit)
     if view.size == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
