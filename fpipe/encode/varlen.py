@@ -86,7 +86,14 @@ def varlen_pack(
     else:
         lab = [np.asarray(x, dtype=np.int64).reshape(-1) for x in labels]
         if [len(x) for x in lab] != lens.tolist():
-            raise ValueError("labels must have the same lengths as the sequences")
+            got = [len(x) for x in lab]
+            bad = next((i for i, (a, b) in enumerate(zip(got, lens.tolist())) if a != b), None)
+            what = (
+                f"{len(lab)} label sequences for {len(seqs)} samples"
+                if bad is None
+                else f"sample {bad} has {got[bad]} labels for {lens[bad]} tokens"
+            )
+            raise ValueError(f"labels must have the same lengths as the sequences: {what}")
         lab_real = np.concatenate(lab) if lab else np.zeros(0, dtype=np.int64)
     out = np.full(length, ignore_index, dtype=np.int64)
     nonempty = lens > 0
@@ -115,6 +122,8 @@ def stack_varlen(packs: Sequence[VarlenPack]) -> VarlenPack:
     flattened batch that partition all ``B * L`` positions: a row's padding is a segment of its
     own (its labels are ignored), so a varlen kernel over ``input_ids.view(-1)`` never mixes
     rows. ``max_seqlen`` covers the padding segments too."""
+    if not packs:
+        raise ValueError("stack_varlen needs at least one pack")
     if len({p.input_ids.shape[0] for p in packs}) > 1:
         raise ValueError("stack_varlen needs packs of one length (use varlen_pack(pad_to=...))")
     length = packs[0].input_ids.shape[0]

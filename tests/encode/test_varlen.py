@@ -38,6 +38,10 @@ def test_empty_samples_and_errors():
         varlen_pack([[1, 2, 3]], pad_to=2)
     with pytest.raises(ValueError, match="same lengths"):
         varlen_pack([[1, 2]], labels=[[1]])
+    with pytest.raises(ValueError, match="same lengths.*sample 1 has 1 labels for 2 tokens"):
+        varlen_pack([[1], [2, 3]], labels=[[1], [2]])
+    with pytest.raises(ValueError, match="same lengths.*1 label sequences for 2 samples"):
+        varlen_pack([[1], [2, 3]], labels=[[1]])
 
 
 def test_stack_partitions_the_flat_batch():
@@ -49,3 +53,5 @@ def test_stack_partitions_the_flat_batch():
     assert s.max_seqlen == 6
     with pytest.raises(ValueError, match="one length"):
         stack_varlen([a, varlen_pack([[1]])])
+    with pytest.raises(ValueError, match="at least one pack"):  # it raised IndexError
+        stack_varlen([])
