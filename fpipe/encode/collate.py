@@ -19,30 +19,42 @@ from typing import Any
 import numpy as np
 import torch
 
+from fpipe.encode import batch_memory
+
 __all__ = ["collate", "collate_samples", "pad_stack", "pad_stack_lengths"]
 
 
 def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
-    """Stack tensors of equal rank, padding each dimension at the end to the largest size."""
+    """Stack tensors of equal rank, padding each dimension at the end to the largest size.
+
+    In a DataLoader worker process the result is allocated in shared memory (see
+    :mod:`fpipe.encode.batch_memory`); its values are the same everywhere."""
     first = tensors[0]
     if _plain_cpu(tensors):
         # numpy does the copy on this thread: torch's intra-op pool can stall for milliseconds
         # on a busy machine, which dominates small batches at num_workers=0.
         arrays = [t.numpy() for t in tensors]
         if all(a.shape == arrays[0].shape for a in arrays):
-            return torch.from_numpy(np.stack(arrays))
+            out = _new_batch((len(arrays), *arrays[0].shape), arrays[0].dtype)
+            np.stack(arrays, out=out.numpy())
+            return out
     elif all(t.shape == first.shape for t in tensors):
-        return torch.stack(list(tensors))
+        return torch.stack(list(tensors), out=_shared_like(tensors, (len(tensors), *first.shape)))
     if any(t.dim() != first.dim() for t in tensors):
         ranks = sorted({t.dim() for t in tensors})
         raise ValueError(f"cannot pad-stack tensors of different ranks {ranks}")
     shape = [max(t.shape[d] for t in tensors) for d in range(first.dim())]
     if _plain_cpu(tensors):
-        out_np = np.full((len(tensors), *shape), pad_value, dtype=tensors[0].numpy().dtype)
+        out = _new_batch((len(tensors), *shape), tensors[0].numpy().dtype, pad_value)
+        out_np = out.numpy()
         for i, t in enumerate(tensors):
             out_np[(i, *(slice(0, s) for s in t.shape))] = t.numpy()
-        return torch.from_numpy(out_np)
-    out = first.new_full((len(tensors), *shape), pad_value)
+        return out
+    out = _shared_like(tensors, (len(tensors), *shape))
+    if out is None:
+        out = first.new_full((len(tensors), *shape), pad_value)
+    else:
+        out.fill_(pad_value)
     for i, t in enumerate(tensors):
         out[(i, *(slice(0, s) for s in t.shape))] = t
     return out
@@ -75,7 +87,31 @@ def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:
     )
 
 
-def _pad_stack_numpy(arrays: Sequence[np.ndarray], pad_value: float = 0) -> np.ndarray | None:
+def _new_batch(shape: Sequence[int], dtype: np.dtype, fill: float | None = None) -> torch.Tensor:
+    """A CPU tensor of numpy ``dtype`` to collate into through ``.numpy()``: in shared memory in
+    a DataLoader worker process, so the hop to the main process copies nothing; every element
+    ``fill`` (as ``np.full`` sets it), or uninitialized."""
+    if batch_memory.in_worker_process():
+        out = batch_memory.shared_empty(shape, torch.from_numpy(np.empty(0, dtype)).dtype)
+        if fill is not None:
+            np.copyto(out.numpy(), fill, casting="unsafe")
+        return out
+    return torch.from_numpy(np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype))
+
+
+def _shared_like(tensors: Sequence[torch.Tensor], shape: Sequence[int]) -> torch.Tensor | None:
+    """An uninitialized shared-memory tensor of the tensors' one dtype in a DataLoader worker
+    process, for the torch paths (bfloat16, complex32) to write into; None elsewhere, and for
+    tensors that need torch's own result (other devices, mixed dtypes, autograd)."""
+    first = tensors[0]
+    if not batch_memory.in_worker_process() or not all(
+        t.device.type == "cpu" and t.dtype == first.dtype and not t.requires_grad for t in tensors
+    ):
+        return None
+    return batch_memory.shared_empty(shape, first.dtype)
+
+
+def _pad_stack_arrays(arrays: Sequence[np.ndarray], pad_value: float = 0) -> torch.Tensor | None:
     """What ``pad_stack`` of the arrays as tensors gives, computed in numpy (rows of 1-D
     arrays placed with one mask, not one copy each); None unless every array has the same
     native numeric dtype and rank >= 1 (the tensor path handles the rest)."""
@@ -87,16 +123,20 @@ def _pad_stack_numpy(arrays: Sequence[np.ndarray], pad_value: float = 0) -> np.n
     if any(a.dtype != dtype for a in arrays) or any(len(s) != first.ndim for s in shapes):
         return None
     if shapes.count(first.shape) == len(shapes):
-        return np.stack(arrays)
+        out = _new_batch((len(arrays), *first.shape), dtype)
+        np.stack(arrays, out=out.numpy())
+        return out
     if first.ndim == 1:
         lengths = np.fromiter((s[0] for s in shapes), dtype=np.int64, count=len(shapes))
-        out = np.full((len(arrays), int(lengths.max())), pad_value, dtype=dtype)
-        out[np.arange(out.shape[1]) < lengths[:, None]] = np.concatenate(arrays)
+        out = _new_batch((len(arrays), int(lengths.max())), dtype, pad_value)
+        out_np = out.numpy()
+        out_np[np.arange(out_np.shape[1]) < lengths[:, None]] = np.concatenate(arrays)
         return out
     shape = [max(s[d] for s in shapes) for d in range(first.ndim)]
-    out = np.full((len(arrays), *shape), pad_value, dtype=dtype)
+    out = _new_batch((len(arrays), *shape), dtype, pad_value)
+    out_np = out.numpy()
     for i, a in enumerate(arrays):
-        out[(i, *(slice(0, n) for n in a.shape))] = a
+        out_np[(i, *(slice(0, n) for n in a.shape))] = a
     return out
 
 
@@ -112,9 +152,9 @@ def collate(values: Sequence[Any]) -> Any:
     if all(isinstance(v, torch.Tensor) for v in values):
         return pad_stack(values)
     if all(isinstance(v, np.ndarray) for v in values) and first.dtype != object:
-        out = _pad_stack_numpy(values)
+        out = _pad_stack_arrays(values)
         if out is not None:
-            return torch.from_numpy(out)
+            return out
         return pad_stack([torch.from_numpy(np.ascontiguousarray(v)) for v in values])
     if all(isinstance(v, numbers.Number) and not isinstance(v, complex) for v in values):
         return torch.tensor(values)
