@@ -1,0 +1,223 @@
+"""Benchmark: moving a collated batch from a DataLoader worker process to the main process.
+
+fpipe's collate builds a batch in shared memory inside a worker (``fpipe.encode.batch_memory``),
+so torch's pickler sends a handle; the old way built it in ordinary memory and the pickler
+copied it into a fresh shared segment. Both ways run in the same process, interleaved; the old
+way is the new code with ``batch_memory.in_worker_process`` patched to False (workers fork, so
+they inherit the patch).
+
+1. **Worker side** (one process, uint8 ``[32, 3, 224, 224]`` = 4.8 MB): collate + moving the
+   batch into shared memory as the pickler does (``share_memory_()``, the same call), old vs new,
+   and stacking into a shared buffer already mapped and touched (what reusing buffers across
+   batches could save at most: its page faults).
+2. **Hop** (synthetic): a torch DataLoader, 2 workers, each batch collated from pre-made
+   tensors (no decode), so the hop is most of the work; the main process copies each batch
+   once into a preallocated buffer (as a host-to-device copy would read it).
+3. **fpipe** on the quick image set of ``bench/loader.py`` (640 JPEGs 128-512 px, decode +
+   resize + crop to 224, ``draft=False``, batch 32): ``get_loader(num_workers=2)`` old vs new.
+
+Rates are samples per wall second and per CPU-second of the main process and its workers
+(``_loader_runs.measure``: medians of interleaved repeats).
+
+Usage: ``python bench/batch_hop.py [--repeats 5] [--batches 40] [--image-batches 16]``.
+The last line of output is one JSON object (``hop_new_vs_old``, ``fpipe_new_vs_old``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import torch
+import torch.utils.data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_line, median_time  # noqa: E402  (also puts the repo root on sys.path)
+from _loader_data import ensure_image_set  # noqa: E402
+from _loader_runs import in_process, measure  # noqa: E402
+
+import fpipe  # noqa: E402
+from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
+from fpipe.encode import batch_memory  # noqa: E402
+from fpipe.encode.collate import collate_samples  # noqa: E402
+
+BATCH = 32
+SHAPE = (3, 224, 224)
+
+
+def _old_way():
+    """The collate of before: ordinary memory in workers too."""
+    return mock.patch.object(batch_memory, "in_worker_process", lambda: False)
+
+
+def _images(n: int, seed: int = 0) -> list[torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return [torch.from_numpy(rng.integers(0, 256, SHAPE, dtype=np.uint8)) for _ in range(n)]
+
+
+def _samples(pool: list[torch.Tensor], i: int) -> list[dict]:
+    return [{"image": pool[(i + k) % len(pool)], "caption": "a photo"} for k in range(BATCH)]
+
+
+def worker_side(repeats: int) -> dict[str, float]:
+    """Milliseconds per batch for collate + share, old vs new, and into a reused buffer."""
+    pool = _images(BATCH)
+    images = [s["image"] for s in _samples(pool, 0)]
+    arrays = [t.numpy() for t in images]
+    reused = batch_memory.shared_empty((BATCH, *SHAPE), torch.uint8)
+    reused.zero_()
+
+    def old():
+        with _old_way():
+            collate_samples([{"image": t} for t in images])["image"].share_memory_()
+
+    def new():
+        with mock.patch.object(batch_memory, "in_worker_process", lambda: True):
+            collate_samples([{"image": t} for t in images])["image"].share_memory_()
+
+    def into_reused():
+        np.stack(arrays, out=reused.numpy())
+
+    ways = {"old_ms": old, "new_ms": new, "reused_buffer_ms": into_reused}
+    for fn in ways.values():  # warm-up: the allocator's first large blocks
+        fn()
+    # rounds of 5 calls each way, interleaved so load on the machine hits the ways alike
+    rounds = [{k: median_time(fn, 5) for k, fn in ways.items()} for _ in range(4 * repeats)]
+    return {k: round(statistics.median(r[k] for r in rounds) * 1e3, 3) for k in ways}
+
+
+class _Synthetic(torch.utils.data.Dataset):
+    """Batch ``i``: 32 pre-made images (a pool of 64) collated by fpipe."""
+
+    def __init__(self):
+        self.pool = _images(64, seed=1)
+
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, i: int) -> dict:
+        return collate_samples(_samples(self.pool, i))
+
+
+def _consumed(it: Iterator) -> Iterator:
+    """Each batch read once into one preallocated buffer (what a copy to the GPU does)."""
+    buf = torch.empty((BATCH, *SHAPE), dtype=torch.uint8)
+    for batch in it:
+        buf.copy_(batch["image"])
+        yield batch
+
+
+def _started(it: Iterator, old: bool) -> Iterator:
+    """``it`` with its workers forked under the old way's patch (or not); the first ``next``
+    of a loader starts torch's iterator, which forks the workers."""
+    with _old_way() if old else contextlib.nullcontext():
+        first = next(it)
+    yield first
+    yield from it
+
+
+def hop_iter(old: bool) -> Iterator:
+    loader = torch.utils.data.DataLoader(
+        _Synthetic(),
+        batch_size=None,
+        sampler=itertools.count(),
+        num_workers=2,
+        prefetch_factor=2,
+        collate_fn=_identity,
+    )
+    return _consumed(_started(iter(loader), old))
+
+
+def _identity(x):
+    return x
+
+
+def fpipe_iter(root: Path, old: bool) -> Iterator:
+    ds = fpipe.get_train_dataset(
+        root,
+        batch_size=BATCH,
+        shuffle_buffer_size=1000,
+        max_samples_per_sequence=100,
+        seed=1,
+        image_decode=ImageDecodeOptions(target_size=224, draft=False),
+    )
+    return _started(iter(fpipe.get_loader(ds, num_workers=2, prefetch_factor=2)), old)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "fpipe-bench-loader"))
+    ap.add_argument("--repeats", type=int, default=5, help="median of N interleaved runs")
+    ap.add_argument("--batches", type=int, default=40, help="timed batches, synthetic hop")
+    ap.add_argument("--image-batches", type=int, default=16, help="timed batches, image set")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    t_start = time.perf_counter()
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    log(f"# batch hop benchmark\n{machine_line()}, torch {torch.__version__}")
+
+    log("\n## 1. worker side: collate + share one uint8 [32, 3, 224, 224] batch")
+    side = worker_side(args.repeats)
+    log(f"  {json.dumps(side)}")
+
+    log(f"\n## 2. hop: synthetic batches, 2 workers, {args.batches} timed batches")
+    hop, hop_cpu = measure(
+        {
+            "old (copy into a fresh segment)": in_process(lambda: hop_iter(True), "images", 32, 4),
+            "new (collate into shared memory)": in_process(
+                lambda: hop_iter(False), "images", 32, 4
+            ),
+        },
+        args.batches,
+        args.repeats,
+        log,
+    )
+
+    root = Path(args.data) / "images"
+    ensure_image_set(root, samples=640, shards=8, lo=128, hi=512, pool=400)
+    log(f"\n## 3. fpipe nw=2 draft=False, quick image set, {args.image_batches} timed batches")
+    img, img_cpu = measure(
+        {
+            "fpipe old": in_process(lambda: fpipe_iter(root, True), "images", 32, 4),
+            "fpipe new": in_process(lambda: fpipe_iter(root, False), "images", 32, 4),
+        },
+        args.image_batches,
+        args.repeats,
+        log,
+    )
+
+    def ratio(rates: dict) -> float:
+        old, new = rates.values()
+        return round(new / old, 3)
+
+    result = {
+        "worker_side_ms": side,
+        "hop_samples_per_s": {k: round(v, 1) for k, v in hop.items()},
+        "hop_samples_per_cpu_s": {k: round(v, 1) for k, v in hop_cpu.items()},
+        "hop_new_vs_old": ratio(hop),
+        "hop_new_vs_old_cpu": ratio(hop_cpu),
+        "fpipe_samples_per_s": {k: round(v, 1) for k, v in img.items()},
+        "fpipe_samples_per_cpu_s": {k: round(v, 1) for k, v in img_cpu.items()},
+        "fpipe_new_vs_old": ratio(img),
+        "fpipe_new_vs_old_cpu": ratio(img_cpu),
+        "repeats": args.repeats,
+        "loadavg": [round(v, 2) for v in os.getloadavg()],
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
