@@ -35,6 +35,8 @@ class _Sample:
 
 CASES = {
     "images uint8": lambda: collate(_tensors(torch.uint8, [(3, 8, 8)] * 4)),
+    # over batch_memory's populate threshold: its pages mapped in one call first
+    "images uint8 96 KiB": lambda: collate(_tensors(torch.uint8, [(3, 64, 64)] * 8)),
     "ragged tensors float32": lambda: collate(_tensors(torch.float32, [(2, 3), (1, 4)])),
     "pad value": lambda: pad_stack(_tensors(torch.int64, [(2,), (4,)]), pad_value=-1),
     "0-d tensors": lambda: collate(_tensors(torch.int32, [(), ()])),
