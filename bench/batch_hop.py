@@ -1,15 +1,16 @@
 """Benchmark: moving a collated batch from a DataLoader worker process to the main process.
 
-fpipe's collate builds a batch in shared memory inside a worker (``fpipe.encode.batch_memory``),
-so torch's pickler sends a handle; the old way built it in ordinary memory and the pickler
-copied it into a fresh shared segment. Both ways run in the same process, interleaved; the old
-way is the new code with ``batch_memory.in_worker_process`` patched to False (workers fork, so
-they inherit the patch).
+With fpipe's own batch hooks, collate builds a batch in shared memory inside a worker
+(``fpipe.encode.batch_memory``), so torch's pickler sends a handle; the old way built it in
+ordinary memory and the pickler copied it into a fresh shared segment. Both ways run in the same
+process, interleaved; the old way is the new code with ``batch_memory.collate_into_shared``
+patched to False (workers fork, so they inherit the patch).
 
 1. **Worker side** (one process, uint8 ``[32, 3, 224, 224]`` = 4.8 MB): collate + moving the
-   batch into shared memory as the pickler does (``share_memory_()``, the same call), old vs new,
-   and stacking into a shared buffer already mapped and touched (what reusing buffers across
-   batches could save at most: its page faults).
+   batch into shared memory as the pickler does (``share_memory_()``, the same call), old vs new;
+   stacking into a shared buffer already mapped and touched (what reusing buffers across batches
+   could save at most); and a hook that replaces the batch (``float() / 255``) after collate:
+   old, and what collating into shared memory regardless of the hooks would cost.
 2. **Hop** (synthetic): a torch DataLoader, 2 workers, each batch collated from pre-made
    tensors (no decode), so the hop is most of the work; the main process copies each batch
    once into a preallocated buffer (as a host-to-device copy would read it).
@@ -58,7 +59,12 @@ SHAPE = (3, 224, 224)
 
 def _old_way():
     """The collate of before: ordinary memory in workers too."""
-    return mock.patch.object(batch_memory, "in_worker_process", lambda: False)
+    return mock.patch.object(batch_memory, "collate_into_shared", lambda: False)
+
+
+def _new_way():
+    """Collate into shared memory, as in a worker with fpipe's own batch hooks."""
+    return mock.patch.object(batch_memory, "collate_into_shared", lambda: True)
 
 
 def _images(n: int, seed: int = 0) -> list[torch.Tensor]:
@@ -71,25 +77,31 @@ def _samples(pool: list[torch.Tensor], i: int) -> list[dict]:
 
 
 def worker_side(repeats: int) -> dict[str, float]:
-    """Milliseconds per batch for collate + share, old vs new, and into a reused buffer."""
+    """Milliseconds per batch for collate + share: old vs new, into a reused buffer, and with a
+    hook that replaces the batch."""
     pool = _images(BATCH)
     images = [s["image"] for s in _samples(pool, 0)]
     arrays = [t.numpy() for t in images]
     reused = batch_memory.shared_empty((BATCH, *SHAPE), torch.uint8)
     reused.zero_()
 
-    def old():
-        with _old_way():
-            collate_samples([{"image": t} for t in images])["image"].share_memory_()
-
-    def new():
-        with mock.patch.object(batch_memory, "in_worker_process", lambda: True):
-            collate_samples([{"image": t} for t in images])["image"].share_memory_()
+    def send(way, hook=lambda x: x):
+        with way():
+            hook(collate_samples([{"image": t} for t in images])["image"]).share_memory_()
 
     def into_reused():
         np.stack(arrays, out=reused.numpy())
 
-    ways = {"old_ms": old, "new_ms": new, "reused_buffer_ms": into_reused}
+    def normalize(x):
+        return x.float() / 255
+
+    ways = {
+        "old_ms": lambda: send(_old_way),
+        "new_ms": lambda: send(_new_way),
+        "reused_buffer_ms": into_reused,
+        "float_hook_old_ms": lambda: send(_old_way, normalize),
+        "float_hook_collated_into_shared_ms": lambda: send(_new_way, normalize),
+    }
     for fn in ways.values():  # warm-up: the allocator's first large blocks
         fn()
     # rounds of 5 calls each way, interleaved so load on the machine hits the ways alike
@@ -107,7 +119,8 @@ class _Synthetic(torch.utils.data.Dataset):
         return 1 << 30
 
     def __getitem__(self, i: int) -> dict:
-        return collate_samples(_samples(self.pool, i))
+        with batch_memory.sent_as_collated():  # as the materializer does with its own hooks
+            return collate_samples(_samples(self.pool, i))
 
 
 def _consumed(it: Iterator) -> Iterator:

@@ -1,16 +1,19 @@
-"""Where collate allocates a batch: shared memory inside a DataLoader worker process.
+"""Where collate allocates a batch: shared memory when a DataLoader worker sends it as it is.
 
 A batch built in a worker reaches the main process through torch's ``ForkingPickler``, which
 sends a tensor's storage as a shared-memory handle: a storage already in shared memory travels
-as it is, any other is first copied into a fresh shared segment (the whole batch once more, and
-its page faults, in the worker). So in a worker, collate allocates its output in shared memory
-and stacks into it, as torch's ``default_collate`` does. Elsewhere (``num_workers=0``, thread
-workers, user code) it allocates ordinary memory, as before.
+as it is, any other is first copied into a fresh shared segment. So when the materializer's
+batch hooks are fpipe's own (``batch`` collates, ``encode_batch`` keeps the tensors), collate in
+a worker allocates its output in shared memory and stacks into it, as torch's
+``default_collate`` does (:func:`sent_as_collated` marks that span). Anywhere else
+(``num_workers=0``, thread workers, a user's ``batch`` or ``encode_batch`` that may replace the
+tensors, collate called by user code) it allocates ordinary memory, as before: a segment that a
+hook replaces would cost a whole segment more, not less.
 
-A fresh segment costs the kernel more than the copy it saves: allocating and mapping its pages
-(~1,200 page faults for a 4.8 MB batch) dominates. So the segment's pages are mapped in one
-``madvise(MADV_POPULATE_WRITE)`` call (Linux 5.14+; elsewhere the writes fault them in) before
-collate writes into it.
+The copy saved is the small part: the kernel's work for a fresh segment (allocating and mapping
+~1,200 pages for a 4.8 MB batch) is paid either way. Mapping the pages in one
+``madvise(MADV_POPULATE_WRITE)`` call (Linux 5.14+; elsewhere the writes fault them in) instead
+of one fault per page is most of what this saves (``bench/batch_hop.py``).
 
 Each batch gets its own segment: it lives as long as anyone holds the batch (the consumer may
 also pass it on to another process), so nothing is reused across batches.
@@ -18,16 +21,24 @@ also pass it on to another process), so nothing is reused across batches.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import torch
-import torch.utils.data
+if TYPE_CHECKING:
+    import torch
 
-__all__ = ["in_worker_process", "shared_empty"]
+__all__ = ["collate_into_shared", "in_worker_process", "sent_as_collated", "shared_empty"]
+
+#: Set by the materializer around a batch hook whose collated tensors are sent as they are.
+_SENT_AS_COLLATED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "fpipe_sent_as_collated", default=False
+)
 
 
 #: ``MADV_POPULATE_WRITE`` (Linux 5.14+): allocate and map a range's pages now, writable.
@@ -60,14 +71,35 @@ def _populate(address: int, nbytes: int) -> None:
         madvise(start, address + nbytes - start, _MADV_POPULATE_WRITE)
 
 
+@contextlib.contextmanager
+def sent_as_collated(sent: bool = True) -> Iterator[None]:
+    """Inside (with ``sent``): what collate builds is what the worker sends (no later hook
+    replaces the tensors), so in a DataLoader worker it is built in shared memory."""
+    token = _SENT_AS_COLLATED.set(sent)
+    try:
+        yield
+    finally:
+        _SENT_AS_COLLATED.reset(token)
+
+
+def collate_into_shared() -> bool:
+    """True where collate should build its tensors in shared memory: inside
+    :func:`sent_as_collated`, in a torch DataLoader worker process."""
+    return _SENT_AS_COLLATED.get() and in_worker_process()
+
+
 def in_worker_process() -> bool:
     """True inside a torch DataLoader worker process."""
+    import torch.utils.data
+
     return torch.utils.data.get_worker_info() is not None
 
 
 def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialized contiguous CPU tensor in shared memory (``is_shared()``): pickling it to
     another process sends only its handle."""
+    import torch
+
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     storage = torch.UntypedStorage._new_shared(nbytes)
     if nbytes >= _POPULATE_MIN_BYTES:

@@ -27,8 +27,8 @@ __all__ = ["collate", "collate_samples", "pad_stack", "pad_stack_lengths"]
 def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
     """Stack tensors of equal rank, padding each dimension at the end to the largest size.
 
-    In a DataLoader worker process the result is allocated in shared memory (see
-    :mod:`fpipe.encode.batch_memory`); its values are the same everywhere."""
+    In a DataLoader worker that sends the batch as collated, the result is allocated in shared
+    memory (see :mod:`fpipe.encode.batch_memory`); its values are the same everywhere."""
     first = tensors[0]
     if _plain_cpu(tensors):
         # numpy does the copy on this thread: torch's intra-op pool can stall for milliseconds
@@ -89,9 +89,9 @@ def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:
 
 def _new_batch(shape: Sequence[int], dtype: np.dtype, fill: float | None = None) -> torch.Tensor:
     """A CPU tensor of numpy ``dtype`` to collate into through ``.numpy()``: in shared memory in
-    a DataLoader worker process, so the hop to the main process copies nothing; every element
-    ``fill`` (as ``np.full`` sets it), or uninitialized."""
-    if batch_memory.in_worker_process():
+    a DataLoader worker that sends it as it is (the hop to the main process then copies
+    nothing); every element ``fill`` (as ``np.full`` sets it), or uninitialized."""
+    if batch_memory.collate_into_shared():
         out = batch_memory.shared_empty(shape, torch.from_numpy(np.empty(0, dtype)).dtype)
         if fill is not None:
             np.copyto(out.numpy(), fill, casting="unsafe")
@@ -100,11 +100,11 @@ def _new_batch(shape: Sequence[int], dtype: np.dtype, fill: float | None = None)
 
 
 def _shared_like(tensors: Sequence[torch.Tensor], shape: Sequence[int]) -> torch.Tensor | None:
-    """An uninitialized shared-memory tensor of the tensors' one dtype in a DataLoader worker
-    process, for the torch paths (bfloat16, complex32) to write into; None elsewhere, and for
-    tensors that need torch's own result (other devices, mixed dtypes, autograd)."""
+    """An uninitialized shared-memory tensor of the tensors' one dtype where collate builds in
+    shared memory, for the torch paths (bfloat16, complex32) to write into; None elsewhere, and
+    for tensors that need torch's own result (other devices, mixed dtypes, autograd)."""
     first = tensors[0]
-    if not batch_memory.in_worker_process() or not all(
+    if not batch_memory.collate_into_shared() or not all(
         t.device.type == "cpu" and t.dtype == first.dtype and not t.requires_grad for t in tensors
     ):
         return None

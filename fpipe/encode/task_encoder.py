@@ -274,3 +274,17 @@ class DefaultTaskEncoder(
         if target is None or target is getattr(self, "_raw_batch_type", None):
             return batch
         return _convert(batch, target)
+
+
+def keeps_collated_tensors(encoder: Any) -> bool:
+    """True when ``encoder``'s ``batch`` and ``encode_batch`` are fpipe's own, with no batch
+    types to convert to: the batch it makes holds the tensors collate built, unchanged (so a
+    worker may build them where it sends them from, see :mod:`fpipe.encode.batch_memory`)."""
+    cls = type(encoder)
+    return (
+        getattr(cls, "batch", None) in (TaskEncoder.batch, DefaultTaskEncoder.batch)
+        and getattr(cls, "encode_batch", None)
+        in (TaskEncoder.encode_batch, DefaultTaskEncoder.encode_batch)
+        and getattr(encoder, "_raw_batch_type", None) is None
+        and getattr(encoder, "_batch_type", None) is None
+    )

@@ -334,7 +334,9 @@ class Materializer:
         return tuple(self.key(d, i) for d, i in zip(refs.dataset.tolist(), refs.index.tolist()))
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
+        from fpipe.encode.batch_memory import sent_as_collated
         from fpipe.encode.hooks import SkipSample, using_sample_rng
+        from fpipe.encode.task_encoder import keeps_collated_tensors
 
         enc = self.task_encoder
         if recipe.shape:  # a bucket's batch: every sample gets the bucket's shape
@@ -391,7 +393,10 @@ class Materializer:
 
                     samples = pack_planned(enc, samples, refs.column("pack"), kept)
                 hook = "batch"
-                out = enc.batch(samples)
+                # fpipe's own hooks send collate's tensors as they are: in a worker, collate
+                # then builds them in shared memory (fpipe.encode.batch_memory)
+                with sent_as_collated(keeps_collated_tensors(enc)):
+                    out = enc.batch(samples)
                 hook = "encode_batch"
                 batch = enc.encode_batch(out)
         except SkipSample:

@@ -1,5 +1,5 @@
-"""collate in a DataLoader worker process: the batch is built in shared memory, with the values,
-dtype and shape it has anywhere else."""
+"""collate in a DataLoader worker that sends the batch as collated: the batch is built in shared
+memory, with the values, dtype and shape it has anywhere else; elsewhere, in ordinary memory."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def test_the_worker_path_gives_the_same_batch(case, monkeypatch):
     want = CASES[case]()
     _RNG.bit_generator.state = seed
     monkeypatch.setattr(batch_memory, "in_worker_process", lambda: True)
-    got = CASES[case]()
+    with batch_memory.sent_as_collated():
+        got = CASES[case]()
     pairs = list(zip(_tensors_of(got), _tensors_of(want), strict=True))
     assert pairs or isinstance(got, torch.Tensor)
     for g, w in pairs:
@@ -82,19 +83,33 @@ def test_the_worker_path_gives_the_same_batch(case, monkeypatch):
         assert not w.is_shared()
 
 
+def test_a_worker_collates_in_ordinary_memory_unless_the_batch_is_sent_as_collated(monkeypatch):
+    monkeypatch.setattr(batch_memory, "in_worker_process", lambda: True)
+    images = _tensors(torch.uint8, [(3, 8, 8)] * 4)
+    assert not collate(images).is_shared()  # a hook may replace it: a segment would be wasted
+    with batch_memory.sent_as_collated(False):
+        assert not collate(images).is_shared()
+    with batch_memory.sent_as_collated():
+        assert collate(images).is_shared()
+
+
 class _Batches(torch.utils.data.Dataset):
     def __len__(self):
         return 2
 
     def __getitem__(self, i):
         images = [torch.full((3, 4, 4), i + k, dtype=torch.uint8) for k in range(4)]
-        batch = collate(images)
-        return batch, batch.is_shared(), batch_memory.in_worker_process()
+        plain = collate(images)  # a user's own call: the caller may replace the tensor
+        with batch_memory.sent_as_collated():
+            batch = collate(images)
+        return batch, batch.is_shared(), plain.is_shared(), batch_memory.in_worker_process()
 
 
 def test_a_batch_built_in_a_worker_is_already_shared():
     loader = torch.utils.data.DataLoader(_Batches(), batch_size=None, num_workers=1)
-    for i, (batch, shared, in_worker) in enumerate(loader):
+    for i, (batch, shared, plain_shared, in_worker) in enumerate(loader):
         assert in_worker and shared  # so pickling sends the handle, not a second copy
-        want = collate([torch.full((3, 4, 4), i + k, dtype=torch.uint8) for k in range(4)])
+        assert not plain_shared
+        with batch_memory.sent_as_collated():  # the main process: ordinary memory
+            want = collate([torch.full((3, 4, 4), i + k, dtype=torch.uint8) for k in range(4)])
         assert torch.equal(batch, want) and not want.is_shared()
