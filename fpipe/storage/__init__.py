@@ -10,8 +10,9 @@ Example::
 """
 
 from fpipe.storage.config import DatasetConfig, SplitConfig
-from fpipe.storage.dataset import Dataset, open_dataset
+from fpipe.storage.dataset import Dataset
 from fpipe.storage.field_spec import FieldSpec, parse_field_spec
+from fpipe.storage.layouts import open_dataset
 from fpipe.storage.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
 from fpipe.storage.prepare import PrepareOptions, PrepareReport, Problem, prepare_dataset
 from fpipe.storage.reader import FileCache

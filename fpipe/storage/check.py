@@ -14,7 +14,8 @@ from pathlib import Path
 import msgspec
 
 from fpipe.core.errors import BadSampleError, FpipeError
-from fpipe.storage.dataset import Dataset, open_dataset
+from fpipe.storage.dataset import Dataset
+from fpipe.storage.layouts import open_dataset
 from fpipe.storage.progress import progress_bar
 from fpipe.storage.webdataset import ShardError, iter_samples, open_shard, shard_stem
 

@@ -20,8 +20,8 @@ from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import ext_kind
 from fpipe.storage import av_meta
 from fpipe.storage.config import DatasetConfig, dump_yaml
-from fpipe.storage.dataset import open_dataset
 from fpipe.storage.image_header import HEADER_PREFIX, image_size
+from fpipe.storage.layouts import open_dataset
 from fpipe.storage.record import ArrayStore
 from fpipe.storage.tables import TableReader, read_table, suffix, table_arrays, table_record
 from fpipe.storage.tar_index import INDEX_DIR, write_folder
