@@ -129,28 +129,34 @@ def _keys(arr: Any) -> np.ndarray:
 
 
 class KeyframeBuilder:
-    """Collects per-sample keyframe arrays of each field, in sample order."""
+    """Collects per-sample keyframe arrays of each field, in sample order.
+
+    Only the samples that have a field are stored, with their index: memory grows with the
+    keyframe lists added, not with samples x fields (a dataset with many audio/video
+    extensions and no field map has many fields, each in few samples).
+    """
 
     def __init__(self) -> None:
         self._n = 0
-        self._fields: dict[str, list[np.ndarray]] = {}
+        self._fields: dict[str, tuple[list[int], list[np.ndarray]]] = {}
 
     def add(self, per_field: Mapping[str, np.ndarray]) -> None:
         """Keyframes of the next sample (fields it lacks get none)."""
         for f, arr in per_field.items():
-            self._fields.setdefault(f, [np.zeros(0, KEYFRAME_DTYPE)] * self._n).append(_keys(arr))
+            samples, arrays = self._fields.setdefault(f, ([], []))
+            samples.append(self._n)
+            arrays.append(_keys(arr))
         self._n += 1
-        for lst in self._fields.values():
-            if len(lst) < self._n:
-                lst.append(np.zeros(0, KEYFRAME_DTYPE))
 
     def build(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """``{field: (values, offsets)}``."""
+        """``{field: (values, offsets)}``: ``offsets`` has one entry per sample added, plus one."""
         out = {}
-        for f, arrs in self._fields.items():
-            off = np.zeros(len(arrs) + 1, np.int64)
-            np.cumsum([len(a) for a in arrs], out=off[1:])
-            out[f] = (np.concatenate(arrs) if arrs else np.zeros(0, KEYFRAME_DTYPE), off)
+        for f, (samples, arrays) in self._fields.items():
+            counts = np.zeros(self._n, np.int64)
+            counts[samples] = [len(a) for a in arrays]
+            off = np.zeros(self._n + 1, np.int64)
+            np.cumsum(counts, out=off[1:])
+            out[f] = (np.concatenate(arrays), off)
         return out
 
 
