@@ -74,16 +74,30 @@ def pad_stack_lengths(
     return pad_stack(tensors, pad_value), lengths
 
 
+#: The torch dtypes whose CPU tensors ``.numpy()`` views (no bfloat16, complex32, float8...).
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.bool,
+        *(torch.uint8, torch.uint16, torch.uint32, torch.uint64),
+        *(torch.int8, torch.int16, torch.int32, torch.int64),
+        *(torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128),
+    }
+)
+
+
 def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:
-    """CPU tensors of one numpy-compatible dtype, no autograd, no views with odd strides."""
-    first = tensors[0]
-    return (
-        first.device.type == "cpu"
-        and first.dtype not in (torch.bfloat16, torch.complex32)
-        and all(
-            t.device.type == "cpu" and t.dtype == first.dtype and not t.requires_grad
-            for t in tensors
-        )
+    """True where ``t.numpy()`` of every tensor is a view of it, all of one dtype: CPU, strided,
+    a dtype numpy has, no autograd, no lazy conjugate or negative bit (``x.conj()``,
+    ``x.conj().imag``). Strides are not checked: numpy views any strides torch makes."""
+    dtype = tensors[0].dtype
+    return dtype in _NUMPY_DTYPES and all(
+        t.dtype == dtype
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and not t.is_conj()
+        and not t.is_neg()
+        for t in tensors
     )
 
 

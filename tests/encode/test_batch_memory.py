@@ -44,6 +44,7 @@ CASES = {
     "bfloat16 ragged": lambda: pad_stack(_tensors(torch.bfloat16, [(2,), (3,)]), pad_value=7),
     "mixed dtypes": lambda: pad_stack([torch.ones(2, dtype=torch.int32), torch.ones(3)]),
     "autograd": lambda: pad_stack(_tensors(torch.float32, [(2,), (2,)], requires_grad=True)),
+    "conj ragged": lambda: pad_stack([t.conj() for t in _tensors(torch.complex64, [(2,), (3,)])]),
     "arrays equal": lambda: collate(_arrays(np.uint8, [(4, 5)] * 3)),
     "arrays ragged 1-D": lambda: collate(_arrays(np.int32, [(3,), (0,), (5,)])),
     "arrays ragged 2-D bool": lambda: collate(_arrays(bool, [(2, 3), (1, 4)])),

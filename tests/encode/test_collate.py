@@ -55,3 +55,28 @@ def test_other_arrays_keep_their_result(arrays):
 def test_ranks_differ_is_an_error():
     with pytest.raises(ValueError, match="different ranks"):
         collate([np.zeros(3, np.int32), np.zeros((1, 3), np.int32)])
+
+
+_COMPLEX = torch.tensor([[1 + 2j, 3 - 4j], [5 + 6j, -7 - 8j]])
+
+
+@pytest.mark.parametrize(
+    "tensors",
+    [
+        [_COMPLEX.conj(), _COMPLEX],  # conjugate bit: x.conj() is a lazy view
+        [_COMPLEX.conj(), _COMPLEX[:1].conj()],  # ragged
+        [_COMPLEX.conj().imag, _COMPLEX.imag],  # negative bit: .imag of a conjugate view
+        [_COMPLEX.conj().imag[:1], _COMPLEX.imag],
+        [torch.ones(2, 3).to(torch.float8_e4m3fn), torch.ones(1, 3).to(torch.float8_e4m3fn)],
+    ],
+    ids=["conj", "conj ragged", "neg", "neg ragged", "float8 ragged"],
+)
+def test_tensors_numpy_cannot_view_are_stacked_by_torch(tensors):
+    got = pad_stack(tensors)
+    shape = [max(n) for n in zip(*(t.shape for t in tensors), strict=True)]
+    want = torch.zeros((len(tensors), *shape), dtype=tensors[0].dtype)
+    for i, t in enumerate(tensors):
+        want[(i, *(slice(0, n) for n in t.shape))] = t.resolve_conj().resolve_neg()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert not got.is_conj() and not got.is_neg()
+    assert torch.equal(got.flatten().view(torch.uint8), want.flatten().view(torch.uint8))  # bits
