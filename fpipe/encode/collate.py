@@ -30,33 +30,24 @@ def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Te
     In a DataLoader worker that sends the batch as collated, the result is allocated in shared
     memory (see :mod:`fpipe.encode.batch_memory`); its values are the same everywhere."""
     first = tensors[0]
-    if _plain_cpu(tensors):
+    if _numpy_viewable(tensors):
         # numpy does the copy on this thread: torch's intra-op pool can stall for milliseconds
         # on a busy machine, which dominates small batches at num_workers=0.
-        arrays = [t.numpy() for t in tensors]
-        if all(a.shape == arrays[0].shape for a in arrays):
-            out = _new_batch((len(arrays), *arrays[0].shape), arrays[0].dtype)
-            np.stack(arrays, out=out.numpy())
+        out = _pad_stack_numpy([t.numpy() for t in tensors], pad_value)
+        if out is not None:
             return out
     elif all(t.shape == first.shape for t in tensors):
         return torch.stack(list(tensors), out=_shared_like(tensors, (len(tensors), *first.shape)))
-    if any(t.dim() != first.dim() for t in tensors):
-        ranks = sorted({t.dim() for t in tensors})
-        raise ValueError(f"cannot pad-stack tensors of different ranks {ranks}")
-    shape = [max(t.shape[d] for t in tensors) for d in range(first.dim())]
-    if _plain_cpu(tensors):
-        out = _new_batch((len(tensors), *shape), tensors[0].numpy().dtype, pad_value)
-        out_np = out.numpy()
-        for i, t in enumerate(tensors):
-            out_np[(i, *(slice(0, s) for s in t.shape))] = t.numpy()
-        return out
+    ranks = {t.dim() for t in tensors}
+    if len(ranks) > 1:
+        raise ValueError(f"cannot pad-stack tensors of different ranks {sorted(ranks)}")
+    shape = list(map(max, zip(*(t.shape for t in tensors), strict=True)))
     out = _shared_like(tensors, (len(tensors), *shape))
     if out is None:
         out = first.new_full((len(tensors), *shape), pad_value)
     else:
         out.fill_(pad_value)
-    for i, t in enumerate(tensors):
-        out[(i, *(slice(0, s) for s in t.shape))] = t
+    _copy_padded(out, tensors)
     return out
 
 
@@ -85,14 +76,14 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
-def _plain_cpu(tensors: Sequence[torch.Tensor]) -> bool:
+def _numpy_viewable(tensors: Sequence[torch.Tensor]) -> bool:
     """True where ``t.numpy()`` of every tensor is a view of it, all of one dtype: CPU, strided,
     a dtype numpy has, no autograd, no lazy conjugate or negative bit (``x.conj()``,
     ``x.conj().imag``). Strides are not checked: numpy views any strides torch makes."""
     dtype = tensors[0].dtype
     return dtype in _NUMPY_DTYPES and all(
         t.dtype == dtype
-        and t.device.type == "cpu"
+        and t.is_cpu
         and t.layout == torch.strided
         and not t.requires_grad
         and not t.is_conj()
@@ -115,43 +106,56 @@ def _new_batch(shape: Sequence[int], dtype: np.dtype, fill: float | None = None)
 
 def _shared_like(tensors: Sequence[torch.Tensor], shape: Sequence[int]) -> torch.Tensor | None:
     """An uninitialized shared-memory tensor of the tensors' one dtype where collate builds in
-    shared memory, for the torch paths (bfloat16, complex32) to write into; None elsewhere, and
-    for tensors that need torch's own result (other devices, mixed dtypes, autograd)."""
+    shared memory, for the torch paths (dtypes numpy lacks, conjugate views) to write into; None
+    elsewhere, and for tensors that need torch's own result (other devices, sparse, mixed
+    dtypes, autograd)."""
     first = tensors[0]
     if not batch_memory.collate_into_shared() or not all(
-        t.device.type == "cpu" and t.dtype == first.dtype and not t.requires_grad for t in tensors
+        t.is_cpu and t.layout == torch.strided and t.dtype == first.dtype and not t.requires_grad
+        for t in tensors
     ):
         return None
     return batch_memory.shared_empty(shape, first.dtype)
 
 
-def _pad_stack_arrays(arrays: Sequence[np.ndarray], pad_value: float = 0) -> torch.Tensor | None:
-    """What ``pad_stack`` of the arrays as tensors gives, computed in numpy (rows of 1-D
-    arrays placed with one mask, not one copy each); None unless every array has the same
-    native numeric dtype and rank >= 1 (the tensor path handles the rest)."""
+def _numpy_stackable(arrays: Sequence[np.ndarray]) -> bool:
+    """True where :func:`_pad_stack_numpy` gives what ``pad_stack`` of the arrays as tensors
+    gives (or None): one native numeric dtype, and not 0-d (``np.ascontiguousarray`` makes a
+    0-d array 1-D on the tensor path)."""
+    dtype = arrays[0].dtype
+    if dtype.kind not in "biufc" or not dtype.isnative or arrays[0].ndim == 0:
+        return False
+    return all(a.dtype == dtype for a in arrays)
+
+
+def _pad_stack_numpy(arrays: Sequence[np.ndarray], pad_value: float) -> torch.Tensor | None:
+    """:func:`pad_stack` computed in numpy, for arrays of one dtype: the views of tensors
+    :func:`_numpy_viewable` admits, or arrays :func:`_numpy_stackable` admits. Rows of 1-D
+    arrays are placed with one mask, not one copy each. None where the ranks differ."""
     first = arrays[0]
-    dtype = first.dtype
-    if dtype.kind not in "biufc" or not dtype.isnative or first.ndim == 0:
-        return None
     shapes = [a.shape for a in arrays]
-    if any(a.dtype != dtype for a in arrays) or any(len(s) != first.ndim for s in shapes):
-        return None
     if shapes.count(first.shape) == len(shapes):
-        out = _new_batch((len(arrays), *first.shape), dtype)
+        out = _new_batch((len(arrays), *first.shape), first.dtype)
         np.stack(arrays, out=out.numpy())
         return out
+    if any(len(s) != first.ndim for s in shapes):
+        return None
     if first.ndim == 1:
         lengths = np.fromiter((s[0] for s in shapes), dtype=np.int64, count=len(shapes))
-        out = _new_batch((len(arrays), int(lengths.max())), dtype, pad_value)
+        out = _new_batch((len(arrays), int(lengths.max())), first.dtype, pad_value)
         out_np = out.numpy()
         out_np[np.arange(out_np.shape[1]) < lengths[:, None]] = np.concatenate(arrays)
         return out
-    shape = [max(s[d] for s in shapes) for d in range(first.ndim)]
-    out = _new_batch((len(arrays), *shape), dtype, pad_value)
-    out_np = out.numpy()
-    for i, a in enumerate(arrays):
-        out_np[(i, *(slice(0, n) for n in a.shape))] = a
+    shape = list(map(max, zip(*shapes, strict=True)))
+    out = _new_batch((len(arrays), *shape), first.dtype, pad_value)
+    _copy_padded(out.numpy(), arrays)
     return out
+
+
+def _copy_padded(out: Any, parts: Sequence[Any]) -> None:
+    """``out[i]``'s leading corner = ``parts[i]``, for torch tensors and numpy arrays alike."""
+    for i, part in enumerate(parts):
+        out[(i, *(slice(0, n) for n in part.shape))] = part
 
 
 def collate(values: Sequence[Any]) -> Any:
@@ -166,7 +170,7 @@ def collate(values: Sequence[Any]) -> Any:
     if all(isinstance(v, torch.Tensor) for v in values):
         return pad_stack(values)
     if all(isinstance(v, np.ndarray) for v in values) and first.dtype != object:
-        out = _pad_stack_arrays(values)
+        out = _pad_stack_numpy(values, 0) if _numpy_stackable(values) else None
         if out is not None:
             return out
         return pad_stack([torch.from_numpy(np.ascontiguousarray(v)) for v in values])

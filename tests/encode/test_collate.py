@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fpipe.encode import batch_memory
 from fpipe.encode.collate import collate, pad_stack
 
 _RNG = np.random.default_rng(0)
@@ -73,10 +74,36 @@ _COMPLEX = torch.tensor([[1 + 2j, 3 - 4j], [5 + 6j, -7 - 8j]])
 )
 def test_tensors_numpy_cannot_view_are_stacked_by_torch(tensors):
     got = pad_stack(tensors)
-    shape = [max(n) for n in zip(*(t.shape for t in tensors), strict=True)]
-    want = torch.zeros((len(tensors), *shape), dtype=tensors[0].dtype)
-    for i, t in enumerate(tensors):
-        want[(i, *(slice(0, n) for n in t.shape))] = t.resolve_conj().resolve_neg()
+    want = _padded_by_hand(tensors, 0)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert not got.is_conj() and not got.is_neg()
     assert torch.equal(got.flatten().view(torch.uint8), want.flatten().view(torch.uint8))  # bits
+
+
+def _padded_by_hand(tensors, pad_value):
+    shape = [max(n) for n in zip(*(t.shape for t in tensors), strict=True)]
+    want = torch.full((len(tensors), *shape), pad_value, dtype=tensors[0].dtype)
+    for i, t in enumerate(tensors):
+        want[(i, *(slice(0, n) for n in t.shape))] = t.resolve_conj().resolve_neg()
+    return want
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shapes", [[(3,), (5,), (0,)], [(2, 3), (1, 4)], [(4,), (4,)], [(), ()]], ids=str
+)
+def test_pad_stack_of_tensors_is_padding_by_hand(dtype, shapes):
+    tensors = [torch.from_numpy(a).to(dtype) for a in _arrays("int64", shapes)]
+    tensors[0] = tensors[0].t() if tensors[0].dim() == 2 else tensors[0]  # a strided view
+    for pad_value in (0, 1):
+        got, want = pad_stack(tensors, pad_value), _padded_by_hand(tensors, pad_value)
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+def test_sparse_tensors_are_stacked_by_torch(monkeypatch):
+    sparse = [torch.tensor([0.0, 2.0]).to_sparse(), torch.tensor([3.0, 0.0]).to_sparse()]
+    want = torch.stack(sparse)
+    assert torch.equal(pad_stack(sparse).to_dense(), want.to_dense())
+    monkeypatch.setattr(batch_memory, "in_worker_process", lambda: True)
+    with batch_memory.sent_as_collated():  # not into a dense shared segment
+        assert torch.equal(pad_stack(sparse).to_dense(), want.to_dense())
