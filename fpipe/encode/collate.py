@@ -29,6 +29,8 @@ def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Te
 
     In a DataLoader worker that sends the batch as collated, the result is allocated in shared
     memory (see :mod:`fpipe.encode.batch_memory`); its values are the same everywhere."""
+    if not tensors:
+        raise ValueError("pad_stack needs at least one tensor, got an empty sequence")
     first = tensors[0]
     if _numpy_viewable(tensors):
         # numpy does the copy on this thread: torch's intra-op pool can stall for milliseconds

@@ -107,3 +107,8 @@ def test_sparse_tensors_are_stacked_by_torch(monkeypatch):
     monkeypatch.setattr(batch_memory, "in_worker_process", lambda: True)
     with batch_memory.sent_as_collated():  # not into a dense shared segment
         assert torch.equal(pad_stack(sparse).to_dense(), want.to_dense())
+
+
+def test_pad_stack_of_nothing_is_a_value_error():
+    with pytest.raises(ValueError, match="at least one tensor"):
+        pad_stack([])
