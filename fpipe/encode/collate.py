@@ -165,9 +165,37 @@ def collate(values: Sequence[Any]) -> Any:
 
     Tensors and numpy arrays -> one padded, stacked tensor; ints/floats/bools -> a 1-D tensor;
     dicts -> a dict of collated values; anything else (str, None, PIL images...) -> a list.
+    An error collating a value of dicts names its field (``batch field 'meta.tokens': ...``).
     """
+    return _collate(values, "")
+
+
+#: The errors stacking raises (torch, numpy, pad_stack) that get the field's name prepended.
+_NAMED_ERRORS = (TypeError, ValueError, RuntimeError)
+
+
+def _collate(values: Sequence[Any], field: str) -> Any:
+    """:func:`collate` of the values of ``field`` (a dotted path; "" where unknown)."""
     if not values:
         return []
+    try:
+        out = _stacked(values)
+    except _NAMED_ERRORS as e:
+        if not field or type(e) not in _NAMED_ERRORS:  # a subclass may take other arguments
+            raise
+        raise type(e)(f"batch field {field!r}: {e}") from e
+    if out is not None:
+        return out
+    first = values[0]
+    if all(isinstance(v, dict) for v in values) and all(v.keys() == first.keys() for v in values):
+        return {
+            k: _collate([v[k] for v in values], f"{field}.{k}" if field else str(k)) for k in first
+        }
+    return list(values)
+
+
+def _stacked(values: Sequence[Any]) -> torch.Tensor | None:
+    """Tensors, numpy arrays or numbers as one tensor; None for other values."""
     first = values[0]
     if all(isinstance(v, torch.Tensor) for v in values):
         return pad_stack(values)
@@ -178,14 +206,13 @@ def collate(values: Sequence[Any]) -> Any:
         return pad_stack([torch.from_numpy(np.ascontiguousarray(v)) for v in values])
     if all(isinstance(v, numbers.Number) and not isinstance(v, complex) for v in values):
         return torch.tensor(values)
-    if all(isinstance(v, dict) for v in values) and all(v.keys() == first.keys() for v in values):
-        return {k: collate([v[k] for v in values]) for k in first}
-    return list(values)
+    return None
 
 
 def collate_samples(samples: Sequence[Any]) -> Any:
     """Collate samples of one dataclass type into one instance of that type (Energon's default
-    batch): each field holds the collated values; ``__key__`` etc. become lists."""
+    batch): each field holds the collated values; ``__key__`` etc. become lists. An error
+    collating a field names it."""
     first = samples[0]
     if dataclasses.is_dataclass(first) and all(type(s) is type(first) for s in samples):
         fields = {}
@@ -193,7 +220,7 @@ def collate_samples(samples: Sequence[Any]) -> Any:
             if not f.init:
                 continue
             values = [getattr(s, f.name) for s in samples]
-            fields[f.name] = list(values) if f.name.startswith("__") else collate(values)
+            fields[f.name] = list(values) if f.name.startswith("__") else _collate(values, f.name)
         return type(first)(**fields)
     if all(isinstance(s, dict) for s in samples):
         return collate(list(samples))

@@ -1,13 +1,16 @@
-"""collate of numpy arrays: padded in numpy, the same tensor as padding the arrays as tensors."""
+"""collate and pad_stack: numpy arrays padded in numpy give the same tensor as padding them as
+tensors; what numpy cannot view goes through torch; errors say what is wrong and where."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
 from fpipe.encode import batch_memory
-from fpipe.encode.collate import collate, pad_stack
+from fpipe.encode.collate import collate, collate_samples, pad_stack
 
 _RNG = np.random.default_rng(0)
 
@@ -112,3 +115,26 @@ def test_sparse_tensors_are_stacked_by_torch(monkeypatch):
 def test_pad_stack_of_nothing_is_a_value_error():
     with pytest.raises(ValueError, match="at least one tensor"):
         pad_stack([])
+
+
+@dataclasses.dataclass
+class _Sample:
+    __key__: str
+    tokens: np.ndarray
+
+
+_OBJECT_LATER = [np.arange(3), np.array([1, None], dtype=object)]  # dtype=object after the first
+
+
+def test_an_error_collating_a_dict_field_names_the_field():
+    samples = [{"meta": {"tokens": a}, "n": 1} for a in _OBJECT_LATER]
+    with pytest.raises(TypeError, match=r"batch field 'meta\.tokens': can't convert np\.ndarray"):
+        collate(samples)
+    with pytest.raises(ValueError, match=r"batch field 'x': cannot pad-stack .* different ranks"):
+        collate_samples([{"x": np.zeros(2)}, {"x": np.zeros((1, 2))}])
+
+
+def test_an_error_collating_a_sample_field_names_the_field():
+    samples = [_Sample(f"k{i}", a) for i, a in enumerate(_OBJECT_LATER)]
+    with pytest.raises(TypeError, match="batch field 'tokens': can't convert np.ndarray"):
+        collate_samples(samples)
