@@ -7,9 +7,7 @@ advanced, so any block of positions is computed on its own, in one numpy pass.
   is a :class:`WeightSchedule` (constant, steps or linear between points);
 * :func:`choose_epochized`: within a blend epoch of ``T = sum(n_d)`` positions, position ``t``
   belongs to dataset ``d`` when a keyed permutation of ``[0, T)`` maps ``t`` into ``d``'s range,
-  so every dataset gets exactly ``n_d`` positions per epoch, interleaved at random;
-* :func:`ordinals`: given the choices of a block and how many refs each dataset had given before
-  it, the ordinal of each position within its dataset's own stream.
+  so every dataset gets exactly ``n_d`` positions per epoch, interleaved at random.
 
 Example:
     >>> s = WeightSchedule.constant([1.0, 3.0])
@@ -28,7 +26,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.rng import fold_in, permutation, uniform_array
 
-__all__ = ["WeightSchedule", "choose_epochized", "choose_weighted", "ordinals"]
+__all__ = ["WeightSchedule", "choose_epochized", "choose_weighted"]
 
 
 class WeightSchedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,25 +159,3 @@ def choose_epochized(key: int, counts: Sequence[int], positions: np.ndarray) -> 
         slot = permutation(fold_in(key, e), total, t[m])
         out[m] = np.searchsorted(bounds, slot, side="right")
     return out
-
-
-def ordinals(ids: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per position, its ordinal in its dataset's stream, and each dataset's count in the block.
-
-    ``before[d]``: refs dataset ``d`` gave before this block. The k-th position of the block
-    that chose ``d`` takes ordinal ``before[d] + k``, so each dataset's stream is consumed in
-    its own order, whatever the interleaving.
-
-    Example:
-        >>> o, c = ordinals(np.array([1, 0, 1, 1], dtype=np.int32), np.array([5, 9]))
-        >>> o.tolist(), c.tolist()
-        ([9, 5, 10, 11], [1, 3])
-    """
-    n = len(ids)
-    counts = np.bincount(ids, minlength=len(before)).astype(np.int64)
-    order = np.argsort(ids, kind="stable")
-    starts = np.cumsum(counts) - counts  # where each dataset's run starts in sorted order
-    sorted_ids = ids[order]
-    out = np.empty(n, dtype=np.int64)
-    out[order] = np.arange(n, dtype=np.int64) - starts[sorted_ids] + before[sorted_ids]
-    return out, counts

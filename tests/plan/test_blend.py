@@ -10,7 +10,7 @@ from fpipe.core.errors import ConfigError, SnapshotMismatchError
 from fpipe.core.testing import check_pipeline, run
 from fpipe.plan import batch, distribute, samples, slice_shuffle, window_shuffle
 from fpipe.plan.blend import BlendState, blend, blend_counters
-from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted, ordinals
+from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
 
 # Upper 0.1% points of the chi-square distribution by degrees of freedom.
 CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}
@@ -67,12 +67,6 @@ def test_choice_is_a_function_of_key_and_position():
     whole = choose_weighted(5, s, np.arange(1000))
     assert np.array_equal(choose_weighted(5, s, np.arange(500, 1000)), whole[500:])
     assert not np.array_equal(choose_weighted(6, s, np.arange(1000)), whole)
-
-
-def test_ordinals_follow_each_dataset_stream():
-    ids = np.array([2, 0, 2, 1, 2, 0], dtype=np.int32)
-    o, c = ordinals(ids, np.array([10, 20, 30]))
-    assert o.tolist() == [30, 10, 31, 20, 32, 11] and c.tolist() == [2, 1, 3]
 
 
 def test_epochized_exact_counts_per_blend_epoch():
