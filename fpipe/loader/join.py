@@ -157,23 +157,27 @@ def part_indices(m, d: int, indices: np.ndarray) -> np.ndarray:
     return np.stack([_lookup(m, d, k).find(keys) for k in range(len(m.sources[d].join))])
 
 
-def prefetch_parts(m, d: int, indices: np.ndarray) -> None:
-    """Let the parts of dataset ``d`` start fetching the matches of a recipe's samples."""
+def prefetch_parts(m, d: int, indices: np.ndarray) -> np.ndarray:
+    """Let the parts of dataset ``d`` start fetching the matches of a recipe's samples;
+    returns their :func:`part_indices`, for :func:`read_joined` to reuse."""
     found = part_indices(m, d, indices)
     for k, part in enumerate(m.sources[d].join):
         hits = found[k][found[k] >= 0]
         if len(hits):
             _part_dataset(m, d, k).prefetch(hits.tolist(), m.wanted(part.source))
+    return found
 
 
-def read_joined(m, d: int, indices: np.ndarray) -> list[tuple]:
+def read_joined(m, d: int, indices: np.ndarray, found: np.ndarray | None = None) -> list[tuple]:
     """What :func:`joined_sample` needs of each of ``indices`` (samples of the joined dataset
     ``d``), read a batch at once (``Dataset.read_many``): ``((key, members), part reads,
     part indices)``, a part's read None where it has no match (index -1); members hold the
-    exception of a failed read, raised in the sample's turn."""
+    exception of a failed read, raised in the sample's turn. ``found``: their
+    :func:`part_indices` when already known (None: looked up here)."""
     indices = np.asarray(indices, np.int64)
     src = m.sources[d]
-    found = part_indices(m, d, indices)
+    if found is None:
+        found = part_indices(m, d, indices)
     own = read_many_held(m.dataset(d), indices, m.wanted(src), m.decode_limits)
     reads: list[list] = []
     for k, part in enumerate(src.join):

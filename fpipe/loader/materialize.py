@@ -280,11 +280,15 @@ class Materializer:
             probe_av=bool(getattr(self.task_encoder, "probe_av", False)),
         )
 
-    def reads(self, refs) -> Iterator[tuple]:
+    def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[tuple]:
         """``(key, members)`` of each ref in order (:meth:`Dataset.read_many`, up to
         ``_READ_CHUNK`` samples per call); a sample that cannot be read, or whose dataset
         cannot be opened, holds the exception in place of its members; a joined dataset's
-        sample also holds its parts' reads (:func:`fpipe.loader.join.read_joined`)."""
+        sample also holds its parts' reads (:func:`fpipe.loader.join.read_joined`).
+        ``parts_found``: from :meth:`_prefetch`, the part indices of each joined dataset's
+        refs in recipe order (not looked up again)."""
+        parts_found = parts_found or {}
+        taken = dict.fromkeys(parts_found, 0)  # refs of each joined dataset read so far
         for c in range(0, len(refs), _READ_CHUNK):
             datasets = refs.dataset[c : c + _READ_CHUNK]
             indices = refs.index[c : c + _READ_CHUNK]
@@ -294,7 +298,11 @@ class Materializer:
                 if self.sources[d].join:  # joined samples: with their parts' samples
                     from fpipe.loader.join import read_joined
 
-                    got = read_joined(self, d, indices[pos])
+                    found = parts_found.get(d)
+                    if found is not None:
+                        found = found[:, taken[d] : taken[d] + len(pos)]
+                        taken[d] += len(pos)
+                    got = read_joined(self, d, indices[pos], found)
                 else:
                     got = self._read_many(d, indices[pos])
                 for p, r in zip(pos.tolist(), got):
@@ -308,10 +316,12 @@ class Materializer:
             return [(None, e)] * len(indices)
         return read_many_held(ds, indices, wanted, self.decode_limits)
 
-    def _prefetch(self, refs) -> None:
+    def _prefetch(self, refs) -> dict[int, np.ndarray]:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
-        object storage; nothing on local disks)."""
+        object storage; nothing on local disks); returns the part indices of each joined
+        dataset's refs (:func:`fpipe.loader.join.part_indices`), for :meth:`reads`."""
         datasets = refs.dataset
+        parts_found = {}
         for d in np.unique(datasets).tolist():
             indices = refs.index[datasets == d]
             src = self.sources[d]
@@ -319,7 +329,8 @@ class Materializer:
             if src.join:
                 from fpipe.loader.join import prefetch_parts
 
-                prefetch_parts(self, d, indices)
+                parts_found[d] = prefetch_parts(self, d, indices)
+        return parts_found
 
     def key(self, dataset: int, index: int) -> str:
         """The sample key of ``index`` in dataset ``dataset`` (for messages; never raises)."""
@@ -348,11 +359,15 @@ class Materializer:
             from fpipe.encode.packing import pack_buffer, pre_pack_encoder
 
             pre_pack = pre_pack_encoder(enc)
-        self._prefetch(refs)
+        parts_found = self._prefetch(refs)
         # Per-sample keys for the whole recipe at once: fold_in(recipe.key, dataset, index, epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
         ids = zip(
-            refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist(), skeys, self.reads(refs)
+            refs.dataset.tolist(),
+            refs.index.tolist(),
+            refs.epoch.tolist(),
+            skeys,
+            self.reads(refs, parts_found),
         )
         kept = []  # positions in the recipe of the samples not skipped
         for pos, (d, i, e, skey, read) in enumerate(ids):

@@ -161,6 +161,20 @@ def test_workers_and_resume_are_exact(data):
     assert take(again, 4) == ref[2:]
 
 
+def test_parts_are_looked_up_once_per_recipe_and_read_in_chunks(data, monkeypatch):
+    from fpipe.loader import join, materialize
+    from tests.loader.helpers import take
+
+    path = join_yaml(data, "none", "once.yaml")
+    ref = take(loader(path), 4)
+    calls = []
+    lookup = join.part_indices
+    monkeypatch.setattr(join, "part_indices", lambda *a: calls.append(1) or lookup(*a))
+    monkeypatch.setattr(materialize, "_READ_CHUNK", 2)  # a recipe of 3 refs: reads in 2 chunks
+    assert take(loader(path), 4) == ref
+    assert len(calls) == 4  # one lookup per recipe (prefetch), reused by the reads
+
+
 def test_restore_into_another_join_is_refused(data):
     ld = loader(join_yaml(data, "skip", "r1.yaml"))
     next(iter(ld))
