@@ -32,13 +32,16 @@ loads it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fpipe.decode.extensions import ext_kind
+
+if TYPE_CHECKING:
+    from fpipe.storage.record import ArrayStore
 
 __all__ = [
     "AVIndex",
@@ -227,21 +230,21 @@ class AVIndex:
 
     Args:
       fields: ``info["av"]["fields"]``: field -> member extensions.
-      array: ``rel path -> ndarray`` loader of the dataset (memory-mapped, cached).
+      arrays: the dataset's arrays by relative path (memory-mapped, cached).
     """
 
-    def __init__(self, fields: Mapping[str, list[str]], array: Callable[[str], np.ndarray]):
+    def __init__(self, fields: Mapping[str, list[str]], arrays: ArrayStore):
         self.fields = {str(f): list(e) for f, e in fields.items()}
-        self._array = array
+        self._arrays = arrays
         self._no_frames: set[str] = set()  # fields of an index without keyframe frame numbers
 
     def _keyframe_frames(self, field: str, lo: int, hi: int) -> tuple[int, ...]:
         if field not in self._no_frames:
-            try:
-                frames = self._array(f"{AV_DIR}/{field}.keyframe_frames.npy")[lo:hi]
-            except FileNotFoundError:
+            frames = self._arrays.optional(f"{AV_DIR}/{field}.keyframe_frames.npy")
+            if frames is None:
                 self._no_frames.add(field)
             else:
+                frames = frames[lo:hi]
                 if len(frames) == hi - lo and (hi == lo or int(frames.min()) >= 0):
                     return tuple(int(k) for k in frames)
         return ()
@@ -250,7 +253,7 @@ class AVIndex:
         """The ``AVMetadata`` of field ``field`` of sample ``i``, or None if it has none."""
         from fpipe.decode.av_records import AVMetadata  # no PyAV needed to read the index
 
-        col = self._array
+        col = self._arrays
         dur = float(col(f"columns/{field}.duration_s.npy")[i])
         if math.isnan(dur):
             return None

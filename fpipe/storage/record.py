@@ -140,11 +140,30 @@ class ArrayStore:
         self._cache: dict[str, np.ndarray] = {}
 
     def __call__(self, name: str) -> np.ndarray:
-        """The array called ``name`` (a plain ndarray view of the map: fast scalar indexing)."""
+        """The array called ``name`` (a plain ndarray view of the map: fast scalar indexing).
+        From an index folder, a missing or unreadable file is a :class:`ConfigError` naming it
+        (the index changed since the dataset was opened, or is corrupt)."""
+        arr = self.optional(name)
+        if arr is None:
+            path = self.folder / name  # type: ignore[operator]  # None only from a folder
+            raise ConfigError(f"{path}: index array missing; re-run `fpipe prepare`")
+        return arr
+
+    def optional(self, name: str) -> np.ndarray | None:
+        """:meth:`__call__`, or None where an index folder has no such file (arrays that
+        older indexes lack)."""
         arr = self._cache.get(name)
         if arr is None:
             if self.folder is not None:
-                arr = load_array(self.folder / name).view(np.ndarray)
+                path = self.folder / name
+                try:
+                    arr = load_array(path).view(np.ndarray)
+                except FileNotFoundError:
+                    return None
+                except (OSError, ValueError) as e:
+                    raise ConfigError(
+                        f"{path}: unreadable index array ({e}); re-run `fpipe prepare`"
+                    ) from None
                 if self._check is not None:
                     self._check(name, arr)
             elif self._make is not None:

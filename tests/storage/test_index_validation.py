@@ -187,3 +187,17 @@ def test_opening_a_large_index_is_cheap(tmp_path):
     t0 = time.perf_counter()
     ds = open_dataset(tmp_path)
     assert len(ds) == n and time.perf_counter() - t0 < 0.5
+
+
+def test_an_index_array_loaded_lazily_is_checked_like_one_opened(tmp_path):
+    from fpipe.storage.record import ArrayStore
+
+    np.save(tmp_path / "ok.npy", np.arange(3))
+    (tmp_path / "bad.npy").write_bytes(b"not an npy file")
+    arrays = ArrayStore(tmp_path)
+    assert arrays("ok.npy").tolist() == [0, 1, 2]
+    assert arrays.optional("gone.npy") is None  # arrays older indexes lack: told apart
+    with pytest.raises(ConfigError, match=r"gone\.npy: index array missing; re-run"):
+        arrays("gone.npy")
+    with pytest.raises(ConfigError, match=r"bad\.npy: unreadable index array \(.*\); re-run"):
+        arrays("bad.npy")
