@@ -22,7 +22,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.encode.hooks import SkipSample
-from fpipe.loader.materialize import DatasetSource, read_many_held
+from fpipe.loader.materialize import DatasetSource, open_source, read_many_held
 from fpipe.samples.base import BASE_FIELDS, Sample
 from fpipe.storage.config import is_crude
 
@@ -127,10 +127,7 @@ def _check_fields(cls: type, srcs: list[DatasetSource], where: str) -> None:
 def _part_dataset(m, d: int, k: int):
     ds = m.joins.get(("ds", d, k))
     if ds is None:
-        from fpipe.storage import open_dataset
-
-        src = m.sources[d].join[k].source
-        ds = m.joins[("ds", d, k)] = open_dataset(src.path, **src.open_kwargs)
+        ds = m.joins[("ds", d, k)] = open_source(m.sources[d].join[k].source)
     return ds
 
 

@@ -18,7 +18,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from fpipe.core.errors import BadSampleError, ErrorPolicy, FpipeError, MaterializeError
+from fpipe.core.errors import (
+    BadSampleError,
+    ConfigError,
+    ErrorPolicy,
+    FpipeError,
+    MaterializeError,
+    error_text,
+)
 from fpipe.core.records import Recipe, Refs
 from fpipe.core.rng import LazyGenerator, fold_in_array
 from fpipe.storage.config import is_crude
@@ -95,6 +102,22 @@ def read_many_held(ds, indices: np.ndarray, wanted, limits) -> list[tuple]:
         return ds.read_many(indices, wanted, limits=limits)
     except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
         return [(None, e)] * len(indices)
+
+
+def open_source(src: DatasetSource):
+    """``open_dataset(src.path, **src.open_kwargs)``, in a worker, after the loader was built:
+    an error that is not fpipe's own (an ``OSError`` of a mount gone stale, an object store's
+    error) becomes a :class:`ConfigError` naming the dataset."""
+    from fpipe.storage import open_dataset
+
+    try:
+        return open_dataset(src.path, **src.open_kwargs)
+    except FpipeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised, naming the dataset
+        raise ConfigError(
+            f"{src.path}: cannot open the dataset ({type(e).__name__}: {error_text(e)})"
+        ) from e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,10 +210,7 @@ class Materializer:
         """The opened dataset ``i`` of :attr:`sources` (opened once per process)."""
         ds = self._datasets.get(i)
         if ds is None:
-            from fpipe.storage import open_dataset
-
-            src = self.sources[i]
-            ds = self._datasets[i] = open_dataset(src.path, **src.open_kwargs)
+            ds = self._datasets[i] = open_source(self.sources[i])
         return ds
 
     def field_map(self, i: int | DatasetSource):
@@ -282,9 +302,9 @@ class Materializer:
 
     def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[tuple]:
         """``(key, members)`` of each ref in order (:meth:`Dataset.read_many`, up to
-        ``_READ_CHUNK`` samples per call); a sample that cannot be read, or whose dataset
-        cannot be opened, holds the exception in place of its members; a joined dataset's
-        sample also holds its parts' reads (:func:`fpipe.loader.join.read_joined`).
+        ``_READ_CHUNK`` samples per call); a sample that cannot be read holds the exception
+        in place of its members; a joined dataset's sample also holds its parts' reads
+        (:func:`fpipe.loader.join.read_joined`).
         ``parts_found``: from :meth:`_prefetch`, the part indices of each joined dataset's
         refs in recipe order (not looked up again)."""
         parts_found = parts_found or {}
@@ -310,16 +330,16 @@ class Materializer:
             yield from out
 
     def _read_many(self, d: int, indices: np.ndarray) -> list:
-        try:  # a dataset that cannot be opened fails each of its samples, as a read does
-            ds, wanted = self.dataset(d), self.wanted(self.sources[d])
-        except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
-            return [(None, e)] * len(indices)
-        return read_many_held(ds, indices, wanted, self.decode_limits)
+        return read_many_held(
+            self.dataset(d), indices, self.wanted(self.sources[d]), self.decode_limits
+        )
 
     def _prefetch(self, refs) -> dict[int, np.ndarray]:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
-        object storage; nothing on local disks); returns the part indices of each joined
-        dataset's refs (:func:`fpipe.loader.join.part_indices`), for :meth:`reads`."""
+        object storage; nothing on local disks), opening them first: a dataset that cannot be
+        opened raises here, an fpipe error naming it (:func:`open_source`). Returns the part
+        indices of each joined dataset's refs (:func:`fpipe.loader.join.part_indices`), for
+        :meth:`reads`."""
         datasets = refs.dataset
         parts_found = {}
         for d in np.unique(datasets).tolist():

@@ -3,10 +3,12 @@ index broken, its mount gone): iterating raises an fpipe error naming the path."
 
 from __future__ import annotations
 
+import errno
 import shutil
 
 import pytest
 
+import fpipe.storage
 from fpipe.core import ConfigError
 from tests.loader.helpers import build, prepared_images
 
@@ -43,3 +45,15 @@ def test_a_broken_index_array_read_lazily_is_named(copy, broken):
         keys.write_bytes(b"garbage")
     message = _first_batch_error(loader)
     assert message.startswith(f"{keys}: ") and "re-run `fpipe prepare`" in message
+
+
+def test_a_dataset_that_cannot_be_opened_is_named(copy, monkeypatch):
+    loader = build(str(copy))
+
+    def stale(path, **kwargs):  # what a dead network mount raises, not fpipe's own error
+        raise OSError(errno.ESTALE, "Stale file handle", str(path))
+
+    monkeypatch.setattr(fpipe.storage, "open_dataset", stale)
+    message = _first_batch_error(loader)
+    assert message.startswith(f"{copy}: cannot open the dataset (OSError: ")
+    assert "Stale file handle" in message
