@@ -53,7 +53,7 @@ __all__ = [
 
 #: URL schemes read through obstore. ``file://`` is accepted too (handy for tests and for
 #: checking a remote setup against a local copy).
-SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "azure", "file", "memory")
+SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "azure", "file")
 
 
 class StorageOptions(msgspec.Struct, frozen=True, kw_only=True):

@@ -52,3 +52,9 @@ def test_a_range_read_that_fails_after_its_get_raises_instead_of_hanging(monkeyp
     reader.join(10)
     assert not reader.is_alive(), "pread still waits for a range whose fetch failed"
     assert isinstance(raised[0], OSError) and "x.bin: no room for the range" in str(raised[0])
+
+
+def test_memory_is_not_a_url_scheme(tmp_path):
+    # obstore's memory store has no bucket (memory://b is refused) and is empty in each process
+    assert not remote.is_url("memory://x") and not remote.is_url("memory:///x")
+    assert remote.is_url(f"file://{tmp_path}") and remote.is_url("s3://b/x")
