@@ -14,12 +14,13 @@ if TYPE_CHECKING:
     from fpipe.loader.consistency import ConsistencyError
     from fpipe.loader.dataloader import Loader, LoaderStats, get_loader, get_savable_loader
     from fpipe.loader.dataset import PlannedDataset, get_train_dataset, get_val_dataset
-    from fpipe.loader.materialize import DatasetSource, MaterializedBatch, Materializer
+    from fpipe.loader.materialize import MaterializedBatch, Materializer
+    from fpipe.loader.sources import DatasetSource
     from fpipe.loader.topology import Topology, WorkerConfig
 
 _LAZY = {
     "ConsistencyError": "fpipe.loader.consistency",
-    "DatasetSource": "fpipe.loader.materialize",
+    "DatasetSource": "fpipe.loader.sources",
     "Loader": "fpipe.loader.dataloader",
     "LoaderStats": "fpipe.loader.dataloader",
     "MaterializedBatch": "fpipe.loader.materialize",

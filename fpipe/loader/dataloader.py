@@ -17,8 +17,9 @@ import torch.utils.data
 
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.loader.dataset import PlannedDataset
-from fpipe.loader.materialize import Materializer, decode_recipe, encode_recipe
+from fpipe.loader.materialize import Materializer
 from fpipe.loader.pack_batches import PackBatcher
+from fpipe.loader.recipe_codec import decode_recipe, encode_recipe
 from fpipe.loader.state import (
     LoaderState,
     LoaderStats,

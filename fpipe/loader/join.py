@@ -22,7 +22,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.encode.hooks import SkipSample
-from fpipe.loader.materialize import DatasetSource, open_source, read_many_held
+from fpipe.loader.sources import DatasetSource, open_source, read_many_held
 from fpipe.samples.base import BASE_FIELDS, Sample
 from fpipe.storage.config import is_crude
 

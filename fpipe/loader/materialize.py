@@ -5,7 +5,8 @@ typed sample, ``encode_sample(sample, rng)`` with an rng keyed by (dataset, inde
 ``batch``, ``encode_batch``; with a packing buffer (Energon's hook path) a recipe is one buffer
 and the result is its packs (see :mod:`fpipe.encode.packing`). Any worker can compute any
 recipe and gets the same tensors. Recipes travel to workers as msgpack bytes (no pickle of our
-objects).
+objects; :mod:`fpipe.loader.recipe_codec`). How each dataset is opened and read is in
+:mod:`fpipe.loader.sources`.
 """
 
 from __future__ import annotations
@@ -15,22 +16,15 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import numpy as np
 
-from fpipe.core.errors import (
-    BadSampleError,
-    ConfigError,
-    ErrorPolicy,
-    FpipeError,
-    MaterializeError,
-    error_text,
-)
-from fpipe.core.records import Recipe, Refs
+from fpipe.core.errors import BadSampleError, ErrorPolicy, FpipeError, MaterializeError
+from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator, fold_in_array
+from fpipe.loader.sources import DatasetSource, open_source, read_many_held
 from fpipe.storage.config import is_crude
 
-__all__ = ["DatasetSource", "MaterializedBatch", "Materializer", "decode_recipe", "encode_recipe"]
+__all__ = ["MaterializedBatch", "Materializer"]
 
 _COOK, _ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
 _MAX_KEYS = 8  # sample keys named in a MaterializeError of a batch hook
@@ -60,85 +54,6 @@ def wrap_error(
         original=type(err).__name__,
         traceback="".join(traceback.format_exception(err)),
     )
-
-
-def encode_recipe(recipe: Recipe) -> bytes:
-    """Recipe -> compact msgpack bytes (the refs' id columns only)."""
-    r = recipe.refs
-    packs = r.columns.get("pack")  # after a pack step: each ref's pack number in the batch
-    return msgspec.msgpack.encode(
-        [
-            recipe.step,
-            recipe.key,
-            recipe.bucket,
-            r.dataset.tobytes(),
-            r.index.tobytes(),
-            r.epoch.tobytes(),
-            None if packs is None else np.asarray(packs, dtype=np.int64).tobytes(),
-            list(recipe.shape),
-        ]
-    )
-
-
-def decode_recipe(data: bytes) -> Recipe:
-    """Inverse of :func:`encode_recipe`."""
-    step, key, bucket, ds, idx, ep, packs, shape = msgspec.msgpack.decode(data)
-    cols = {
-        "dataset": np.frombuffer(ds, dtype=np.int32),
-        "index": np.frombuffer(idx, dtype=np.int64),
-        "epoch": np.frombuffer(ep, dtype=np.int64),
-    }
-    if packs is not None:
-        cols["pack"] = np.frombuffer(packs, dtype=np.int64)
-    refs = Refs(cols)
-    return Recipe(step=step, refs=refs, key=key, bucket=bucket, shape=tuple(shape))
-
-
-def read_many_held(ds, indices: np.ndarray, wanted, limits) -> list[tuple]:
-    """``ds.read_many(indices, wanted, limits=limits)``; if that call itself fails, each sample
-    holds its exception as ``(None, error)``, raised in the sample's turn (the error policy then
-    applies to each)."""
-    try:
-        return ds.read_many(indices, wanted, limits=limits)
-    except Exception as e:  # noqa: BLE001 - raised in each of its samples' turn
-        return [(None, e)] * len(indices)
-
-
-def open_source(src: DatasetSource):
-    """``open_dataset(src.path, **src.open_kwargs)``, in a worker, after the loader was built:
-    an error that is not fpipe's own (an ``OSError`` of a mount gone stale, an object store's
-    error) becomes a :class:`ConfigError` naming the dataset."""
-    from fpipe.storage import open_dataset
-
-    try:
-        return open_dataset(src.path, **src.open_kwargs)
-    except FpipeError:
-        raise
-    except Exception as e:  # noqa: BLE001 - re-raised, naming the dataset
-        raise ConfigError(
-            f"{src.path}: cannot open the dataset ({type(e).__name__}: {error_text(e)})"
-        ) from e
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetSource:
-    """How to read and cook the samples of one dataset of a pipeline.
-
-    ``path`` and ``open_kwargs`` open it (in each worker, lazily); ``sample_type`` and
-    ``field_map`` come from dataset.yaml unless overridden; ``subflavors`` are attached.
-    ``join``: the datasets joined to this one by sample key
-    (:class:`~fpipe.loader.join.JoinSource`), ``joiner`` the sample type they are joined
-    into (None: this dataset's), ``join_name`` this dataset's name among named parts.
-    """
-
-    path: str
-    sample_type: str
-    field_map: dict
-    subflavors: dict = dataclasses.field(default_factory=dict)
-    open_kwargs: dict = dataclasses.field(default_factory=dict)
-    join: tuple = ()
-    joiner: str | None = None
-    join_name: str = ""
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """The head of a plan: one dataset, or a metadataset's datasets blended or concatenated.
 
 ``train_head`` returns the source that the shuffle window, distribution and batching follow,
-and the :class:`~fpipe.loader.materialize.DatasetSource` of each dataset id it emits:
+and the :class:`~fpipe.loader.sources.DatasetSource` of each dataset id it emits:
 
 * a dataset: ``repeat(slice_shuffle(samples(split)))``;
 * a metadataset split: each leaf dataset keeps its own slice shuffle and epochs, and
@@ -20,7 +20,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.stage import Source
-from fpipe.loader.materialize import DatasetSource
+from fpipe.loader.sources import DatasetSource
 from fpipe.plan import repeat, samples, slice_shuffle
 from fpipe.plan.blend import blend
 from fpipe.plan.blend_choice import WeightSchedule

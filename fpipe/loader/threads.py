@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fpipe.core.errors import WorkerError
-from fpipe.loader.materialize import Materializer, decode_recipe, show_keys
+from fpipe.loader.materialize import Materializer, show_keys
+from fpipe.loader.recipe_codec import decode_recipe
 
 __all__ = ["iterate_threads"]
 

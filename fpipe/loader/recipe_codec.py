@@ -1,0 +1,47 @@
+"""Recipes as bytes: what the loader sends to its workers (msgpack of the refs' id columns).
+
+A recipe travels to a DataLoader worker process (or a thread worker) as compact msgpack bytes,
+never as a pickle of fpipe objects: the step, key, bucket and shape, and the refs' dataset,
+index and epoch columns (plus each ref's pack number after a pack step) as raw arrays.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from fpipe.core.records import Recipe, Refs
+
+__all__ = ["decode_recipe", "encode_recipe"]
+
+
+def encode_recipe(recipe: Recipe) -> bytes:
+    """Recipe -> compact msgpack bytes (the refs' id columns only)."""
+    r = recipe.refs
+    packs = r.columns.get("pack")  # after a pack step: each ref's pack number in the batch
+    return msgspec.msgpack.encode(
+        [
+            recipe.step,
+            recipe.key,
+            recipe.bucket,
+            r.dataset.tobytes(),
+            r.index.tobytes(),
+            r.epoch.tobytes(),
+            None if packs is None else np.asarray(packs, dtype=np.int64).tobytes(),
+            list(recipe.shape),
+        ]
+    )
+
+
+def decode_recipe(data: bytes) -> Recipe:
+    """Inverse of :func:`encode_recipe`."""
+    step, key, bucket, ds, idx, ep, packs, shape = msgspec.msgpack.decode(data)
+    cols = {
+        "dataset": np.frombuffer(ds, dtype=np.int32),
+        "index": np.frombuffer(idx, dtype=np.int64),
+        "epoch": np.frombuffer(ep, dtype=np.int64),
+    }
+    if packs is not None:
+        cols["pack"] = np.frombuffer(packs, dtype=np.int64)
+    refs = Refs(cols)
+    return Recipe(step=step, refs=refs, key=key, bucket=bucket, shape=tuple(shape))
