@@ -289,7 +289,7 @@ class RemoteFiles:
 
     def _start(self, ranges: list[tuple[str, int, int]]) -> dict:
         """Futures of ``ranges``, whose GETs start with one wake-up of the I/O loop."""
-        # stores are opened here, in the caller's thread: the fork check runs, and once
+        # stores are opened here, in the caller's thread: the fork check runs, and each opens once
         jobs = [(self._store_name(r[0]), r, concurrent.futures.Future()) for r in ranges]
         self.requests += len(jobs)
         loop = _io_loop()
