@@ -203,7 +203,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _what_was_written(report, asked: bool) -> str:
     """One line on the dataset.yaml written; for a crude dataset, how to set fields."""
-    if report.sample_type and report.sample_type != "CrudeSample":
+    from fpipe.storage.config import is_crude
+
+    if report.sample_type and not is_crude(report.sample_type):
         fields = ", ".join(
             f"{k}={v if isinstance(v, str) else ','.join(v)}" for k, v in report.field_map.items()
         )

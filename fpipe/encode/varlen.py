@@ -85,8 +85,8 @@ def varlen_pack(
         lab_real = ids[:total].copy()
     else:
         lab = [np.asarray(x, dtype=np.int64).reshape(-1) for x in labels]
-        if [len(x) for x in lab] != lens.tolist():
-            got = [len(x) for x in lab]
+        got = [len(x) for x in lab]
+        if got != lens.tolist():
             bad = next((i for i, (a, b) in enumerate(zip(got, lens.tolist())) if a != b), None)
             what = (
                 f"{len(lab)} label sequences for {len(seqs)} samples"
