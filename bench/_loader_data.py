@@ -145,7 +145,7 @@ def _params_match(root: Path, params: dict) -> bool:
     older format is still read, by slower code: timings would not be this fpipe's)."""
     import yaml
 
-    from fpipe.storage.tar_index import VERSION
+    from fpipe.storage.read.tar.index import VERSION
 
     f = root / "bench-params.json"
     info = root / ".fpipe" / "info.yaml"

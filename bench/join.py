@@ -6,7 +6,7 @@ reversed in 37 shards). Measured, medians of ``--repeats`` runs, in CPU seconds 
 (``time.process_time``; the load average is printed next to them):
 
 - ``lookup_build_s``: what a worker does once per joined dataset: the member keys of its split
-  from the index (vectorized) and the sorted :class:`~fpipe.storage.keys.KeyLookup`;
+  from the index (vectorized) and the sorted :class:`~fpipe.storage.read.keys.KeyLookup`;
   baseline in the same run: ``dict_build_s``, a Python dict key -> index built from
   ``member_key(ds, i)`` one sample at a time (what a lazily built dict costs);
 - ``energon_lookup_build_s``: the same lookup over the same shards as an Energon folder that
@@ -33,7 +33,7 @@ import numpy as np
 from _common import machine_line
 
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.keys import KeyLookup, member_key, member_keys
+from fpipe.storage.read.keys import KeyLookup, member_key, member_keys
 
 
 def _write(root: Path, keys: list[int], shards: int, ext: str) -> None:

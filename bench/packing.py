@@ -35,7 +35,7 @@ import time
 import _common  # noqa: F401  (puts the repository root on sys.path)
 import numpy as np
 
-from fpipe.plan.pack_algorithms import ALGORITHMS, apply_over_budget
+from fpipe.plan.packing.algorithms import ALGORITHMS, apply_over_budget
 
 BUDGET = 4096
 

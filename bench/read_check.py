@@ -22,7 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fpipe.storage import open_dataset, prepare_dataset, tar_batch, tar_reader
+from fpipe.storage import open_dataset, prepare_dataset
+from fpipe.storage.read.tar import batch as tar_batch
+from fpipe.storage.read.tar import reader as tar_reader
 
 
 def _dataset(root: Path, n: int, members: dict[str, bytes]) -> None:

@@ -40,7 +40,7 @@ import av
 import msgspec
 import numpy as np
 
-from fpipe.decode.av import AVDecoder, probe_av
+from fpipe.decode.av.decoder import AVDecoder, probe_av
 
 WIDTH, HEIGHT, FPS, GOP_S = 854, 480, 24, 2
 

@@ -53,15 +53,15 @@ _LOADER = (
     "WorkerConfig",
     "get_loader",
     "get_savable_loader",
-    "get_train_dataset",
-    "get_val_dataset",
 )
+_DATASETS = ("get_train_dataset", "get_val_dataset")
 # Torch-facing names load on first use, so `import fpipe` stays fast. Energon's names are here
 # so that porting Energon code is one import line (see docs/energon_migration.md).
 _LAZY = {
     **dict.fromkeys(_SAMPLES, "fpipe.samples"),
     **dict.fromkeys(_ENCODE, "fpipe.encode"),
     **dict.fromkeys(_LOADER, "fpipe.loader"),
+    **dict.fromkeys(_DATASETS, "fpipe.datasets"),
     "SampleDecoder": "fpipe.decode.sample_decoder",
     "prepare_dataset": "fpipe.storage",
     "open_dataset": "fpipe.storage",

@@ -4,7 +4,7 @@ Each cell shows one sample: its key, the picture (an image member scaled to fit,
 frames spread over a video), then its text members (captions, JSON) as wrapped excerpts, and a
 line listing every member with its size. Samples are the first ``n`` of the split, in index
 order (no shuffle), so two previews of one dataset are the same picture. Drawing needs Pillow
-only; video frames come from PyAV through :mod:`fpipe.decode.av`.
+only; video frames come from PyAV through :mod:`fpipe.decode.av.decoder`.
 
 Example::
 
@@ -87,7 +87,7 @@ def _picture(raw: Mapping[str, bytes], width: int, height: int, where: tuple[str
 
 
 def _frame_strip(data: bytes, width: int, height: int, where: tuple[str, str]) -> Image.Image:
-    from fpipe.decode.av import AVDecoder  # PyAV (and torch) only for videos
+    from fpipe.decode.av.decoder import AVDecoder  # PyAV (and torch) only for videos
 
     frames = AVDecoder(data, path=where[0], key=where[1]).get_single_frames_uniform(4)
     clip = frames.video_clips[0].permute(0, 2, 3, 1).numpy()  # [T, H, W, 3] uint8

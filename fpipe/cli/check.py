@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """``fpipe check``; see the module docstring for the exit status."""
-    from fpipe.storage.check import check_dataset
+    from fpipe.storage.prepare.check import check_dataset
 
     try:
         rep = check_dataset(args.path, progress=not args.no_progress)

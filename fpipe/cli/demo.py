@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace, root: str) -> int:
     from fpipe.preview import save_preview
     from fpipe.storage import prepare_dataset
-    from fpipe.storage.synthetic import write_image_caption_shards
+    from fpipe.storage.prepare.synthetic import write_image_caption_shards
 
     print(f"1. writing 4 WebDataset shards of 48 samples (jpg image, txt caption) to {root}")
     write_image_caption_shards(root, num_shards=4, per_shard=48, seed=args.seed)

@@ -210,7 +210,7 @@ def format_metadataset_info(path: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print the summary; exit status 2 if the dataset cannot be opened."""
     from fpipe.storage import open_dataset
-    from fpipe.storage.metadataset import is_metadataset
+    from fpipe.storage.config.metadataset import is_metadataset
 
     try:
         if is_metadataset(args.path):

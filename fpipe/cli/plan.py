@@ -150,7 +150,8 @@ def load_plan_config(config: str, args: argparse.Namespace | None = None) -> dic
 
 def build_dataset(cfg: dict[str, Any], rank: int = 0):
     """The :class:`~fpipe.loader.PlannedDataset` of ``rank`` for a plan config."""
-    from fpipe.loader import Topology, get_train_dataset
+    from fpipe.datasets import get_train_dataset
+    from fpipe.loader import Topology
 
     kwargs = {k: v for k, v in cfg.items() if k not in ("path", "world_size")}
     world = int(cfg.get("world_size") or 1)

@@ -120,11 +120,11 @@ def _prompt(args: argparse.Namespace) -> None:
     """Ask for the field map, sample type and split when missing (terminal only)."""
     from pathlib import Path
 
-    from fpipe.storage.config import load_dataset_config
-    from fpipe.storage.energon import is_energon
-    from fpipe.storage.remote import is_url
-    from fpipe.storage.tables import is_table
-    from fpipe.storage.webdataset import list_shards, peek_extensions
+    from fpipe.storage.config.dataset_yaml import load_dataset_config
+    from fpipe.storage.paths import is_url
+    from fpipe.storage.read.energon import is_energon
+    from fpipe.storage.read.tables import is_table
+    from fpipe.storage.read.webdataset import list_shards, peek_extensions
 
     if is_url(args.path):
         return
@@ -146,7 +146,7 @@ def _prompt(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``fpipe prepare``; exit status 0 (problems are reported, not fatal), 2 on errors."""
-    from fpipe.storage.prepare import prepare_dataset
+    from fpipe.storage.prepare.run import prepare_dataset
 
     if sys.stdin.isatty() and sys.stdout.isatty():
         _prompt(args)
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _what_was_written(report, asked: bool) -> str:
     """One line on the dataset.yaml written; for a crude dataset, how to set fields."""
-    from fpipe.storage.config import is_crude
+    from fpipe.storage.config.dataset_yaml import is_crude
 
     if report.sample_type and not is_crude(report.sample_type):
         fields = ", ".join(

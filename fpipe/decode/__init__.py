@@ -2,7 +2,7 @@
 
 What belongs here: decoders ``fn(data: bytes) -> value``, the registry by member extension and
 image decoding (Pillow). What does not: refs, ranks, pipeline state, global RNGs. PyAV is
-imported only by the ``fpipe.decode.av*`` modules (:mod:`fpipe.decode.av` and the opener/probe,
+imported only by the :mod:`fpipe.decode.av` package (the decoder and the opener/probe,
 video and audio modules behind it), torch only inside the functions that return tensors; names
 here are loaded lazily so ``import fpipe.decode`` stays cheap.
 """

@@ -177,7 +177,9 @@ def decode_av(
     """A lazy audio/video handle, ``fpipe.decode.av.AVDecoder(data, path=, key=, limits=)``;
     nothing is decoded (or even parsed) yet, so a corrupt video fails when frames are
     requested, and a file over one of ``limits`` when its metadata is first read."""
-    from fpipe.decode.av import AVDecoder  # lazy: PyAV is imported only by fpipe.decode.av
+    from fpipe.decode.av.decoder import (
+        AVDecoder,  # lazy: PyAV is imported only by fpipe.decode.av.decoder
+    )
 
     return AVDecoder(data, path=path, key=key, limits=limits)
 

@@ -79,7 +79,7 @@ def sample_decoder(value: Any, sample: Any, field: str, limits: Any, also: str =
     is (it carries the loader's limits), or a decoder over encoded bytes with ``limits`` (None:
     the defaults); ``TypeError`` naming the sample, the field and what it accepts (``also``:
     other accepted kinds) otherwise."""
-    from fpipe.decode.av import AVDecoder
+    from fpipe.decode.av.decoder import AVDecoder
     from fpipe.decode.limits import DEFAULT_LIMITS
 
     key = getattr(sample, "__key__", "")
@@ -181,7 +181,7 @@ class AudioTaskEncoder(TaskEncoder):
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedAudioSample:
         """Decode the sample's clip (or whole file) at the configured rate and channels."""
-        from fpipe.decode.av import stream_span
+        from fpipe.decode.av.decoder import stream_span
 
         cfg = self.config
         dec = sample_decoder(

@@ -168,7 +168,7 @@ class VideoTaskEncoder(TaskEncoder):
     def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
         """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices, their pts, the
         clip's audio or None)."""
-        from fpipe.decode.av import check_av_limits
+        from fpipe.decode.av.decoder import check_av_limits
 
         cfg = self.config
         also = " or a [T, 3, H, W] tensor"

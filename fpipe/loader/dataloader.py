@@ -10,16 +10,13 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import torch.utils.data
 
 from fpipe.core.errors import ConfigError, SnapshotError
-from fpipe.loader.dataset import PlannedDataset
-from fpipe.loader.materialize import Materializer
 from fpipe.loader.pack_batches import PackBatcher
-from fpipe.loader.recipe_codec import decode_recipe, encode_recipe
 from fpipe.loader.state import (
     LoaderState,
     LoaderStats,
@@ -29,8 +26,13 @@ from fpipe.loader.state import (
 )
 from fpipe.loader.threads import iterate_threads
 from fpipe.loader.workers import POLL_S, iterate, run_in_worker
+from fpipe.materialize.materializer import Materializer
+from fpipe.materialize.recipe_codec import decode_recipe, encode_recipe
 from fpipe.plan.blend import blend_counters
 from fpipe.plan.stats import drop_counters
+
+if TYPE_CHECKING:  # planned.py imports this module to iterate a dataset
+    from fpipe.loader.planned import PlannedDataset
 
 __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
 
@@ -164,7 +166,7 @@ class Loader:
     def _mp_context(self):
         if self.multiprocessing_context is not None:
             return self.multiprocessing_context
-        from fpipe.storage.remote import is_url
+        from fpipe.storage.paths import is_url
 
         sources = self.dataset.materializer.sources
         paths = [s.path for s in sources] + [p.source.path for s in sources for p in s.join]
@@ -174,7 +176,7 @@ class Loader:
             import multiprocessing
 
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["torch", "fpipe.loader.materialize", "fpipe.storage"])
+            ctx.set_forkserver_preload(["torch", "fpipe.materialize.materializer", "fpipe.storage"])
             return ctx
         return None
 

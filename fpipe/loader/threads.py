@@ -8,7 +8,7 @@ resize, numpy, torch ops), which is the case for image decoding; Python-heavy ta
 are better served by processes. Output, snapshots and resume are those of the process mode
 and of ``num_workers=0``: results are taken in plan order, whatever thread finished first.
 
-Each thread has its own :class:`~fpipe.loader.materialize.Materializer` (datasets opened once
+Each thread has its own :class:`~fpipe.materialize.materializer.Materializer` (datasets opened once
 per thread, like once per process) and shares the task encoder object, as Grain's thread
 workers share their transforms: its hooks run concurrently and must not mutate shared state
 (fpipe's hooks are stateless; ``stateless(restore_seeds=True)`` hooks take a lock around the
@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fpipe.core.errors import WorkerError
-from fpipe.loader.materialize import Materializer, show_keys
-from fpipe.loader.recipe_codec import decode_recipe
+from fpipe.materialize.materializer import Materializer, show_keys
+from fpipe.materialize.recipe_codec import decode_recipe
 
 __all__ = ["iterate_threads"]
 

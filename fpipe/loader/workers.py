@@ -33,7 +33,7 @@ from typing import Any
 import torch.utils.data
 
 from fpipe.core.errors import FpipeError, MaterializeError, WorkerError
-from fpipe.loader.materialize import show_keys
+from fpipe.materialize.materializer import show_keys
 
 __all__ = ["RemoteFailure", "RemoteTraceback", "iterate", "run_in_worker"]
 

@@ -8,9 +8,15 @@ model (views, stages, sources) is explained in :mod:`fpipe.core.stage`.
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
 from fpipe.plan.blend import BlendConfig, BlendState, blend, blend_counters
 from fpipe.plan.blend_choice import WeightSchedule
-from fpipe.plan.bucket import BucketBatchConfig, GroupBatchConfig, bucket_batches, group_batches
-from fpipe.plan.bucket_assign import assign_buckets
-from fpipe.plan.bucket_config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
+from fpipe.plan.buckets.assign import assign_buckets
+from fpipe.plan.buckets.config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
+from fpipe.plan.buckets.group_batch import GroupBatchState
+from fpipe.plan.buckets.stage import (
+    BucketBatchConfig,
+    GroupBatchConfig,
+    bucket_batches,
+    group_batches,
+)
 from fpipe.plan.concat import ConcatConfig, concat
 from fpipe.plan.distribute import (
     DistributeConfig,
@@ -20,9 +26,8 @@ from fpipe.plan.distribute import (
     per_rank,
 )
 from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
-from fpipe.plan.group_batch import GroupBatchState
 from fpipe.plan.map_refs import MapRefsConfig, map_refs
-from fpipe.plan.pack import PackConfig, PackState, pack
+from fpipe.plan.packing.stage import PackConfig, PackState, pack
 from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat
 from fpipe.plan.shuffle import (
     SliceShuffleConfig,

@@ -173,7 +173,7 @@ def _decode_av_member(
     key: str,
 ) -> Any:
     """The video branch: a lazy ``AVDecoder`` with the stored metadata and the limits."""
-    from fpipe.decode.av import AVDecoder
+    from fpipe.decode.av.decoder import AVDecoder
     from fpipe.decode.limits import DEFAULT_LIMITS
 
     meta = av_metadata.get(ext) if av_metadata else None

@@ -9,14 +9,14 @@ Example::
     ds.read(ds.split_indices("train")[0])["jpg"][:2]   # b'\xff\xd8'
 """
 
-from fpipe.storage.config import DatasetConfig, SplitConfig
-from fpipe.storage.dataset import Dataset
-from fpipe.storage.field_spec import FieldSpec, parse_field_spec
-from fpipe.storage.layouts import open_dataset
-from fpipe.storage.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
-from fpipe.storage.prepare import PrepareOptions, PrepareReport, Problem, prepare_dataset
-from fpipe.storage.reader import FileCache
-from fpipe.storage.record import IndexRecord, read_record
+from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
+from fpipe.storage.config.field_spec import FieldSpec, parse_field_spec
+from fpipe.storage.config.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
+from fpipe.storage.prepare.run import PrepareOptions, PrepareReport, Problem, prepare_dataset
+from fpipe.storage.read.dataset import Dataset
+from fpipe.storage.read.layouts import open_dataset
+from fpipe.storage.read.reader import FileCache
+from fpipe.storage.read.record import IndexRecord, read_record
 
 __all__ = [
     "Dataset",

@@ -1,4 +1,4 @@
-"""Tests of fpipe.decode.av on short videos and tones written by av_helpers at test time."""
+"""Tests of fpipe.decode.av.decoder on short videos and tones written by av_helpers at test time."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode import DecodeLimits
-from fpipe.decode.av import (
+from fpipe.decode.av.decoder import (
     AVDecoder,
     AVMetadata,
     av_open,
@@ -385,12 +385,12 @@ def test_decode_then_opensora_chain(video):
 
 # -- module structure -----------------------------------------------------------------------
 
-PYAV_MODULES = {"av", "av_audio", "av_probe", "av_video"}  # fpipe/decode/<name>.py
+PYAV_MODULES = {"decoder", "audio", "probe", "video"}  # fpipe/decode/av/<name>.py
 
 
 def test_only_the_av_modules_import_pyav():
-    """PyAV is imported by fpipe/decode/av.py, av_probe.py, av_video.py and av_audio.py only;
-    av_records.py and av_ranges.py (read by the index and the plan) stay PyAV-free."""
+    """PyAV is imported by decode/av/decoder.py, probe.py, video.py and audio.py only;
+    records.py and ranges.py (read by the index and the plan) stay PyAV-free."""
     import ast
     from pathlib import Path
 
@@ -407,4 +407,4 @@ def test_only_the_av_modules_import_pyav():
                 names = [node.module]
             if any(n == "av" or n.startswith("av.") for n in names):
                 importers.add(path.relative_to(root).as_posix())
-    assert importers == {f"decode/{m}.py" for m in PYAV_MODULES}
+    assert importers == {f"decode/av/{m}.py" for m in PYAV_MODULES}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fpipe.core.errors import BadSampleError
-from fpipe.decode.av import AVDecoder, audio_layout, probe_av
+from fpipe.decode.av.decoder import AVDecoder, audio_layout, probe_av
 from tests.decode.av_helpers import sine, write_audio
 
 # (encoder, container, rate): lossless first, then lossy codecs with priming/padding

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fpipe.decode.av import AVDecoder, probe_av
+from fpipe.decode.av.decoder import AVDecoder, probe_av
 from tests.decode.av_helpers import frame_index, write_video
 
 GAP_PTS = [0] + list(range(2, 17)) + list(range(18, 45))  # frames 1 and 17 missing

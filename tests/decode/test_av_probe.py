@@ -7,7 +7,7 @@ from __future__ import annotations
 import av
 import pytest
 
-from fpipe.decode.av import probe_av
+from fpipe.decode.av.decoder import probe_av
 from tests.decode.av_helpers import write_audio, write_video
 
 GAP_PTS = [0] + list(range(2, 17)) + list(range(18, 40))  # frames 1 and 17 missing, 38 frames

@@ -191,9 +191,9 @@ def test_video_is_a_lazy_handle(monkeypatch):
         def __init__(self, data, **kw):
             made.append((data, kw))
 
-    stub = types.ModuleType("fpipe.decode.av")
+    stub = types.ModuleType("fpipe.decode.av.decoder")
     stub.AVDecoder = StubAVDecoder
-    monkeypatch.setitem(sys.modules, "fpipe.decode.av", stub)
+    monkeypatch.setitem(sys.modules, "fpipe.decode.av.decoder", stub)
     limits = DecodeLimits(max_video_frames=7)
     for ext in ("mp4", "webm", "mkv", "mov", "avi", "mp3", "wav", "flac", "m4a", "ogg"):
         h = decode_field(ext, b"videobytes", path="v.tar", key="v/1", limits=limits)
@@ -203,7 +203,7 @@ def test_video_is_a_lazy_handle(monkeypatch):
 
 
 def test_video_handle_with_real_module():
-    av_mod = pytest.importorskip("fpipe.decode.av")
+    av_mod = pytest.importorskip("fpipe.decode.av.decoder")
     h = decode_field("mp4", b"not parsed yet", key="v/2")  # lazy: nothing is read here
     assert isinstance(h, av_mod.AVDecoder)
 

@@ -126,7 +126,7 @@ def test_jpeg_draft_decode_counts_the_reduced_size():
 
 def test_audio_over_the_sample_limit_is_a_bad_sample():
     pytest.importorskip("av")
-    from fpipe.decode.av import AVDecoder
+    from fpipe.decode.av.decoder import AVDecoder
     from tests.decode.av_helpers import write_audio
 
     data = write_audio(None, seconds=2.0, sample_rate=8000, channels=1)

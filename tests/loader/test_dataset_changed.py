@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-import fpipe.storage
+import fpipe.storage.read.layouts
 from fpipe.core import ConfigError
 from tests.loader.helpers import build, prepared_images
 
@@ -53,7 +53,7 @@ def test_a_dataset_that_cannot_be_opened_is_named(copy, monkeypatch):
     def stale(path, **kwargs):  # what a dead network mount raises, not fpipe's own error
         raise OSError(errno.ESTALE, "Stale file handle", str(path))
 
-    monkeypatch.setattr(fpipe.storage, "open_dataset", stale)
+    monkeypatch.setattr(fpipe.storage.read.layouts, "open_dataset", stale)
     message = _first_batch_error(loader)
     assert message.startswith(f"{copy}: cannot open the dataset (OSError: ")
     assert "Stale file handle" in message

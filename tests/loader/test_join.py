@@ -162,7 +162,8 @@ def test_workers_and_resume_are_exact(data):
 
 
 def test_parts_are_looked_up_once_per_recipe_and_read_in_chunks(data, monkeypatch):
-    from fpipe.loader import join, materialize
+    from fpipe.materialize import join
+    from fpipe.materialize import materializer as materialize
     from tests.loader.helpers import take
 
     path = join_yaml(data, "none", "once.yaml")

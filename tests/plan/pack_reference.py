@@ -1,6 +1,6 @@
 """The per-sample pack algorithms as they were before the whole-buffer rewrite: a reference.
 
-Kept only for tests: the fast algorithms of :mod:`fpipe.plan.pack_algorithms` must give the
+Kept only for tests: the fast algorithms of :mod:`fpipe.plan.packing.algorithms` must give the
 very same packs (same items, same order), so the iteration order of packed pipelines does not
 change. Not optimized on purpose; do not import from ``fpipe``.
 """
@@ -10,7 +10,7 @@ import heapq
 
 import numpy as np
 
-from fpipe.plan.pack_base import Packing, _as_costs, _decreasing, _from_assignment
+from fpipe.plan.packing.base import Packing, _as_costs, _decreasing, _from_assignment
 
 
 def _fit_decreasing(costs, limits, best: bool) -> Packing:

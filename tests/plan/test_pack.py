@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from fpipe.core import ConfigError, Pipeline, Refs, chain
 from fpipe.core.testing import assert_exact_resume, check_stage, run
 from fpipe.plan import batch, in_memory, pack, repeat
-from fpipe.plan.pack_algorithms import ALGORITHMS
+from fpipe.plan.packing.algorithms import ALGORITHMS
 
 
 def _refs(n, seed=0):

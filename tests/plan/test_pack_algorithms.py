@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fpipe.core.errors import ConfigError
-from fpipe.plan.pack_algorithms import (
+from fpipe.plan.packing.algorithms import (
     ALGORITHMS,
     OverBudget,
     apply_over_budget,

@@ -243,9 +243,9 @@ def test_video_fields_are_lazy_handles(monkeypatch):
             self.data = data
             made.append(kw)
 
-    stub = types.ModuleType("fpipe.decode.av")
+    stub = types.ModuleType("fpipe.decode.av.decoder")
     stub.AVDecoder = StubAVDecoder
-    monkeypatch.setitem(sys.modules, "fpipe.decode.av", stub)
+    monkeypatch.setitem(sys.modules, "fpipe.decode.av.decoder", stub)
     raw = {"mp4": b"VIDEO", "wav": b"AUDIO", "txt": b"a clip", "json": b'{"fps": 30}'}
     s = cook_sample(
         raw,

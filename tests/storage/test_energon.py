@@ -108,7 +108,7 @@ def test_split_brace_ranges_load_and_convert(tmp_path):
 def test_member_keys_from_tar_headers(tmp_path, fmt):
     """Join keys of an unprepared Energon folder: read from each sample's first header, with
     long names (GNU/pax extra headers) and POSIX name prefixes parsed too."""
-    from fpipe.storage.keys import member_key, member_keys
+    from fpipe.storage.read.keys import member_key, member_keys
     from tests.storage.helpers import write_tar, write_tar_idx
 
     keys = ["d" * 60 + "/" + "k" * 60, "short", "dir/x", "é-key"]

@@ -8,7 +8,7 @@ import yaml
 from fpipe.cli.main import main
 from fpipe.core.errors import ConfigError
 from fpipe.storage import open_dataset
-from fpipe.storage.webdataset import expand_braces
+from fpipe.storage.paths import expand_braces
 from tests.storage.energon741 import collapse_in_order, make_energon741_dataset
 
 

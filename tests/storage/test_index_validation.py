@@ -190,7 +190,7 @@ def test_opening_a_large_index_is_cheap(tmp_path):
 
 
 def test_an_index_array_loaded_lazily_is_checked_like_one_opened(tmp_path):
-    from fpipe.storage.record import ArrayStore
+    from fpipe.storage.read.record import ArrayStore
 
     np.save(tmp_path / "ok.npy", np.arange(3))
     (tmp_path / "bad.npy").write_bytes(b"not an npy file")

@@ -6,7 +6,7 @@ import tracemalloc
 
 import numpy as np
 
-from fpipe.storage.av_meta import KEYFRAME_DTYPE, KeyframeBuilder
+from fpipe.storage.read.av_meta import KEYFRAME_DTYPE, KeyframeBuilder
 
 
 def _dense(per_sample: list[dict[str, np.ndarray]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -12,8 +12,8 @@ import yaml
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.check import check_dataset
-from fpipe.storage.prepare_shards import MAX_EXTENSION_FIELDS
+from fpipe.storage.prepare.check import check_dataset
+from fpipe.storage.prepare.shards import MAX_EXTENSION_FIELDS
 from tests.storage.helpers import make_image_caption_dataset, write_tar
 
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.metadataset import JoinPart, load_metadataset, resolve_mix
+from fpipe.storage.config.metadataset import JoinPart, load_metadataset, resolve_mix
 
 
 def write(path, text):

@@ -13,7 +13,7 @@ import yaml
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.tar_index import load_array
+from fpipe.storage.read.tar.index import load_array
 from tests.storage.helpers import make_image_caption_dataset
 
 

@@ -13,7 +13,8 @@ pytest.importorskip("moto.server")
 
 import fpipe  # noqa: E402
 from fpipe.core.errors import BadSampleError, ConfigError  # noqa: E402
-from fpipe.storage import open_dataset, prepare_dataset, remote  # noqa: E402
+from fpipe.storage import open_dataset, paths, prepare_dataset  # noqa: E402
+from fpipe.storage.read import remote  # noqa: E402
 from tests.loader.helpers import build, digest, take  # noqa: E402
 from tests.storage.helpers import make_image_caption_dataset, write_tar  # noqa: E402
 from tests.storage.s3_server import FlakyProxy, LocalS3, restore_env, set_env  # noqa: E402
@@ -44,9 +45,9 @@ def pair(s3, tmp_path_factory):
 
 
 def test_is_url():
-    assert remote.is_url("s3://b/x") and remote.is_url("gs://b") and remote.is_url("az://c/p")
-    assert not remote.is_url("/data/x") and not remote.is_url("x.tar")
-    assert remote.split_url("s3://b/data/x/") == ("s3://b", "data/x")
+    assert paths.is_url("s3://b/x") and paths.is_url("gs://b") and paths.is_url("az://c/p")
+    assert not paths.is_url("/data/x") and not paths.is_url("x.tar")
+    assert paths.split_url("s3://b/data/x/") == ("s3://b", "data/x")
 
 
 def test_remote_dataset_reads_the_same_bytes(pair):
@@ -273,7 +274,7 @@ def test_join_finds_the_parts_samples_in_a_bucket(pair, tmp_path):
 
 def test_check_preview_and_info_take_a_url(s3, pair, tmp_path):
     from fpipe.preview import save_preview
-    from fpipe.storage.check import check_dataset
+    from fpipe.storage.prepare.check import check_dataset
 
     _, url = pair
     report = check_dataset(url, progress=False)

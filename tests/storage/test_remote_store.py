@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("obstore")
 
 from fpipe.core.errors import ConfigError  # noqa: E402
-from fpipe.storage import remote  # noqa: E402
+from fpipe.storage import paths  # noqa: E402
+from fpipe.storage.read import remote  # noqa: E402
 
 
 def test_without_obstore_the_error_says_what_to_install(monkeypatch, tmp_path):
@@ -56,5 +57,5 @@ def test_a_range_read_that_fails_after_its_get_raises_instead_of_hanging(monkeyp
 
 def test_memory_is_not_a_url_scheme(tmp_path):
     # obstore's memory store has no bucket (memory://b is refused) and is empty in each process
-    assert not remote.is_url("memory://x") and not remote.is_url("memory:///x")
-    assert remote.is_url(f"file://{tmp_path}") and remote.is_url("s3://b/x")
+    assert not paths.is_url("memory://x") and not paths.is_url("memory:///x")
+    assert paths.is_url(f"file://{tmp_path}") and paths.is_url("s3://b/x")

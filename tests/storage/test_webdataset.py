@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.webdataset import (
+from fpipe.storage.read.webdataset import (
     ShardError,
     _checksum_ok,
     expand_braces,

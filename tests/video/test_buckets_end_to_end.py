@@ -19,7 +19,7 @@ import fpipe
 from fpipe.encode.video import VideoTransformConfig
 from fpipe.encode.video_task import VideoBatch, VideoTaskEncoder
 from fpipe.loader import Topology
-from fpipe.loader.recipe_codec import decode_recipe, encode_recipe
+from fpipe.materialize.recipe_codec import decode_recipe, encode_recipe
 from fpipe.storage import prepare_dataset
 from tests.decode.av_helpers import write_video
 from tests.helpers import OPENSORA_BUCKET_CONFIG, OPENSORA_BUCKET_YAML

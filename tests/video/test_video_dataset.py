@@ -20,7 +20,7 @@ import torch
 import fpipe
 from fpipe.core.errors import BadSampleError
 from fpipe.decode import DecodeLimits
-from fpipe.decode.av import AVDecoder, probe_av
+from fpipe.decode.av.decoder import AVDecoder, probe_av
 from fpipe.encode.video import VideoTransformConfig, video_transform
 from fpipe.encode.video_task import VideoBatch, VideoTaskEncoder
 from fpipe.storage import open_dataset, prepare_dataset
@@ -208,7 +208,7 @@ def test_late_clip_decodes_from_stored_keyframe(tmp_path, monkeypatch):
     def no_probe(*a, **k):
         raise AssertionError("probed at load time")
 
-    monkeypatch.setattr("fpipe.decode.av_probe.probe_container", no_probe)
+    monkeypatch.setattr("fpipe.decode.av.probe.probe_container", no_probe)
     sample, _ = ds.materializer.sample(0, 0, 0, 123)
     dec = sample.video
     assert isinstance(dec, AVDecoder) and dec.metadata.keyframes_s[-1] == pytest.approx(7.5)

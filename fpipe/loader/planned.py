@@ -1,0 +1,76 @@
+"""What ``get_train_dataset`` / ``get_val_dataset`` return: a rank's plan and its materializer.
+
+A :class:`PlannedDataset` is the loader's input: :func:`fpipe.loader.get_loader` runs its plan in
+the main process and its materializer in workers. Iterating it directly materializes in this
+process, for quick looks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fpipe.core import Pipeline
+from fpipe.loader.topology import Topology
+from fpipe.materialize.materializer import Materializer
+
+__all__ = ["PlannedDataset"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedDataset:
+    """What ``get_*_dataset`` returns: the plan for this rank and the recipe materializer.
+
+    Attributes:
+      plan: the :class:`~fpipe.core.Pipeline` of batch recipes for this rank.
+      materializer: the pure ``recipe -> batch`` function run in workers.
+      topology: the rank / world size the plan was built for.
+      batch_size: samples per batch on this rank (0 with buckets: each bucket has its own).
+      distribution: ``"global"`` or ``"per_rank"`` (see docs/distributed.md).
+      packing_buffer_size: with Energon's packing hooks, the samples per packing buffer (each
+        recipe is one buffer; the loader makes batches of ``batch_size`` packs), else None.
+      drop_last: drop a short final batch (of packs, with a packing buffer).
+      buckets: the parsed bucket_config (:class:`~fpipe.plan.BucketTable`) or None.
+      datasets: the name of each dataset id in the refs (one name without a metadataset).
+      num_batches: batches of the whole stream on this rank when it is finite and known in
+        advance (``len(ds)``); None for an endless stream (``num_epochs=None``) or when plan
+        stages or packing decide how many samples a batch takes.
+      path, split: where the samples come from (for the repr).
+    """
+
+    plan: Pipeline
+    materializer: Materializer
+    topology: Topology
+    batch_size: int
+    distribution: str = "global"
+    packing_buffer_size: int | None = None
+    drop_last: bool = True
+    buckets: Any = None
+    datasets: tuple[str, ...] = ()
+    num_batches: int | None = None
+    path: str = ""
+    split: str = ""
+
+    def __iter__(self):
+        """Batches in order, materialized in this process (no DataLoader): for quick looks."""
+        from fpipe.loader.dataloader import get_loader
+
+        return iter(get_loader(self, num_workers=0))
+
+    def __len__(self) -> int:
+        """Batches in the whole stream on this rank (finite streams only)."""
+        if self.num_batches is None:
+            raise TypeError(
+                "len() is unknown for this dataset: it repeats forever (num_epochs=None), or "
+                "plan stages or packing decide how many samples each batch takes"
+            )
+        return self.num_batches
+
+    def __repr__(self) -> str:
+        topo = self.topology
+        batches = "endless or unknown" if self.num_batches is None else self.num_batches
+        return (
+            f"PlannedDataset({self.path!r}, split={self.split!r}, batch_size={self.batch_size}, "
+            f"batches={batches}, rank={topo.rank}/{topo.world_size} {self.distribution}, "
+            f"encoder={type(self.materializer.task_encoder).__name__})"
+        )

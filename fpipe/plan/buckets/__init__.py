@@ -1,0 +1,1 @@
+"""Bucketing in the plan tier: bucket tables (``bucket_config``), assignment, grouped batches."""

@@ -1,0 +1,291 @@
+"""``metadataset.yaml``: how several datasets are mixed, as Megatron-Energon users write it.
+
+The file is read with ``yaml.safe_load`` only and parsed into frozen msgspec records. The
+names ``__module__: megatron.energon`` / ``__class__: MetadatasetV2`` are accepted as labels,
+never imported. Relative paths are relative to the file that names them.
+
+A split is one node::
+
+    {path: ./coco, split_part: val, subflavors: {...}}             # one dataset (or a nested
+                                                                    # metadataset.yaml)
+    {blend: [{weight: 5, path: ./coco}, ...], schedule: [...]}      # weighted mix
+    {blend_epochized: [{repetitions: 2, path: ./coyo}, ...]}        # exact passes per epoch
+    {join: [{path: ./images}, {path: ./captions}], joiner: ...}     # columns joined by key
+
+:func:`load_metadataset` checks the whole tree (unknown keys, weights, missing paths, cycles
+between nested files); :func:`resolve_mix` flattens one split into a :class:`Mix`: the leaf
+datasets with their composed weights (normalized at every blend level, as Energon does) or
+repetitions (multiplied down the levels), their merged subflavors and split parts, plus the
+weight schedule of the top-level blend. Storage decides no order: the plan tier turns a
+:class:`Mix` into a blend.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import ConfigError
+from fpipe.plan.blend_choice import WeightSchedule
+from fpipe.storage.config.dataset_yaml import _load_yaml
+from fpipe.storage.config.metadataset_entries import (
+    BLEND_ENTRY_KEYS,
+    EPOCH_ENTRY_KEYS,
+    JOIN_KEYS,
+    JoinPart,
+    Leaf,
+    entry_name,
+    is_metadataset,
+    join_leaf,
+    no_unknown,
+    number,
+    schedule_of,
+    subflavors_of,
+)
+from fpipe.storage.paths import is_url
+
+__all__ = [
+    "JoinPart",
+    "Leaf",
+    "Metadataset",
+    "Mix",
+    "is_metadataset",
+    "load_metadataset",
+    "resolve_mix",
+]
+
+_ENERGON_CLASSES = ("MetadatasetV2",)
+_TOP_KEYS = {"__module__", "__class__", "splits"}
+_REF_KEYS = {
+    "path",
+    "name",
+    "split_part",
+    "subflavors",
+    "subflavor",
+    "dataset_config",
+    "split_config",
+    "shuffle_over_epochs_multiplier",
+}
+
+
+class Mix(msgspec.Struct, frozen=True, kw_only=True):
+    """A split resolved to leaf datasets: ``mode`` is ``"single"``, ``"blend"`` (weighted) or
+    ``"blend_epochized"``; ``schedule`` is set for weighted blends (constant weights are a
+    one-point schedule)."""
+
+    split: str
+    mode: str
+    leaves: tuple[Leaf, ...]
+    schedule: WeightSchedule | None = None
+    source: str = ""
+
+
+class Metadataset(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed metadataset file: its absolute ``path`` and the raw node of each split."""
+
+    path: str
+    splits: dict[str, Any]
+
+
+def load_metadataset(path: str | os.PathLike) -> Metadataset:
+    """Parse and check a metadataset file, nested files included.
+
+    Raises ConfigError naming the file and the entry for unknown keys, bad weights or
+    repetitions, missing paths and cycles between nested files.
+    """
+    md = _load(Path(path).resolve(), ())
+    for split in md.splits:
+        for mode in ("train", "val"):  # every node is checked in both readings
+            resolve_mix(md, split, training=mode == "train")
+    return md
+
+
+def _load(path: Path, stack: tuple[str, ...]) -> Metadataset:
+    if str(path) in stack:
+        chain = " -> ".join([*stack[stack.index(str(path)) :], str(path)])
+        raise ConfigError(f"{stack[-1]}: nested metadatasets form a cycle: {chain}")
+    if not path.is_file():
+        raise ConfigError(f"metadataset {path} does not exist")
+    obj = _load_yaml(path)
+    where = str(path)
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}: a metadataset is a mapping with 'splits:'")
+    no_unknown(obj, _TOP_KEYS, where, "the top level")
+    cls = obj.get("__class__", "MetadatasetV2")
+    if cls not in _ENERGON_CLASSES:
+        raise ConfigError(
+            f"{where}: __class__ {cls!r} is not supported; fpipe reads MetadatasetV2 files "
+            "(splits: with blend / blend_epochized / path / join)"
+        )
+    splits = obj.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        raise ConfigError(f"{where}: 'splits:' must map split names (train, val, test) to nodes")
+    return Metadataset(path=where, splits={str(k): v for k, v in splits.items()})
+
+
+def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
+    """Flatten split ``split`` of ``md`` into its leaf datasets (see the module docstring).
+
+    With ``training=False`` (validation and test) weights and repetitions are ignored and the
+    leaves are concatenated in file order, as Energon does.
+
+    Example::
+
+        mix = resolve_mix(load_metadataset("mix.yaml"), "train")
+        [(leaf.name, leaf.weight) for leaf in mix.leaves]   # [("coco", 0.625), ...]
+    """
+    if split not in md.splits:
+        raise ConfigError(f"{md.path}: no split {split!r}; the file has {sorted(md.splits)}")
+    mode, leaves, schedule = _node(
+        md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True
+    )
+    leaves = _unique_names(leaves, md.path, split)
+    if not training:
+        mode, schedule = ("single" if len(leaves) == 1 else "concat"), None
+        leaves = tuple(
+            msgspec.structs.replace(leaf, weight=1.0, repetitions=1.0) for leaf in leaves
+        )
+    elif mode == "blend" and schedule is None:
+        schedule = WeightSchedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
+    return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path)
+
+
+def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...]:
+    seen: dict[str, Leaf] = {}
+    for leaf in leaves:
+        if leaf.name in seen:
+            raise ConfigError(
+                f"{where}: split {split!r}: two datasets are named {leaf.name!r} "
+                f"({seen[leaf.name].where} and {leaf.where}); give one of them a 'name:'"
+            )
+        seen[leaf.name] = leaf
+    return tuple(leaves)
+
+
+def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
+    """(mode, leaves, schedule) of one node; ``subflavors`` come from the levels above."""
+    where = stack[-1]
+    if not isinstance(node, dict):
+        raise ConfigError(f"{where}: {entry}: expected a mapping, got {type(node).__name__}")
+    kinds = [k for k in ("blend", "blend_epochized", "join", "path") if k in node]
+    if len(kinds) != 1:
+        raise ConfigError(
+            f"{where}: {entry}: a node has exactly one of 'path', 'blend', 'blend_epochized' or "
+            f"'join' (found {kinds or 'none'})"
+        )
+    kind = kinds[0]
+    if kind == "path":
+        no_unknown(node, _REF_KEYS, where, entry)
+        return _reference(node, base, split, entry, subflavors, stack)
+    if kind == "join":
+        return "single", [join_leaf(node, base, split, entry, subflavors, stack)], None
+    extra = BLEND_ENTRY_KEYS if kind == "blend" else EPOCH_ENTRY_KEYS
+    no_unknown(node, {kind, "schedule", "schedule_mode"}, where, entry)
+    if "schedule" in node and (kind != "blend" or not top):
+        raise ConfigError(
+            f"{where}: {entry}: 'schedule' belongs to the top-level 'blend' of a split (nested "
+            "or epochized blends have fixed weights)"
+        )
+    items = node[kind]
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}: {entry}.{kind}: expected a non-empty list of entries")
+    groups, entry_weights, names = [], [], []
+    for i, item in enumerate(items):
+        e = f"{entry}.{kind}[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
+        if "join" in item:
+            no_unknown(item, JOIN_KEYS | extra, where, e)
+            leaves = [join_leaf(item, base, split, e, subflavors, stack)]
+            inner_mode = "single"
+        else:
+            if "path" not in item:
+                raise ConfigError(f"{where}: {e}: missing 'path'")
+            no_unknown(item, _REF_KEYS | extra, where, e)
+            inner_mode, leaves, _ = _reference(item, base, split, e, subflavors, stack)
+        if kind == "blend":
+            if inner_mode == "blend_epochized":
+                raise ConfigError(f"{where}: {e}: cannot blend an epochized blend by weight")
+            entry_weights.append(number(item.get("weight", 1.0), where, e, "weight"))
+        else:
+            if inner_mode == "blend":
+                raise ConfigError(f"{where}: {e}: cannot put a weighted blend in blend_epochized")
+            reps = number(item.get("repetitions", 1), where, e, "repetitions")
+            if reps == 0:
+                raise ConfigError(f"{where}: {e}: repetitions must be > 0")
+            leaves = [
+                msgspec.structs.replace(lf, repetitions=lf.repetitions * reps) for lf in leaves
+            ]
+        groups.append((e, leaves))
+        names.append(entry_name(item))
+    if kind == "blend_epochized":
+        return kind, [lf for _, ls in groups for lf in ls], None
+    total = sum(entry_weights)
+    if total <= 0:
+        raise ConfigError(f"{where}: {entry}.blend: all weights are 0; at least one must be > 0")
+    out = []
+    for (_, leaves), w in zip(groups, entry_weights):
+        inner_total = sum(lf.weight for lf in leaves)
+        for lf in leaves:  # normalized at this level, then scaled by the entry's share
+            out.append(msgspec.structs.replace(lf, weight=w / total * lf.weight / inner_total))
+    schedule = None
+    if "schedule" in node:
+        schedule = schedule_of(node, names, groups, where, entry)
+    return kind, out, schedule
+
+
+def _reference(node, base, split, entry, subflavors, stack):
+    where = stack[-1]
+    raw = node["path"]
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
+    split_part = node.get("split_part") or split
+    if is_url(raw):  # a dataset on object storage: opened (and checked) when it is loaded
+        path: Any = raw
+    else:
+        path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
+    # Subflavors: the levels above override the entry's own (Energon's merge order).
+    merged = {**subflavors_of(node, where, entry), **subflavors}
+    name = entry_name(node)
+    if not is_url(raw) and not path.exists():
+        raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
+    mult = node.get("shuffle_over_epochs_multiplier", 1)
+    if mult not in (1, None):
+        raise ConfigError(
+            f"{where}: {entry}: shuffle_over_epochs_multiplier={mult!r} is not supported (each "
+            "dataset gets a fresh keyed order every epoch); remove it"
+        )
+    for key in ("dataset_config", "split_config"):
+        if node.get(key) is not None:
+            raise ConfigError(
+                f"{where}: {entry}: {key!r} overrides are not supported yet; prepare the "
+                "dataset with the config it should use"
+            )
+    if not is_url(raw) and is_metadataset(path):
+        inner = _load(path, stack)
+        if split_part not in inner.splits:
+            raise ConfigError(
+                f"{where}: {entry}: nested metadataset {path} has no split {split_part!r} "
+                f"(it has {sorted(inner.splits)})"
+            )
+        mode, leaves, _ = _node(
+            inner.splits[split_part],
+            path,
+            split_part,
+            f"splits.{split_part}",
+            merged,
+            (*stack, str(path)),
+        )
+        leaves = [msgspec.structs.replace(lf, name=f"{name}/{lf.name}") for lf in leaves]
+        return mode, leaves, None
+    leaf = Leaf(
+        name=name,
+        path=str(path),
+        split_part=split_part,
+        subflavors=merged,
+        where=f"{where}: {entry}",
+    )
+    return "single", [leaf], None

@@ -1,0 +1,267 @@
+"""The entries of a metadataset: leaf records, key checks, names, joins and schedules.
+
+Helpers of :mod:`fpipe.storage.config.metadataset`; every error names the file and the entry.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import ConfigError
+from fpipe.plan.blend_choice import WeightSchedule
+from fpipe.storage.paths import is_url
+
+__all__ = [
+    "BLEND_ENTRY_KEYS",
+    "EPOCH_ENTRY_KEYS",
+    "JOIN_KEYS",
+    "JoinPart",
+    "Leaf",
+    "default_name",
+    "entry_name",
+    "is_metadataset",
+    "join_leaf",
+    "joiner_name",
+    "no_unknown",
+    "number",
+    "schedule_of",
+    "subflavors_of",
+]
+
+#: Keys an entry of a weighted / epochized blend may add to a reference.
+BLEND_ENTRY_KEYS = {"weight"}
+EPOCH_ENTRY_KEYS = {"repetitions"}
+JOIN_KEYS = {"join", "joiner", "name", "split_part", "subflavors", "subflavor"}
+JOIN_PART_KEYS = {
+    "path",
+    "nonmatch",
+    "split_part",
+    "subflavors",
+    "subflavor",
+    "dataset_config",
+    "split_config",
+}
+NONMATCH = ("error", "skip", "none")
+
+
+class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
+    """A secondary dataset of a ``join:``: its samples are found by the primary's sample keys.
+
+    ``nonmatch`` says what a primary sample without a match here becomes: ``"error"`` (a bad
+    sample), ``"skip"`` (left out, counted) or ``"none"`` (this part's fields are None);
+    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name).
+    """
+
+    path: str
+    split_part: str
+    nonmatch: str = "error"
+    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
+    name: str = ""
+
+
+class Leaf(msgspec.Struct, frozen=True, kw_only=True):
+    """One dataset of a resolved split.
+
+    ``name``: unique within the split (schedule keys, stats and messages use it); ``path``:
+    absolute dataset folder or table; ``split_part``: the split of that dataset to read;
+    ``subflavors``: labels set on every sample; ``weight`` (weighted blends) or
+    ``repetitions`` (epochized blends); ``where``: file and entry, for messages; ``join``:
+    the secondary datasets joined to this one by sample key (:class:`JoinPart`); ``joiner``:
+    the registered sample type the parts are joined into; ``join_name``: the primary's key
+    when ``join:`` is a mapping.
+    """
+
+    name: str
+    path: str
+    split_part: str
+    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
+    weight: float = 1.0
+    repetitions: float = 1.0
+    where: str = ""
+    join: tuple[JoinPart, ...] = ()
+    joiner: str | None = None
+    join_name: str = ""
+
+
+def is_metadataset(path: str | os.PathLike) -> bool:
+    """True when ``path`` names a metadataset file (``.yaml`` / ``.yml``)."""
+    p = Path(path)
+    return p.suffix.lower() in (".yaml", ".yml") and not p.is_dir()
+
+
+def no_unknown(obj: dict, allowed: set, where: str, entry: str) -> None:
+    """Raise naming the file, the entry and the unknown keys, if any."""
+    unknown = sorted(str(k) for k in obj if k not in allowed)
+    if unknown:
+        raise ConfigError(f"{where}: {entry}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def number(value: Any, where: str, entry: str, what: str) -> float:
+    """A finite number >= 0 (weights, repetitions), else an error naming the entry."""
+    if isinstance(value, dict):
+        raise ConfigError(
+            f"{where}: {entry}: {what} must be a number; to change weights over training, give "
+            "the blend a 'schedule: [[position, {name: weight}], ...]' (see docs/metadataset.md)"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: {entry}: {what} must be a number, got {value!r}")
+    value = float(value)
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{where}: {entry}: {what} must be a finite number >= 0, got {value}")
+    return value
+
+
+def subflavors_of(node: dict, where: str, entry: str) -> dict:
+    """The entry's own subflavors (Energon's legacy ``subflavor`` included)."""
+    sub = node.get("subflavors") or {}
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{where}: {entry}: subflavors must be a mapping")
+    sub = {str(k): v for k, v in sub.items()}
+    if node.get("subflavor") is not None:  # Energon's legacy single subflavor
+        sub.setdefault("subflavor", node["subflavor"])
+    return sub
+
+
+def entry_name(item: dict) -> str:
+    """The name of a blend entry: its ``name:``, else the last part of its (first) path."""
+    if item.get("name"):
+        return str(item["name"])
+    if "path" in item:
+        return default_name(item, item.get("split_part"))
+    parts = item["join"]
+    first = (list(parts.values()) if isinstance(parts, dict) else parts)[0]
+    return Path(str(first["path"])).name
+
+
+def default_name(ref: dict, split_part: str | None) -> str:
+    """The last part of the path without .yaml, plus ``.split_part`` when given."""
+    stem = Path(str(ref["path"])).name
+    for suffix in (".yaml", ".yml"):
+        stem = stem.removesuffix(suffix)
+    return f"{stem}.{split_part}" if split_part else stem
+
+
+def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
+    """A ``join:`` node as one leaf: the first (primary) dataset, the others joined by key.
+
+    ``join:`` is a list of parts, or a mapping name -> part (the names reach a custom joiner's
+    ``from_joined`` as keyword arguments). Part paths may be URLs of datasets on object storage.
+    """
+    where = stack[-1]
+    no_unknown(node, JOIN_KEYS | BLEND_ENTRY_KEYS | EPOCH_ENTRY_KEYS, where, entry)
+    parts, names = node["join"], None
+    if isinstance(parts, dict):
+        names, parts = [str(k) for k in parts], list(parts.values())
+    if not isinstance(parts, list) or len(parts) < 2:
+        raise ConfigError(f"{where}: {entry}.join: expected a list of at least two datasets")
+    split_part = node.get("split_part") or split
+    outer = {**subflavors_of(node, where, entry), **subflavors}  # the outer levels win
+    resolved = []
+    for i, part in enumerate(parts):
+        e = f"{entry}.join[{names[i] if names else i}]"
+        if not isinstance(part, dict) or "path" not in part:
+            raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
+        no_unknown(part, JOIN_PART_KEYS, where, e)
+        for key in ("dataset_config", "split_config"):
+            if part.get(key) is not None:
+                raise ConfigError(
+                    f"{where}: {e}: {key!r} overrides are not supported yet; prepare the "
+                    "dataset with the config it should use"
+                )
+        raw = str(part["path"])
+        p = raw if is_url(raw) else str((base.parent / raw).resolve())
+        if not is_url(raw) and not Path(p).exists():
+            raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")
+        if not is_url(raw) and is_metadataset(p):
+            raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")
+        nonmatch = part.get("nonmatch", "error")
+        if nonmatch not in NONMATCH:
+            raise ConfigError(f"{where}: {e}: nonmatch must be 'error', 'skip' or 'none'")
+        if i == 0 and nonmatch != "error":
+            raise ConfigError(
+                f"{where}: {e}: the first dataset of a join is the primary (every one of its "
+                "samples is kept); 'nonmatch' belongs to the datasets joined to it"
+            )
+        resolved.append(
+            JoinPart(
+                path=p,
+                split_part=str(part.get("split_part") or split_part),
+                nonmatch=nonmatch,
+                subflavors={**subflavors_of(part, where, e), **outer},
+                name=names[i] if names else "",
+            )
+        )
+    return Leaf(
+        name=entry_name(node),
+        path=resolved[0].path,
+        split_part=resolved[0].split_part,
+        subflavors=resolved[0].subflavors,
+        where=f"{where}: {entry}",
+        join=tuple(resolved[1:]),
+        joiner=joiner_name(node.get("joiner"), where, entry),
+        join_name=resolved[0].name,
+    )
+
+
+def joiner_name(joiner: Any, where: str, entry: str) -> str | None:
+    """The sample type named by ``joiner:`` (``{__module__, __class__}`` or a string), as
+    ``module.Class`` for the allow-list of :func:`fpipe.samples.sample_type_from_name`
+    (resolved by the loader; never imported)."""
+    if joiner is None:
+        return None
+    if isinstance(joiner, dict):
+        no_unknown(joiner, {"__module__", "__class__"}, where, f"{entry}.joiner")
+        if "__class__" not in joiner:
+            raise ConfigError(f"{where}: {entry}.joiner: expected {{__module__, __class__}}")
+        module = joiner.get("__module__")
+        return f"{module}.{joiner['__class__']}" if module else str(joiner["__class__"])
+    if not isinstance(joiner, str) or not joiner:
+        raise ConfigError(f"{where}: {entry}.joiner: expected a sample type name")
+    return joiner
+
+
+def schedule_of(node, names, groups, where, entry) -> WeightSchedule:
+    """The top-level blend's schedule over its leaves: ``[[position, {name: weight}], ...]``."""
+    raw, mode = node["schedule"], node.get("schedule_mode", "step")
+    if mode not in ("step", "linear"):
+        raise ConfigError(f"{where}: {entry}: schedule_mode must be 'step' or 'linear'")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: {entry}.schedule: expected [[position, {{name: weight}}]...]")
+    index = {n: i for i, n in enumerate(names)}
+    if len(index) != len(names):
+        raise ConfigError(f"{where}: {entry}: entries of a scheduled blend need unique names")
+    points, rows = [], []
+    for j, item in enumerate(raw):
+        e = f"{entry}.schedule[{j}]"
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict)):
+            raise ConfigError(f"{where}: {e}: expected [position, {{name: weight, ...}}]")
+        pos, weights = item
+        if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
+            raise ConfigError(f"{where}: {e}: position must be an integer >= 0, got {pos!r}")
+        if points and pos <= points[-1]:
+            raise ConfigError(f"{where}: {e}: positions must increase ({pos} after {points[-1]})")
+        unknown = sorted(set(map(str, weights)) - set(index))
+        if unknown:
+            raise ConfigError(f"{where}: {e}: unknown dataset(s) {unknown}; entries: {names}")
+        w = [0.0] * len(names)
+        for n, v in weights.items():
+            w[index[str(n)]] = number(v, where, e, f"weight of {n!r}")
+        if sum(w) <= 0:
+            raise ConfigError(f"{where}: {e}: all weights are 0; at least one must be > 0")
+        points.append(pos)
+        rows.append(w)
+    if points[0] != 0:
+        raise ConfigError(f"{where}: {entry}.schedule: the first point must be at position 0")
+    # Spread each entry's weight over its leaves by their normalized share within the entry.
+    leaf_rows = []
+    for w in rows:
+        row = []
+        for (_, leaves), we in zip(groups, w):
+            inner_total = sum(lf.weight for lf in leaves)
+            row.extend(we * lf.weight / inner_total for lf in leaves)
+        leaf_rows.append(tuple(row))
+    return WeightSchedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")

@@ -1,0 +1,328 @@
+"""The work behind ``fpipe prepare``: index shards (or a table), write the YAML files.
+
+``prepare_dataset(DIR)`` checks its options (:class:`PrepareOptions`), then runs one mode, each
+a small function of this module:
+
+- :func:`_prepare_table`: a ``.jsonl`` / ``.csv`` table (:mod:`.prepare_table`);
+- :func:`_prepare_part`: one slice of the shards of a cluster run (``part=(i, n)``);
+- :func:`_prepare_full`: every shard of a WebDataset or Energon folder, or the merged parts
+  (``merge=True``), written to ``DIR/.fpipe/`` with ``dataset.yaml`` and ``split.yaml``.
+
+Where the shards, dataset.yaml and split.yaml come from is :func:`_find_source` (an Energon
+folder's ``.nv-meta`` or a previous fpipe index). Bad input never stops indexing: each
+left-out sample is reported with its file, key and reason, and counted in ``info.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.config.dataset_yaml import (
+    CRUDE,
+    DatasetConfig,
+    SplitConfig,
+    dump_yaml,
+    load_dataset_config,
+    load_split_config,
+)
+from fpipe.storage.config.splits import build_split_config
+from fpipe.storage.paths import is_url
+from fpipe.storage.prepare.checks import check_fields_present, check_sample_type
+from fpipe.storage.prepare.options import (
+    PrepareOptions,
+    PrepareReport,
+    Problem,
+    make_options,
+)
+from fpipe.storage.prepare.scan import ScanOptions
+from fpipe.storage.prepare.shards import (
+    PARTS_DIR,
+    merge_parts,
+    part_slice,
+    scan_shards,
+    write_index_with_av,
+    write_part,
+)
+from fpipe.storage.prepare.table import write_table_index
+from fpipe.storage.read.energon import exclude_to_keys, is_energon, read_energon_meta
+from fpipe.storage.read.remote import StorageOptions
+from fpipe.storage.read.remote_index import remote_shards, upload_index
+from fpipe.storage.read.tables import is_table
+from fpipe.storage.read.tar.index import INDEX_DIR, IndexData
+from fpipe.storage.read.webdataset import list_shards
+
+__all__ = ["PARTS_DIR", "PrepareOptions", "PrepareReport", "Problem", "prepare_dataset"]
+
+# field names -> sample type guessed when --sample-type is not given
+_GUESS = {
+    frozenset({"image", "caption"}): "CaptioningSample",
+    frozenset({"image"}): "ImageSample",
+    frozenset({"text"}): "TextSample",
+    frozenset({"image", "label"}): "ImageClassificationSample",
+    frozenset({"image", "context", "answers"}): "VQASample",
+    frozenset({"video", "caption"}): "CaptionedVideoSample",
+    frozenset({"audio", "caption"}): "CaptionedAudioSample",
+    frozenset({"image", "context"}): "VQASample",
+}
+
+
+def _guess_sample_type(field_map: dict[str, str]) -> str:
+    return _GUESS.get(frozenset(field_map), CRUDE) if field_map else CRUDE
+
+
+def _aliases(columns: Iterable[str], field_map: dict[str, str]) -> dict[str, str]:
+    cols = list(columns)
+    order = list(field_map) + [c[: -len(".width")] for c in cols if c.endswith(".width")]
+    for f in order:
+        if f"{f}.width" in cols and "width" not in cols:
+            return {"width": f"{f}.width", "height": f"{f}.height"}
+    return {}
+
+
+class _Source(msgspec.Struct, frozen=True):
+    """What a folder already says: its kind, shards, dataset.yaml and split.yaml."""
+
+    kind: str  #: "webdataset" | "energon"
+    shards: list[str]
+    config: DatasetConfig
+    split: SplitConfig | None
+
+
+def _find_source(p: Path, opts: PrepareOptions) -> _Source:
+    """Shards, config and split of an Energon folder (``.nv-meta``) or a WebDataset folder
+    (a previous ``.fpipe`` index's YAML files)."""
+    if is_energon(p):
+        meta = read_energon_meta(p)
+        shards = list(meta.shard_counts)
+        if opts.shards:
+            wanted = set(list_shards(p, list(opts.shards)))
+            shards = [s for s in shards if s in wanted]
+        split = meta.split
+        if split is not None:  # Energon's per-shard indices become keys: fpipe may drop samples
+            split = SplitConfig(split_parts=split.split_parts, exclude=exclude_to_keys(p, meta))
+        return _Source("energon", shards, meta.config, split)
+    config = load_dataset_config(p / INDEX_DIR / "dataset.yaml")
+    split = load_split_config(p / INDEX_DIR / "split.yaml")
+    return _Source("webdataset", list_shards(p, list(opts.shards)), config, split)
+
+
+def _report(
+    root: Path,
+    out: Path,
+    data: IndexData,
+    source: str,
+    splits: SplitConfig | None,
+    t0: float,
+    part: tuple[int, int] | None = None,
+    config: DatasetConfig | None = None,
+) -> PrepareReport:
+    return PrepareReport(
+        path=str(root),
+        index_dir=str(out),
+        kind="webdataset",
+        source=source,
+        num_samples=int(len(data.shard_id)),
+        num_shards=len(data.shards),
+        problems=tuple(Problem(*p) for p in data.problems),
+        columns=tuple(data.columns),
+        members=tuple(data.members.exts),
+        splits={k: len(v) for k, v in (splits.split_parts if splits else {}).items()},
+        elapsed_s=time.perf_counter() - t0,
+        part=part,
+        sample_type=config.sample_type if config else "",
+        field_map=dict(config.field_map) if config else {},
+    )
+
+
+def _scan_options(opts: PrepareOptions, fmap: dict[str, str]) -> ScanOptions:
+    return ScanOptions(
+        field_map=fmap,
+        columns=opts.columns,
+        extra_columns_fn=opts.extra_columns_fn,
+        probe_av=opts.probe_av,
+    )
+
+
+def _dataset_config(existing: DatasetConfig, opts: PrepareOptions) -> DatasetConfig:
+    """dataset.yaml to write: options over what the folder had; checked against the type."""
+    fmap = opts.fields if opts.fields is not None else dict(existing.field_map)
+    kept = existing.sample_type if existing.sample_type != CRUDE else None
+    config = DatasetConfig(
+        sample_type=opts.sample_type or kept or _guess_sample_type(fmap),
+        field_map=fmap,
+        subflavors=dict(opts.subflavors if opts.subflavors is not None else existing.subflavors),
+        sample_loader=existing.sample_loader,
+    )
+    check_sample_type(config.sample_type, fmap, existing.sample_loader)
+    return config
+
+
+def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
+    config = _dataset_config(DatasetConfig(), opts)
+    out, info, problems = write_table_index(
+        p,
+        root=opts.root,
+        media_columns=opts.media_columns,
+        aux=opts.aux,
+        config=config,
+        probe_av=opts.probe_av,
+    )
+    return PrepareReport(
+        path=str(p),
+        index_dir=str(out),
+        kind="table",
+        source="table",
+        num_samples=int(info["num_samples"]),
+        num_shards=0,
+        problems=tuple(Problem(*q) for q in problems),
+        columns=tuple(info["columns"]),
+        members=tuple(info["table"]["media_columns"]),
+        splits={},
+        elapsed_s=time.perf_counter() - t0,
+        sample_type=config.sample_type,
+        field_map=dict(config.field_map),
+    )
+
+
+def _prepare_part(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:
+    assert opts.part is not None
+    fmap = _dataset_config(src.config, opts).field_map
+    todo = part_slice(src.shards, opts.part)
+    check_fields_present(p, todo, fmap)
+    data, kf = scan_shards(str(p), todo, _scan_options(opts, fmap), opts.workers, opts.progress)
+    out = write_part(p, opts.part, data, kf, {"source": src.kind, "field_map": fmap})
+    return _report(p, out, data, src.kind, None, t0, opts.part)
+
+
+class _Index(msgspec.Struct):
+    """An index computed in memory, ready to be written (see :func:`_write_index`)."""
+
+    data: IndexData
+    keyframes: Any
+    config: DatasetConfig
+    split: SplitConfig | None
+    info: dict[str, Any]
+    source: str
+
+
+def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
+    """Scan every shard of ``src`` under ``root`` (a folder or a URL), or merge the parts."""
+    config = _dataset_config(src.config, opts)
+    fmap = config.field_map
+    if opts.merge:
+        data, kf = merge_parts(Path(root))
+        source = "merged-" + src.kind
+    else:
+        if "://" not in root:  # a local folder: compare with the first shard's members
+            check_fields_present(Path(root), src.shards, fmap)
+        scan = _scan_options(opts, fmap)
+        data, kf = scan_shards(root, src.shards, scan, opts.workers, opts.progress)
+        source = src.kind
+    names = [s["name"] for s in data.shards]
+    if opts.split is None and not opts.exclude:
+        split = src.split
+    else:
+        split = build_split_config(opts.split, names, opts.exclude, opts.split_seed)
+    info = {"source": source, "aliases": _aliases(data.columns, fmap), "field_map": fmap}
+    return _Index(data, kf, config, split, info, source)
+
+
+def _write_index(out: Path, index: _Index) -> None:
+    """Write ``index`` into the index folder ``out`` (``DIR/.fpipe`` or ``--index-dir``)."""
+    write_index_with_av(out, index.data, index.keyframes, index.info)
+    dump_yaml(out / "dataset.yaml", index.config)
+    if index.split is not None:
+        dump_yaml(out / "split.yaml", index.split)
+    elif (out / "split.yaml").exists():
+        (out / "split.yaml").unlink()
+
+
+def _prepare_full(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:
+    index = _compute_index(str(p), src, opts)
+    out = p / INDEX_DIR
+    _write_index(out, index)
+    if opts.merge:
+        shutil.rmtree(p / PARTS_DIR, ignore_errors=True)
+    return _report(p, out, index.data, index.source, index.split, t0, config=index.config)
+
+
+def _prepare_remote(url: str, opts: PrepareOptions, t0: float) -> PrepareReport:
+    """Index the shards under an object-storage URL, streaming each once; write the index to
+    ``opts.index_dir`` or, without one, to ``URL/.fpipe/`` in the bucket."""
+    if opts.part is not None or opts.merge:
+        raise ConfigError(f"{url}: part/merge runs are for local folders; use workers= instead")
+    shards = remote_shards(url, opts.shards, opts.storage)
+    src = _Source("webdataset", shards, DatasetConfig(), None)
+    index = _compute_index(url, src, opts)
+    if opts.index_dir is not None:
+        out = Path(opts.index_dir)
+        _write_index(out, index)
+        where = str(out)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fpipe-index-") as tmp:
+            _write_index(Path(tmp), index)
+            where = upload_index(Path(tmp), url, opts.storage or StorageOptions())
+    report = _report(Path(), Path(), index.data, index.source, index.split, t0, config=index.config)
+    return msgspec.structs.replace(report, path=url, index_dir=where)
+
+
+def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
+    """Index a WebDataset folder, an Energon-prepared folder, or a JSONL/CSV table.
+
+    Args:
+      path: dataset folder, a ``.jsonl`` / ``.csv`` table, or the URL of a folder of shards on
+        object storage (``s3://bucket/prefix``; see :mod:`fpipe.storage.read.remote`).
+      **options: keyword arguments, checked by :func:`.prepare_options.make_options` into a
+        :class:`PrepareOptions` before any file is read (an unknown name is a TypeError):
+      fields: field map, ``{"image": "jpg", "caption": "json[caption]"}`` or
+        ``["image=jpg", ...]``. Every field is required: samples without it are left out.
+        Default: the existing dataset.yaml (fpipe's or Energon's), else none (crude).
+      split: ``"8,1,1"`` (train/val/test by shard ratios), ``{"train": ["a-*.tar"], ...}``
+        (shard globs), or a :class:`SplitConfig`. Default: existing split.yaml, else none.
+      sample_type: e.g. ``"CaptioningSample"``; guessed from common field names otherwise.
+      workers: processes scanning shards in parallel.
+      part: ``(i, n)`` or ``"i/n"``: index only the i-th (0-based) of n shard slices.
+      merge: combine the n parts written by ``part`` runs into the final index.
+      columns: user columns, ``"NAME=json[path]"`` or ``"NAME=len(json[path])"``.
+      extra_columns_fn: ``"module:function"`` (or a top-level function) called with the
+        sample's members ``{ext: bytes}`` and returning ``{column: number}``.
+      progress: draw a progress bar on stderr.
+      shards: shard patterns relative to ``path`` (brace expansion and globs); default all.
+      exclude: split.yaml exclude entries to add.
+      split_seed: shuffle shards with this seed before splitting by ratio.
+      subflavors: written to dataset.yaml.
+      root, media_columns, aux: for tables (see :mod:`fpipe.storage.read.tables`).
+      index_dir: for a dataset at a URL, a local folder to write the index to (default:
+        ``URL/.fpipe/`` in the bucket).
+      storage: for a URL, :class:`~fpipe.storage.read.remote.StorageOptions` (or a dict of them).
+      probe_av: probe audio/video members (or table media files) and store their stream
+        metadata columns and keyframe times (:mod:`fpipe.storage.read.av_meta`); a file that
+        cannot be probed is left out and reported.
+
+    Returns:
+      A :class:`PrepareReport`.
+    """
+    t0 = time.perf_counter()
+    opts = make_options(**options)
+    if is_url(path):
+        return _prepare_remote(str(path), opts, t0)
+    p = Path(path)
+    if p.is_file() and is_table(p):
+        return _prepare_table(p, opts, t0)
+    if not p.is_dir():
+        raise ConfigError(f"{p}: no such folder or table")
+    src = _find_source(p, opts)
+    if not src.shards and not opts.merge:
+        raise ConfigError(f"{p}: no .tar/.tar.gz/.tgz shards found")
+    if opts.part is not None:
+        return _prepare_part(p, src, opts, t0)
+    return _prepare_full(p, src, opts, t0)

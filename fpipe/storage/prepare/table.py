@@ -1,0 +1,152 @@
+"""``fpipe prepare TABLE``: check a JSONL/CSV table's rows and write its ``"table"`` index.
+
+Every media file is checked (present, image header readable, audio/video probed when
+``probe_av``); a row that fails is left out and reported. The kept rows are stored as the
+arrays of :func:`fpipe.storage.read.tables.table_arrays` plus ``<media column>.bytes`` (and
+``.width`` / ``.height`` for images, the :mod:`~fpipe.storage.read.av_meta` statistics for
+audio/video) under ``<table folder>/.fpipe``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fpipe.core.errors import BadSampleError
+from fpipe.decode.extensions import ext_kind
+from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
+from fpipe.storage.prepare.image_header import HEADER_PREFIX, image_size
+from fpipe.storage.read import av_meta
+from fpipe.storage.read.layouts import open_dataset
+from fpipe.storage.read.record import ArrayStore
+from fpipe.storage.read.tables import TableReader, read_table, suffix, table_arrays, table_record
+from fpipe.storage.read.tar.index import INDEX_DIR, write_folder
+
+__all__ = ["check_row", "table_index", "write_table_index"]
+
+
+def check_row(reader: TableReader, i: int, probe_av: bool) -> tuple[dict, dict, dict]:
+    """(size/image columns, audio/video statistics, keyframes by column) of row ``i``.
+
+    Raises:
+      BadSampleError, ValueError, OSError: the row must be left out.
+    """
+    key = reader.key(i)
+    extra: dict[str, int] = {}
+    av: dict[str, Any] = {}
+    keyframes: dict[str, np.ndarray] = {}
+    for col in reader.media_columns:
+        v = reader.value(col, i)
+        if v is None:
+            raise BadSampleError(reader.table_path, key, f"column {col!r} is empty")
+        fpath = reader.media_path(str(v))
+        kind = ext_kind(suffix(str(v)))
+        on_disk = os.path.isfile(fpath)
+        data: Any = fpath if on_disk else reader.media_bytes(col, str(v), key)
+        extra[f"{col}.bytes"] = os.path.getsize(fpath) if on_disk else len(data)
+        if kind == "av" and probe_av:  # stream metadata and keyframes (demux only)
+            stats, keyframes[col] = av_meta.probe_stats(data, col, path=fpath, key=key)
+            av.update(stats)
+        if kind == "image":
+            if on_disk:
+                with open(fpath, "rb") as f:
+                    head = f.read(HEADER_PREFIX)
+            else:
+                head = data
+            try:
+                w, h = image_size(head)
+            except ValueError:
+                with open(fpath, "rb") as f:  # PIL may need more than the prefix
+                    w, h = image_size(f.read())
+            extra[f"{col}.width"], extra[f"{col}.height"] = w, h
+    return extra, av, keyframes
+
+
+def _number_column(name: str, vals: list[Any]) -> np.ndarray:
+    if av_meta.is_float_column(name):
+        return np.asarray([math.nan if v is None else v for v in vals], np.float64)
+    return np.asarray([-1 if v is None else v for v in vals], np.int64)
+
+
+def table_index(
+    path: str | Path,
+    *,
+    root: str | Path | None,
+    media_columns: list[str] | None,
+    aux: str | Path | None,
+    probe_av: bool = True,
+):
+    """Check a table's rows and build its prepared arrays.
+
+    Returns (arrays by relative file name, index info, problems as (path, key, reason)).
+    """
+    record, mem = table_record(path, root=root, media_columns=media_columns, aux=aux)
+    t = record.table
+    assert t is not None
+    reader = TableReader(record, t.root, t.aux, ArrayStore(make=mem.__getitem__), open_dataset)
+    keep: list[int] = []
+    rows_extra: list[dict[str, Any]] = []
+    keyframes = av_meta.KeyframeBuilder()
+    problems: list[tuple[str, str, str]] = []
+    for i in range(record.num_samples):
+        try:
+            extra, av, kf = check_row(reader, i, probe_av)
+        except BadSampleError as e:
+            problems.append((e.path, e.key, e.reason))
+            continue
+        except (ValueError, OSError) as e:
+            problems.append((str(path), reader.key(i), str(e)))
+            continue
+        keep.append(i)
+        rows_extra.append({**extra, **av})
+        keyframes.add(kf)
+    names, rows = read_table(path)
+    arrays, columns, layout = table_arrays(names, [rows[i] for i in keep], t.media_columns)
+    arrays["rows.npy"] = np.asarray(keep, np.int64)
+    for name in dict.fromkeys(k for r in rows_extra for k in r):
+        arr = _number_column(name, [r.get(name) for r in rows_extra])
+        arrays[f"columns/{name}.npy"] = arr
+        columns[name] = str(arr.dtype)
+    kf = keyframes.build()
+    arrays.update(av_meta.keyframe_files(kf))
+    info: dict[str, Any] = {
+        "kind": "table",
+        "num_samples": len(keep),
+        "shards": [],
+        "columns": columns,
+        "table": {
+            "columns": list(layout.columns),
+            "media_columns": list(layout.media_columns),
+            "strings": list(layout.strings),
+            "nullable": list(layout.nullable),
+        },
+    }
+    if kf:  # audio/video media columns (the file's extension is added per row on load)
+        info["av"] = {"fields": {c: [c] for c in kf}}
+    return arrays, info, problems
+
+
+def write_table_index(
+    path: Path, *, root, media_columns, aux, config: DatasetConfig, probe_av: bool
+) -> tuple[Path, dict[str, Any], list]:
+    """Index table ``path`` into ``<table folder>/.fpipe``; returns (folder, info, problems)."""
+    folder = path.parent
+    arrays, info, problems = table_index(
+        path,
+        root=root,
+        media_columns=None if media_columns is None else list(media_columns),
+        aux=aux,
+        probe_av=probe_av,
+    )
+    info["table"]["path"] = path.name
+    info["table"]["root"] = os.path.relpath(root if root is not None else folder, folder)
+    info["table"]["aux"] = None if aux is None else os.path.relpath(aux, folder)
+    rel = [(os.path.relpath(a, folder) if os.path.isabs(a) else a, k, r) for a, k, r in problems]
+    out = folder / INDEX_DIR
+    write_folder(out, arrays, info, rel)
+    dump_yaml(out / "dataset.yaml", config)
+    return out, info, rel

@@ -1,0 +1,1 @@
+"""Reading prepared datasets: index records, layouts (tar, tables, Energon, remote), readers."""

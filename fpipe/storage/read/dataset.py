@@ -1,0 +1,231 @@
+"""The one dataset class: :class:`Dataset` over an index record, its arrays and a reader.
+
+:func:`~fpipe.storage.read.layouts.open_dataset` opens any dataset fpipe reads, one layout each (see
+:mod:`fpipe.storage.read.record`):
+
+=============  ==========================================  =====================================
+layout         index record from                           reader
+=============  ==========================================  =====================================
+``"tar"``      ``DIR/.fpipe/info.yaml`` (``fpipe prepare``)  :class:`~.tar_reader.TarReader`
+``"energon"``  ``DIR/.nv-meta`` (``energon prepare``)        :class:`~.energon.EnergonReader`
+``"table"``    ``.fpipe/info.yaml`` of a prepared table, or  :class:`~.tables.TableReader`
+               the ``.jsonl`` / ``.csv`` file itself
+=============  ==========================================  =====================================
+
+Everything but the bytes of a sample (length, columns, aliases, splits, keys, audio/video
+metadata) is answered by :class:`Dataset` from the record and the arrays; the reader turns a
+sample index into its key and its raw members. Objects are cheap to build, hold no open file
+across ``fork`` or pickling (only the path and open arguments are pickled), and never decide
+order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
+from fpipe.storage.config.splits import resolve_split
+from fpipe.storage.read.av_meta import AVIndex
+from fpipe.storage.read.reader import FileCache, read_each
+from fpipe.storage.read.record import ArrayStore, IndexRecord
+from fpipe.storage.read.tables import TableReader
+
+__all__ = ["Dataset", "Reader"]
+
+
+class Reader(Protocol):
+    """What a layout provides: keys and raw members of sample ``i`` (``0 <= i < len``).
+
+    ``read(i, exts)`` may leave out members whose extension is not in ``exts`` (a hint: a
+    reader may return more)."""
+
+    def key(self, i: int) -> str: ...
+
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]: ...
+
+    def av_names(self, field: str, i: int) -> tuple[str, ...]: ...
+
+
+class Dataset:
+    """Random access to the samples of one dataset, whatever its layout.
+
+    Build it with :func:`open_dataset`. Attributes: ``path``, ``record``
+    (:class:`~fpipe.storage.read.record.IndexRecord`), ``config`` (dataset.yaml), ``split``
+    (split.yaml or None), ``reader`` (the layout's reader).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        record: IndexRecord,
+        config: DatasetConfig,
+        split: SplitConfig | None,
+        arrays: ArrayStore,
+        reader: Reader,
+        files: FileCache,
+        *,
+        where: str,
+        open_args: dict[str, Any],
+    ):
+        self.path = path
+        self.record = record
+        self.config = config
+        self.split = split
+        self.reader = reader
+        self._array = arrays
+        self._files = files
+        self._where = where  #: split file named in errors
+        self._open_args = open_args
+        self._key_index: dict[str, int] | None = None
+        self._av: AVIndex | None = None
+
+    # pickling carries the open arguments only: no descriptors, no mapped arrays
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "open_args": self._open_args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from fpipe.storage.read.layouts import open_dataset  # the opener builds Datasets
+
+        self.__dict__.update(open_dataset(state["path"], **state["open_args"]).__dict__)
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.path!r}, layout={self.record.layout!r}, "
+            f"samples={len(self)}, shards={len(self.record.shards)})"
+        )
+
+    def __len__(self) -> int:
+        return self.record.num_samples
+
+    def _check(self, i: int) -> int:
+        i = int(i)
+        if not 0 <= i < self.record.num_samples:
+            raise IndexError(f"sample index {i} out of range for {len(self)} samples")
+        return i
+
+    @property
+    def layout(self) -> str:
+        """``"tar"``, ``"energon"`` or ``"table"``."""
+        return self.record.layout
+
+    @property
+    def shards(self) -> tuple[str, ...]:
+        """Shard paths relative to :attr:`path`, in shard-id order (empty for tables)."""
+        return tuple(self.record.shard_names)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """Metadata columns: ``shard_id`` (tar layouts), ``bytes``, ``<field>.<stat>``, user
+        columns, aliases (``width`` / ``height``)."""
+        head = ("shard_id",) if self.record.shards else ()
+        return (*head, *self.record.columns, *self.record.aliases)
+
+    def column(self, name: str) -> np.ndarray:
+        """Values of column ``name`` for every sample (memory-mapped when prepared, read-only)."""
+        if name == "shard_id" and self.record.shards:
+            return self._array("shard_id.npy")
+        name = self.record.aliases.get(name, name)
+        if name not in self.record.columns:
+            hint = " (run `fpipe prepare` for metadata columns)" if self.layout == "energon" else ""
+            raise KeyError(f"{self.path}: no column {name!r}; columns: {self.column_names}{hint}")
+        return self._array(f"columns/{name}.npy")
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        """Split names from split.yaml (empty when there is none)."""
+        return tuple(self.split.split_parts) if self.split else ()
+
+    def split_indices(self, name: str) -> np.ndarray:
+        """Sample indices of split ``name`` (all samples without a split)."""
+        if isinstance(self.reader, TableReader):
+            return self.reader.split_indices(name)
+        return resolve_split(self.split, name, self.record, self.index_of_key, self._where)
+
+    def key(self, i: int) -> str:
+        """The sample's key: ``"<shard stem>/<member key>"`` (WebDataset's ``__key__``) for
+        shards, ``"<table stem>/<row number>"`` for tables."""
+        return self.reader.key(self._check(i))
+
+    def index_of_key(self, key: str) -> int | None:
+        """Index of the sample with this key, or None (builds a dict on first use)."""
+        if self._key_index is None:
+            self._key_index = {self.reader.key(i): i for i in range(len(self))}
+        return self._key_index.get(key)
+
+    def read(
+        self,
+        i: int,
+        exts: frozenset[str] | None = None,
+        *,
+        limits: DecodeLimits | None = None,
+    ) -> dict[str, bytes]:
+        """Raw member bytes of sample ``i`` by extension (``.gz`` members decompressed).
+
+        ``exts``: the members the caller will use (a compiled field map's ``extensions``);
+        readers may then skip the others (the tar reader does: fewer bytes read). None: all.
+        ``limits``: the :class:`fpipe.decode.DecodeLimits` whose ``max_inflated_bytes`` bounds
+        ``.gz`` members (None: the defaults); the loader passes its own.
+        """
+        return self.reader.read(self._check(i), exts, limits)
+
+    def read_many(
+        self,
+        indices,
+        exts: frozenset[str] | None = None,
+        *,
+        limits: DecodeLimits | None = None,
+    ) -> list[tuple[str, Any]]:
+        """``(key, members)`` of each sample of ``indices``: what :meth:`key` and :meth:`read`
+        (with ``limits``) give, for a whole batch at once (the tar layout gathers its index
+        lookups with numpy).
+
+        A sample whose key or read raises holds the exception in place of its members (and
+        ``"#<index>"`` as its key): the caller raises it when it comes to that sample, so one
+        bad sample does not stop the others from being read.
+
+        Example:
+          >>> ds.read_many([0, 1], frozenset({"txt"}))          # doctest: +SKIP
+          [('shard-0/000', {'txt': b'a cat'}), ('shard-0/001', {'txt': b'a dog'})]
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        fn = getattr(self.reader, "read_many", None)
+        if fn is not None and bool(((idx >= 0) & (idx < len(self))).all()):
+            return fn(idx, exts, limits)
+        return read_each(idx.tolist(), lambda i: (self.key(i), self.read(i, exts, limits=limits)))
+
+    def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
+        """Start fetching samples ``indices`` for the :meth:`read` calls that follow.
+
+        A no-op on local files; on object storage the ranges are fetched concurrently (see
+        :mod:`fpipe.storage.read.remote`). Errors surface in the matching :meth:`read`.
+        """
+        fn = getattr(self.reader, "prefetch", None)
+        if fn is not None:
+            fn([self._check(i) for i in indices], exts)
+
+    def av_metadata(self, i: int) -> dict[str, Any]:
+        """Audio/video stream metadata stored by ``fpipe prepare`` for sample ``i``, by the key
+        :meth:`read` returns the media under: ``{"mp4": AVMetadata}`` (empty when nothing was
+        probed). See :mod:`fpipe.storage.read.av_meta`."""
+        fields = self.record.av_fields
+        if not fields:
+            return {}
+        i = self._check(i)
+        if self._av is None:
+            self._av = AVIndex(fields, self._array)
+        out: dict[str, Any] = {}
+        for field in fields:
+            names = [n for n in self.reader.av_names(field, i) if n not in out]
+            meta = self._av.metadata(field, i) if names else None
+            if meta is not None:
+                out.update(dict.fromkeys(names, meta))
+        return out
+
+    def close(self) -> None:
+        """Close open shard files of this process (reopened on the next read)."""
+        self._files.close()

@@ -1,0 +1,211 @@
+"""Opening a dataset: which layout a path holds, and the :class:`~.dataset.Dataset` over it.
+
+``open_dataset(path)`` picks the layout from what is there (see :mod:`fpipe.storage.read.dataset`
+for the table of layouts): an object-storage URL, a ``.jsonl`` / ``.csv`` table file, a folder
+prepared by ``fpipe prepare`` (``.fpipe/``) or by ``energon prepare`` (``.nv-meta/``). Each
+opener checks the index against the shards (``shard_check``) before the first read, and builds
+the layout's reader; :class:`~.dataset.Dataset` does the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
+from fpipe.storage.paths import is_url
+from fpipe.storage.read.dataset import Dataset, Reader
+from fpipe.storage.read.energon import (
+    EnergonReader,
+    energon_arrays,
+    energon_record,
+    read_energon_meta,
+)
+from fpipe.storage.read.reader import FileCache
+from fpipe.storage.read.record import ArrayStore, read_record
+from fpipe.storage.read.remote import RemoteFiles, StorageOptions
+from fpipe.storage.read.tables import TableReader, table_record
+from fpipe.storage.read.tar.index import INDEX_DIR
+from fpipe.storage.read.tar.reader import TarReader, tar_arrays
+from fpipe.storage.read.validate import (
+    ShardCheck,
+    array_checker,
+    check_headers,
+    check_record,
+    check_remote_sizes,
+    check_shards_unchanged,
+)
+from fpipe.storage.read.webdataset import is_gzip_shard
+
+__all__ = ["open_dataset"]
+
+
+def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
+    index_dir = p / INDEX_DIR
+    record = read_record(index_dir)
+    where = str(index_dir)
+    check_record(p, record, where + "/info.yaml")
+    check_shards_unchanged(p, record, shard_check)
+    arrays = ArrayStore(index_dir, check=array_checker(record, where))
+    if record.layout == "tar":  # .npy headers only: lengths agree with the record
+        check_headers(index_dir, record, tar_arrays(record))
+    files = FileCache(max_open_files)
+    if record.layout == "table":
+        t = record.table
+        aux = None if t is None or t.aux is None else os.path.join(p, t.aux)
+        reader: Reader = TableReader(record, os.path.join(p, t.root), aux, arrays, open_dataset)
+    else:
+        reader = TarReader(str(p), index_dir, record, arrays, files)
+    config = load_dataset_config(index_dir / "dataset.yaml")
+    split = load_split_config(index_dir / "split.yaml")
+    return Dataset(
+        str(p),
+        record,
+        config,
+        split,
+        arrays,
+        reader,
+        files,
+        where=str(index_dir / "split.yaml"),
+        open_args={"max_open_files": max_open_files, "shard_check": shard_check},
+    )
+
+
+def _open_remote(
+    url: str,
+    *,
+    index_dir: str | os.PathLike | None = None,
+    storage: StorageOptions | dict | None = None,
+    shard_check: ShardCheck = "size",
+) -> Dataset:
+    from fpipe.storage.read.remote import list_objects
+    from fpipe.storage.read.remote_index import local_index
+
+    options = storage if isinstance(storage, StorageOptions) else StorageOptions(**(storage or {}))
+    local = local_index(url, index_dir, options)
+    record = read_record(local)
+    if shard_check != "off":  # one LIST: object sizes against the index
+        try:
+            sizes = dict(list_objects(url, options))
+        except OSError as e:
+            raise ConfigError(
+                f"{url}: cannot list the shards to compare their sizes with the index ({e}); "
+                "open it with shard_check='off' to rely on the per-read check alone"
+            ) from None
+        check_remote_sizes(url, record, sizes)
+    if record.layout != "tar":
+        raise ConfigError(
+            f"{url}: only datasets of tar shards prepared by `fpipe prepare` are read from object "
+            f"storage (this index is a {record.layout!r} layout)"
+        )
+    gz = [s.name for s in record.shards if is_gzip_shard(s.name)]
+    if gz:
+        raise ConfigError(
+            f"{url}: shard {gz[0]!r} is gzip-compressed; random access into it needs a "
+            "decompressed copy, which fpipe does not make in a bucket. Re-shard without "
+            "compression, or copy the dataset to a local disk"
+        )
+    arrays = ArrayStore(local)
+    files = RemoteFiles(url, options)
+    reader = TarReader(url, local, record, arrays, files)
+    return Dataset(
+        url,
+        record,
+        load_dataset_config(local / "dataset.yaml"),
+        load_split_config(local / "split.yaml"),
+        arrays,
+        reader,
+        files,
+        where=str(local / "split.yaml"),
+        open_args={
+            "index_dir": None if index_dir is None else str(index_dir),
+            "storage": options,
+            "shard_check": shard_check,
+        },
+    )
+
+
+def _open_energon(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
+    meta = read_energon_meta(p)
+    record = energon_record(meta)
+    check_record(p, record, str(p / ".nv-meta"))
+    check_shards_unchanged(p, record, shard_check)
+    arrays = ArrayStore(make=energon_arrays(str(p), record))
+    files = FileCache(max_open_files)
+    reader = EnergonReader(str(p), record, arrays, files)
+    return Dataset(
+        str(p),
+        record,
+        meta.config,
+        meta.split,
+        arrays,
+        reader,
+        files,
+        where=str(p / ".nv-meta" / "split.yaml"),
+        open_args={"max_open_files": max_open_files, "shard_check": shard_check},
+    )
+
+
+def _open_table(
+    p: Path,
+    *,
+    sample_type: str | None = None,
+    field_map: dict[str, str] | None = None,
+    **table_args: Any,
+) -> Dataset:
+    record, mem = table_record(p, **table_args)
+    arrays = ArrayStore(make=mem.__getitem__)
+    t = record.table
+    assert t is not None
+    reader = TableReader(record, t.root, t.aux, arrays, open_dataset)
+    config = DatasetConfig(field_map=dict(field_map or {}))
+    if sample_type:
+        config = DatasetConfig(sample_type=sample_type, field_map=config.field_map)
+    args = {"sample_type": sample_type, "field_map": field_map, **table_args}
+    return Dataset(
+        str(p), record, config, None, arrays, reader, FileCache(1), where=str(p), open_args=args
+    )
+
+
+def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
+    """Open a prepared dataset folder (fpipe or Energon) or a ``.jsonl`` / ``.csv`` table.
+
+    Args:
+      path: folder with ``.fpipe/`` (from ``fpipe prepare``) or ``.nv-meta/`` (Energon), a
+        table file, or the URL of a prepared dataset on object storage.
+      **kwargs: for an object-storage URL (``s3://bucket/prefix``, ``gs://``, ``az://``):
+        ``index_dir`` (a local folder holding the index; default: the bucket's ``.fpipe/``,
+        cached locally) and ``storage`` (:class:`~fpipe.storage.read.remote.StorageOptions` or a
+        dict of its fields); for a table file: ``root`` (media folder), ``media_columns``, ``aux``
+        (prepared tar dataset holding media), ``sample_type``, ``field_map``; for folders:
+        ``max_open_files`` (shard files kept open per process, default 64); for prepared
+        and Energon folders and URLs: ``shard_check`` (``"mtime"`` default, ``"size"`` or
+        ``"off"``: how opening checks that the shards are the ones indexed, see
+        :data:`fpipe.storage.read.validate.ShardCheck`; a URL compares object sizes from one
+        listing unless ``"off"``). Every read also checks the sample's bytes against the
+        index, whatever ``shard_check``.
+
+    Returns:
+      A :class:`Dataset`.
+
+    Example:
+      >>> ds = open_dataset("data/coco")              # doctest: +SKIP
+      >>> ds.read(0)["jpg"][:3]                       # doctest: +SKIP
+      b'\\xff\\xd8\\xff'
+    """
+    if is_url(path):
+        return _open_remote(str(path), **kwargs)
+    p = Path(path)
+    if p.is_file():
+        return _open_table(p, **kwargs)
+    if (p / INDEX_DIR / "info.yaml").exists():
+        return _open_prepared(p, **kwargs)
+    if (p / ".nv-meta").is_dir():
+        return _open_energon(p, **kwargs)
+    if not p.exists():
+        raise ConfigError(f"{p}: no such dataset")
+    raise ConfigError(
+        f"{p}: not a prepared dataset (no .fpipe/ or .nv-meta/ folder); run `fpipe prepare {p}`"
+    )

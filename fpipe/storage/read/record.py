@@ -1,0 +1,178 @@
+"""The index record: what one dataset holds, whatever its layout on disk.
+
+Every dataset fpipe opens is described by one :class:`IndexRecord`: its layout (fpipe tar
+offsets, Energon's ``.tar.idx``, or a table of media files), its shards and sample counts,
+member extensions, metadata columns, column aliases and probed audio/video fields. The record
+is read here and only here:
+
+- :func:`read_record` parses ``DIR/.fpipe/info.yaml`` (written by ``fpipe prepare``);
+- :func:`fpipe.storage.read.energon.energon_record` builds one from Energon's ``.nv-meta``;
+- :func:`fpipe.storage.read.tables.table_record` builds one from a JSONL/CSV table opened as is.
+
+:class:`fpipe.storage.read.dataset.Dataset` is the one dataset class over a record, its arrays
+(:class:`ArrayStore`) and a reader for its layout. Checks of a prepared index against the
+files it describes belong in :func:`read_record`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.read.tar.index import load_array, read_info
+
+__all__ = ["ArrayStore", "IndexRecord", "Layout", "ShardEntry", "TableLayout", "read_record"]
+
+#: ``"tar"``: fpipe's member offsets in ``.fpipe/``; ``"energon"``: Energon's ``.tar.idx``
+#: sample offsets, no fpipe index; ``"table"``: rows of a JSONL/CSV table naming media files.
+Layout = Literal["tar", "energon", "table"]
+
+
+class ShardEntry(msgspec.Struct, frozen=True):
+    """One shard of a tar dataset."""
+
+    name: str  #: path relative to the dataset folder, ``/``-separated, with its suffix
+    samples: int  #: samples of the shard in the index
+    bytes: int = -1  #: shard file size when indexed (-1: unknown)
+    mtime_ns: int = -1  #: shard modification time when indexed, ns (-1: unknown)
+
+
+class TableLayout(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a table's rows and media are."""
+
+    path: str  #: the table file (relative to the dataset folder once prepared)
+    root: str  #: folder media paths are relative to
+    aux: str | None = None  #: prepared tar dataset holding media members, or None
+    columns: tuple[str, ...] = ()  #: every column of the table, in table order
+    media_columns: tuple[str, ...] = ()  #: columns naming media files
+    strings: tuple[str, ...] = ()  #: columns stored as strings (the others are numeric)
+    nullable: tuple[str, ...] = ()  #: string columns with empty cells
+
+
+class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a dataset's index says, independent of the layout."""
+
+    layout: Layout  #: how samples are found (see :data:`Layout`)
+    num_samples: int  #: samples in the dataset
+    shards: tuple[ShardEntry, ...] = ()  #: tar shards in shard-id order (empty for tables)
+    members: tuple[str, ...] = ()  #: member extensions, sorted (``"tar"`` layout)
+    #: rows of the member table (``"tar"`` layout, index format 2); None: an index of format
+    #: 1, with two arrays per extension (see :mod:`fpipe.storage.read.members`)
+    num_members: int | None = None
+    columns: dict[str, str] = msgspec.field(default_factory=dict)  #: column name -> dtype
+    aliases: dict[str, str] = msgspec.field(default_factory=dict)  #: alias -> column name
+    #: audio/video field -> member extensions (or media column) it was probed from
+    av_fields: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    table: TableLayout | None = None  #: rows and media of a ``"table"`` layout
+    problems: int = 0  #: samples left out when the index was written
+    source: str = ""  #: what was indexed: webdataset, energon, table, merged-...
+
+    @property
+    def shard_names(self) -> list[str]:
+        """Shard names in shard-id order."""
+        return [s.name for s in self.shards]
+
+    def shard_starts(self) -> np.ndarray:
+        """int64 ``(shards + 1,)``: index of the first sample of each shard, then the total."""
+        counts = [s.samples for s in self.shards]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+
+def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
+    kind = info.get("kind", "webdataset")
+    if kind not in ("webdataset", "table"):
+        raise ConfigError(f"{where}: unknown index kind {kind!r}")
+    av = (info.get("av") or {}).get("fields") or {}
+    flat = kind == "webdataset" and info.get("version") != 1
+    obj = {
+        "layout": "tar" if kind == "webdataset" else "table",
+        "num_samples": info.get("num_samples"),
+        "shards": info.get("shards") or [],
+        "members": info.get("members") or [],
+        "num_members": info.get("num_members") if flat else None,
+        "columns": info.get("columns") or {},
+        "aliases": info.get("aliases") or {},
+        "av_fields": av,
+        "table": info.get("table"),
+        "problems": info.get("problems") or 0,
+        "source": info.get("source") or kind,
+    }
+    if flat and not isinstance(obj["num_members"], int):
+        raise ConfigError(f"{where}: bad index info: num_members must be an integer")
+    try:
+        return msgspec.convert(obj, IndexRecord, strict=False)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"{where}: bad index info: {e}") from None
+
+
+def read_record(index_dir: str | Path) -> IndexRecord:
+    """Read the index record of a prepared dataset from ``index_dir/info.yaml``.
+
+    Raises:
+      ConfigError: the file is missing, not an fpipe index, newer than this fpipe, or
+        malformed (the message names the file).
+    """
+    info = read_info(index_dir)
+    return _record_from_info(info, str(Path(index_dir) / "info.yaml"))
+
+
+class ArrayStore:
+    """Arrays of a dataset by relative name (``"shard_id.npy"``, ``"columns/bytes.npy"``).
+
+    Read from an index folder (memory-mapped, loaded on first use) or computed in memory by
+    ``make(name)`` for layouts without an fpipe index. Values are cached per process.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path | None = None,
+        make: Callable[[str], np.ndarray] | None = None,
+        check: Callable[[str, np.ndarray], None] | None = None,
+    ):
+        self.folder = None if folder is None else Path(folder)
+        self._make = make
+        self._check = check  #: run on each array loaded from ``folder`` (see storage.validate)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str) -> np.ndarray:
+        """The array called ``name`` (a plain ndarray view of the map: fast scalar indexing).
+        From an index folder, a missing or unreadable file is a :class:`ConfigError` naming it
+        (the index changed since the dataset was opened, or is corrupt)."""
+        arr = self.optional(name)
+        if arr is None:
+            path = self.folder / name  # type: ignore[operator]  # None only from a folder
+            raise ConfigError(f"{path}: index array missing; re-run `fpipe prepare`")
+        return arr
+
+    def optional(self, name: str) -> np.ndarray | None:
+        """:meth:`__call__`, or None where an index folder has no such file (arrays that
+        older indexes lack)."""
+        arr = self._cache.get(name)
+        if arr is None:
+            if self.folder is not None:
+                path = self.folder / name
+                try:
+                    arr = load_array(path).view(np.ndarray)
+                except FileNotFoundError:
+                    return None
+                except (OSError, ValueError) as e:
+                    raise ConfigError(
+                        f"{path}: unreadable index array ({e}); re-run `fpipe prepare`"
+                    ) from None
+                if self._check is not None:
+                    self._check(name, arr)
+            elif self._make is not None:
+                arr = self._make(name)
+            else:
+                raise KeyError(name)
+            self._cache[name] = arr
+        return arr
+
+    def __len__(self) -> int:
+        """Arrays loaded so far in this process."""
+        return len(self._cache)

@@ -1,0 +1,339 @@
+"""Datasets on object storage: ``s3://``, ``gs://``, ``az://`` (and ``file://``) URLs.
+
+All protocol work is done by `obstore <https://developmentseed.org/obstore>`_ (Rust's
+``object_store``): this module only names objects, asks for byte ranges and keeps one store per
+process. See ``docs/remote.md`` (use) and ``docs/design/remote_storage.md`` (why obstore).
+
+- :class:`RemoteFiles` has :class:`~fpipe.storage.read.reader.FileCache`'s ``pread`` interface, so
+  the tar reader reads a bucket as it reads a disk: one ranged GET per sample (a sample's
+  members are contiguous in its shard). :meth:`RemoteFiles.prefetch` fetches the ranges of a
+  whole recipe concurrently (at most ``concurrency`` requests in flight), and the reads that
+  follow are served from what it fetched.
+- Transient errors (5xx, timeouts, dropped connections) are retried by obstore with bounded
+  exponential backoff (:class:`StorageOptions`); what still fails surfaces as ``OSError``
+  (``FileNotFoundError`` for a missing object), which the readers turn into a
+  :class:`~fpipe.core.errors.BadSampleError` under the loader's error policy.
+- obstore runs a tokio runtime, which does not survive ``fork``: a store is created lazily in
+  the process that uses it, fpipe's loader starts workers with ``forkserver`` for remote
+  datasets, and a forked child that reaches a store inherited from its parent gets a clear
+  error instead of a hang.
+
+Credentials and endpoints come from the usual environment variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``,
+``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``...) or from
+``StorageOptions.config``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.paths import split_url
+
+__all__ = [
+    "RemoteFiles",
+    "StorageOptions",
+    "list_objects",
+    "open_store",
+    "read_object",
+    "write_object",
+]
+
+#: URL schemes read through obstore. ``file://`` is accepted too (handy for tests and for
+#: checking a remote setup against a local copy).
+
+
+class StorageOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """How to reach a bucket; every field has a default that works with environment variables.
+
+    Attributes:
+      config: obstore store configuration (``{"endpoint": ..., "region": ...}``); overrides
+        the environment.
+      client: obstore client options (``{"allow_http": True, "timeout": "30s"}``).
+      concurrency: ranged GETs in flight per worker process while prefetching a recipe.
+      max_retries: retries of a transient error (5xx, timeout, reset connection) per request.
+      backoff_s: first retry delay; doubles up to ``max_backoff_s``.
+      max_backoff_s: longest delay between two retries.
+      retry_timeout_s: give up retrying a request after this long.
+    """
+
+    config: dict[str, str] = msgspec.field(default_factory=dict)
+    client: dict[str, Any] = msgspec.field(default_factory=dict)
+    concurrency: int = 16
+    max_retries: int = 5
+    backoff_s: float = 0.1
+    max_backoff_s: float = 2.0
+    retry_timeout_s: float = 30.0
+
+    def __post_init__(self):
+        if self.concurrency < 1:
+            raise ConfigError(f"storage concurrency must be >= 1, got {self.concurrency}")
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+
+
+def _obstore():
+    try:
+        import obstore
+    except ImportError:
+        raise ConfigError(
+            "reading s3://, gs:// or az:// datasets needs obstore: pip install 'fpipe[remote]'"
+        ) from None
+    return obstore
+
+
+# One store per (bucket URL, options) per process; the pid guards against use after fork.
+_STORES: dict[tuple[str, bytes], Any] = {}
+_STORES_PID = os.getpid()
+_USED = False  # whether this process has started obstore's runtime
+
+
+def _check_fork() -> None:
+    global _STORES_PID
+    if os.getpid() == _STORES_PID:
+        return
+    if _USED:
+        raise ConfigError(
+            "object storage was used before this process was forked; obstore's runtime does not "
+            "survive fork and would hang. Start DataLoader workers with "
+            "multiprocessing_context='forkserver' or 'spawn' (fpipe.get_loader does this for "
+            "remote datasets)"
+        )
+    _STORES.clear()
+    _STORES_PID = os.getpid()
+
+
+def open_store(url: str, options: StorageOptions | None = None) -> tuple[Any, str]:
+    """``(store, prefix)`` for ``url``: the obstore store of its bucket (one per process) and
+    the object-name prefix of ``url`` inside it."""
+    global _USED
+    _check_fork()
+    options = options or StorageOptions()
+    base, prefix = split_url(url)
+    cache_key = (base, msgspec.json.encode(options))
+    store = _STORES.get(cache_key)
+    if store is None:
+        _obstore()  # first: without obstore, the install hint rather than an ImportError
+        from obstore.store import from_url
+
+        retry = {
+            "max_retries": options.max_retries,
+            "backoff": {
+                "init_backoff": timedelta(seconds=options.backoff_s),
+                "max_backoff": timedelta(seconds=options.max_backoff_s),
+                "base": 2.0,
+            },
+            "retry_timeout": timedelta(seconds=options.retry_timeout_s),
+        }
+        kwargs: dict[str, Any] = {}
+        if base != "file:///":
+            kwargs = {"retry_config": retry, "client_options": dict(options.client) or None}
+            if options.config:
+                kwargs["config"] = dict(options.config)
+        try:
+            store = from_url(base, **kwargs)
+        except Exception as e:  # obstore raises its own config errors (and panics as such)
+            raise ConfigError(f"{url}: cannot open the store: {e}") from None
+        _STORES[cache_key] = store
+        _USED = True
+    return store, prefix
+
+
+def _name(prefix: str, rel: str) -> str:
+    return f"{prefix}/{rel}" if prefix else rel
+
+
+def read_object(url: str, options: StorageOptions | None = None) -> bytes:
+    """The whole object at ``url`` (index files; never a shard)."""
+    store, name = open_store(url, options)
+    return bytes(_obstore().get(store, name).bytes())
+
+
+def write_object(url: str, data: bytes, options: StorageOptions | None = None) -> None:
+    """Write ``data`` to ``url`` (one PUT)."""
+    store, name = open_store(url, options)
+    _obstore().put(store, name, data)
+
+
+def list_objects(url: str, options: StorageOptions | None = None) -> list[tuple[str, int]]:
+    """``(name relative to url, size)`` of every object under ``url``, sorted by name."""
+    store, prefix = open_store(url, options)
+    out = []
+    for chunk in _obstore().list(store, prefix=prefix or None):
+        for meta in chunk:
+            path = meta["path"]
+            rel = path[len(prefix) :].lstrip("/") if prefix else path
+            out.append((rel, int(meta["size"])))
+    return sorted(out)
+
+
+class _IOLoop:
+    """A per-process asyncio loop in a daemon thread: ranged GETs run there while the caller
+    decodes the samples already fetched."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        threading.Thread(target=self.loop.run_forever, name="fpipe-io", daemon=True).start()
+
+
+_LOOP: _IOLoop | None = None
+
+
+def _io_loop() -> asyncio.AbstractEventLoop:
+    global _LOOP
+    if _LOOP is None or _LOOP.pid != os.getpid():  # threads do not survive fork
+        _LOOP = _IOLoop()
+    return _LOOP.loop
+
+
+class RemoteFiles:
+    """Ranged reads of objects under one URL, with :class:`FileCache`'s ``pread`` signature.
+
+    ``path`` arguments are full URLs (``join_url(root, shard)``), as the readers build them.
+    Pickling carries only the root and options: stores are per process.
+    """
+
+    def __init__(self, root: str, options: StorageOptions | None = None):
+        self.root = root.rstrip("/")
+        self.options = options or StorageOptions()
+        self._pending: dict[tuple[str, int, int], concurrent.futures.Future] = {}
+        self._sem: tuple[int, asyncio.Semaphore] | None = None
+        self._names: tuple[int, dict[str, tuple[Any, str]]] = (os.getpid(), {})
+        #: requests sent and bytes received by this process (for benchmarks and tests)
+        self.requests = 0
+        self.bytes_read = 0
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root, "options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["root"], state["options"])
+
+    def _store_name(self, path: str) -> tuple[Any, str]:
+        pid, names = self._names
+        got = names.get(path)
+        if got is None or pid != os.getpid():  # a new process goes through open_store's check
+            if pid != os.getpid():
+                names = {}
+                self._names = (os.getpid(), names)
+            got = names[path] = open_store(path, self.options)
+        return got
+
+    def pread(self, path: str, offset: int, size: int) -> bytes:
+        """``size`` bytes of the object at ``path`` from ``offset`` (fewer only at its end).
+
+        Waits for the range :meth:`prefetch` started, if it did; else one ranged GET.
+        """
+        fut = self._pending.pop((path, offset, size), None)
+        if fut is None:
+            fut = self._submit(path, offset, size)
+        got = fut.result()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def prefetch(self, ranges: Sequence[tuple[str, int, int]]) -> None:
+        """Start fetching ``(path, offset, size)`` ranges for the ``pread`` calls that follow.
+
+        The GETs run concurrently in a background loop (at most ``options.concurrency`` in
+        flight) while the caller reads, and decodes, the ranges that arrived first. Replaces
+        what an earlier prefetch left unread. Failures are raised by the matching ``pread``.
+        """
+        for fut in self._pending.values():
+            fut.cancel()
+        todo = dict.fromkeys(r for r in ranges if r[2] > 0)
+        self._pending = self._start(list(todo))
+
+    def _submit(self, path: str, off: int, size: int) -> concurrent.futures.Future:
+        return self._start([(path, off, size)])[(path, off, size)]
+
+    def _start(self, ranges: list[tuple[str, int, int]]) -> dict:
+        """Futures of ``ranges``, whose GETs start with one wake-up of the I/O loop."""
+        # stores are opened here, in the caller's thread: the fork check runs, and each opens once
+        jobs = [(self._store_name(r[0]), r, concurrent.futures.Future()) for r in ranges]
+        self.requests += len(jobs)
+        loop = _io_loop()
+        loop.call_soon_threadsafe(self._spawn, jobs)
+        return {r: fut for _, r, fut in jobs}
+
+    def _spawn(self, jobs) -> None:
+        for (store, name), (path, off, size), fut in jobs:
+            asyncio.ensure_future(self._get(store, name, path, off, size, fut))
+
+    async def _get(self, store, name: str, path: str, off: int, size: int, fut) -> None:
+        """Fetch one range into ``fut``, which always gets a result: ``pread`` waits on it
+        without a timeout, so any failure here becomes its result (or exception)."""
+        if not fut.set_running_or_notify_cancel():
+            return  # a later prefetch replaced this one before its GET started
+        try:
+            data = await self._fetch(store, name, off, size)
+        except Exception as e:
+            fut.set_result(_as_os_error(path, e))
+        except BaseException as e:  # cancelled (the loop shutting down): still wake the reader
+            fut.set_exception(e)
+            raise
+        else:
+            self.bytes_read += len(data)
+            fut.set_result(data)
+
+    async def _fetch(self, store, name: str, off: int, size: int) -> bytes:
+        pid = os.getpid()
+        if self._sem is None or self._sem[0] != pid:
+            self._sem = (pid, asyncio.Semaphore(self.options.concurrency))
+        async with self._sem[1]:
+            data = await _obstore().get_range_async(store, name, start=off, length=size)
+        return bytes(data)
+
+    def open_stream(self, path: str, chunk: int = 8 << 20):
+        """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe
+        prepare`` scans a shard this way: read once, sequentially), and its size.
+
+        The copy is an anonymous temporary file: it disappears when closed.
+        """
+        store, name = self._store_name(path)
+        f = tempfile.TemporaryFile(prefix="fpipe-shard-")  # noqa: SIM115 - returned open
+        try:
+            for part in _obstore().get(store, name).stream(min_chunk_size=chunk):
+                f.write(part)
+        except Exception as e:
+            f.close()
+            raise _as_os_error(path, e) from None
+        size = f.tell()
+        self.requests += 1
+        self.bytes_read += size
+        f.seek(0)
+        return f, size
+
+    def size(self, path: str) -> int:
+        """Size of the object at ``path`` in bytes (one HEAD)."""
+        store, name = self._store_name(path)
+        try:
+            return int(_obstore().head(store, name)["size"])
+        except Exception as e:
+            raise _as_os_error(path, e) from None
+
+    def close(self) -> None:
+        """Drop prefetched data (stores stay open for the process)."""
+        for fut in self._pending.values():
+            fut.cancel()
+        self._pending = {}
+
+
+def _as_os_error(path: str, e: Exception) -> OSError:
+    if isinstance(e, FileNotFoundError):
+        return FileNotFoundError(f"{path}: no such object")
+    if isinstance(e, OSError):
+        return e
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return OSError(f"{path}: {msg}")

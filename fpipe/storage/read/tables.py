@@ -1,0 +1,312 @@
+"""The ``"table"`` layout: JSONL or CSV rows are samples and media columns name files.
+
+A media value is a path relative to ``root`` (default: the table's folder), or, when an
+auxiliary prepared tar dataset is given (``aux``), a member name ``"<shard stem>/<key>.<ext>"``
+of that dataset. OpenSora's ``path,text,num_frames,height,width`` CSV works as is: ``path`` is
+the media column and the numeric columns become metadata columns.
+
+``read(i)`` returns every column of the row as bytes: a media column under its own name and
+under the file's extension (``{"path": b"<mp4 bytes>", "mp4": b"<same>"}``), other columns as
+UTF-8 text (``{"text": b"a cat", "num_frames": b"120"}``).
+
+A table opened as is is parsed into the same arrays ``fpipe prepare TABLE`` writes to
+``<table folder>/.fpipe`` (numeric columns, strings as a blob plus offsets), kept in memory;
+problems surface on read. Prepared, rows with missing or unreadable media are left out and
+reported, and media sizes (and image/video statistics) become columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.decode.extensions import MEDIA_EXTENSIONS, last_part, strip_gz
+from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.read.record import IndexRecord, TableLayout
+from fpipe.storage.read.tar.index import encode_keys
+
+__all__ = ["TableReader", "is_table", "read_table", "table_arrays", "table_record"]
+
+TABLE_SUFFIXES = (".jsonl", ".csv")
+#: column names that name media files whatever their values look like.
+MEDIA_NAMES = frozenset(
+    f"{kind}{suffix}"
+    for kind in ("file", "image", "video", "audio", "media")
+    for suffix in ("", "_path")
+) | {"path", "filename"}
+_MEDIA_EXTS = frozenset(MEDIA_EXTENSIONS)
+
+
+def is_table(path: str | Path) -> bool:
+    """True for ``.jsonl`` and ``.csv`` files."""
+    return str(path).endswith(TABLE_SUFFIXES)
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, (dict, list)):
+        return msgspec.json.encode(v).decode()
+    return v
+
+
+def _parse_csv(v: str | None) -> Any:
+    if v is None or v == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v
+
+
+def read_table(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """(column names, rows) of a JSONL or CSV file; CSV numbers are parsed."""
+    path = Path(path)
+    rows: list[dict[str, Any]] = []
+    names: dict[str, None] = {}
+    if path.suffix == ".jsonl":
+        dec = msgspec.json.Decoder()
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = dec.decode(line)
+                except msgspec.DecodeError as e:
+                    raise ConfigError(f"{path}:{lineno}: not valid JSON: {e}") from None
+                if not isinstance(obj, dict):
+                    raise ConfigError(f"{path}:{lineno}: each line must be a JSON object")
+                names.update(dict.fromkeys(obj))
+                rows.append({k: _cell(v) for k, v in obj.items()})
+    elif path.suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            names.update(dict.fromkeys(reader.fieldnames or ()))
+            for row in reader:
+                rows.append({k: _parse_csv(v) for k, v in row.items() if k is not None})
+    else:
+        raise ConfigError(f"{path}: a table must be .jsonl or .csv")
+    return list(names), rows
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def guess_media(names: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """Columns naming media files: a media column name, or every value a media file name."""
+    out = []
+    sample = rows[:20]
+    for n in names:
+        vals = [r.get(n) for r in sample if isinstance(r.get(n), str)]
+        named = n.lower() in MEDIA_NAMES
+        if vals and (
+            named or all(last_part(suffix(v)) in _MEDIA_EXTS and " " not in v for v in vals)
+        ):
+            out.append(n)
+    return out
+
+
+def suffix(value: str) -> str:
+    """Extension of a media file name: what follows the first dot of its base name."""
+    base = value.rsplit("/", 1)[-1]
+    return base.split(".", 1)[1] if "." in base else ""
+
+
+def table_arrays(
+    names: Sequence[str], rows: Sequence[dict[str, Any]], media: Sequence[str]
+) -> tuple[dict[str, np.ndarray], dict[str, str], TableLayout]:
+    """The arrays a table is read from: ``columns/<name>.npy`` for numeric columns (int64, or
+    float64 with NaN for empty cells), ``strings/<name>.npy`` / ``.offsets.npy`` (and
+    ``.null.npy`` where cells are empty) for the others. Returns (arrays, column dtypes,
+    layout without paths)."""
+    numeric = [
+        c
+        for c in names
+        if c not in media
+        and any(_is_number(r.get(c)) for r in rows)
+        and all(r.get(c) is None or _is_number(r.get(c)) for r in rows)
+    ]
+    arrays: dict[str, np.ndarray] = {}
+    for c in numeric:
+        vals = [r.get(c) for r in rows]
+        if all(isinstance(v, int) for v in vals):
+            arrays[f"columns/{c}.npy"] = np.asarray(vals, np.int64)
+        else:
+            arrays[f"columns/{c}.npy"] = np.asarray(
+                [math.nan if v is None else v for v in vals], np.float64
+            )
+    strings = [c for c in names if c not in numeric]
+    nullable = []
+    for c in strings:
+        vals = [r.get(c) for r in rows]
+        blob, off = encode_keys(["" if v is None else str(v) for v in vals])
+        arrays[f"strings/{c}.npy"], arrays[f"strings/{c}.offsets.npy"] = blob, off
+        if any(v is None for v in vals):
+            arrays[f"strings/{c}.null.npy"] = np.asarray([v is None for v in vals], np.bool_)
+            nullable.append(c)
+    dtypes = {c: str(arrays[f"columns/{c}.npy"].dtype) for c in numeric}
+    layout = TableLayout(
+        path="",
+        root="",
+        columns=tuple(names),
+        media_columns=tuple(media),
+        strings=tuple(strings),
+        nullable=tuple(nullable),
+    )
+    return arrays, dtypes, layout
+
+
+def table_record(
+    path: str | os.PathLike,
+    *,
+    root: str | os.PathLike | None = None,
+    media_columns: Sequence[str] | None = None,
+    aux: str | os.PathLike | None = None,
+) -> tuple[IndexRecord, dict[str, np.ndarray]]:
+    """Index record and in-memory arrays of a table opened as is (every row kept)."""
+    names, rows = read_table(path)
+    media = list(media_columns) if media_columns else guess_media(names, rows)
+    missing = [c for c in media if c not in names]
+    if missing:
+        raise ConfigError(f"{path}: media columns {missing} not in table ({names})")
+    arrays, dtypes, layout = table_arrays(names, rows, media)
+    arrays["rows.npy"] = np.arange(len(rows), dtype=np.int64)
+    layout = msgspec.structs.replace(
+        layout,
+        path=str(path),
+        root=str(root) if root is not None else str(Path(path).parent),
+        aux=None if aux is None else str(aux),
+    )
+    record = IndexRecord(
+        layout="table", num_samples=len(rows), columns=dtypes, table=layout, source="table"
+    )
+    return record, arrays
+
+
+class TableReader:
+    """Rows of a table as member dicts; media files read from ``root`` or the aux dataset.
+
+    Args:
+      root, aux: resolved media folder and auxiliary dataset path (None: none).
+      arrays: the table's arrays (:func:`table_arrays` names).
+      open_aux: opens the auxiliary dataset (given by the dataset opener, so this module
+        needs no import of it).
+    """
+
+    def __init__(
+        self,
+        record: IndexRecord,
+        root: str,
+        aux: str | None,
+        arrays,
+        open_aux: Callable[[str], Any],
+    ):
+        assert record.table is not None
+        self._t = record.table
+        self._record = record
+        self._root = root
+        self._aux_path = aux
+        self._aux = None
+        self._open_aux = open_aux
+        self._array = arrays
+        self._stem = Path(self._t.path).name.rsplit(".", 1)[0]
+        self._strings = frozenset(self._t.strings)
+        self._nullable = frozenset(self._t.nullable)
+
+    @property
+    def table_path(self) -> str:
+        """The table file."""
+        return self._t.path
+
+    @property
+    def media_columns(self) -> tuple[str, ...]:
+        """Columns naming media files."""
+        return self._t.media_columns
+
+    def value(self, col: str, i: int) -> Any:
+        """The cell of column ``col`` in row ``i`` (None when empty)."""
+        if col in self._strings:
+            if col in self._nullable and self._array(f"strings/{col}.null.npy")[i]:
+                return None
+            off = self._array(f"strings/{col}.offsets.npy")
+            a, b = int(off[i]), int(off[i + 1])
+            return self._array(f"strings/{col}.npy")[a:b].tobytes().decode("utf-8")
+        arr = self._array(f"columns/{col}.npy")
+        v = arr[i]
+        if arr.dtype.kind == "f":
+            return None if math.isnan(v) else float(v)
+        return int(v)
+
+    def key(self, i: int) -> str:
+        """``"<table stem>/<row number>"`` (row numbers count data rows from 0)."""
+        return f"{self._stem}/{int(self._array('rows.npy')[i])}"
+
+    def media_path(self, value: str) -> str:
+        """The file a media value names."""
+        return os.path.join(self._root, value)
+
+    def media_bytes(
+        self, col: str, value: str, key: str, limits: DecodeLimits | None = None
+    ) -> bytes:
+        """Bytes of the media file ``value`` (from ``root``, else from the aux dataset, whose
+        ``.gz`` members are inflated within ``limits``)."""
+        fpath = self.media_path(value)
+        try:
+            with open(fpath, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            if self._aux_path is None:
+                raise BadSampleError(fpath, key, f"column {col!r}: media file missing") from None
+        except OSError as e:
+            raise BadSampleError(fpath, key, f"column {col!r}: cannot read: {e}") from None
+        if self._aux is None:
+            self._aux = self._open_aux(self._aux_path)
+        ext = suffix(value)
+        j = self._aux.index_of_key(value[: len(value) - len(ext) - 1]) if ext else None
+        data = None if j is None else self._aux.read(j, limits=limits).get(strip_gz(ext))
+        if data is None:
+            raise BadSampleError(self._aux_path, key, f"column {col!r}: no member {value!r}")
+        return data
+
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]:
+        """Every column of row ``i`` as bytes; media columns hold the file's bytes (``exts``
+        is ignored: a field map names columns, not member extensions)."""
+        out: dict[str, bytes] = {}
+        for col in self._t.columns:
+            v = self.value(col, i)
+            if v is None:
+                continue
+            if col in self._t.media_columns:
+                data = self.media_bytes(col, str(v), self.key(i), limits)
+                out[col] = data
+                ext = strip_gz(suffix(str(v)))
+                if ext and ext not in self._t.columns:
+                    out.setdefault(ext, data)
+            else:
+                out[col] = str(v).encode("utf-8")
+        return out
+
+    def av_names(self, field: str, i: int) -> tuple[str, ...]:
+        """Keys :meth:`read` gives media column ``field`` under: the column, and the file's
+        extension when no column has that name."""
+        v = self.value(field, i)
+        ext = strip_gz(suffix(str(v))) if v is not None else ""
+        return (field, ext) if ext and ext not in self._t.columns else (field,)
+
+    def split_indices(self, name: str) -> np.ndarray:
+        """Rows whose ``split`` column equals ``name``; all rows without a ``split`` column."""
+        n = self._record.num_samples
+        if "split" not in self._t.columns:
+            return np.arange(n, dtype=np.int64)
+        return np.asarray([i for i in range(n) if self.value("split", i) == name], np.int64)

@@ -1,0 +1,1 @@
+"""Tar shards by random access: the member index, one-sample reads and batched reads."""

@@ -1,0 +1,171 @@
+"""Reading a batch of samples of a prepared tar dataset at once (``Dataset.read_many``).
+
+The index is looked up for the whole batch with numpy: shard ids, key offsets and every
+member's row of the flat member table (:meth:`fpipe.storage.read.members.FlatMembers.rows`), checked
+as :meth:`TarReader.members` checks one sample (rows and extension ids inside the table, every
+member inside its shard). Each sound sample whose wanted members lie in one byte range is then
+one ``pread``, its members sliced out (a lone member is the read itself). Samples that are not
+(a ``.gz`` member wanted, members far apart, an entry failing a check, an index of format 1)
+go through :meth:`TarReader.key` and :meth:`TarReader.read`, which raise the errors they
+always raise; an error is returned in the sample's place, not raised. As
+:meth:`TarReader.read` does, each read checks one tar header against the index (the second
+member's, between the members read; a lone member's read starts at its own header), so a shard
+changed after prepare gives a "stale shard" error, not other samples' bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fpipe.core.errors import BadSampleError
+from fpipe.decode.extensions import is_gz, strip_gz
+from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.read.members import MemberRows
+from fpipe.storage.read.reader import read_each
+from fpipe.storage.read.tar.reader import _GAP, _HEADER
+from fpipe.storage.read.validate import header_mismatch, stale_reason
+
+__all__ = ["read_many"]
+
+
+def read_many(
+    reader, idx: np.ndarray, exts: frozenset[str] | None, limits: DecodeLimits | None = None
+) -> list[tuple]:
+    """``(key, members | exception)`` of samples ``idx`` of ``reader`` (a
+    :class:`~fpipe.storage.read.tar.reader.TarReader`), in order; ``.gz`` members are inflated
+    within ``limits`` (by :meth:`TarReader.read`)."""
+    out: list[tuple] = [()] * len(idx)
+    plan = _plan(reader, idx, exts)
+    slow = list(range(len(idx))) if plan is None else _read_planned(reader, plan, out)
+    done = read_each(
+        (int(idx[j]) for j in slow), lambda i: (reader.key(i), reader.read(i, exts, limits))
+    )
+    for j, sample in zip(slow, done):
+        out[j] = sample
+    return out
+
+
+class _Plan:
+    """Per sample of the batch: sound and readable in one range (``ok``), shard id, member
+    key, byte range ``lo..hi``; the wanted members' rows from ``first[j]`` to ``first[j+1]``."""
+
+    __slots__ = ("first", "hi", "keys", "lo", "names", "offset", "ok", "raw", "sid", "size")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
+    rec = reader._record
+    rows_of = getattr(reader._members, "rows", None)
+    if rows_of is None or not len(idx) or not rec.members:  # format 1: one sample at a time
+        return None
+    arr = reader._array
+    n = len(idx)
+    sid = arr("shard_id.npy")[idx].astype(np.int64)
+    ok = (sid >= 0) & (sid < len(rec.shards))
+    sid = np.where(ok, sid, 0)
+    koff, kbytes = arr("keys.offsets.npy"), arr("keys.npy")
+    ka, kb = koff[idx], koff[idx + 1]
+    ok &= (ka >= 0) & (ka <= kb) & (kb <= len(kbytes))
+    rows: MemberRows = rows_of(idx)
+    ok &= rows.ok
+    owner, off, size = rows.owner, rows.offset, rows.size
+    # every member inside its shard (gzip shards: offsets are in the decompressed copy)
+    limit = np.asarray([s.bytes for s in rec.shards], dtype=np.int64)[sid][owner]
+    gz_shard = np.asarray(reader._gz, dtype=bool)[sid][owner]
+    bad = (off < _HEADER) | (size < 0) | ((limit >= 0) & (off + size > limit) & ~gz_shard)
+    names = list(rec.members)
+    wanted = np.asarray([exts is None or strip_gz(e) in exts for e in names], dtype=bool)
+    gz_member = np.asarray([is_gz(e) for e in names], dtype=bool)
+    w = wanted[rows.ext]
+    bad |= w & gz_member[rows.ext]  # gunzipped under the base name within limits by read()
+    ok &= np.bincount(owner[bad], minlength=n) == 0
+    wo, woff, wsize = owner[w], off[w], size[w]
+    count = np.bincount(wo, minlength=n)
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lo, wo, woff)
+    hi = np.zeros(n, dtype=np.int64)
+    np.maximum.at(hi, wo, woff + wsize)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, wo, wsize)
+    some = count > 0
+    lo = np.where(some, lo, 0)
+    ok &= ~some | (hi - lo <= total + _GAP)  # else one read per member: read() does it
+    lo = np.where(count == 1, lo - _HEADER, lo)  # a lone member's read starts at its header
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum(count, out=first[1:])
+    raw = [
+        kbytes[a:b].tobytes() if good else b""
+        for a, b, good in zip(ka.tolist(), kb.tolist(), ok.tolist())
+    ]
+    return _Plan(
+        ok=ok,
+        sid=sid.tolist(),
+        raw=raw,
+        keys=[k.decode("utf-8", "surrogateescape") for k in raw],
+        lo=lo.tolist(),
+        hi=hi.tolist(),
+        first=first.tolist(),
+        names=[names[e] for e in rows.ext[w].tolist()],
+        offset=woff.tolist(),
+        size=wsize.tolist(),
+    )
+
+
+def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
+    """Read the sound samples of ``plan`` into ``out``; the positions left to read one by
+    one."""
+    slow = np.flatnonzero(~plan.ok).tolist()
+    pread = reader._files.pread
+    stems = reader._stems
+    names, offset, size, first = plan.names, plan.offset, plan.size, plan.first
+    for j in np.flatnonzero(plan.ok).tolist():
+        s, a, b = plan.sid[j], plan.lo[j], plan.hi[j]
+        try:
+            path = reader.cached_shard_path(s)
+        except OSError:
+            slow.append(j)  # read() names the shard that cannot be opened
+            continue
+        key = f"{stems[s]}/{plan.keys[j]}"
+        try:
+            buf = pread(path, a, b - a) if b > a else b""
+        except OSError as e:
+            out[j] = (key, BadSampleError(path, key, f"read failed: {e}"))
+            continue
+        if len(buf) < b - a:
+            wanted = f"wanted bytes {a}..{b}, file ends at {a + len(buf)}"
+            out[j] = (key, BadSampleError(path, key, f"shard truncated: {wanted}"))
+            continue
+        r0, r1 = first[j], first[j + 1]
+        stale = _check_header(reader, plan, j, buf, path, key) if r1 > r0 else None
+        if stale is not None:
+            out[j] = (key, stale)
+        elif r1 == r0 + 1:  # one member: the read is its header and its bytes
+            out[j] = (key, {names[r0]: buf[_HEADER:]})
+        else:
+            mv = memoryview(buf)
+            cut = {}
+            for r in range(r0, r1):
+                o = offset[r] - a
+                cut[names[r]] = bytes(mv[o : o + size[r]])
+            out[j] = (key, cut)
+    return slow
+
+
+def _check_header(reader, plan: _Plan, j: int, buf: bytes, path: str, key: str):
+    """None if the tar header checked for sample ``j`` (read in ``buf``, from ``plan.lo[j]``)
+    names the member the index has there, else the "stale shard" :class:`BadSampleError`."""
+    r0, r1 = plan.first[j], plan.first[j + 1]
+    r = r0 if r1 == r0 + 1 else sorted(range(r0, r1), key=plan.offset.__getitem__)[1]
+    at = plan.offset[r] - _HEADER - plan.lo[j]
+    expected = plan.raw[j] + b"." + plan.names[r].encode("utf-8", "surrogateescape")
+    found = header_mismatch(buf[at : at + _HEADER], expected)
+    if found is None:
+        return None
+    shard = reader._record.shards[plan.sid[j]].name
+    want = expected.decode("utf-8", "replace")
+    return BadSampleError(
+        path, key, stale_reason(reader.path, shard, plan.offset[r] - _HEADER, want, found)
+    )
