@@ -21,6 +21,8 @@ order.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,6 +73,7 @@ class Dataset:
         *,
         where: str,
         open_args: dict[str, Any],
+        reopen: Callable[..., Dataset],
     ):
         self.path = path
         self.record = record
@@ -81,17 +84,13 @@ class Dataset:
         self._files = files
         self._where = where  #: split file named in errors
         self._open_args = open_args
+        self._reopen = reopen  #: the opener that built this dataset (open_dataset)
         self._key_index: dict[str, int] | None = None
         self._av: AVIndex | None = None
 
-    # pickling carries the open arguments only: no descriptors, no mapped arrays
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "open_args": self._open_args}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        from fpipe.storage.read.layouts import open_dataset  # the opener builds Datasets
-
-        self.__dict__.update(open_dataset(state["path"], **state["open_args"]).__dict__)
+    # pickling carries the opener and its arguments only: no descriptors, no mapped arrays
+    def __reduce__(self) -> tuple[Any, ...]:
+        return functools.partial(self._reopen, **self._open_args), (self.path,)
 
     def __repr__(self) -> str:
         return (

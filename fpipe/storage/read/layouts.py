@@ -70,6 +70,7 @@ def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = 
         files,
         where=str(index_dir / "split.yaml"),
         open_args={"max_open_files": max_open_files, "shard_check": shard_check},
+        reopen=open_dataset,
     )
 
 
@@ -124,6 +125,7 @@ def _open_remote(
             "storage": options,
             "shard_check": shard_check,
         },
+        reopen=open_dataset,
     )
 
 
@@ -145,6 +147,7 @@ def _open_energon(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "
         files,
         where=str(p / ".nv-meta" / "split.yaml"),
         open_args={"max_open_files": max_open_files, "shard_check": shard_check},
+        reopen=open_dataset,
     )
 
 
@@ -165,7 +168,8 @@ def _open_table(
         config = DatasetConfig(sample_type=sample_type, field_map=config.field_map)
     args = {"sample_type": sample_type, "field_map": field_map, **table_args}
     return Dataset(
-        str(p), record, config, None, arrays, reader, FileCache(1), where=str(p), open_args=args
+        str(p), record, config, None, arrays, reader, FileCache(1), where=str(p), open_args=args,
+        reopen=open_dataset,
     )
 
 

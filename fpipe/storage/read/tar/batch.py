@@ -22,7 +22,7 @@ from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.read.members import MemberRows
 from fpipe.storage.read.reader import read_each
-from fpipe.storage.read.tar.reader import _GAP, _HEADER
+from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
 from fpipe.storage.read.validate import header_mismatch, stale_reason
 
 __all__ = ["read_many"]
@@ -75,7 +75,7 @@ def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
     # every member inside its shard (gzip shards: offsets are in the decompressed copy)
     limit = np.asarray([s.bytes for s in rec.shards], dtype=np.int64)[sid][owner]
     gz_shard = np.asarray(reader._gz, dtype=bool)[sid][owner]
-    bad = (off < _HEADER) | (size < 0) | ((limit >= 0) & (off + size > limit) & ~gz_shard)
+    bad = (off < TAR_HEADER) | (size < 0) | ((limit >= 0) & (off + size > limit) & ~gz_shard)
     names = list(rec.members)
     wanted = np.asarray([exts is None or strip_gz(e) in exts for e in names], dtype=bool)
     gz_member = np.asarray([is_gz(e) for e in names], dtype=bool)
@@ -92,8 +92,8 @@ def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
     np.add.at(total, wo, wsize)
     some = count > 0
     lo = np.where(some, lo, 0)
-    ok &= ~some | (hi - lo <= total + _GAP)  # else one read per member: read() does it
-    lo = np.where(count == 1, lo - _HEADER, lo)  # a lone member's read starts at its header
+    ok &= ~some | (hi - lo <= total + READ_GAP)  # else one read per member: read() does it
+    lo = np.where(count == 1, lo - TAR_HEADER, lo)  # a lone member's read starts at its header
     first = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=first[1:])
     raw = [
@@ -143,7 +143,7 @@ def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
         if stale is not None:
             out[j] = (key, stale)
         elif r1 == r0 + 1:  # one member: the read is its header and its bytes
-            out[j] = (key, {names[r0]: buf[_HEADER:]})
+            out[j] = (key, {names[r0]: buf[TAR_HEADER:]})
         else:
             mv = memoryview(buf)
             cut = {}
@@ -159,13 +159,13 @@ def _check_header(reader, plan: _Plan, j: int, buf: bytes, path: str, key: str):
     names the member the index has there, else the "stale shard" :class:`BadSampleError`."""
     r0, r1 = plan.first[j], plan.first[j + 1]
     r = r0 if r1 == r0 + 1 else sorted(range(r0, r1), key=plan.offset.__getitem__)[1]
-    at = plan.offset[r] - _HEADER - plan.lo[j]
+    at = plan.offset[r] - TAR_HEADER - plan.lo[j]
     expected = plan.raw[j] + b"." + plan.names[r].encode("utf-8", "surrogateescape")
-    found = header_mismatch(buf[at : at + _HEADER], expected)
+    found = header_mismatch(buf[at : at + TAR_HEADER], expected)
     if found is None:
         return None
     shard = reader._record.shards[plan.sid[j]].name
     want = expected.decode("utf-8", "replace")
     return BadSampleError(
-        path, key, stale_reason(reader.path, shard, plan.offset[r] - _HEADER, want, found)
+        path, key, stale_reason(reader.path, shard, plan.offset[r] - TAR_HEADER, want, found)
     )

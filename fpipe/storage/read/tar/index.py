@@ -38,6 +38,8 @@ __all__ = [
     "FORMAT",
     "INDEX_DIR",
     "IndexData",
+    "READ_GAP",
+    "TAR_HEADER",
     "VERSION",
     "concat_index",
     "load_array",
@@ -46,6 +48,11 @@ __all__ = [
     "write_folder",
     "write_index",
 ]
+
+#: a tar header: read before a sample's first member to check the member's name.
+TAR_HEADER = 512
+#: extra bytes allowed between members before a sample is read with one pread per member.
+READ_GAP = 64 * 1024
 
 INDEX_DIR = ".fpipe"
 FORMAT = "fpipe-index"

@@ -32,15 +32,13 @@ from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.read.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.read.reader import FileCache, members_to_dict
 from fpipe.storage.read.record import ArrayStore, IndexRecord
+from fpipe.storage.read.tar.batch import read_many
+from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
 from fpipe.storage.read.validate import header_mismatch, stale_reason
 from fpipe.storage.read.webdataset import is_gzip_shard, shard_stem
 
 __all__ = ["TarReader", "tar_arrays"]
 
-#: extra bytes allowed between members before a sample is read with one pread per member.
-_GAP = 64 * 1024
-#: a tar header: read before a sample's first member to check the member's name.
-_HEADER = 512
 
 
 class TarReader:
@@ -127,7 +125,7 @@ class TarReader:
             raise BadSampleError(name, f"#{i}", self._corrupt(str(e))) from None
         for ext, off, size in placed:
             if (
-                off < _HEADER
+                off < TAR_HEADER
                 or size < 0
                 or (limit >= 0 and off + size > limit and not self._gz[sid])
             ):
@@ -190,8 +188,6 @@ class TarReader:
         :meth:`read` give them, the index looked up for all at once
         (:func:`fpipe.storage.read.tar.batch.read_many`); a sample whose key or read fails holds
         the exception instead of its members, for the caller to raise in its turn."""
-        from fpipe.storage.read.tar.batch import read_many
-
         return read_many(self, np.asarray(indices, dtype=np.int64), exts, limits)
 
     def cached_shard_path(self, shard_id: int) -> str:
@@ -217,12 +213,12 @@ class TarReader:
                 )
             bufs.append((lo, memoryview(buf)))
         expected = self._key_bytes(i) + b"." + ext.encode("utf-8", "surrogateescape")
-        found = header_mismatch(_slice(bufs, at - _HEADER, _HEADER), expected)
+        found = header_mismatch(_slice(bufs, at - TAR_HEADER, TAR_HEADER), expected)
         if found is not None:
             name = self._record.shards[sid].name
             want = expected.decode("utf-8", "replace")
             raise BadSampleError(
-                path, self.key(i), stale_reason(self.path, name, at - _HEADER, want, found)
+                path, self.key(i), stale_reason(self.path, name, at - TAR_HEADER, want, found)
             )
         if len(bufs) == 1:  # the usual case: one read holds every member
             lo, mv = bufs[0]
@@ -256,14 +252,14 @@ def _read_ranges(
     first, whose header the first read then includes (512 bytes more)."""
     if len(placed) == 1:
         _, lo, size = placed[0]
-        return [(lo - _HEADER, size + _HEADER)], placed[0]
+        return [(lo - TAR_HEADER, size + TAR_HEADER)], placed[0]
     by_offset = sorted(placed, key=_offset)
     lo = by_offset[0][1]
     hi = max(o + s for _, o, s in by_offset)
-    if hi - lo <= sum(s for _, _, s in by_offset) + _GAP:
+    if hi - lo <= sum(s for _, _, s in by_offset) + READ_GAP:
         return [(lo, hi - lo)], by_offset[1]
     ranges = [(o, s) for _, o, s in by_offset]
-    ranges[0] = (lo - _HEADER, ranges[0][1] + _HEADER)
+    ranges[0] = (lo - TAR_HEADER, ranges[0][1] + TAR_HEADER)
     return ranges, by_offset[0]
 
 
