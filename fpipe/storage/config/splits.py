@@ -1,9 +1,7 @@
-"""Which samples a split holds: building split.yaml at prepare, resolving it on open.
+"""The split.yaml ``fpipe prepare`` writes: ratios, shard globs, or a given split config.
 
-- :func:`build_split_config`: the split.yaml ``fpipe prepare`` writes (ratios, shard globs, or
-  a given :class:`~fpipe.storage.config.dataset_yaml.SplitConfig`);
-- :func:`resolve_split`: the sample indices of one split of an opened dataset, in Energon's
-  order (shards as split.yaml lists them), after excludes.
+:func:`build_split_config` makes the :class:`~fpipe.storage.config.dataset_yaml.SplitConfig`;
+:func:`fpipe.storage.read.split_indices.resolve_split` resolves it on an opened dataset.
 """
 
 from __future__ import annotations
@@ -14,12 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import SplitConfig, parse_split_ratios
 from fpipe.storage.paths import expand_braces
-from fpipe.storage.read.record import IndexRecord
 
-__all__ = ["build_split_config", "resolve_split"]
+__all__ = ["build_split_config"]
 
 
 def build_split_config(
@@ -60,48 +56,3 @@ def build_split_config(
         parts[name] = sorted(order[start:end])
         start = end
     return SplitConfig(split_parts=parts, exclude=exclude)
-
-
-def resolve_split(
-    split: SplitConfig | None,
-    name: str,
-    record: IndexRecord,
-    index_of_key,
-    where: str,
-) -> np.ndarray:
-    """Sample indices of split ``name`` after excludes (all samples when ``split`` is None).
-
-    Shards come in the order split.yaml lists them (as Energon reads them; ``energon prepare
-    --shuffle-tars`` lists them shuffled), samples in shard order. Exclude entries are a shard
-    name, ``"<shard name>/<index within shard>"`` or a sample key ``"<shard stem>/<key>"``.
-    """
-    n = record.num_samples
-    if split is None:
-        return np.arange(n, dtype=np.int64)
-    if name not in split.split_parts:
-        raise ConfigError(f"{where}: no split {name!r}; split.yaml has {sorted(split.split_parts)}")
-    pos = {s: i for i, s in enumerate(record.shard_names)}
-    starts = record.shard_starts()
-    ids = []
-    for s in split.split_parts[name] or ():
-        if s not in pos:
-            raise ConfigError(f"{where}: split {name!r} names shard {s!r}, not in the index")
-        ids.append(pos[s])
-    keep = np.ones(n, dtype=bool)
-    for entry in split.exclude or ():
-        if entry in pos:
-            keep[starts[pos[entry]] : starts[pos[entry] + 1]] = False
-            continue
-        head, _, tail = entry.rpartition("/")
-        if head in pos and tail.isdigit():
-            j = starts[pos[head]] + int(tail)
-            if j < starts[pos[head] + 1]:
-                keep[j] = False
-            continue
-        j = index_of_key(entry)
-        if j is not None:
-            keep[j] = False
-    if not ids:
-        return np.zeros(0, dtype=np.int64)
-    idx = np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in ids])
-    return idx[keep[idx]]
