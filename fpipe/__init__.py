@@ -15,6 +15,7 @@ Example::
     ckpt = loader.state_dict()
 """
 
+from fpipe._lazy import lazy_exports
 from fpipe._version import __version__
 
 # Torch-facing names load on first use, so `import fpipe` stays fast.
@@ -69,13 +70,4 @@ _LAZY = {
 
 __all__ = ["__version__", *sorted(_LAZY)]
 
-
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fpipe' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

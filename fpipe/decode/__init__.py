@@ -9,8 +9,7 @@ here are loaded lazily so ``import fpipe.decode`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fpipe._lazy import lazy_exports
 
 __all__ = [
     "AV_EXTENSIONS",
@@ -64,15 +63,6 @@ _WHERE = {
     "unregister_decoder": "registry",
 }
 
-
-def __getattr__(name: str) -> Any:
-    mod = _WHERE.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fpipe.decode' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"fpipe.decode.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__, {name: f"fpipe.decode.{module}" for name, module in _WHERE.items()}
+)

@@ -7,10 +7,10 @@ dataset's plan stays torch-free); collate and the varlen helpers import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fpipe import _ENCODE as _ENERGON_NAMES
+from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fpipe.encode.collate import collate, collate_samples, pad_stack, pad_stack_lengths
@@ -62,15 +62,4 @@ __all__ = [
     "varlen_pack",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fpipe.encode' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

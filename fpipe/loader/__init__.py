@@ -7,8 +7,9 @@ torch: ``fpipe plan`` and ``fpipe info`` start fast. Datasets are built by :mod:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fpipe.loader.consistency import ConsistencyError
@@ -38,15 +39,4 @@ __all__ = [
     "get_savable_loader",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fpipe.loader' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

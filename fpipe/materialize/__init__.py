@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fpipe.materialize.materializer import MaterializedBatch, Materializer
@@ -17,11 +18,4 @@ _LAZY = {
 
 __all__ = ["DatasetSource", "MaterializedBatch", "Materializer"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fpipe.materialize' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

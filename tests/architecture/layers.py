@@ -31,8 +31,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "preview": ("storage",),
     "cli": ("datasets", "preview"),
 }
-#: modules outside the layers: any unit may import them.
-FREE = {"fpipe._version"}
+#: modules outside the layers (no fpipe imports of their own): any unit may import them.
+FREE = {"fpipe._version", "fpipe._lazy"}
 
 
 @functools.cache
@@ -92,10 +92,14 @@ def import_edges(root: Path) -> list[Edge]:
                 for alias in node.names:
                     if alias.name.split(".")[0] == root.name:
                         edges.append(Edge(src, alias.name, node.lineno, ()))
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                if node.module.split(".")[0] == root.name:
-                    names = tuple(a.name for a in node.names)
-                    edges.append(Edge(src, node.module, node.lineno, names))
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.level == 0
+                and node.module.split(".")[0] == root.name
+            ):
+                names = tuple(a.name for a in node.names)
+                edges.append(Edge(src, node.module, node.lineno, names))
     return edges
 
 

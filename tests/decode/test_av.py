@@ -408,3 +408,19 @@ def test_only_the_av_modules_import_pyav():
             if any(n == "av" or n.startswith("av.") for n in names):
                 importers.add(path.relative_to(root).as_posix())
     assert importers == {f"decode/av/{m}.py" for m in PYAV_MODULES}
+
+
+def test_the_index_side_of_av_loads_no_pyav():
+    """Reading AV metadata from an index (records, ranges, av_meta) must not import PyAV: the
+    package fpipe.decode.av loads its decoder names on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import fpipe.decode.av.records, fpipe.decode.av.ranges, fpipe.storage.read.av_meta\n"
+        "assert 'av' not in sys.modules, 'PyAV imported'\n"
+        "from fpipe.decode.av import AVDecoder\n"
+        "assert 'av' in sys.modules and AVDecoder.__module__ == 'fpipe.decode.av.decoder'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
