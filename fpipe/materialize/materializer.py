@@ -11,9 +11,10 @@ objects; :mod:`fpipe.materialize.recipe_codec`). How each dataset is opened and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,23 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ErrorPolicy, FpipeError, MaterializeError
 from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator, fold_in_array
+from fpipe.encode.batch_memory import sent_as_collated
+from fpipe.encode.hooks import SkipSample, using_sample_rng
+from fpipe.encode.packing import (
+    check_packing_hooks,
+    pack_buffer,
+    pack_planned,
+    pre_pack_encoder,
+)
+from fpipe.encode.task_encoder import decode_limits_of, image_options, keeps_collated_tensors
+from fpipe.materialize.join import joined_sample, prefetch_parts, read_joined
 from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
+from fpipe.samples import (
+    compile_field_map,
+    cook_sample,
+    make_crude_sample,
+    sample_type_from_name,
+)
 from fpipe.storage.config.dataset_yaml import is_crude
 
 __all__ = ["MaterializedBatch", "Materializer"]
@@ -56,6 +73,22 @@ def wrap_error(
     )
 
 
+@contextlib.contextmanager
+def naming_failures(
+    hook: str, keys: Callable[[], Sequence], step: int, position: int | None = None
+) -> Iterator[None]:
+    """A task encoder hook's own failure inside the block leaves as a :class:`MaterializeError`
+    naming ``hook``, the sample keys (``keys()``, looked up only on failure), the recipe step
+    and the position in the batch. fpipe's errors (BadSampleError...) and SkipSample pass
+    unchanged: the error policy and the skip counting decide about them."""
+    try:
+        yield
+    except (FpipeError, SkipSample):
+        raise
+    except Exception as err:  # a hook's own failure: wrapped with where it happened
+        raise wrap_error(err, hook, keys(), step, position) from err
+
+
 @dataclasses.dataclass
 class MaterializedBatch:
     """What a worker returns: the batch (or a buffer's packs), and how many samples the error
@@ -72,6 +105,16 @@ class MaterializedBatch:
     pack_sizes: list | None = None
 
 
+@dataclasses.dataclass
+class _Assembled:
+    """What the second phase of a recipe makes of its encoded samples."""
+
+    batch: Any = None
+    packs: list | None = None
+    sizes: list | None = None
+    skipped_keys: list[str] = dataclasses.field(default_factory=list)
+
+
 class Materializer:
     """Pure ``recipe -> batch``; picklable (datasets are opened lazily in each process)."""
 
@@ -86,9 +129,6 @@ class Materializer:
         decode_limits=None,
         unbatched: bool = False,
     ):
-        from fpipe.encode.packing import check_packing_hooks
-        from fpipe.encode.task_encoder import decode_limits_of, image_options
-
         self.sources = list(sources)
         self.task_encoder = task_encoder
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
@@ -133,8 +173,6 @@ class Materializer:
         src = self.sources[i] if isinstance(i, int) else i
         fm = self._field_maps.get(id(src))
         if fm is None:
-            from fpipe.samples import compile_field_map, sample_type_from_name
-
             fm = compile_field_map(sample_type_from_name(src.sample_type), src.field_map)
             self._field_maps[id(src)] = fm
         return fm
@@ -157,8 +195,6 @@ class Materializer:
         exception reading raised); None: read here."""
         restore_key = (dataset, index, epoch)
         if self.sources[dataset].join:
-            from fpipe.materialize.join import joined_sample
-
             sample = joined_sample(self, dataset, index, restore_key, skey, read)
         else:
             ds = self.dataset(dataset)
@@ -182,8 +218,6 @@ class Materializer:
         sample_key = ds.key(index) if key is None else key
         path = getattr(ds, "path", src.path)
         if is_crude(src.sample_type):
-            from fpipe.samples import make_crude_sample
-
             crude = make_crude_sample(
                 raw,
                 key=sample_key,
@@ -196,8 +230,6 @@ class Materializer:
         # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
         # let the lazy AVDecoder seek without probing the file; a task encoder with
         # `probe_av = True` (the video/audio ones) has the others probed while cooking.
-        from fpipe.samples import cook_sample
-
         fmap = self.field_map(src)
         av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
         return cook_sample(
@@ -231,8 +263,6 @@ class Materializer:
             for d in np.unique(datasets).tolist():
                 pos = np.flatnonzero(datasets == d)
                 if self.sources[d].join:  # joined samples: with their parts' samples
-                    from fpipe.materialize.join import read_joined
-
                     found = parts_found.get(d)
                     if found is not None:
                         found = found[:, taken[d] : taken[d] + len(pos)]
@@ -262,8 +292,6 @@ class Materializer:
             src = self.sources[d]
             self.dataset(d).prefetch(indices.tolist(), self.wanted(src))
             if src.join:
-                from fpipe.materialize.join import prefetch_parts
-
                 parts_found[d] = prefetch_parts(self, d, indices)
         return parts_found
 
@@ -280,23 +308,42 @@ class Materializer:
         return tuple(self.key(d, i) for d, i in zip(refs.dataset.tolist(), refs.index.tolist()))
 
     def __call__(self, recipe: Recipe) -> MaterializedBatch:
-        from fpipe.encode.batch_memory import sent_as_collated
-        from fpipe.encode.hooks import SkipSample, using_sample_rng
-        from fpipe.encode.task_encoder import keeps_collated_tensors
-
+        """The batch (or the packs of a packing buffer) of ``recipe``, in two phases: encode
+        each sample, then assemble them."""
         enc = self.task_encoder
         if recipe.shape:  # a bucket's batch: every sample gets the bucket's shape
             enc = enc.for_bucket(recipe.shape)
         refs = recipe.refs
-        samples, skipped_keys = [], []
-        packing = self.packing
-        if packing:
-            from fpipe.encode.packing import pack_buffer, pre_pack_encoder
-
-            pre_pack = pre_pack_encoder(enc)
-        parts_found = self._prefetch(refs)
-        # Per-sample keys for the whole recipe at once: fold_in(recipe.key, dataset, index, epoch).
+        # Each sample's key, for the whole recipe at once: fold_in(recipe.key, dataset, index,
+        # epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
+        samples, kept, skipped_keys = self._encode_samples(enc, recipe, skeys)
+        out = self._assemble(enc, recipe, samples, kept, skeys)
+        skipped_keys += out.skipped_keys
+        return MaterializedBatch(
+            step=recipe.step,
+            batch=out.batch,
+            num_samples=len(refs) - len(skipped_keys),
+            skipped=len(skipped_keys),
+            skipped_keys=skipped_keys,
+            packs=out.packs,
+            pack_sizes=out.sizes,
+        )
+
+    def _encode_samples(
+        self, enc, recipe: Recipe, skeys: list[int]
+    ) -> tuple[list, list[int], list[str]]:
+        """Phase one: read, cook and encode each sample of ``recipe`` (``encode_sample``, or
+        the hooks before selection with a packing buffer). Returns the encoded samples, their
+        positions in the recipe, and what names each sample that a SkipSample or the error
+        policy skipped."""
+        if self.packing:
+            encode = pre_pack_encoder(enc)
+            encode_hook = getattr(encode, "__name__", "preencode_sample")
+        else:
+            encode, encode_hook = enc.encode_sample, "encode_sample"
+        refs, step = recipe.refs, recipe.step
+        parts_found = self._prefetch(refs)
         ids = zip(
             refs.dataset.tolist(),
             refs.index.tolist(),
@@ -304,63 +351,65 @@ class Materializer:
             skeys,
             self.reads(refs, parts_found),
         )
-        kept = []  # positions in the recipe of the samples not skipped
+        samples: list = []
+        kept: list[int] = []  # positions in the recipe of the samples not skipped
+        skipped_keys: list[str] = []
         for pos, (d, i, e, skey, read) in enumerate(ids):
-            hook = "cook_crude_sample" if is_crude(self.sources[d].sample_type) else "read/cook"
+            src = self.sources[d]
+            read_hook = "cook_crude_sample" if is_crude(src.sample_type) else "read/cook"
+
+            def keys(d=d, i=i) -> tuple[str, ...]:
+                return (self.key(d, i),)
+
             try:
                 with using_sample_rng(LazyGenerator(skey, _ENCODE)):  # fpipe.sample_rng()
-                    sample, rng = self.sample(d, i, e, skey, read)
+                    with naming_failures(read_hook, keys, step, pos):
+                        sample, rng = self.sample(d, i, e, skey, read)
                     # Lazy fields (video frames) are decoded inside the encoder: their failures
                     # are bad input too, and go through the same policy.
-                    if packing:
-                        hook = getattr(pre_pack, "__name__", "preencode_sample")
-                        samples.append(pre_pack(sample, rng))
-                    else:
-                        hook = "encode_sample"
-                        samples.append(enc.encode_sample(sample, rng))
+                    with naming_failures(encode_hook, keys, step, pos):
+                        samples.append(encode(sample, rng))
                 kept.append(pos)
             except SkipSample as err:  # the task encoder's (or a join's): skipped, counted
-                where = getattr(err, "where", "") or f"{self.sources[d].path}:#{i}: SkipSample"
-                skipped_keys.append(where)
+                skipped_keys.append(getattr(err, "where", "") or f"{src.path}:#{i}: SkipSample")
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
                 skipped_keys.append(f"{err.path}:{err.key}")
-            except FpipeError:
-                raise
-            except Exception as err:  # a hook's own failure: wrapped with where it happened
-                raise wrap_error(err, hook, (self.key(d, i),), recipe.step, pos) from err
-        packs = sizes = batch = None
-        hook = "packing hooks"
-        try:
-            if packing:  # the loader batches the packs (a batch may take packs of two buffers)
-                packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
-            elif samples and self.unbatched:
-                batch = samples[0]
-            elif samples:
-                if "pack" in refs.columns:  # packs chosen in the plan tier
-                    from fpipe.encode.packing import pack_planned
+        return samples, kept, skipped_keys
 
-                    samples = pack_planned(enc, samples, refs.column("pack"), kept)
-                hook = "batch"
-                # fpipe's own hooks send collate's tensors as they are: in a worker, collate
-                # then builds them in shared memory (fpipe.encode.batch_memory)
-                with sent_as_collated(keeps_collated_tensors(enc)):
-                    out = enc.batch(samples)
-                hook = "encode_batch"
-                batch = enc.encode_batch(out)
+    def _assemble(
+        self, enc, recipe: Recipe, samples: list, kept: list[int], skeys: list[int]
+    ) -> _Assembled:
+        """Phase two: the encoded samples as a packing buffer's packs, the one sample of an
+        unbatched recipe, or a batch (``batch`` then ``encode_batch``; packs chosen in the plan
+        tier are packed first). A SkipSample here skips what was handed to the hook."""
+        step = recipe.step
+
+        def keys() -> tuple[str, ...]:
+            return self.recipe_keys(recipe)
+
+        try:
+            if self.packing:  # the loader batches the packs (a batch may take packs of two buffers)
+                # The buffer is identified by its first sample's key (the recipe's when empty).
+                with naming_failures("packing hooks", keys, step):
+                    packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
+                return _Assembled(packs=packs, sizes=sizes)
+            if not samples:
+                return _Assembled()
+            if self.unbatched:
+                return _Assembled(batch=samples[0])
+            if "pack" in recipe.refs.columns:  # packs chosen in the plan tier
+                with naming_failures("packing hooks", keys, step):
+                    samples = pack_planned(enc, samples, recipe.refs.column("pack"), kept)
+            # fpipe's own hooks send collate's tensors as they are: in a worker, collate then
+            # builds them in shared memory (fpipe.encode.batch_memory)
+            with (
+                naming_failures("batch", keys, step),
+                sent_as_collated(keeps_collated_tensors(enc)),
+            ):
+                out = enc.batch(samples)
+            with naming_failures("encode_batch", keys, step):
+                return _Assembled(batch=enc.encode_batch(out))
         except SkipSample:
-            skipped_keys.extend(f"batch {recipe.step}: SkipSample" for _ in samples)
-        except FpipeError:
-            raise
-        except Exception as err:
-            raise wrap_error(err, hook, self.recipe_keys(recipe), recipe.step) from err
-        return MaterializedBatch(
-            step=recipe.step,
-            batch=batch,
-            num_samples=len(refs) - len(skipped_keys),
-            skipped=len(skipped_keys),
-            skipped_keys=skipped_keys,
-            packs=packs,
-            pack_sizes=sizes,
-        )
+            return _Assembled(skipped_keys=[f"batch {step}: SkipSample" for _ in samples])
