@@ -15,19 +15,15 @@ that pipeline and prints the decoded state with field names.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from fpipe.core.errors import FpipeError, SnapshotError
+from fpipe.core.snapshot import MAGIC, read_envelope, unpack, unpack_parts
 
 __all__ = ["add_parser", "read_snapshot_file", "run", "show_envelope"]
-
-_CHECKSUM = 8
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -50,8 +46,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _is_snapshot(data: bytes) -> bool:
-    from fpipe.core.snapshot import MAGIC
-
     return MAGIC.encode() in data[:32]
 
 
@@ -107,77 +101,19 @@ def read_snapshot_file(path: str | Path) -> bytes:
 
 
 def show_envelope(data: bytes) -> dict[str, Any]:
-    """The envelope and plain payload of snapshot bytes, without needing the pipeline."""
-    from fpipe.core.snapshot import (
-        MAGIC,
-        _Envelope,  # the envelope's record (one definition)
-        unpack,
-        unpack_parts,
-    )
-
-    if len(data) <= _CHECKSUM:
-        raise SnapshotError(f"snapshot is truncated ({len(data)} bytes)")
-    body, check = data[:-_CHECKSUM], data[-_CHECKSUM:]
-    checksum_ok = hashlib.blake2b(body, digest_size=_CHECKSUM).digest() == check
-    try:  # typed: a field of the wrong type is an error here, not a traceback later
-        env = msgspec.msgpack.decode(body, type=_Envelope)
-    except msgspec.DecodeError as e:  # ValidationError included
-        raise SnapshotError(f"these bytes are not an fpipe snapshot: {e}") from None
-    if env.magic != MAGIC:
-        raise SnapshotError("these bytes are not an fpipe snapshot")
-    fmt, order, fp, payload = env.format_version, env.order_version, env.fingerprint, env.payload
+    """The envelope and plain payload of snapshot bytes, without needing the pipeline (a
+    checksum that does not match is reported in ``checksum_ok``, not refused)."""
+    env = read_envelope(data, verify=False)
     parts = unpack_parts(env.parts)
     return {
-        "bytes": len(data),
-        "checksum_ok": checksum_ok,
-        "format_version": fmt,
-        "order_version": order,
-        "fingerprint": bytes(fp).hex(),
+        "bytes": env.size,
+        "checksum_ok": env.checksum_ok,
+        "format_version": env.format_version,
+        "order_version": env.order_version,
+        "fingerprint": env.fingerprint.hex(),
         "kind": "loader" if parts and parts[-1][0] == "loader" else "plan",
         "parts": [{"name": p[0], "type": p[1], "field_hashes": list(p[2])} for p in parts],
-        "payload": unpack(bytes(payload)),
-    }
-
-
-def _named(value: Any) -> Any:
-    """A decoded state as plain data with field names."""
-    if isinstance(value, msgspec.Struct):
-        return {
-            "__type__": type(value).__name__,
-            **{f: _named(getattr(value, f)) for f in value.__struct_fields__},
-        }
-    if isinstance(value, (list, tuple)):
-        return [_named(v) for v in value]
-    return value
-
-
-def decode_with_config(data: bytes, kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Check ``data`` against the pipeline of a plan config and decode its state.
-
-    ``steps`` lists every step in data-flow order (paths ``mix/0/...`` inside a multi-input
-    step) with its whole config and its own state (None for random-access views).
-    """
-    from fpipe.cli.plan import build_dataset
-    from fpipe.core.fingerprint import canonical
-    from fpipe.loader.state import decode_loader_state
-
-    pd = build_dataset(cfg, 0)
-    plan = pd.plan
-    state = decode_loader_state(plan, data) if kind == "loader" else plan.restore(data)
-    plan_state = state.plan if kind == "loader" else state
-    steps = []
-    for path, config in plan.parts[1:]:
-        try:
-            own = _named(plan.get(plan_state, path))
-        except KeyError:  # a view: its position is the state of the step that reads it
-            own = None
-        fields = {f: canonical(getattr(config, f)) for f in config.__struct_fields__}
-        steps.append({"name": path, "type": type(config).__name__, "config": fields, "state": own})
-    return {
-        "config": plan.describe(),
-        "steps": steps,
-        "stats": plan.stats(plan_state),
-        "state": _named(state),
+        "payload": unpack(env.payload),
     }
 
 
@@ -223,9 +159,12 @@ def run(args: argparse.Namespace) -> int:
         data = read_snapshot_file(args.file)
         info = show_envelope(data)
         if args.config:
-            from fpipe.cli.plan import load_plan_config
+            from fpipe.cli.plan import plan_overrides
+            from fpipe.datasets.plan_config import load_plan_config
+            from fpipe.datasets.plan_queries import decode_with_config
 
-            info.update(decode_with_config(data, info["kind"], load_plan_config(args.config, args)))
+            cfg = load_plan_config(args.config, plan_overrides(args))
+            info.update(decode_with_config(data, info["kind"], cfg))
     except (FpipeError, OSError) as e:
         print(f"fpipe state: error: {e}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ from fpipe.core.fingerprint import diff_parts, fingerprint, part_digest
 from fpipe.core.records import Config
 
 __all__ = [
+    "Envelope",
     "FORMAT_VERSION",
     "MAGIC",
     "ORDER_VERSION",
@@ -35,6 +36,7 @@ __all__ = [
     "encode_state",
     "pack",
     "pack_parts",
+    "read_envelope",
     "unpack",
     "unpack_parts",
 ]
@@ -46,6 +48,8 @@ _CHECKSUM = 8
 
 
 class _Envelope(msgspec.Struct, array_like=True, frozen=True):
+    """The envelope as it is written (a msgpack array); read it with :func:`read_envelope`."""
+
     magic: str
     format_version: int
     order_version: int
@@ -200,13 +204,27 @@ def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
     return body + hashlib.blake2b(body, digest_size=_CHECKSUM).digest()
 
 
-def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: bytes) -> Any:
-    """Check and decode snapshot bytes into a state of ``state_type``.
+class Envelope(msgspec.Struct, frozen=True):
+    """What snapshot bytes hold, read without the pipeline (:func:`read_envelope`)."""
+
+    format_version: int
+    order_version: int
+    fingerprint: bytes  #: 16-byte hash of the pipeline's configuration
+    parts: tuple[bytes, bytes]  #: the packed part digests; :func:`unpack_parts` reads them
+    payload: bytes  #: the state in :func:`pack` form; :func:`unpack` reads it
+    checksum_ok: bool  #: the trailing checksum matches (always True when it was verified)
+    size: int  #: the snapshot's length in bytes
+
+
+def read_envelope(data: bytes, *, verify: bool = True) -> Envelope:
+    """Parse snapshot bytes into their :class:`Envelope` (no pipeline needed, no code runs).
+
+    ``verify=False`` reads an envelope whose checksum does not match (to show what is left of
+    it) and reports the mismatch in ``checksum_ok``. Versions are not checked here.
 
     Raises:
-      SnapshotError: truncated, corrupted or foreign bytes, or another format version.
-      SnapshotMismatchError: intact bytes from a differently configured pipeline; the message
-        names each stage and field that differs.
+      SnapshotError: not bytes, truncated, corrupted (when ``verify``) or foreign bytes, or an
+        envelope whose fields have the wrong types.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SnapshotError(f"a snapshot is bytes, got {type(data).__name__}")
@@ -214,7 +232,8 @@ def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: byt
     if len(data) <= _CHECKSUM:
         raise SnapshotError(f"snapshot is truncated ({len(data)} bytes)")
     body, check = data[:-_CHECKSUM], data[-_CHECKSUM:]
-    if hashlib.blake2b(body, digest_size=_CHECKSUM).digest() != check:
+    checksum_ok = hashlib.blake2b(body, digest_size=_CHECKSUM).digest() == check
+    if verify and not checksum_ok:
         try:
             magic = msgspec.msgpack.decode(body, type=list)[0]
         except Exception:
@@ -224,12 +243,32 @@ def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: byt
         raise SnapshotError(
             "snapshot checksum does not match: the bytes are corrupted or truncated"
         )
-    try:
+    try:  # typed: a field of the wrong type is refused here, not a traceback later
         env = _dec.decode(body)
-    except msgspec.DecodeError as e:
+    except msgspec.DecodeError as e:  # ValidationError included
         raise SnapshotError(f"these bytes are not an fpipe snapshot: {e}") from None
     if env.magic != MAGIC:
         raise SnapshotError(f"these bytes are not an fpipe snapshot (magic {env.magic!r})")
+    return Envelope(
+        format_version=env.format_version,
+        order_version=env.order_version,
+        fingerprint=env.fingerprint,
+        parts=env.parts,
+        payload=env.payload,
+        checksum_ok=checksum_ok,
+        size=len(data),
+    )
+
+
+def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: bytes) -> Any:
+    """Check and decode snapshot bytes into a state of ``state_type``.
+
+    Raises:
+      SnapshotError: truncated, corrupted or foreign bytes, or another format version.
+      SnapshotMismatchError: intact bytes from a differently configured pipeline; the message
+        names each stage and field that differs.
+    """
+    env = read_envelope(data)
     if env.format_version != FORMAT_VERSION:
         raise SnapshotError(
             f"snapshot format version {env.format_version} is not supported by this fpipe "

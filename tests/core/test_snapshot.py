@@ -134,3 +134,26 @@ def test_fast_forward_matches():
     p = six_stage(num_samples=20_000, window=1000)
     for steps in (3, 250):
         assert fast_forward(p, steps) == _advanced(p, steps)
+
+
+def test_read_envelope_without_the_pipeline():
+    """The one reader of the envelope: what decode_state checks and `fpipe state show` prints."""
+    from fpipe.core.snapshot import FORMAT_VERSION, ORDER_VERSION, read_envelope, unpack_parts
+
+    p = six_stage(num_samples=5000, window=100)
+    state = _advanced(p)
+    data = p.snapshot(state)
+    env = read_envelope(data)
+    assert (env.format_version, env.order_version) == (FORMAT_VERSION, ORDER_VERSION)
+    assert env.fingerprint == p.fingerprint and env.checksum_ok and env.size == len(data)
+    assert [part[0] for part in unpack_parts(env.parts)] == [n for n, _ in p.parts]
+    assert unpack(env.payload) == msgspec.to_builtins(state)
+
+    corrupted = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(SnapshotError, match="checksum does not match"):
+        read_envelope(corrupted)
+    shown = read_envelope(corrupted, verify=False)  # what is left of it, flagged
+    assert not shown.checksum_ok and shown.payload == env.payload
+    for junk, message in [(b"short", "truncated"), ("str", "is bytes")]:
+        with pytest.raises(SnapshotError, match=message):
+            read_envelope(junk, verify=False)
