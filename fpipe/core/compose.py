@@ -22,10 +22,10 @@ therefore be unique (checked when the chain is built).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from fpipe.core.errors import ConfigError, SnapshotError
-from fpipe.core.graph import step_key, step_parts
+from fpipe.core.graph import check_unique_names, step_key, step_parts
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Source, Stage
 
@@ -65,6 +65,10 @@ def _members(stage: Stage) -> tuple[Stage, ...]:
     return stage.members or (stage,)
 
 
+@overload
+def chain(source: Source, /, *stages: Stage) -> Source: ...
+@overload
+def chain(*stages: Stage) -> Stage: ...
 def chain(*parts: Source | Stage) -> Source | Stage:
     """Compose stages (all streaming) into one stage, or a source and stages into a source.
 
@@ -89,6 +93,7 @@ def chain(*parts: Source | Stage) -> Source | Stage:
             for member in _members(stage):
                 src = lift(src, member)
         return src
+    members: tuple[Stage, ...] = ()
     for i, stage in enumerate(parts):
         if not isinstance(stage, Stage):
             raise ConfigError(f"chain part {i} is a {type(stage).__name__}, not a Stage")
@@ -97,19 +102,15 @@ def chain(*parts: Source | Stage) -> Source | Stage:
                 f"stage {stage.name!r} works on blocks of {stage.block_size}; compose it over a "
                 "source with chain(source, ...) so its blocks can be re-read on restore"
             )
-    members = tuple(m for s in parts for m in _members(s))
-    _unique_names(members)
+        members += _members(stage)
+    check_unique_names(m.name for m in members)
     return _chain_stages(members)
 
 
-def _unique_names(stages: tuple[Stage, ...]) -> None:
-    names = [s.name for s in stages]
-    for n in names:
-        if names.count(n) > 1:
-            raise ConfigError(
-                f"two stages are named {n!r} in one pipeline; step keys and state addresses come "
-                f"from names, so give one of them another name (name=...)"
-            )
+def _parametrize(generic: Any, args: tuple) -> Any:
+    """``generic[args]`` for type arguments known only at run time (the state types snapshots
+    are decoded with), which a type checker cannot read as a type expression."""
+    return generic[args]
 
 
 def _chain_stages(stages: tuple[Stage, ...]) -> Stage:
@@ -141,14 +142,14 @@ def _chain_stages(stages: tuple[Stage, ...]) -> Stage:
         init=init,
         step=step,
         flush=flush,
-        state_type=tuple[tuple(s.state_type for s in stages)],
+        state_type=_parametrize(tuple, tuple(s.state_type for s in stages)),
         members=stages,
     )
 
 
 def lift(upstream: Source, stage: Stage) -> Source:
     """Run ``stage`` over ``upstream``: the result is a pull source (see module docstring)."""
-    state_type = Lifted[upstream.state_type, stage.state_type]
+    state_type = _parametrize(Lifted, (upstream.state_type, stage.state_type))
     up_next = upstream.next
 
     def init(key):

@@ -16,25 +16,42 @@ import msgspec
 
 from fpipe.core.records import Config
 
-__all__ = ["canonical", "config_fields", "diff_parts", "fingerprint", "part_digest"]
+__all__ = [
+    "canonical",
+    "config_fields",
+    "diff_parts",
+    "fingerprint",
+    "part_digest",
+    "record_fields",
+]
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 
 
-def canonical(value: Any) -> Any:
-    """Plain data for hashing and printing; callables are named by module and qualname."""
+def canonical(value: Any, *, named: bool = False) -> Any:
+    """Plain data for hashing and printing: the one walk from records to plain values.
+
+    A record becomes ``[type name, {field: value}]`` (what fingerprints hash), or with
+    ``named=True`` ``{"__type__": type name, field: value, ...}`` (how states are shown); tuples
+    become lists, dict keys strings, and callables are named by module and qualname.
+    """
     if isinstance(value, msgspec.Struct):
-        return [
-            type(value).__name__,
-            {f: canonical(getattr(value, f)) for f in value.__struct_fields__},
-        ]
+        fields = record_fields(value, named=named)
+        if named:
+            return {"__type__": type(value).__name__, **fields}
+        return [type(value).__name__, fields]
     if isinstance(value, dict):
-        return {str(k): canonical(v) for k, v in value.items()}
+        return {str(k): canonical(v, named=named) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
+        return [canonical(v, named=named) for v in value]
     if callable(value):
         return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
     return value
+
+
+def record_fields(record: msgspec.Struct, *, named: bool = False) -> dict[str, Any]:
+    """``{field: canonical value}`` of every field of a record, in declaration order."""
+    return {f: canonical(getattr(record, f), named=named) for f in record.__struct_fields__}
 
 
 def config_fields(config: Config) -> list[tuple[str, Any]]:

@@ -22,13 +22,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fpipe.core.errors import ConfigError
-from fpipe.core.fingerprint import canonical
+from fpipe.core.fingerprint import record_fields
 from fpipe.core.records import Config
-from fpipe.core.rng import fold_in, name_id
+from fpipe.core.rng import Key, fold_in, name_id
 
 __all__ = [
     "check_restored",
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def step_key(root: int, *path: str | int) -> int:
+def step_key(root: Key, *path: str | int) -> Key:
     """The key of the step at ``path`` under ``root``: names are folded in as ``name_id``,
     input numbers as they are. ``step_key(root, "shuffle")`` is a top-level step's key."""
     return fold_in(root, *(name_id(p) if isinstance(p, str) else p for p in path))
@@ -51,7 +51,7 @@ def step_key(root: int, *path: str | int) -> int:
 _INPUTS = name_id("inputs")
 
 
-def input_root(root: int, name: str, i: int) -> int:
+def input_root(root: Key, name: str, i: int) -> Key:
     """The root key of input ``i`` (a sub-plan) of the multi-input step ``name``.
 
     Folded under a tag, so it never equals a key the step derives for its own decisions from
@@ -81,15 +81,21 @@ def step_parts(node: Any) -> tuple[tuple[str, Config], ...]:
     Raises ConfigError when two steps share a path (keys and state addresses come from it).
     """
     parts = tuple((path, n.config) for path, n, _ in _walk(node, "", None, False))
+    check_unique_names(path for path, _ in parts)
+    return parts
+
+
+def check_unique_names(names: Iterable[str]) -> None:
+    """Raise ConfigError naming the first step path that occurs twice: keys and state
+    addresses come from step paths (checked by :func:`step_parts` and when a chain is built)."""
     seen: set[str] = set()
-    for path, _ in parts:
-        if path in seen:
+    for name in names:
+        if name in seen:
             raise ConfigError(
-                f"two steps are named {path!r} in one pipeline; step keys and state addresses "
+                f"two steps are named {name!r} in one pipeline; step keys and state addresses "
                 f"come from names, so give one of them another name (name=...)"
             )
-        seen.add(path)
-    return parts
+        seen.add(name)
 
 
 def describe_steps(node: Any) -> list[dict]:
@@ -99,7 +105,7 @@ def describe_steps(node: Any) -> list[dict]:
     own = {
         "name": node.name,
         "type": type(node.config).__name__,
-        **{f: canonical(getattr(node.config, f)) for f in node.config.__struct_fields__},
+        **record_fields(node.config),
     }
     if len(inputs) == 1:
         return describe_steps(inputs[0]) + [own]

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import msgspec
 import numpy as np
 
+from fpipe.core.rng import Key
+
 __all__ = ["Config", "Recipe", "Refs", "State", "Unit"]
 
 
@@ -152,7 +154,7 @@ class Recipe(msgspec.Struct, frozen=True, kw_only=True):
 
     step: int
     refs: Any  # Refs; typed Any because Refs is a numpy chunk, not a msgspec type
-    key: int
+    key: Key
     bucket: int = -1
     shape: tuple[int, ...] = ()
 

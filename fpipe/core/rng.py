@@ -22,6 +22,8 @@ import bisect
 import functools
 import hashlib
 import itertools
+from collections.abc import Callable, Sequence
+from typing import Any, NewType
 
 import numpy as np
 
@@ -43,7 +45,9 @@ __all__ = [
     "uniform_array",
 ]
 
-Key = int  #: a 64-bit unsigned key; only ever combined through fold_in
+#: A 64-bit unsigned key, only ever made by :func:`key` or :func:`fold_in`. At run time it is a
+#: plain int; the type checker keeps a seed (or any other int) from passing where a key is wanted.
+Key = NewType("Key", int)
 
 _M64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -78,7 +82,7 @@ def key(seed: int) -> Key:
     # Non-negative seeds are read in 64-bit words (at least two); a negative seed is read as
     # its complement followed by a sign word, so -1 and 2**64 - 1 do not meet.
     n = seed if seed >= 0 else ~seed
-    words = []
+    words: list[int] = []
     while n or len(words) < 2:
         words.append(n & _M64)
         n >>= 64
@@ -87,7 +91,7 @@ def key(seed: int) -> Key:
     k = _mix(_SEED_TAG)
     for w in words:
         k = _mix(k ^ _mix(w ^ _GAMMA))
-    return k
+    return Key(k)
 
 
 def fold_in(k: Key, *data: int) -> Key:
@@ -96,9 +100,10 @@ def fold_in(k: Key, *data: int) -> Key:
     ``fold_in(k, a, b) == fold_in(fold_in(k, a), b)``; order matters and every value is
     hashed, so no two different positions collide by arithmetic.
     """
+    h: int = k
     for x in data:
-        k = _mix(k ^ _mix((int(x) & _M64) ^ _GAMMA))
-    return k
+        h = _mix(h ^ _mix((int(x) & _M64) ^ _GAMMA))
+    return Key(h)
 
 
 def fold_in_array(k: Key | np.ndarray, *data: np.ndarray | int) -> np.ndarray:
@@ -108,6 +113,7 @@ def fold_in_array(k: Key | np.ndarray, *data: np.ndarray | int) -> np.ndarray:
     ``fold_in_array(fold_in_array(k, a), b) == fold_in_array(k, a, b)``.
     """
     arrays = [np.asarray(x).astype(np.int64, copy=False).view(np.uint64) for x in data]
+    keys: np.ndarray | np.uint64
     if isinstance(k, np.ndarray):
         keys = k.astype(np.uint64, copy=False)
     else:
@@ -195,6 +201,7 @@ class LazyGenerator:
     """
 
     __slots__ = ("_data", "_gen", "_root")
+    _gen: np.random.Generator  # set on first use
 
     def __init__(self, k: Key, *data: int):
         # The key is fold_in(k, *data), folded only if the generator is ever used.
@@ -244,17 +251,25 @@ def _round_keys(k: Key) -> tuple[int, ...]:
     return tuple(fold_in(k, 0xFE15, r) for r in range(_FEISTEL_ROUNDS))
 
 
+def _rounds(
+    left: Any, right: Any, rks: Sequence[Any], mask: Any, mix: Callable[[Any], Any], inverse: bool
+) -> tuple[Any, Any]:
+    """The Feistel rounds on the halves of a value: Python ints with :func:`_mix`, or uint64
+    arrays with :func:`_mix_np` (the same rounds, so both forms agree bit for bit)."""
+    if inverse:
+        for rk in reversed(rks):
+            left, right = right ^ (mix(left ^ rk) & mask), left
+    else:
+        for rk in rks:
+            left, right = right, left ^ (mix(right ^ rk) & mask)
+    return left, right
+
+
 def _feistel_scalar(
     rks: tuple[int, ...], half: int, mask: int, n: int, x: int, inverse: bool
 ) -> int:
     while True:
-        left, right = x >> half, x & mask
-        if inverse:
-            for rk in reversed(rks):
-                left, right = right ^ (_mix(left ^ rk) & mask), left
-        else:
-            for rk in rks:
-                left, right = right, left ^ (_mix(right ^ rk) & mask)
+        left, right = _rounds(x >> half, x & mask, rks, mask, _mix, inverse)
         x = (left << half) | right
         if x < n:
             return x
@@ -263,12 +278,56 @@ def _feistel_scalar(
 _SCALAR_MAX = 24  # below this many indices, Python ints beat numpy's per-call overhead
 
 
-def _feistel_np(x: np.ndarray, rks: list, h: np.uint64, m: np.uint64) -> np.ndarray:
+def _feistel_np(
+    x: np.ndarray, rks: list, h: np.uint64, m: np.uint64, inverse: bool = False
+) -> np.ndarray:
+    """One Feistel pass over a uint64 array (``rks`` in forward order, as in the scalar form)."""
     with np.errstate(over="ignore"):
-        left, right = x >> h, x & m
-        for rk in rks:
-            left, right = right, left ^ (_mix_np(right ^ rk) & m)
+        left, right = _rounds(x >> h, x & m, rks, m, _mix_np, inverse)
         return (left << h) | right
+
+
+def _cycle_walk(k: Key, n: int, x: np.ndarray, inverse: bool) -> np.ndarray:
+    """``pi(x)`` (``pi^-1(x)`` when ``inverse``) for int64 indices ``x`` in [0, n): a Feistel
+    pass, then the values that land >= n walk the cycle again (expected < 4 passes, since
+    4^k < 4n). The one walk :func:`permutation` and :func:`inverse_permutation` share."""
+    if n == 1:
+        return np.zeros_like(x)
+    half, mask = _feistel_params(n)
+    if x.size <= _SCALAR_MAX:
+        rk = _round_keys(k)
+        walked = [
+            _feistel_scalar(rk, half, mask, n, int(i), inverse) for i in x.reshape(-1).tolist()
+        ]
+        return np.array(walked, dtype=np.int64).reshape(x.shape)
+    rks = [np.uint64(rk) for rk in _round_keys(k)]
+    m, h, nn = np.uint64(mask), np.uint64(half), np.uint64(n)
+    flat = x.reshape(-1).astype(np.uint64)
+    out = np.empty_like(flat)
+    pending = np.arange(flat.size)
+    cur = flat
+    while pending.size:
+        cur = _feistel_np(cur, rks, h, m, inverse)
+        ok = cur < nn
+        out[pending[ok]] = cur[ok]
+        pending, cur = pending[~ok], cur[~ok]
+    return out.astype(np.int64).reshape(x.shape)
+
+
+def _permutation_by_table(k: Key, n: int, x: np.ndarray) -> np.ndarray:
+    """:func:`_cycle_walk` for a dense request: one Feistel pass over the whole domain (< 4n
+    values), then the cycles walked by table lookup. Same permutation, far fewer numpy calls."""
+    half, mask = _feistel_params(n)
+    rks = [np.uint64(rk) for rk in _round_keys(k)]
+    domain = np.arange(1 << (2 * half), dtype=np.uint64)
+    table = _feistel_np(domain, rks, np.uint64(half), np.uint64(mask))
+    out = table[x.reshape(-1)]
+    nn = np.uint64(n)
+    walk = out >= nn
+    while walk.any():
+        out[walk] = table[out[walk]]
+        walk = out >= nn
+    return out.astype(np.int64).reshape(x.shape)
 
 
 def permutation(k: Key, n: int, index: np.ndarray | None = None) -> np.ndarray:
@@ -283,69 +342,14 @@ def permutation(k: Key, n: int, index: np.ndarray | None = None) -> np.ndarray:
     x = np.asarray(index, dtype=np.int64)
     if x.size and (x.min() < 0 or x.max() >= n):
         raise IndexError(f"index out of range for a permutation of {n}")
-    if n == 1:
-        return np.zeros_like(x)
-    half, mask = _feistel_params(n)
-    if x.size <= _SCALAR_MAX:
-        rk = _round_keys(k)
-        out = [_feistel_scalar(rk, half, mask, n, int(i), False) for i in x.reshape(-1).tolist()]
-        return np.array(out, dtype=np.int64).reshape(x.shape)
-    rks = [np.uint64(rk) for rk in _round_keys(k)]
-    m, h, nn = np.uint64(mask), np.uint64(half), np.uint64(n)
-    domain = 1 << (2 * half)
-    if x.size * 4 >= domain:
-        # Dense request: one Feistel pass over the whole domain (< 4n values), then walk the
-        # cycles by table lookup. Same permutation, far fewer numpy calls than walking passes.
-        table = _feistel_np(np.arange(domain, dtype=np.uint64), rks, h, m)
-        out = table[x.reshape(-1)]
-        walk = out >= nn
-        while walk.any():
-            out[walk] = table[out[walk]]
-            walk = out >= nn
-        return out.astype(np.int64).reshape(x.shape)
-    flat = x.reshape(-1).astype(np.uint64)
-    out = np.empty_like(flat)
-    pending = np.arange(flat.size)
-    cur = flat
-    with np.errstate(over="ignore"):
-        # Values that land >= n walk the cycle again (expected < 4 passes, since 4^k < 4n).
-        while pending.size:
-            left, right = cur >> h, cur & m
-            for rk in rks:
-                left, right = right, left ^ (_mix_np(right ^ rk) & m)
-            cur = (left << h) | right
-            ok = cur < nn
-            out[pending[ok]] = cur[ok]
-            pending, cur = pending[~ok], cur[~ok]
-    return out.astype(np.int64).reshape(x.shape)
+    if n > 1 and x.size > _SCALAR_MAX and x.size * 4 >= 1 << (2 * _feistel_params(n)[0]):
+        return _permutation_by_table(k, n, x)
+    return _cycle_walk(k, n, x, inverse=False)
 
 
 def inverse_permutation(k: Key, n: int, index: np.ndarray | int) -> np.ndarray:
     """``pi^-1(index)`` for the permutation of :func:`permutation` (random access too)."""
-    x = np.asarray(index, dtype=np.int64)
-    if n == 1:
-        return np.zeros_like(x)
-    half, mask = _feistel_params(n)
-    if x.size <= _SCALAR_MAX:
-        rk = _round_keys(k)
-        out = [_feistel_scalar(rk, half, mask, n, int(i), True) for i in x.reshape(-1).tolist()]
-        return np.array(out, dtype=np.int64).reshape(x.shape)
-    rks = [np.uint64(rk) for rk in reversed(_round_keys(k))]
-    m, h, nn = np.uint64(mask), np.uint64(half), np.uint64(n)
-    flat = x.reshape(-1).astype(np.uint64)
-    out = np.empty_like(flat)
-    pending = np.arange(flat.size)
-    cur = flat
-    with np.errstate(over="ignore"):
-        while pending.size:
-            left, right = cur >> h, cur & m
-            for rk in rks:
-                left, right = right ^ (_mix_np(left ^ rk) & m), left
-            cur = (left << h) | right
-            ok = cur < nn
-            out[pending[ok]] = cur[ok]
-            pending, cur = pending[~ok], cur[~ok]
-    return out.astype(np.int64).reshape(x.shape)
+    return _cycle_walk(k, n, np.asarray(index, dtype=np.int64), inverse=True)
 
 
 def permute_index(k: Key, n: int, i: int) -> int:

@@ -50,6 +50,7 @@ import msgspec
 import numpy as np
 
 from fpipe.core.records import Config, Refs, Unit
+from fpipe.core.rng import Key
 
 __all__ = ["Source", "Stage", "View", "stateless"]
 
@@ -78,11 +79,11 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     config: Config
     size: int
-    gather: Callable[[int, int, np.ndarray], Refs]
-    gather_range: Callable[[int, int, int, int], Refs] | None = None
+    gather: Callable[[Key, int, np.ndarray], Refs]
+    gather_range: Callable[[Key, int, int, int], Refs] | None = None
     inputs: tuple = ()
 
-    def take_range(self, root: int, epoch: int, start: int, stop: int) -> Refs:
+    def take_range(self, root: Key, epoch: int, start: int, stop: int) -> Refs:
         """Refs at positions ``start..stop-1`` of ``epoch`` (uses ``gather_range`` if set)."""
         if self.gather_range is not None:
             return self.gather_range(root, epoch, start, stop)
@@ -110,7 +111,7 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     config: Config
-    init: Callable[[int], Any]
+    init: Callable[[Key], Any]
     step: Callable[[Any, Any], tuple[Any, Any]]
     flush: Callable[[Any], tuple[Any, Any]] = _no_flush
     state_type: Any = Unit
@@ -144,7 +145,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     config: Config
-    init: Callable[[int], Any]
+    init: Callable[[Key], Any]
     next: Callable[[Any, int], tuple[Any, Any]]
     state_type: Any
     inputs: tuple = ()

@@ -51,6 +51,22 @@ def test_permutation_bijection_and_random_access(n):
     assert [rng.permute_index(k, n, i) for i in range(min(n, 40))] == p[:40].tolist()
 
 
+def test_permutation_paths_agree_both_ways():
+    """Few indices (scalar walk), a sparse array (vectorized cycle walk) and a dense request
+    (one Feistel pass over the domain, then table lookups) give the same permutation, and the
+    inverse walk undoes each."""
+    k, n = rng.key(11), 100_003
+    full = rng.permutation(k, n)  # dense: the table
+    sparse = np.arange(0, n, 97)  # 1031 indices: the vectorized walk
+    few = sparse[:10]  # the scalar walk
+    for idx in (sparse, few):
+        got = rng.permutation(k, n, idx)
+        assert got.tolist() == full[idx].tolist()
+        assert rng.inverse_permutation(k, n, got).tolist() == idx.tolist()
+    assert rng.inverse_permutation(k, n, full[sparse].reshape(-1, 1)).shape == (len(sparse), 1)
+    assert rng.inverse_permutation(k, 1, np.array([0, 0])).tolist() == [0, 0]
+
+
 def test_permutation_rejects_out_of_range():
     with pytest.raises(IndexError):
         rng.permutation(1, 5, np.array([5]))
