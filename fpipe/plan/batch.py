@@ -14,6 +14,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Recipe, Refs, State
+from fpipe.core.rng import Key
 from fpipe.core.stage import Stage
 
 __all__ = ["BatchConfig", "BatchState", "Remainder", "batch", "join_packs"]
@@ -57,7 +58,7 @@ class BatchConfig(Config, frozen=True):
 class BatchState(State, frozen=True, array_like=True):
     """``key``: per-sample key root; ``step``: recipes emitted; ``dropped``: refs dropped."""
 
-    key: int
+    key: Key
     step: int = 0
     dropped: int = 0
 

@@ -23,18 +23,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from fpipe.core.errors import ConfigError, SnapshotMismatchError
 from fpipe.core.graph import input_root, step_key
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, name_id
+from fpipe.core.rng import Key, fold_in, name_id
 from fpipe.core.stage import Source, View
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
 
-__all__ = ["BlendConfig", "BlendState", "blend", "blend_counters"]
+__all__ = ["BlendConfig", "BlendMode", "BlendState", "blend", "blend_counters"]
+
+#: How a blend chooses: by weight (a schedule), or epochized (exact counts per blend epoch).
+BlendMode = Literal["weighted", "epochized"]
 
 _CHOICE = 0xB1E2D  # fold_in tag of the blend's choice key
 _BLOCK = 8192  # positions computed at once when callers ask for fewer (memoized, invisible)
@@ -61,7 +64,7 @@ class BlendConfig(Config, frozen=True):
 
     datasets: tuple[str, ...]
     sizes: tuple[int, ...]
-    mode: str = "weighted"
+    mode: BlendMode = "weighted"
     schedule: WeightSchedule | None = None
     counts: tuple[int, ...] = ()
     num_epochs: int | None = None
@@ -73,7 +76,7 @@ class BlendState(State, frozen=True, array_like=True):
     ``taken[d]``: refs dataset ``d`` gave so far (its epoch is ``taken[d] // size``);
     ``weights``: 2-byte digest per dataset of its scheduled weights, checked on restore."""
 
-    key: int
+    key: Key
     position: int
     taken: tuple[int, ...]
     weights: bytes = b""
@@ -127,6 +130,7 @@ def blend(
     if num_epochs is not None and num_epochs < 0:
         raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
     counts: tuple[int, ...] = ()
+    mode: BlendMode
     if repetitions is not None:
         if len(repetitions) != n or any(not r > 0 for r in repetitions):
             raise ConfigError(f"blend: repetitions must be > 0, one per dataset: {repetitions}")
@@ -134,6 +138,7 @@ def blend(
         mode, epoch_len = "epochized", sum(counts)
     else:
         if schedule is None:
+            assert weights is not None  # exactly one of the three is given (checked above)
             schedule = WeightSchedule.constant(weights)
         if len(schedule.weights[0]) != n:
             raise ConfigError(f"blend: {len(schedule.weights[0])} weights for {n} datasets")
@@ -158,7 +163,7 @@ def blend(
 
     def choose(state, positions):
         ck = fold_in(step_key(state.key, name), _CHOICE)
-        if mode == "weighted":
+        if schedule is not None:  # a weighted blend (an epochized one has no schedule)
             return choose_weighted(ck, schedule, positions)
         return choose_epochized(ck, counts, positions)
 

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
-from fpipe.core.rng import fold_in, permutation, uniform_array
+from fpipe.core.rng import Key, fold_in, permutation, uniform_array
 
 __all__ = ["WeightSchedule", "choose_epochized", "choose_weighted"]
 
@@ -109,7 +109,7 @@ def _pick(row: tuple[float, ...], u: np.ndarray) -> np.ndarray:
     return np.minimum(ids, int(np.flatnonzero(w)[-1])).astype(np.int32)
 
 
-def choose_weighted(key: int, schedule: WeightSchedule, positions: np.ndarray) -> np.ndarray:
+def choose_weighted(key: Key, schedule: WeightSchedule, positions: np.ndarray) -> np.ndarray:
     """The dataset (int32) that feeds each global position, drawn by the schedule's weights.
 
     In a linear segment from weights ``A`` to ``B`` the distribution at fraction ``t`` is the
@@ -144,7 +144,7 @@ def choose_weighted(key: int, schedule: WeightSchedule, positions: np.ndarray) -
     return out
 
 
-def choose_epochized(key: int, counts: Sequence[int], positions: np.ndarray) -> np.ndarray:
+def choose_epochized(key: Key, counts: Sequence[int], positions: np.ndarray) -> np.ndarray:
     """The dataset of each position when blend epoch ``e`` gives dataset ``d`` exactly
     ``counts[d]`` positions: position ``p`` is ``t = p mod T`` of epoch ``p // T``, and a keyed
     permutation of epoch ``e`` sends ``t`` into one dataset's range of ``[0, T)``."""

@@ -84,7 +84,7 @@ def distribute(
     per_rank = global_batch_size // world_size
     remainder = Remainder.DROP if drop_last else Remainder.KEEP
 
-    def step(state: DistributeState, chunk: Refs):
+    def step(state: DistributeState, chunk: Refs | tuple):
         n = len(chunk)
         # items are refs, or packs (tuples of Refs): count their refs
         refs = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n

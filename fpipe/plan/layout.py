@@ -49,7 +49,7 @@ def batch_layout(recipe, column: str, width: int | None = None, load_column: str
         bounds = list(range(len(refs) + 1))
     rows = tuple(tuple(lengths[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:]))
     longest = max((sum(r) for r in rows), default=0)
-    loads = ()
+    loads: tuple[int, ...] = ()
     if load_column is not None:
         extra = np.asarray(refs.column(load_column), dtype=np.int64)
         loads = tuple(int(extra[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]))

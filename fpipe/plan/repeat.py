@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.records import Config, Refs, State
+from fpipe.core.rng import Key
 from fpipe.core.stage import Source, View
 
 __all__ = ["RepeatConfig", "RepeatState", "repeat"]
 
 
 class RepeatConfig(Config, frozen=True):
-    """Iterate ``num_epochs`` epochs of a view (None: forever), starting at ``start_epoch``."""
+    """Iterate ``num_epochs`` epochs of a view (None: forever), from epoch 0; where a run
+    stands (epoch, position) is state, not configuration."""
 
     num_epochs: int | None = None
 
@@ -23,7 +25,7 @@ class RepeatState(State, frozen=True, array_like=True):
     """``key``: the plan's root key (views fold their names into it); ``epoch``: current
     epoch; ``position``: next position in it."""
 
-    key: int
+    key: Key
     epoch: int = 0
     position: int = 0
 
@@ -62,13 +64,13 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
         return RepeatState(state.key, epoch, pos), chunk
 
     def check(state: RepeatState) -> None:
-        ended = num_epochs is not None and state.epoch >= num_epochs
-        if ended and (state.epoch > num_epochs or state.position != 0):
-            raise SnapshotError(
-                f"epoch {state.epoch} position {state.position} is past the end of "
-                f"{num_epochs} epochs"
-            )
-        if not ended and not 0 <= state.position < max(size, 1):
+        if num_epochs is not None and state.epoch >= num_epochs:  # ended
+            if state.epoch > num_epochs or state.position != 0:
+                raise SnapshotError(
+                    f"epoch {state.epoch} position {state.position} is past the end of "
+                    f"{num_epochs} epochs"
+                )
+        elif not 0 <= state.position < max(size, 1):
             raise SnapshotError(f"position {state.position} is outside an epoch of {size} samples")
 
     return Source(

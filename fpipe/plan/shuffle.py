@@ -16,7 +16,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.graph import step_key
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, inverse_permutation, permutation, permute_index
+from fpipe.core.rng import Key, fold_in, inverse_permutation, permutation, permute_index
 from fpipe.core.stage import Stage, View
 
 __all__ = [
@@ -120,7 +120,7 @@ class WindowShuffleConfig(Config, frozen=True):
 class WindowShuffleState(State, frozen=True, array_like=True):
     """``key``: the stage key; ``block``: index of the next block to shuffle."""
 
-    key: int
+    key: Key
     block: int = 0
 
 

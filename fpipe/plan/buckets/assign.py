@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from fpipe.core.rng import fold_in_array, uniform_array
+from fpipe.core.rng import Key, fold_in_array, uniform_array
 from fpipe.plan.buckets.config import BucketTable, aspect_ratio
 
 __all__ = ["REJECTED", "UNFIT", "assign_buckets"]
@@ -85,7 +85,7 @@ def _const_or(col: np.ndarray, p: np.ndarray):
 
 def assign_buckets(
     table: BucketTable,
-    key: int,
+    key: Key,
     *,
     width,
     height,

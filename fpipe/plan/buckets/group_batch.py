@@ -35,7 +35,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.graph import step_key
 from fpipe.core.records import Recipe, Refs, State
-from fpipe.core.rng import choice, fold_in, permutation
+from fpipe.core.rng import Key, choice, fold_in, permutation
 
 __all__ = ["GroupBatchState", "Window", "make_next"]
 
@@ -56,7 +56,7 @@ class GroupBatchState(State, frozen=True, array_like=True):
     refs that fit but whose probability draws all said no (a new draw every epoch).
     """
 
-    key: int
+    key: Key
     epoch: int = 0
     block: int = 0
     step: int = 0
@@ -82,10 +82,10 @@ class Window(NamedTuple):
 
 #: ``(refs, key) -> (group id per ref, batch size per group, recipe id per group, shape per
 #: group)``; group id -1: fits no group, -2: rejected by probability.
-Assigner = Callable[[Refs, int], tuple[np.ndarray, np.ndarray, tuple, tuple]]
+Assigner = Callable[[Refs, Key], tuple[np.ndarray, np.ndarray, tuple, tuple]]
 
 
-def make_window(refs: Refs, assign: Assigner, key: int, shuffle_key: int | None) -> Window:
+def make_window(refs: Refs, assign: Assigner, key: Key, shuffle_key: Key | None) -> Window:
     """Split ``refs`` into groups with the :data:`Assigner` ``assign``. Members keep the
     window's order, or are permuted per group by ``shuffle_key``."""
     gid, bs, ids, shapes = assign(refs, key)
@@ -114,7 +114,7 @@ def make_next(
     size: int,
     window: int | None,
     num_epochs: int | None,
-    take: Callable[[int, int, np.ndarray], Refs],
+    take: Callable[[Key, int, np.ndarray], Refs],
     assign: Assigner,
     rank: int,
     world_size: int,
@@ -133,7 +133,7 @@ def make_next(
     zeros = (0,) * (num_groups or 0)
 
     @functools.lru_cache(maxsize=4)
-    def get_window(root: int, epoch: int, block: int) -> tuple[Window, tuple, int, int]:
+    def get_window(root: Key, epoch: int, block: int) -> tuple[Window, tuple, Key, Key]:
         # A memo of a pure function: the window's refs and groups, the key the window's group
         # draws fold their step into, and the per-sample key root of its recipes. The view
         # gets the plan's root (it folds its own name in); this step's key is step_key(root,
@@ -209,7 +209,7 @@ def make_next(
         )  # fmt: skip
 
     def next_(state: GroupBatchState, n: int):
-        out = []
+        out: list[Recipe] = []
         while len(out) < n:
             state, recipe = one(state)
             if recipe is None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs
-from fpipe.core.rng import fold_in, name_id
+from fpipe.core.rng import Key, fold_in, name_id
 from fpipe.core.stage import Source, View
 from fpipe.plan.batch import Remainder
 from fpipe.plan.buckets.assign import assign_buckets
@@ -176,7 +176,7 @@ def bucket_batches(
     ids = tuple(range(len(table)))
     shapes = tuple(b.shape for b in table.buckets)
 
-    def assign(refs: Refs, key: int):
+    def assign(refs: Refs, key: Key):
         gid = assign_buckets(
             table,
             fold_in(key, _ASSIGN),
@@ -252,7 +252,7 @@ def group_batches(
         remainder=Remainder.DROP if drop_last else Remainder.KEEP,
     )
 
-    def assign(refs: Refs, key: int):
+    def assign(refs: Refs, key: Key):
         cols = [refs.column(c).tolist() for c in columns]
         slots: dict[Any, int] = {}
         sizes: list[int] = []

@@ -144,7 +144,8 @@ def bfd(costs, limits) -> Packing:
     rooms: list[tuple[int, int]] = []
     other_rooms: list[list[int]] = [[] for _ in other_costs]
     two = len(other_costs) == 1
-    second, second_rooms = (other_costs[0], other_rooms[0]) if two else (None, None)
+    second = other_costs[0] if two else None
+    second_rooms = other_rooms[0] if two else []
     npacks = 0
     for i in placed.tolist():
         ci = cost[i]

@@ -25,7 +25,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import fold_in, permutation
+from fpipe.core.rng import Key, fold_in, permutation
 from fpipe.core.stage import Stage
 from fpipe.plan.packing.algorithms import (
     ALGORITHMS,
@@ -61,7 +61,7 @@ class PackState(State, frozen=True, array_like=True):
     """``key``: the step's key; ``buffers``: buffers packed so far; ``dropped``: refs dropped
     as over budget; ``truncated``: refs whose costs the truncate hook cut."""
 
-    key: int
+    key: Key
     buffers: int = 0
     dropped: int = 0
     truncated: int = 0
@@ -77,7 +77,7 @@ def _name(fn: Callable, name: str) -> str:
 def select_packs(
     config: PackConfig,
     buffer: Refs,
-    key: int,
+    key: Key,
     strategy: Callable | None = None,
     truncate: Callable | None = None,
 ) -> tuple[tuple[Refs, ...], int, int]:
