@@ -19,9 +19,13 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fpipe.core.errors import ConfigError, FpipeError
 from fpipe.plan.layout import BatchLayout, batch_layout, layout_stats
+
+if TYPE_CHECKING:
+    from fpipe.datasets.plan_config import PlanConfig
 
 __all__ = ["InspectContext", "SECTIONS", "add_parser", "draw_layouts", "inspect", "run"]
 
@@ -42,7 +46,7 @@ PALETTE = [
 class InspectContext:
     """What the sections see: the config, the first recipes and their layouts."""
 
-    config: dict
+    config: PlanConfig
     recipes: list
     layouts: list[BatchLayout]
 
@@ -89,23 +93,28 @@ def _budgets(args) -> dict[str, int]:
     return budgets
 
 
-def inspect(cfg: dict, *, batches: int, length_column: str, budgets: dict) -> InspectContext:
+def inspect(
+    cfg: PlanConfig,
+    *,
+    batches: int,
+    length_column: str,
+    budgets: dict,
+    strategy: str = "ffd",
+    packing_buffer_size: int = 1000,
+) -> InspectContext:
     """Plan the first ``batches`` batches of ``cfg`` (a plan config, see ``fpipe plan``),
     packing under ``budgets`` when given, and lay out their rows."""
-    from fpipe.cli.plan import build_dataset
+    import msgspec
+
+    from fpipe.datasets.plan_config import build_dataset
     from fpipe.plan import pack
 
-    cfg = dict(cfg)
     columns = [length_column, *[c for c in budgets if c != length_column]]
-    cfg["columns"] = columns
+    stages = []
     if budgets:
-        cfg["plan_stages"] = [
-            pack(
-                budgets,
-                strategy=cfg.pop("strategy", "ffd"),
-                packing_buffer_size=cfg.pop("packing_buffer_size", 1000),
-            )
-        ]
+        stages = [pack(budgets, strategy=strategy, packing_buffer_size=packing_buffer_size)]
+    options = msgspec.structs.replace(cfg.options, columns=tuple(columns), plan_stages=stages)
+    cfg = msgspec.structs.replace(cfg, options=options)
     plan = build_dataset(cfg).plan
     state, recipes = plan.init(), []
     while len(recipes) < batches:
@@ -170,20 +179,20 @@ def draw_layouts(layouts: list[BatchLayout], path: str, *, width_px: int = 640) 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report (and write the plot); exit status 2 on a bad config."""
-    from fpipe.cli.plan import load_plan_config
+    from fpipe.cli.plan import plan_overrides
+    from fpipe.datasets.plan_config import load_plan_config
 
     try:
         if args.batch_size is None and args.global_batch_size is None:
             args.batch_size = 16
-        cfg = load_plan_config(args.dataset, args)
-        if args.budget is not None:
-            cfg["strategy"] = args.strategy
-            cfg["packing_buffer_size"] = args.packing_buffer_size
+        cfg = load_plan_config(args.dataset, plan_overrides(args))
         ctx = inspect(
             cfg,
             batches=args.batches,
             length_column=args.length_column,
             budgets=_budgets(args),
+            strategy=args.strategy,
+            packing_buffer_size=args.packing_buffer_size,
         )
     except (FpipeError, KeyError) as e:
         print(f"fpipe inspect: error: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fpipe.core import Pipeline
 from fpipe.core.errors import ConfigError
 from fpipe.datasets.mix import _open, dataset_view
+from fpipe.datasets.options import DatasetOptions
 from fpipe.loader.planned import PlannedDataset
 from fpipe.materialize.materializer import Materializer
 from fpipe.plan import bucket_batches, load_bucket_config, slice_shuffle
@@ -33,37 +34,53 @@ def _bucket_columns(ds) -> tuple[str, str, str | None]:
     return "width", "height", frames
 
 
-def bucketed_dataset(path, bucket_config, bucket_window, topo, **kw) -> PlannedDataset:
-    """``get_train_dataset`` with a bucket_config (``kw``: its other arguments, checked)."""
+def _check_options(options: DatasetOptions) -> None:
+    """Refuse the options that a bucketed plan cannot honour."""
+    if options.batch_size is not None or options.global_batch_size is not None:
+        raise ConfigError(
+            "with bucket_config each bucket sets its own batch size; leave out batch_size "
+            "and global_batch_size"
+        )
+    if options.distribution != "global":
+        raise ConfigError(
+            "bucket_config works in global distribution mode only (every rank takes the "
+            "same bucket at every step); drop distribution='per_rank'"
+        )
+    if options.plan_stages or options.packing_buffer_size:
+        raise ConfigError("plan_stages and packing_buffer_size do not combine with bucket_config")
+
+
+def bucketed_dataset(path, options: DatasetOptions, topo) -> PlannedDataset:
+    """``get_train_dataset`` with ``options.bucket_config`` (and ``bucket_window``)."""
     from fpipe.encode import DefaultTaskEncoder
     from fpipe.storage.config.metadataset import is_metadataset
 
+    _check_options(options)
     if is_metadataset(path):
         raise ConfigError(f"{path}: bucket_config does not take a metadataset yet; give a dataset")
-    table = load_bucket_config(bucket_config)
-    width, height, frames = _bucket_columns(_open(path, kw["open_kwargs"]))
-    cols = tuple(dict.fromkeys((*kw["columns"], width, height, *([frames] if frames else []))))
-    overrides = {k: kw[k] for k in ("sample_type", "field_map", "subflavors", "open_kwargs")}
-    source, view = dataset_view(path, kw["split"], overrides=overrides, columns=cols)
-    view = slice_shuffle(view, kw["max_samples_per_sequence"] or 1)
+    table = load_bucket_config(options.bucket_config)
+    width, height, frames = _bucket_columns(_open(path, options.open_kwargs))
+    cols = tuple(dict.fromkeys((*options.columns, width, height, *([frames] if frames else []))))
+    source, view = dataset_view(path, options.split, options, columns=cols)
+    view = slice_shuffle(view, options.max_samples_per_sequence or 1)
     src = bucket_batches(
         view,
         table,
         rank=topo.rank,
         world_size=topo.world_size,
-        drop_last=kw["drop_last"],
-        num_epochs=kw["num_epochs"],
-        window=bucket_window,
+        drop_last=options.drop_last,
+        num_epochs=options.num_epochs,
+        window=options.bucket_window,
         width=width,
         height=height,
         frames=frames,
     )
     mat = Materializer(
         [source],
-        kw["task_encoder"] or DefaultTaskEncoder(),
-        image_decode=kw["image_decode"],
-        error_policy=kw["error_policy"],
-        decode_limits=kw.get("decode_limits"),
+        options.task_encoder or DefaultTaskEncoder(),
+        image_decode=options.image_decode,
+        error_policy=options.error_policy,
+        decode_limits=options.decode_limits,
     )
-    plan = Pipeline(src, seed=kw["seed"])
+    plan = Pipeline(src, seed=options.seed)
     return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=0, buckets=table)

@@ -14,19 +14,23 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.stage import Stage
 from fpipe.datasets.length import count_batches, stream_refs, warn_if_empty
 from fpipe.datasets.mix import eval_head, train_head
+from fpipe.datasets.options import DatasetOptions, Distribution, ScheduleMode, check_keywords
 from fpipe.loader.planned import PlannedDataset
 from fpipe.loader.topology import Topology
 from fpipe.materialize.materializer import Materializer
 from fpipe.plan import batch, distribute, repeat, window_shuffle
 
-__all__ = ["get_train_dataset", "get_val_dataset"]
+__all__ = ["build_train_dataset", "build_val_dataset", "get_train_dataset", "get_val_dataset"]
 
 
+@check_keywords
 def get_train_dataset(
     path: str | os.PathLike,
     *,
@@ -50,13 +54,13 @@ def get_train_dataset(
     decode_limits: Any = None,
     open_kwargs: dict | None = None,
     global_batch_size: int | None = None,
-    distribution: str = "global",
+    distribution: Distribution = "global",
     packing_buffer_size: int | None = None,
     bucket_config: Any = None,
     bucket_window: int | None = None,
     repeat: bool = True,
     weight_schedule: Any = None,
-    schedule_mode: str = "step",
+    schedule_mode: ScheduleMode = "step",
     allow_changed_weights: bool = False,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
@@ -110,87 +114,49 @@ def get_train_dataset(
       allow_changed_weights: resume from a snapshot taken with other blend weights (each
         dataset goes on from its own position; the new weights apply from there).
 
+    The options make one :class:`fpipe.datasets.DatasetOptions` record (``fpipe plan``'s YAML
+    holds the same); a misspelt keyword is a TypeError naming the closest option.
+
     Example::
 
         ds = fpipe.get_train_dataset("data/coco", batch_size=32, shuffle_buffer_size=1000,
                                      max_samples_per_sequence=100, seed=1234)
         loader = fpipe.get_loader(ds, num_workers=4)
     """
-    topo = topology or worker_config or Topology.from_env()
-    if distribution not in ("global", "per_rank"):
-        raise ConfigError(f"distribution must be 'global' or 'per_rank', got {distribution!r}")
-    if bucket_config is not None:
-        if batch_size is not None or global_batch_size is not None:
-            raise ConfigError(
-                "with bucket_config each bucket sets its own batch size; leave out batch_size "
-                "and global_batch_size"
-            )
-        if distribution != "global":
-            raise ConfigError(
-                "bucket_config works in global distribution mode only (every rank takes the "
-                "same bucket at every step); drop distribution='per_rank'"
-            )
-        if plan_stages or packing_buffer_size:
-            raise ConfigError(
-                "plan_stages and packing_buffer_size do not combine with bucket_config"
-            )
+    options = DatasetOptions(**_arguments(locals()))  # first: locals() are the arguments
+    return build_train_dataset(path, options)
+
+
+def _arguments(call_locals: dict[str, Any]) -> dict[str, Any]:
+    """The options of a call: its arguments (``locals()`` on entry) but the dataset path."""
+    return {k: v for k, v in call_locals.items() if k != "path"}
+
+
+def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> PlannedDataset:
+    """:func:`get_train_dataset` from an options record (see :class:`DatasetOptions`)."""
+    topo = options.topology or options.worker_config or Topology.from_env()
+    if options.bucket_config is not None:
         from fpipe.datasets.bucketed import bucketed_dataset
 
-        return bucketed_dataset(
-            path,
-            bucket_config,
-            bucket_window,
-            topo,
-            split=split,
-            sample_type=sample_type,
-            field_map=field_map,
-            subflavors=subflavors,
-            columns=columns,
-            open_kwargs=open_kwargs,
-            max_samples_per_sequence=max_samples_per_sequence,
-            drop_last=drop_last,
-            num_epochs=num_epochs,
-            seed=seed,
-            task_encoder=task_encoder,
-            image_decode=image_decode,
-            error_policy=error_policy,
-            decode_limits=decode_limits,
-        )
-    batch_size = _per_rank_batch(batch_size, global_batch_size, topo.world_size)
-    if not repeat and num_epochs is None:
+        return bucketed_dataset(path, options, topo)
+    batch_size = _per_rank_batch(options.batch_size, options.global_batch_size, topo.world_size)
+    num_epochs = options.num_epochs
+    if not options.repeat and num_epochs is None:
         num_epochs = 1
-    head, sources, names = train_head(
-        path,
-        split,
-        topology=topo,
-        distribution=distribution,
-        slice_size=max_samples_per_sequence or 1,
+    # What the options imply, resolved once: the epochs, and the columns the stages read.
+    options = msgspec.structs.replace(
+        options,
         num_epochs=num_epochs,
-        columns=_with_stage_columns(columns, plan_stages),
-        overrides=dict(
-            sample_type=sample_type,
-            field_map=field_map,
-            subflavors=subflavors,
-            open_kwargs=open_kwargs,
-        ),
-        weight_schedule=weight_schedule,
-        schedule_mode=schedule_mode,
-        allow_changed_weights=allow_changed_weights,
+        columns=_with_stage_columns(options.columns, options.plan_stages),
     )
+    head, sources, names = train_head(path, options, topo)
     stages = []
-    if shuffle_buffer_size and shuffle_buffer_size > 1:
-        stages.append(window_shuffle(shuffle_buffer_size))
-    stages.extend(plan_stages)
-    mat, recipe_size = _materializer(
-        sources,
-        task_encoder,
-        image_decode,
-        error_policy,
-        packing_buffer_size,
-        decode_limits,
-        batch_size,
-    )
-    recipe_drop_last = drop_last and not mat.packing
+    if options.shuffle_buffer_size and options.shuffle_buffer_size > 1:
+        stages.append(window_shuffle(options.shuffle_buffer_size))
+    stages.extend(options.plan_stages)
+    mat, recipe_size = _materializer(sources, options, batch_size)
+    recipe_drop_last = options.drop_last and not mat.packing
+    distribution = options.distribution
     if distribution == "global":  # per-rank mode has no distribute stage
         stages.append(
             distribute(
@@ -201,35 +167,29 @@ def get_train_dataset(
             )
         )
     stages.append(batch(recipe_size, drop_last=recipe_drop_last))
-    plan = Pipeline(chain(head, *stages), seed=seed)
+    plan = Pipeline(chain(head, *stages), seed=options.seed)
     refs = stream_refs(head, num_epochs)
     n = None
-    if refs is not None and not plan_stages and not mat.packing:
-        n = count_batches(refs, batch_size, topo, distribution, drop_last)
-        warn_if_empty(n, path, split, refs, batch_size, topo, distribution)
+    if refs is not None and not options.plan_stages and not mat.packing:
+        n = count_batches(refs, batch_size, topo, distribution, options.drop_last)
+        warn_if_empty(n, path, options.split, refs, batch_size, topo, distribution)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
         topology=topo,
         batch_size=batch_size or 1,
         distribution=distribution,
-        packing_buffer_size=packing_buffer_size if mat.packing else None,
-        drop_last=drop_last,
+        packing_buffer_size=options.packing_buffer_size if mat.packing else None,
+        drop_last=options.drop_last,
         datasets=names,
         num_batches=n,
         path=str(path),
-        split=split,
+        split=options.split,
     )
 
 
 def _materializer(
-    sources,
-    task_encoder,
-    image_decode,
-    error_policy,
-    packing_buffer_size,
-    decode_limits,
-    batch_size,
+    sources, options: DatasetOptions, batch_size: int | None
 ) -> tuple[Materializer, int]:
     """The materializer of both dataset kinds, and the recipe size: with a packing buffer,
     recipes are buffers (the last one may be short, as in Energon) and the loader batches
@@ -238,16 +198,16 @@ def _materializer(
 
     mat = Materializer(
         sources,
-        task_encoder or DefaultTaskEncoder(),
-        image_decode=image_decode,
-        error_policy=error_policy,
-        packing_buffer_size=packing_buffer_size,
-        decode_limits=decode_limits,
+        options.task_encoder or DefaultTaskEncoder(),
+        image_decode=options.image_decode,
+        error_policy=options.error_policy,
+        packing_buffer_size=options.packing_buffer_size,
+        decode_limits=options.decode_limits,
         unbatched=batch_size is None,
     )
     if batch_size is None and mat.packing:
         raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
-    return mat, packing_buffer_size if mat.packing else (batch_size or 1)
+    return mat, options.packing_buffer_size if mat.packing else (batch_size or 1)
 
 
 def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tuple[str, ...]:
@@ -285,6 +245,7 @@ def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int | Non
     return global_batch_size // world_size
 
 
+@check_keywords
 def get_val_dataset(
     path: str | os.PathLike,
     *,
@@ -310,27 +271,17 @@ def get_val_dataset(
     A metadataset's split is its datasets concatenated in file order (weights and repetitions
     ignored, as in Energon), each sample once across all ranks.
     """
-    topo = topology or worker_config or Topology.from_env()
-    view, sources, names = eval_head(
-        path,
-        split,
-        limit=limit,
-        overrides=dict(
-            sample_type=sample_type,
-            field_map=field_map,
-            subflavors=subflavors,
-            open_kwargs=open_kwargs,
-        ),
-    )
-    mat, recipe_size = _materializer(
-        sources,
-        task_encoder,
-        image_decode,
-        error_policy,
-        packing_buffer_size,
-        decode_limits,
-        batch_size,
-    )
+    options = DatasetOptions(**_arguments(locals()))  # first: locals() are the arguments
+    return build_val_dataset(path, options)
+
+
+def build_val_dataset(path: str | os.PathLike, options: DatasetOptions) -> PlannedDataset:
+    """:func:`get_val_dataset` from an options record (see :class:`DatasetOptions`); the
+    options of the training order (seed, shuffles, epochs, drop_last) do not apply."""
+    topo = options.topology or options.worker_config or Topology.from_env()
+    view, sources, names = eval_head(path, options)
+    batch_size = options.batch_size
+    mat, recipe_size = _materializer(sources, options, batch_size)
     stages = [
         distribute(
             recipe_size * topo.world_size,
@@ -347,10 +298,10 @@ def get_val_dataset(
         materializer=mat,
         topology=topo,
         batch_size=batch_size or 1,
-        packing_buffer_size=packing_buffer_size if mat.packing else None,
+        packing_buffer_size=options.packing_buffer_size if mat.packing else None,
         drop_last=False,
         datasets=names,
         num_batches=n,
         path=str(path),
-        split=split,
+        split=options.split,
     )

@@ -14,12 +14,11 @@ order, no shuffle, no repetition, cut at ``limit``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.stage import Source
+from fpipe.datasets.options import DatasetOptions
 from fpipe.materialize.sources import DatasetSource
 from fpipe.plan import repeat, samples, slice_shuffle
 from fpipe.plan.blend import blend
@@ -31,6 +30,7 @@ from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
     Leaf,
     Mix,
+    MixSchedule,
     is_metadataset,
     load_metadataset,
     resolve_mix,
@@ -46,38 +46,48 @@ def _open(path, open_kwargs):
 
 
 def dataset_view(
-    path, split, *, dataset=0, extra_subflavors=None, overrides, columns, limit=None, join=None
+    path,
+    split,
+    options: DatasetOptions,
+    *,
+    dataset=0,
+    extra_subflavors=None,
+    columns=(),
+    limit=None,
+    join=None,
 ) -> tuple[DatasetSource, View]:
-    """The source and the index-order view of one dataset's split (dataset id ``dataset``);
-    ``join``: the leaf whose ``join:`` parts are joined to it by key."""
-    ds = _open(path, overrides.get("open_kwargs"))
+    """The source and the index-order view of one dataset's split (dataset id ``dataset``),
+    read as ``options`` say (sample type, field map, subflavors, open_kwargs); ``columns``:
+    the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
+    it by key."""
+    ds = _open(path, options.open_kwargs)
     indices = ds.split_indices(split)
     if limit is not None:
         indices = indices[:limit]
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
-    source = _source(path, ds, overrides, extra_subflavors)
+    source = _source(path, ds, options, extra_subflavors)
     source_id = f"{_dataset_name(path)}#{split}#{len(ds)}"
     if join is not None and join.join:
-        source, tag = _joined(join, source, overrides)
+        source, tag = _joined(join, source, options.open_kwargs)
         source_id += tag
     cols = {c: ds.column(c) for c in columns}
     view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
     return source, view
 
 
-def _joined(leaf: Leaf, primary: DatasetSource, overrides) -> tuple[DatasetSource, str]:
+def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSource, str]:
     """The primary's source with the leaf's joined datasets (opened and checked here), and
     what the snapshot fingerprint records of them (each part's name, split, size, nonmatch)."""
     from fpipe.materialize.join import JoinSource, with_join
 
-    open_kwargs = overrides.get("open_kwargs")
     parts, tags = [], []
     for part in leaf.join:
         ds = _open(part.path, open_kwargs)
         if len(ds.split_indices(part.split_part)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
-        source = _source(part.path, ds, {"open_kwargs": open_kwargs}, part.subflavors)
+        own = DatasetOptions(open_kwargs=open_kwargs)  # a part keeps its own dataset.yaml
+        source = _source(part.path, ds, own, part.subflavors)
         parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name))
         tags.append(f"{Path(part.path).name}#{part.split_part}#{len(ds)}:{part.nonmatch}")
     named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
@@ -85,11 +95,10 @@ def _joined(leaf: Leaf, primary: DatasetSource, overrides) -> tuple[DatasetSourc
     return with_join(primary, parts, leaf.joiner, leaf.where), tag
 
 
-def _source(path, ds, overrides, extra_subflavors) -> DatasetSource:
-    """How to read and cook ``ds``: its dataset.yaml, with ``overrides`` applied."""
-    sample_type, field_map, subflavors, open_kwargs = (
-        overrides.get(k) for k in ("sample_type", "field_map", "subflavors", "open_kwargs")
-    )
+def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSource:
+    """How to read and cook ``ds``: its dataset.yaml, with the options' overrides applied."""
+    sample_type, field_map = options.sample_type, options.field_map
+    subflavors, open_kwargs = options.subflavors, options.open_kwargs
     cfg = ds.config
     st = sample_type if sample_type is not None else cfg.sample_type
     if not isinstance(st, str):
@@ -120,19 +129,19 @@ def _dataset_name(path) -> str:
 
 
 def _mix_views(
-    path, split: str, *, training: bool, overrides, columns
+    path, options: DatasetOptions, *, training: bool, columns
 ) -> tuple[Mix, tuple[str, ...], list[DatasetSource], list[View]]:
     """A metadataset split resolved: its mix, the leaves' names, and each leaf's source and
     index-order view (dataset id = the leaf's position)."""
-    mix = resolve_mix(load_metadataset(path), split, training=training)
+    mix = resolve_mix(load_metadataset(path), options.split, training=training)
     sources, views = [], []
     for d, leaf in enumerate(mix.leaves):
         source, view = dataset_view(
             leaf.path,
             leaf.split_part,
+            options,
             dataset=d,
             extra_subflavors=leaf.subflavors,
-            overrides=overrides,
             columns=columns,
             join=leaf,
         )
@@ -142,44 +151,42 @@ def _mix_views(
 
 
 def train_head(
-    path,
-    split: str,
-    *,
-    topology,
-    distribution: str,
-    slice_size: int,
-    num_epochs: int | None,
-    columns: Sequence[str],
-    overrides: dict[str, Any],
-    weight_schedule: Any = None,
-    schedule_mode: str = "step",
-    allow_changed_weights: bool = False,
+    path, options: DatasetOptions, topology
 ) -> tuple[Source, list[DatasetSource], tuple[str, ...]]:
-    """(source, dataset sources, dataset names) of a training plan's head."""
+    """(source, dataset sources, dataset names) of a training plan's head: ``options.split``
+    of ``path``, each dataset slice-shuffled (``max_samples_per_sequence``), repeated or
+    blended for ``num_epochs``, reading ``columns`` of the index."""
+    num_epochs, columns, weight_schedule = (
+        options.num_epochs,
+        options.columns,
+        options.weight_schedule,
+    )
 
     def shuffled(view):
-        if distribution == "per_rank":  # this rank's own contiguous part of each dataset
+        if options.distribution == "per_rank":  # this rank's own contiguous part of each dataset
             view = per_rank(view, rank=topology.rank, world_size=topology.world_size)
-        return slice_shuffle(view, slice_size)
+        return slice_shuffle(view, options.max_samples_per_sequence or 1)
 
     if not is_metadataset(path):
         if weight_schedule is not None:
             raise ConfigError("weight_schedule needs a metadataset with a blend")
-        source, view = dataset_view(path, split, overrides=overrides, columns=columns)
+        source, view = dataset_view(path, options.split, options, columns=columns)
         return repeat(shuffled(view), num_epochs), [source], (_dataset_name(path),)
-    mix, names, sources, views = _mix_views(
-        path, split, training=True, overrides=overrides, columns=columns
-    )
+    mix, names, sources, views = _mix_views(path, options, training=True, columns=columns)
     views = [shuffled(v) for v in views]
     if mix.mode == "single" and weight_schedule is None:
         return repeat(views[0], num_epochs), sources, names
-    common = dict(names=names, num_epochs=num_epochs, allow_changed_weights=allow_changed_weights)
+    common = dict(
+        names=names, num_epochs=num_epochs, allow_changed_weights=options.allow_changed_weights
+    )
     if mix.mode == "blend_epochized":
         if weight_schedule is not None:
             raise ConfigError(f"{path}: weight_schedule applies to a weighted 'blend:'")
         src = blend(views, repetitions=[leaf.repetitions for leaf in mix.leaves], **common)
         return src, sources, names
-    schedule = _schedule(weight_schedule, schedule_mode, names) or mix.schedule
+    schedule = _schedule(weight_schedule, options.schedule_mode, names) or _plan_schedule(
+        mix.schedule
+    )
     return blend(views, schedule=schedule, **common), sources, names
 
 
@@ -187,21 +194,26 @@ def _schedule(given, mode: str, names) -> WeightSchedule | None:
     """A Python schedule: a WeightSchedule or ``[(position, {name: weight}), ...]``."""
     if given is None or isinstance(given, WeightSchedule):
         return given
-    if mode not in ("step", "linear"):
-        raise ConfigError(f"schedule_mode must be 'step' or 'linear', got {mode!r}")
     return WeightSchedule.of([(p, dict(w)) for p, w in given], names, linear=mode == "linear")
 
 
+def _plan_schedule(schedule: MixSchedule | None) -> WeightSchedule | None:
+    """The plan's schedule of a metadataset's weights (a plain record: points and rows)."""
+    if schedule is None:
+        return None
+    return WeightSchedule(points=schedule.points, weights=schedule.weights, linear=schedule.linear)
+
+
 def eval_head(
-    path, split: str, *, limit: int | None, overrides: dict[str, Any]
+    path, options: DatasetOptions
 ) -> tuple[View, list[DatasetSource], tuple[str, ...]]:
-    """(view, dataset sources, dataset names) of a validation / test pass."""
+    """(view, dataset sources, dataset names) of a validation / test pass: ``options.split``
+    in index order, cut at ``options.limit``."""
+    split, limit = options.split, options.limit
     if not is_metadataset(path):
-        source, view = dataset_view(path, split, overrides=overrides, columns=(), limit=limit)
+        source, view = dataset_view(path, split, options, limit=limit)
         return view, [source], (_dataset_name(path),)
-    _, names, sources, views = _mix_views(
-        path, split, training=False, overrides=overrides, columns=()
-    )
+    _, names, sources, views = _mix_views(path, options, training=False, columns=())
     view = concat(views, names=list(names), limit=limit)
     if view.size == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")

@@ -10,7 +10,7 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import msgspec
 import torch.utils.data
@@ -40,8 +40,9 @@ __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
 #: Seconds the loader waits for one batch from its workers before raising WorkerError.
 DEFAULT_TIMEOUT_S = 300.0
 
-#: ``worker_mode`` values: DataLoader worker processes, or threads of the main process.
-WORKER_MODES = ("process", "thread")
+#: ``worker_mode``: DataLoader worker processes, or threads of the main process.
+WorkerMode = Literal["process", "thread"]
+WORKER_MODES: tuple[str, ...] = get_args(WorkerMode)
 
 
 def _identity(x):
@@ -93,7 +94,7 @@ class Loader:
         pin_memory: bool = False,
         timeout: float = DEFAULT_TIMEOUT_S,
         multiprocessing_context: Any = None,
-        worker_mode: str = "process",
+        worker_mode: WorkerMode = "process",
     ):
         if worker_mode not in WORKER_MODES:
             raise ConfigError(
@@ -325,7 +326,7 @@ def get_loader(
     timeout: float = DEFAULT_TIMEOUT_S,
     multiprocessing_context: Any = None,
     check_consistency: bool | None = None,
-    worker_mode: str = "process",
+    worker_mode: WorkerMode = "process",
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 

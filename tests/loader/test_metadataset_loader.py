@@ -3,7 +3,6 @@ val passes across ranks, resume, weight changes and stats."""
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 from collections import Counter
 
@@ -168,13 +167,14 @@ def test_val_covers_each_sample_once_across_ranks(tree, world):
 
 def test_cli_plan_and_info_take_a_metadataset(tree):
     from fpipe.cli.info import format_metadataset_info
-    from fpipe.cli.plan import load_plan_config, plan_step
+    from fpipe.datasets.plan_config import load_plan_config
+    from fpipe.datasets.plan_queries import plan_step
 
-    flags = argparse.Namespace(
+    flags = dict(
         batch_size=4, world_size=2, seed=5, shuffle_buffer_size=8, max_samples_per_sequence=2
     )
     cfg = load_plan_config(str(tree / "top.yaml"), flags)
-    assert cfg["path"] == str(tree / "top.yaml")
+    assert cfg.path == str(tree / "top.yaml") and cfg.world_size == 2
     result = plan_step(cfg, 3)
     names = {s["dataset"] for r in result["ranks"] for s in r["samples"]}
     assert names <= {"coco", "middle/inner/ocr", "middle/inner/coyo.val"} and names

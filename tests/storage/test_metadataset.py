@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.config.metadataset import JoinPart, load_metadataset, resolve_mix
+from fpipe.storage.config.metadataset import JoinPart, MixSchedule, load_metadataset, resolve_mix
 
 
 def write(path, text):
@@ -167,6 +167,7 @@ def test_schedule_yaml(dirs):
         """,
     )
     s = resolve_mix(load_metadataset(top), "train").schedule
+    assert isinstance(s, MixSchedule)  # plain data: the plan tier builds its own schedule
     assert s.points == (0, 1_000_000) and s.linear
     assert s.weights == ((1.0, 1.0), (1.0, 3.0))
 

@@ -29,7 +29,6 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
-from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.storage.config.dataset_yaml import _load_yaml
 from fpipe.storage.config.metadataset_entries import (
     BLEND_ENTRY_KEYS,
@@ -37,6 +36,7 @@ from fpipe.storage.config.metadataset_entries import (
     JOIN_KEYS,
     JoinPart,
     Leaf,
+    MixSchedule,
     entry_name,
     is_metadataset,
     join_leaf,
@@ -52,6 +52,7 @@ __all__ = [
     "Leaf",
     "Metadataset",
     "Mix",
+    "MixSchedule",
     "is_metadataset",
     "load_metadataset",
     "resolve_mix",
@@ -79,7 +80,7 @@ class Mix(msgspec.Struct, frozen=True, kw_only=True):
     split: str
     mode: str
     leaves: tuple[Leaf, ...]
-    schedule: WeightSchedule | None = None
+    schedule: MixSchedule | None = None
     source: str = ""
 
 
@@ -149,7 +150,7 @@ def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
             msgspec.structs.replace(leaf, weight=1.0, repetitions=1.0) for leaf in leaves
         )
     elif mode == "blend" and schedule is None:
-        schedule = WeightSchedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
+        schedule = MixSchedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
     return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path)
 
 

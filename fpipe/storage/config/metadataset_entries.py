@@ -12,7 +12,6 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
-from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.storage.paths import is_url
 
 __all__ = [
@@ -21,6 +20,7 @@ __all__ = [
     "JOIN_KEYS",
     "JoinPart",
     "Leaf",
+    "MixSchedule",
     "default_name",
     "entry_name",
     "is_metadataset",
@@ -85,6 +85,19 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     join: tuple[JoinPart, ...] = ()
     joiner: str | None = None
     join_name: str = ""
+
+
+class MixSchedule(msgspec.Struct, frozen=True, kw_only=True):
+    """A weighted blend's weights over the run, one per leaf, as the file gives them.
+
+    ``weights[p]`` is in force from global sample position ``points[p]`` (the first is 0);
+    ``linear``: the weights move linearly between points (``schedule_mode: linear``). Plain
+    data: the plan tier builds its own schedule from it (:class:`fpipe.plan.WeightSchedule`).
+    """
+
+    points: tuple[int, ...]
+    weights: tuple[tuple[float, ...], ...]
+    linear: bool = False
 
 
 def is_metadataset(path: str | os.PathLike) -> bool:
@@ -224,7 +237,7 @@ def joiner_name(joiner: Any, where: str, entry: str) -> str | None:
     return joiner
 
 
-def schedule_of(node, names, groups, where, entry) -> WeightSchedule:
+def schedule_of(node, names, groups, where, entry) -> MixSchedule:
     """The top-level blend's schedule over its leaves: ``[[position, {name: weight}], ...]``."""
     raw, mode = node["schedule"], node.get("schedule_mode", "step")
     if mode not in ("step", "linear"):
@@ -264,4 +277,4 @@ def schedule_of(node, names, groups, where, entry) -> WeightSchedule:
             inner_total = sum(lf.weight for lf in leaves)
             row.extend(we * lf.weight / inner_total for lf in leaves)
         leaf_rows.append(tuple(row))
-    return WeightSchedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")
+    return MixSchedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")

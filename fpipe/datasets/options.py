@@ -1,0 +1,126 @@
+"""The options of building a dataset, as one record: :class:`DatasetOptions`.
+
+``get_train_dataset`` and ``get_val_dataset`` take these as keyword arguments (Energon's names
+and defaults) and build the record; everything downstream (the plan's head, buckets, the
+materializer, ``fpipe plan``'s YAML) reads the record. An option is added here and where it is
+used, nowhere else. The modes an option chooses from are ``Literal`` types, checked once, when
+the record is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, ParamSpec, TypeVar, get_args
+
+import msgspec
+
+from fpipe.core.errors import ConfigError, ErrorPolicy
+from fpipe.decode.image import ImageDecodeOptions
+from fpipe.decode.limits import DecodeLimits
+
+__all__ = [
+    "DatasetOptions",
+    "Distribution",
+    "PYTHON_ONLY",
+    "ScheduleMode",
+    "check_keywords",
+]
+
+#: ``"global"``: one plan on every rank, each rank takes its part of every global batch;
+#: ``"per_rank"``: each rank reads its own contiguous part of the data (docs/distributed.md).
+Distribution = Literal["global", "per_rank"]
+
+#: How a Python ``weight_schedule`` moves between its points: in steps or linearly.
+ScheduleMode = Literal["step", "linear"]
+
+#: Options whose values are Python objects (a task encoder, plan stages, a topology): given as
+#: keyword arguments only, never read from a YAML file.
+PYTHON_ONLY = frozenset({"task_encoder", "plan_stages", "topology", "worker_config"})
+
+
+class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Every option of :func:`fpipe.get_train_dataset` and :func:`fpipe.get_val_dataset`.
+
+    The fields are the functions' keyword arguments, with the same names and defaults (see
+    :func:`fpipe.get_train_dataset` for what each one does); ``limit`` is the validation pass's
+    own. The fields in :data:`PYTHON_ONLY` hold Python objects; the others are plain data, so
+    a YAML mapping converts to this record (``msgspec.convert``), as ``fpipe plan`` reads it.
+    """
+
+    # What to read.
+    split: str = "train"
+    columns: tuple[str, ...] = ()
+    sample_type: Any = None  # a sample type name, or the class
+    field_map: dict[str, Any] | None = None
+    subflavors: dict[str, Any] | None = None
+    open_kwargs: dict[str, Any] | None = None
+    limit: int | None = None  # get_val_dataset: the first ``limit`` samples
+    # The order of the samples.
+    seed: int = 0
+    shuffle_buffer_size: int | None = None
+    max_samples_per_sequence: int | None = None
+    num_epochs: int | None = None
+    repeat: bool = True
+    # Batches and ranks.
+    batch_size: int | None = None
+    global_batch_size: int | None = None
+    drop_last: bool = True
+    distribution: Distribution = "global"
+    topology: Any = None
+    worker_config: Any = None
+    # More plan: extra stages, packing, buckets, blend weights.
+    plan_stages: Any = ()
+    packing_buffer_size: int | None = None
+    bucket_config: Any = None  # a mapping, YAML text or a YAML file
+    bucket_window: int | None = None
+    weight_schedule: Any = None  # a WeightSchedule or [(position, {name: weight}), ...]
+    schedule_mode: ScheduleMode = "step"
+    allow_changed_weights: bool = False
+    # How each sample is read, decoded and encoded.
+    task_encoder: Any = None
+    image_decode: ImageDecodeOptions | None = None
+    error_policy: ErrorPolicy = ErrorPolicy.RAISE
+    decode_limits: DecodeLimits | None = None
+
+    def __post_init__(self) -> None:
+        _check_mode("distribution", self.distribution, Distribution)
+        _check_mode("schedule_mode", self.schedule_mode, ScheduleMode)
+
+
+def _check_mode(option: str, value: Any, modes: Any) -> None:
+    """Raise a ConfigError naming ``option`` and its valid values unless ``value`` is one."""
+    valid = get_args(modes)
+    if value not in valid:
+        names = " or ".join(", ".join(map(repr, valid)).rsplit(", ", 1))
+        raise ConfigError(f"{option} must be {names}, got {value!r}")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def check_keywords(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn`` with a clearer error for an unknown keyword argument: the TypeError names the
+    closest valid one (a misspelt option is a mistake, not a silently ignored setting).
+
+    The signature and docstring stay ``fn``'s, so ``help()`` and IDEs show the options.
+    """
+    params = inspect.signature(fn).parameters.values()
+    names = tuple(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+    known = frozenset(names)
+
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for name in kwargs:
+            if name not in known:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(
+                    f"{fn.__name__}() got an unexpected keyword argument {name!r}{hint}"
+                )
+        return fn(*args, **kwargs)
+
+    return call
