@@ -51,7 +51,7 @@ from _loader_runs import in_process, measure  # noqa: E402
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
 from fpipe.encode import batch_memory  # noqa: E402
-from fpipe.encode.collate import collate_samples  # noqa: E402
+from fpipe.encode._collate import collate_samples  # noqa: E402
 
 BATCH = 32
 SHAPE = (3, 224, 224)

@@ -82,7 +82,7 @@ from _peers import bare_batches, resize_crop_np, resize_then_crop_np  # noqa: E4
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions, decode_image, psnr  # noqa: E402
-from fpipe.encode.collate import pad_stack  # noqa: E402
+from fpipe.encode._collate import pad_stack  # noqa: E402
 from fpipe.loader.state import LoaderState, encode_loader_state  # noqa: E402
 
 TARGET = 224

@@ -35,7 +35,7 @@ _SAMPLES = (
     "VideoTextSample",
     "basic_sample_keys",
 )
-# Energon's hook helpers and task encoders (fpipe.encode lazily loads the same names).
+# Energon's hook helpers and task encoders, re-exported from fpipe.encode.
 _ENCODE = (
     "DefaultTaskEncoder",
     "IgnoreSample",
@@ -63,7 +63,7 @@ _LAZY = {
     **dict.fromkeys(_ENCODE, "fpipe.encode"),
     **dict.fromkeys(_LOADER, "fpipe.loader"),
     **dict.fromkeys(_DATASETS, "fpipe.datasets"),
-    "SampleDecoder": "fpipe.decode.sample_decoder",
+    "SampleDecoder": "fpipe.decode",
     "prepare_dataset": "fpipe.storage",
     "open_dataset": "fpipe.storage",
 }

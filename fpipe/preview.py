@@ -27,7 +27,7 @@ from fpipe.decode.extensions import ext_kind, last_part
 from fpipe.decode.image import decode_image
 from fpipe.storage import Dataset, open_dataset
 
-__all__ = ["render_preview", "save_preview", "text_excerpt"]
+__all__ = ["render_preview", "save_preview"]
 
 #: Audio-only containers among the audio/video extensions (no frames to show).
 _AUDIO_ONLY = ("flac", "m4a", "mp3", "ogg", "wav")
@@ -42,10 +42,10 @@ def _font(size: int = 12) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def text_excerpt(data: bytes, limit: int = 160) -> str:
+def _text_excerpt(data: bytes, limit: int = 160) -> str:
     """The start of a text member on one line (whitespace collapsed), ``…`` when cut.
 
-    >>> text_excerpt(b"a  red\\n fox", 5)
+    >>> _text_excerpt(b"a  red\\n fox", 5)
     'a red…'
     """
     text = " ".join(data.decode("utf-8", "replace").split())
@@ -128,7 +128,7 @@ def _cell(ds: Dataset, i: int, width: int, pic_h: int, lines: int, font) -> Imag
     for ext in sorted(raw, key=lambda e: (e not in names, e)):
         if _kind(ext) == "text":
             label = names.get(ext, ext)
-            text += textwrap.wrap(f"{label}: {text_excerpt(raw[ext], chars * lines)}", chars - 1)
+            text += textwrap.wrap(f"{label}: {_text_excerpt(raw[ext], chars * lines)}", chars - 1)
     for row in text[: lines - 1]:
         draw.text((_PAD, y), row, font=font, fill=_FG)
         y += line_h

@@ -142,7 +142,7 @@ def expected_weights(n: int, seed: int) -> np.ndarray:
     """OpenSora's expected share of steps per bucket: E[samples kept in b] / batch_size(b),
     normalized, with E[kept] from the assignment rule and the probabilities (the cascade to
     smaller resolutions computed exactly, without any draw)."""
-    from fpipe.plan.buckets.assign import _lookup
+    from fpipe.plan.buckets._assign import _lookup
 
     cols = metadata(n, seed)
     lk = _lookup(TABLE)

@@ -16,14 +16,14 @@ from fpipe._version import __version__
 
 # sub-command name -> module in fpipe.cli that defines add_parser(subparsers) and run(args)
 COMMANDS: dict[str, str] = {
-    "check": "fpipe.cli.check",
-    "demo": "fpipe.cli.demo",
-    "info": "fpipe.cli.info",
-    "inspect": "fpipe.cli.inspect",
-    "plan": "fpipe.cli.plan",
-    "prepare": "fpipe.cli.prepare",
-    "preview": "fpipe.cli.preview",
-    "state": "fpipe.cli.state",
+    "check": "fpipe.cli._check",
+    "demo": "fpipe.cli._demo",
+    "info": "fpipe.cli._info",
+    "inspect": "fpipe.cli._inspect",
+    "plan": "fpipe.cli._plan",
+    "prepare": "fpipe.cli._prepare",
+    "preview": "fpipe.cli._preview",
+    "state": "fpipe.cli._state",
 }
 
 #: Examples shown at the end of each sub-command's help (``"state show"`` for nested ones).

@@ -18,7 +18,6 @@ from fpipe.core.records import Config
 
 __all__ = [
     "canonical",
-    "config_fields",
     "diff_parts",
     "fingerprint",
     "part_digest",
@@ -54,7 +53,7 @@ def record_fields(record: msgspec.Struct, *, named: bool = False) -> dict[str, A
     return {f: canonical(getattr(record, f), named=named) for f in record.__struct_fields__}
 
 
-def config_fields(config: Config) -> list[tuple[str, Any]]:
+def _config_fields(config: Config) -> list[tuple[str, Any]]:
     """The fingerprinted fields of a config, in declaration order, as canonical plain data."""
     skip = type(config).compatible
     return [(f, canonical(getattr(config, f))) for f in config.__struct_fields__ if f not in skip]
@@ -69,7 +68,7 @@ def part_digest(name: str, config: Config) -> list:
 
     Fixed-width bytes, so a snapshot's size does not depend on the hash values.
     """
-    return [name, type(config).__name__, b"".join(_h16(v) for _, v in config_fields(config))]
+    return [name, type(config).__name__, b"".join(_h16(v) for _, v in _config_fields(config))]
 
 
 def _field_hashes(digest: bytes) -> list[bytes]:
@@ -78,7 +77,7 @@ def _field_hashes(digest: bytes) -> list[bytes]:
 
 def fingerprint(parts: Sequence[tuple[str, Config]]) -> bytes:
     """A 16-byte hash of the canonical description of ``parts``."""
-    canon = [[n, type(c).__name__, config_fields(c)] for n, c in parts]
+    canon = [[n, type(c).__name__, _config_fields(c)] for n, c in parts]
     return hashlib.blake2b(_encoder.encode(canon), digest_size=16).digest()
 
 
@@ -107,7 +106,7 @@ def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
             continue
         before = len(out)
         saved_h, cur_h = _field_hashes(s[2]), _field_hashes(d[2])
-        for (field, value), hs, hc in zip(config_fields(config), saved_h, cur_h):
+        for (field, value), hs, hc in zip(_config_fields(config), saved_h, cur_h):
             if hs != hc:
                 out.append(f"step {name!r}: field {field!r} differs (now {value!r})")
         if len(saved_h) != len(cur_h):

@@ -1,7 +1,7 @@
 """The snapshot envelope: pipeline state <-> bytes, safely and with clear refusals.
 
 Layout: ``msgpack([magic, format_version, order_version, fingerprint, part digests, payload])``
-(the part digests zlib-compressed, see :func:`pack_parts`)
+(the part digests zlib-compressed, see :func:`_pack_parts`)
 followed by an 8-byte BLAKE2b checksum of everything before it. The payload is the state in a
 fixed-width binary form (every integer takes 8 bytes), so a snapshot's size depends only on the
 pipeline's structure, never on how far it has run. Decoding parses plain values and converts
@@ -35,7 +35,6 @@ __all__ = [
     "decode_state",
     "encode_state",
     "pack",
-    "pack_parts",
     "read_envelope",
     "unpack",
     "unpack_parts",
@@ -54,7 +53,7 @@ class _Envelope(msgspec.Struct, array_like=True, frozen=True):
     format_version: int
     order_version: int
     fingerprint: bytes
-    parts: tuple[bytes, bytes]  # compressed step names, field hashes (see pack_parts)
+    parts: tuple[bytes, bytes]  # compressed step names, field hashes (see _pack_parts)
     payload: bytes
 
 
@@ -153,7 +152,7 @@ _names_dec = msgspec.msgpack.Decoder(list[tuple[str, str, int]])
 _MAX_NAMES_BYTES = 1 << 24
 
 
-def pack_parts(parts: Sequence[tuple[str, Config]]) -> tuple[bytes, bytes]:
+def _pack_parts(parts: Sequence[tuple[str, Config]]) -> tuple[bytes, bytes]:
     """The part digests of a pipeline: ``(zlib(msgpack([[path, config type, number of fields],
     ...])), the 2-byte hashes of every fingerprinted field, concatenated)``.
 
@@ -168,7 +167,7 @@ def pack_parts(parts: Sequence[tuple[str, Config]]) -> tuple[bytes, bytes]:
 
 
 def unpack_parts(packed: Sequence[bytes]) -> list[list]:
-    """Inverse of :func:`pack_parts`: ``[[path, config type, field hashes], ...]``; raises
+    """Inverse of :func:`_pack_parts`: ``[[path, config type, field hashes], ...]``; raises
     SnapshotError on malformed, truncated or oversized bytes."""
     try:
         blob, hashes = packed
@@ -197,7 +196,7 @@ def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
             FORMAT_VERSION,
             ORDER_VERSION,
             fingerprint(parts),
-            pack_parts(parts),
+            _pack_parts(parts),
             payload,
         )
     )

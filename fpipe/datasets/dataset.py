@@ -19,8 +19,8 @@ import msgspec
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.stage import Stage
-from fpipe.datasets.length import count_batches, stream_refs, warn_if_empty
-from fpipe.datasets.mix import eval_head, train_head
+from fpipe.datasets._length import count_batches, stream_refs, warn_if_empty
+from fpipe.datasets._mix import eval_head, train_head
 from fpipe.datasets.options import DatasetOptions, Distribution, ScheduleMode, check_keywords
 from fpipe.loader.planned import PlannedDataset
 from fpipe.loader.topology import Topology
@@ -136,7 +136,7 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
     """:func:`get_train_dataset` from an options record (see :class:`DatasetOptions`)."""
     topo = options.topology or options.worker_config or Topology.from_env()
     if options.bucket_config is not None:
-        from fpipe.datasets.bucketed import bucketed_dataset
+        from fpipe.datasets._bucketed import bucketed_dataset
 
         return bucketed_dataset(path, options, topo)
     batch_size = _per_rank_batch(options.batch_size, options.global_batch_size, topo.world_size)

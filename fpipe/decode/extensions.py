@@ -16,7 +16,6 @@ __all__ = [
     "GZ",
     "IMAGE_EXTENSIONS",
     "MEDIA_EXTENSIONS",
-    "TEXT_EXTENSIONS",
     "ext_kind",
     "is_gz",
     "last_part",
@@ -30,7 +29,7 @@ IMAGE_EXTENSIONS = (
 #: Member extensions decoded as audio/video (a lazy PyAV handle).
 AV_EXTENSIONS = ("avi", "flac", "m4a", "mkv", "mov", "mp3", "mp4", "ogg", "wav", "webm")
 #: Member extensions whose text length is measured at prepare.
-TEXT_EXTENSIONS = ("caption", "text", "txt")
+_TEXT_EXTENSIONS = ("caption", "text", "txt")
 #: File extensions that mark a table column as naming media files.
 MEDIA_EXTENSIONS = (
     *IMAGE_EXTENSIONS, *AV_EXTENSIONS, "json", "npy", "npz", "pth", "txt",
@@ -40,7 +39,7 @@ GZ = ".gz"
 
 _IMAGE = frozenset(IMAGE_EXTENSIONS)
 _AV = frozenset(AV_EXTENSIONS)
-_TEXT = frozenset(TEXT_EXTENSIONS)
+_TEXT = frozenset(_TEXT_EXTENSIONS)
 
 
 def is_gz(ext: str) -> bool:

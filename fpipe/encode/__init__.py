@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fpipe import _ENCODE as _ENERGON_NAMES
 from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fpipe.encode.collate import collate, collate_samples, pad_stack, pad_stack_lengths
+    from fpipe.encode._collate import collate, collate_samples, pad_stack, pad_stack_lengths
     from fpipe.encode.hooks import (
         IgnoreSample,
         SkipSample,
@@ -27,17 +26,25 @@ if TYPE_CHECKING:
     from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
     from fpipe.encode.varlen import VarlenPack, stack_varlen, varlen_pack
 
-# The names fpipe re-exports at top level (Energon's hook helpers and task encoders) are listed
-# once, in fpipe/__init__.py; the task encoders' entries below override the hooks module.
+_HOOKS = (
+    "IgnoreSample",
+    "SkipSample",
+    "batch_list",
+    "batch_pad_stack",
+    "batch_stack",
+    "generic_batch",
+    "sample_rng",
+    "stateless",
+)
 _LAZY = {
-    **dict.fromkeys(_ENERGON_NAMES, "fpipe.encode.hooks"),
+    **dict.fromkeys(_HOOKS, "fpipe.encode.hooks"),
     "DefaultTaskEncoder": "fpipe.encode.task_encoder",
     "TaskEncoder": "fpipe.encode.task_encoder",
     "VarlenPack": "fpipe.encode.varlen",
-    "collate": "fpipe.encode.collate",
-    "collate_samples": "fpipe.encode.collate",
-    "pad_stack": "fpipe.encode.collate",
-    "pad_stack_lengths": "fpipe.encode.collate",
+    "collate": "fpipe.encode._collate",
+    "collate_samples": "fpipe.encode._collate",
+    "pad_stack": "fpipe.encode._collate",
+    "pad_stack_lengths": "fpipe.encode._collate",
     "stack_varlen": "fpipe.encode.varlen",
     "varlen_pack": "fpipe.encode.varlen",
 }

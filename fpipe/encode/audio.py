@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError, ConfigError
-from fpipe.encode.collate import pad_stack_lengths
+from fpipe.encode._collate import pad_stack_lengths
 from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.samples.base import Sample
 from fpipe.samples.batch import Batch

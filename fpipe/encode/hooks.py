@@ -152,7 +152,7 @@ def batch_stack(batch: list[Any]) -> Any:
 
 def batch_pad_stack(batch: list[Any]) -> Any:
     """Stack tensors of one rank, each dimension zero-padded at the end to the largest size."""
-    from fpipe.encode.collate import pad_stack
+    from fpipe.encode._collate import pad_stack
 
     return pad_stack(list(batch))
 

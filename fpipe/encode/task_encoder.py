@@ -94,7 +94,7 @@ def _sample_hook(fn: Any) -> Any:
 
 def image_options(task_encoder: Any) -> Any:
     """Image decode options of a task encoder: ``image_decode``, else its Energon ``decoder``
-    (:class:`~fpipe.decode.sample_decoder.SampleDecoder`), else None (the loader's default)."""
+    (:class:`~fpipe.decode._sample_decoder.SampleDecoder`), else None (the loader's default)."""
     opts = getattr(task_encoder, "image_decode", None)
     if opts is None:
         decoder = getattr(task_encoder, "decoder", None)
@@ -104,7 +104,7 @@ def image_options(task_encoder: Any) -> Any:
 
 def decode_limits_of(task_encoder: Any) -> Any:
     """Decoding limits of a task encoder: ``decode_limits``, else its Energon ``decoder``'s
-    (:class:`~fpipe.decode.sample_decoder.SampleDecoder`), else the defaults
+    (:class:`~fpipe.decode._sample_decoder.SampleDecoder`), else the defaults
     (:class:`fpipe.decode.DecodeLimits`)."""
     limits = getattr(task_encoder, "decode_limits", None)
     if limits is None:
@@ -187,7 +187,7 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
 
     def batch(self, samples: list[Any]) -> Any:
         """Collate samples into a batch (default: pad+stack tensors, lists for the rest)."""
-        from fpipe.encode.collate import collate_samples  # torch: on first batch, not import
+        from fpipe.encode._collate import collate_samples  # torch: on first batch, not import
 
         return collate_samples(samples)
 

@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.encode._collate import pad_stack_lengths
 from fpipe.encode.audio import AudioConfig, aligned_audio, sample_decoder
-from fpipe.encode.collate import pad_stack_lengths
 from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.encode.video import (
     VideoTransformConfig,

@@ -16,7 +16,8 @@ import msgspec
 import torch.utils.data
 
 from fpipe.core.errors import ConfigError, SnapshotError
-from fpipe.loader.pack_batches import PackBatcher
+from fpipe.loader._pack_batches import PackBatcher
+from fpipe.loader._workers import POLL_S, iterate, run_in_worker
 from fpipe.loader.state import (
     LoaderState,
     LoaderStats,
@@ -25,7 +26,6 @@ from fpipe.loader.state import (
     snapshot_bytes,
 )
 from fpipe.loader.threads import iterate_threads
-from fpipe.loader.workers import POLL_S, iterate, run_in_worker
 from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.recipe_codec import decode_recipe, encode_recipe
 from fpipe.plan.blend import blend_counters
@@ -130,7 +130,7 @@ class Loader:
         if self.num_workers > 0:
             kwargs = dict(
                 prefetch_factor=self.prefetch_factor,
-                # short waits: fpipe.loader.workers.iterate applies self.timeout itself
+                # short waits: fpipe.loader._workers.iterate applies self.timeout itself
                 timeout=min(POLL_S, self.timeout) if self.timeout else POLL_S,
                 multiprocessing_context=self._mp_context(),
             )

@@ -5,11 +5,20 @@ Each step is one module holding its Config, its State, a factory and pure functi
 model (views, stages, sources) is explained in :mod:`fpipe.core.stage`.
 """
 
+from fpipe.plan._filter import FilterConfig, FilterState, filter_refs
+from fpipe.plan._map_refs import MapRefsConfig, map_refs
+from fpipe.plan._shuffle import (
+    SliceShuffleConfig,
+    WindowShuffleConfig,
+    WindowShuffleState,
+    slice_shuffle,
+    window_shuffle,
+)
 from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
 from fpipe.plan.blend import BlendConfig, BlendState, blend, blend_counters
 from fpipe.plan.blend_choice import WeightSchedule
-from fpipe.plan.buckets.assign import assign_buckets
-from fpipe.plan.buckets.config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
+from fpipe.plan.buckets._assign import assign_buckets
+from fpipe.plan.buckets._config import Bucket, BucketTable, load_bucket_config, parse_bucket_config
 from fpipe.plan.buckets.group_batch import GroupBatchState
 from fpipe.plan.buckets.stage import (
     BucketBatchConfig,
@@ -25,17 +34,8 @@ from fpipe.plan.distribute import (
     distribute,
     per_rank,
 )
-from fpipe.plan.filter import FilterConfig, FilterState, filter_refs
-from fpipe.plan.map_refs import MapRefsConfig, map_refs
 from fpipe.plan.packing.stage import PackConfig, PackState, pack
 from fpipe.plan.repeat import RepeatConfig, RepeatState, repeat
-from fpipe.plan.shuffle import (
-    SliceShuffleConfig,
-    WindowShuffleConfig,
-    WindowShuffleState,
-    slice_shuffle,
-    window_shuffle,
-)
 from fpipe.plan.source import InMemoryConfig, SamplesConfig, View, in_memory, samples
 from fpipe.plan.stats import drop_counters
 

@@ -17,10 +17,10 @@ from fpipe.core.records import Config, Recipe, Refs, State
 from fpipe.core.rng import Key
 from fpipe.core.stage import Stage
 
-__all__ = ["BatchConfig", "BatchState", "Remainder", "batch", "join_packs"]
+__all__ = ["BatchConfig", "BatchState", "Remainder", "batch"]
 
 
-def join_packs(packs: tuple) -> Refs:
+def _join_packs(packs: tuple) -> Refs:
     """The refs of ``packs`` one after the other, with a ``pack`` column (0, 0, 1, ...)."""
     if not packs:
         return Refs.empty().with_columns(pack=np.zeros(0, dtype=np.int64))
@@ -81,7 +81,7 @@ def batch(batch_size: int, *, drop_last: bool = True, name: str = "batch") -> St
             if len(chunk) < batch_size and remainder is Remainder.DROP:
                 dropped = sum(len(p) for p in chunk)
                 return BatchState(state.key, state.step, state.dropped + dropped), ()
-            chunk = join_packs(chunk)
+            chunk = _join_packs(chunk)
         elif len(chunk) < batch_size and remainder is Remainder.DROP:
             return BatchState(state.key, state.step, state.dropped + len(chunk)), ()
         recipe = Recipe(step=state.step, refs=chunk, key=state.key)

@@ -8,24 +8,21 @@ torch is imported lazily (``Batch.pin_memory`` / ``Batch.to``, tensor image outp
 
 from __future__ import annotations
 
-from fpipe.samples.base import BASE_FIELDS, Sample, basic_sample_keys
-from fpipe.samples.batch import Batch, map_tensors
-from fpipe.samples.cook import (
+from fpipe.samples._cook import (
     Cooker,
     CrudeSample,
     cook_crude_sample,
     cook_sample,
     make_crude_sample,
 )
-from fpipe.samples.field_map import (
+from fpipe.samples._field_map import (
     FieldMap,
     FieldSource,
     FieldSpec,
     compile_field_map,
     parse_source,
 )
-from fpipe.samples.registry import register_sample_type, sample_type_from_name, sample_type_name
-from fpipe.samples.types import (
+from fpipe.samples._types import (
     CaptionedAudioSample,
     CaptionedVideoSample,
     CaptioningSample,
@@ -37,6 +34,9 @@ from fpipe.samples.types import (
     VidQASample,
     VQASample,
 )
+from fpipe.samples.base import BASE_FIELDS, Sample, basic_sample_keys
+from fpipe.samples.batch import Batch, map_tensors
+from fpipe.samples.registry import register_sample_type, sample_type_from_name, sample_type_name
 
 __all__ = [
     "BASE_FIELDS",

@@ -13,15 +13,22 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from fpipe.core.errors import ConfigError
-from fpipe.samples import types
+from fpipe.samples import _types as types
 from fpipe.samples.base import Sample
 
 __all__ = ["register_sample_type", "sample_type_from_name", "sample_type_name"]
 
 T = TypeVar("T", bound=type)
 
-#: Module names whose classes are looked up among fpipe's built-in types by class name.
-_BUILTIN_MODULES = ("fpipe", "fpipe.samples", "fpipe.samples.types", "megatron.energon")
+#: Module names whose classes are looked up among fpipe's built-in types by class name
+#: (``fpipe.samples.types`` is where they were defined before the module became private).
+_BUILTIN_MODULES = (
+    "fpipe",
+    "fpipe.samples",
+    "fpipe.samples._types",
+    "fpipe.samples.types",
+    "megatron.energon",
+)
 
 _TYPES: dict[str, type[Sample]] = {}
 _BUILTIN_NAMES: set[str] = set()
@@ -70,7 +77,7 @@ def sample_type_from_name(name: str | Mapping[str, str] | type) -> type[Sample]:
 
     Examples:
       >>> sample_type_from_name({"__module__": "megatron.energon", "__class__": "TextSample"})
-      <class 'fpipe.samples.types.TextSample'>
+      <class 'fpipe.samples._types.TextSample'>
     """
     if isinstance(name, type):
         if name in _TYPES.values():

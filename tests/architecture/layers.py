@@ -3,7 +3,8 @@
 Each unit (a top-level package, or a subpackage of ``storage``) may import the units it lists and,
 transitively, everything they may import. A module's unit is the longest unit name that prefixes
 it; ``fpipe`` itself (the lazy facade) and ``fpipe._version`` sit outside the layers. Imports
-under ``if TYPE_CHECKING:`` are annotations only and are not edges; imports inside functions are.
+under ``if TYPE_CHECKING:`` are annotations only and are not edges; imports inside functions are,
+and so is a string in a package's ``__init__`` that names an fpipe module (a lazy export map).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
 
 def import_edges(root: Path) -> list[Edge]:
     """Every import of an fpipe module by a module under ``root`` (the ``fpipe`` folder)."""
+    modules = {module_name(root, p) for p in root.rglob("*.py")}
     edges = []
     for path in sorted(root.rglob("*.py")):
         src = module_name(root, path)
@@ -100,6 +102,12 @@ def import_edges(root: Path) -> list[Edge]:
             ):
                 names = tuple(a.name for a in node.names)
                 edges.append(Edge(src, node.module, node.lineno, names))
+            elif (
+                path.name == "__init__.py"
+                and isinstance(node, ast.Constant)
+                and node.value in modules - {root.name, src}
+            ):
+                edges.append(Edge(src, node.value, node.lineno, ()))
     return edges
 
 

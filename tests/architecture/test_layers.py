@@ -88,3 +88,17 @@ def test_a_private_name_of_another_package_is_caught(tmp_path):
         "fpipe.cli.state:1 imports fpipe.core.snapshot: private name(s) ['_Envelope'] of another"
         " unit"
     ]
+
+
+def test_a_lazy_export_of_a_higher_module_is_caught(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "plan/__init__.py": '_LAZY = {"Loader": "fpipe.loader.dataloader"}\n',
+            "loader/__init__.py": "",
+            "loader/dataloader.py": "",
+        },
+    )
+    assert layer_violations(root) == [
+        "fpipe.plan:1 imports fpipe.loader.dataloader: unit 'plan' may not import unit 'loader'"
+    ]

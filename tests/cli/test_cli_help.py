@@ -50,12 +50,12 @@ def test_ctrl_d_at_the_prepare_prompt_ends_cleanly(tmp_path, monkeypatch, capsys
 
 
 def test_ctrl_c_ends_a_command_with_status_130(monkeypatch, capsys):
-    import fpipe.cli.info
+    import fpipe.cli._info
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fpipe.cli.info, "run", interrupted)
+    monkeypatch.setattr(fpipe.cli._info, "run", interrupted)
     assert main(["info", "anything"]) == 130
     assert capsys.readouterr().err.strip() == "fpipe info: interrupted"
 

@@ -7,8 +7,8 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fpipe.cli._state import run
 from fpipe.cli.main import main
-from fpipe.cli.state import run
 from fpipe.core.snapshot import MAGIC
 
 _values = st.recursive(

@@ -11,7 +11,7 @@ import torch
 import torch.utils.data
 
 from fpipe.encode import batch_memory
-from fpipe.encode.collate import collate, collate_samples, pad_stack
+from fpipe.encode._collate import collate, collate_samples, pad_stack
 
 _RNG = np.random.default_rng(0)
 

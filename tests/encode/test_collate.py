@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fpipe.encode import batch_memory
-from fpipe.encode.collate import collate, collate_samples, pad_stack
+from fpipe.encode._collate import collate, collate_samples, pad_stack
 
 _RNG = np.random.default_rng(0)
 

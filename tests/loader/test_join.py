@@ -284,7 +284,7 @@ def test_join_an_energon_folder_as_it_is(data):
 
 
 def test_info_lists_the_joined_datasets(data):
-    from fpipe.cli.info import format_metadataset_info
+    from fpipe.cli._info import format_metadataset_info
 
     text = format_metadataset_info(join_yaml(data, "none", "i.yaml"))
     assert f"joined: 11 samples (train of {data / 'texts'}), nonmatch none" in text

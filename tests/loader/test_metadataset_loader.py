@@ -166,7 +166,7 @@ def test_val_covers_each_sample_once_across_ranks(tree, world):
 
 
 def test_cli_plan_and_info_take_a_metadataset(tree):
-    from fpipe.cli.info import format_metadataset_info
+    from fpipe.cli._info import format_metadataset_info
     from fpipe.datasets.plan_config import load_plan_config
     from fpipe.datasets.plan_queries import plan_step
 

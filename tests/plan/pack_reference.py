@@ -10,7 +10,7 @@ import heapq
 
 import numpy as np
 
-from fpipe.plan.packing.base import Packing, _as_costs, _decreasing, _from_assignment
+from fpipe.plan.packing._base import Packing, _as_costs, _decreasing, _from_assignment
 
 
 def _fit_decreasing(costs, limits, best: bool) -> Packing:

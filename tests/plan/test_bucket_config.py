@@ -8,7 +8,7 @@ import pytest
 
 from fpipe.core import ConfigError
 from fpipe.plan import assign_buckets, load_bucket_config, parse_bucket_config
-from fpipe.plan.buckets.assign import REJECTED, UNFIT
+from fpipe.plan.buckets._assign import REJECTED, UNFIT
 from tests.helpers import OPENSORA_BUCKET_CONFIG, OPENSORA_BUCKET_YAML
 
 OPENSORA = OPENSORA_BUCKET_CONFIG

@@ -7,7 +7,7 @@ import io
 import pytest
 from PIL import Image
 
-from fpipe.storage.prepare.image_header import image_size, parse_image_size
+from fpipe.storage.prepare._image_header import image_size, parse_image_size
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "BMP", "WEBP", "TIFF"])

@@ -12,7 +12,7 @@ import pytest
 import fpipe
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.read.validate import header_mismatch
+from fpipe.storage.read._validate import header_mismatch
 from tests.storage.helpers import make_energon_dataset, write_tar, write_tar_idx
 
 SAMPLES = [(f"{i:04d}", {"txt": f"caption {i}".encode()}) for i in range(6)]

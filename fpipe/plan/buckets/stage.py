@@ -1,7 +1,7 @@
 """Bucketed and grouped batching: one bucket (or group) per global step, its own batch size.
 
 :func:`bucket_batches` batches an epoch view by OpenSora's ``bucket_config`` (see
-:mod:`fpipe.plan.buckets.config` and :mod:`fpipe.plan.buckets.assign`); :func:`group_batches`
+:mod:`fpipe.plan.buckets._config` and :mod:`fpipe.plan.buckets._assign`); :func:`group_batches`
 does the same for any ``batch_group_criterion(row) -> (group, batch_size)`` on metadata rows
 (Energon's hook, run here in the plan tier). Both are sources over a
 :class:`~fpipe.plan.source.View` that emit batch recipes for one rank in global mode; the
@@ -20,8 +20,8 @@ from fpipe.core.records import Config, Refs
 from fpipe.core.rng import Key, fold_in, name_id
 from fpipe.core.stage import Source, View
 from fpipe.plan.batch import Remainder
-from fpipe.plan.buckets.assign import assign_buckets
-from fpipe.plan.buckets.config import BucketTable, load_bucket_config
+from fpipe.plan.buckets._assign import assign_buckets
+from fpipe.plan.buckets._config import BucketTable, load_bucket_config
 from fpipe.plan.buckets.group_batch import GroupBatchState, make_next
 
 __all__ = [
@@ -136,7 +136,7 @@ def bucket_batches(
     every rank gets ``batch_size(bucket)`` samples of it.
 
     ``bucket_config`` is OpenSora's mapping, a YAML string or file, or a parsed
-    :class:`~fpipe.plan.buckets.config.BucketTable`. The view must carry the ``width``,
+    :class:`~fpipe.plan.buckets._config.BucketTable`. The view must carry the ``width``,
     ``height`` (and ``frames``) metadata columns. ``recipe.bucket`` is the bucket id and
     ``recipe.shape`` the bucket's ``(frames, height, width)``. ``window``: refs per block of an
     epoch that is bucketed at once (None: the whole epoch, as OpenSora; a restore recomputes

@@ -32,8 +32,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fpipe.plan.packing.balanced import balanced
-from fpipe.plan.packing.base import (
+from fpipe.plan.packing._balanced import balanced
+from fpipe.plan.packing._base import (
     OverBudget,
     Packing,
     _as_costs,

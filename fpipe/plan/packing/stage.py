@@ -35,7 +35,7 @@ from fpipe.plan.packing.algorithms import (
     packing_from_groups,
 )
 
-__all__ = ["PackConfig", "PackState", "pack", "select_packs"]
+__all__ = ["PackConfig", "PackState", "pack"]
 
 
 class PackConfig(Config, frozen=True):
@@ -74,7 +74,7 @@ def _name(fn: Callable, name: str) -> str:
     return qual
 
 
-def select_packs(
+def _select_packs(
     config: PackConfig,
     buffer: Refs,
     key: Key,
@@ -171,7 +171,7 @@ def pack(
     def step(state: PackState, buffer: Refs):
         if not len(buffer):
             return state, ()
-        packs, dropped, cut = select_packs(
+        packs, dropped, cut = _select_packs(
             config, buffer, fold_in(state.key, state.buffers), user, truncate
         )
         new = PackState(

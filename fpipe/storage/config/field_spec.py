@@ -25,7 +25,6 @@ from fpipe.decode.extensions import strip_gz
 __all__ = [
     "ColumnSpec",
     "FieldSpec",
-    "check_name",
     "field_spec_value",
     "parse_column",
     "parse_field_spec",
@@ -114,7 +113,7 @@ def field_spec_value(spec: str | Sequence[str]) -> str | list[str]:
     return alts[0] if len(alts) == 1 else alts
 
 
-def check_name(name: str, what: str) -> str:
+def _check_name(name: str, what: str) -> str:
     """Return ``name`` if it is usable as a file-name part of the index, else raise."""
     if not _NAME_RE.match(name):
         raise ConfigError(f"bad {what} name {name!r}: use letters, digits, '_', '.', '-'")
@@ -136,5 +135,5 @@ def parse_column(text: str) -> ColumnSpec:
     name, spec = (s.strip() for s in text.split("=", 1))
     m = _LEN_RE.match(spec)
     return ColumnSpec(
-        check_name(name, "column"), parse_field_spec(m.group(1) if m else spec), bool(m)
+        _check_name(name, "column"), parse_field_spec(m.group(1) if m else spec), bool(m)
     )

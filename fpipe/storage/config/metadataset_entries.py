@@ -21,11 +21,9 @@ __all__ = [
     "JoinPart",
     "Leaf",
     "MixSchedule",
-    "default_name",
     "entry_name",
     "is_metadataset",
     "join_leaf",
-    "joiner_name",
     "no_unknown",
     "number",
     "schedule_of",
@@ -144,13 +142,13 @@ def entry_name(item: dict) -> str:
     if item.get("name"):
         return str(item["name"])
     if "path" in item:
-        return default_name(item, item.get("split_part"))
+        return _default_name(item, item.get("split_part"))
     parts = item["join"]
     first = (list(parts.values()) if isinstance(parts, dict) else parts)[0]
     return Path(str(first["path"])).name
 
 
-def default_name(ref: dict, split_part: str | None) -> str:
+def _default_name(ref: dict, split_part: str | None) -> str:
     """The last part of the path without .yaml, plus ``.split_part`` when given."""
     stem = Path(str(ref["path"])).name
     for suffix in (".yaml", ".yml"):
@@ -215,12 +213,12 @@ def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
         subflavors=resolved[0].subflavors,
         where=f"{where}: {entry}",
         join=tuple(resolved[1:]),
-        joiner=joiner_name(node.get("joiner"), where, entry),
+        joiner=_joiner_name(node.get("joiner"), where, entry),
         join_name=resolved[0].name,
     )
 
 
-def joiner_name(joiner: Any, where: str, entry: str) -> str | None:
+def _joiner_name(joiner: Any, where: str, entry: str) -> str | None:
     """The sample type named by ``joiner:`` (``{__module__, __class__}`` or a string), as
     ``module.Class`` for the allow-list of :func:`fpipe.samples.sample_type_from_name`
     (resolved by the loader; never imported)."""

@@ -1,7 +1,7 @@
 """The split.yaml ``fpipe prepare`` writes: ratios, shard globs, or a given split config.
 
 :func:`build_split_config` makes the :class:`~fpipe.storage.config.dataset_yaml.SplitConfig`;
-:func:`fpipe.storage.read.split_indices.resolve_split` resolves it on an opened dataset.
+:func:`fpipe.storage.read._split_indices.resolve_split` resolves it on an opened dataset.
 """
 
 from __future__ import annotations

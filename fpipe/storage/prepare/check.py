@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from fpipe.core.errors import BadSampleError, FpipeError
-from fpipe.storage.prepare.progress import progress_bar
+from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.read.dataset import Dataset
 from fpipe.storage.read.layouts import open_dataset
 from fpipe.storage.read.webdataset import ShardError, iter_samples, open_shard, shard_stem

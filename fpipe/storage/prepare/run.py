@@ -36,13 +36,14 @@ from fpipe.storage.config.dataset_yaml import (
 )
 from fpipe.storage.config.splits import build_split_config
 from fpipe.storage.paths import is_url
-from fpipe.storage.prepare.checks import check_fields_present, check_sample_type
-from fpipe.storage.prepare.options import (
+from fpipe.storage.prepare._checks import check_fields_present, check_sample_type
+from fpipe.storage.prepare._options import (
     PrepareOptions,
     PrepareReport,
     Problem,
     make_options,
 )
+from fpipe.storage.prepare._table import write_table_index
 from fpipe.storage.prepare.scan import ScanOptions
 from fpipe.storage.prepare.shards import (
     PARTS_DIR,
@@ -52,7 +53,6 @@ from fpipe.storage.prepare.shards import (
     write_index_with_av,
     write_part,
 )
-from fpipe.storage.prepare.table import write_table_index
 from fpipe.storage.read.energon import exclude_to_keys, is_energon, read_energon_meta
 from fpipe.storage.read.remote import StorageOptions
 from fpipe.storage.read.remote_index import remote_shards, upload_index

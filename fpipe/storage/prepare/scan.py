@@ -33,7 +33,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
 from fpipe.storage.config.field_spec import ColumnSpec, FieldSpec, parse_field_spec
-from fpipe.storage.prepare.image_header import HEADER_PREFIX, image_size, parse_image_size
+from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.members import MemberTable, build_members
 from fpipe.storage.read.reader import gunzip_member

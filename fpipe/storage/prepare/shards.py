@@ -19,7 +19,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.decode.extensions import strip_gz
 from fpipe.storage.config.field_spec import parse_field_spec
-from fpipe.storage.prepare.progress import progress_bar
+from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.prepare.scan import ScanOptions, ShardScan, dense_column, scan_shard
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.tar.index import (
@@ -36,7 +36,6 @@ __all__ = [
     "MAX_EXTENSION_FIELDS",
     "MIN_EXTENSION_FRACTION",
     "PARTS_DIR",
-    "av_info",
     "merge_parts",
     "part_slice",
     "scan_shards",
@@ -137,7 +136,7 @@ def scan_shards(
     return concat_index(datas), av_meta.concat_keyframes(keyframes)
 
 
-def av_info(kf: Keyframes, fmap: dict[str, str]) -> dict[str, Any]:
+def _av_info(kf: Keyframes, fmap: dict[str, str]) -> dict[str, Any]:
     """``{"av": {"fields": {field: [member extensions]}}}`` for info.yaml ({} without AV)."""
     if not kf:
         return {}
@@ -156,7 +155,7 @@ def av_info(kf: Keyframes, fmap: dict[str, str]) -> dict[str, Any]:
 
 def write_index_with_av(out: Path, data: IndexData, kf: Keyframes, info: dict[str, Any]) -> None:
     """Write an index folder plus its audio/video keyframe arrays."""
-    write_index(out, data, {**info, **av_info(kf, info.get("field_map") or {})})
+    write_index(out, data, {**info, **_av_info(kf, info.get("field_map") or {})})
     av_meta.write_keyframes(out, kf)
 
 

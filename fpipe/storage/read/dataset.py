@@ -29,10 +29,10 @@ import numpy as np
 
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
+from fpipe.storage.read._split_indices import resolve_split
 from fpipe.storage.read.av_meta import AVIndex
 from fpipe.storage.read.reader import FileCache, read_each
 from fpipe.storage.read.record import ArrayStore, IndexRecord
-from fpipe.storage.read.split_indices import resolve_split
 from fpipe.storage.read.tables import TableReader
 
 __all__ = ["Dataset", "Reader"]

@@ -45,7 +45,6 @@ __all__ = [
     "exclude_to_keys",
     "is_energon",
     "read_energon_meta",
-    "read_tar_idx",
 ]
 
 META_DIR = ".nv-meta"
@@ -112,7 +111,7 @@ def energon_record(meta: EnergonMeta) -> IndexRecord:
     )
 
 
-def read_tar_idx(shard_path: str, count: int) -> np.ndarray:
+def _read_tar_idx(shard_path: str, count: int) -> np.ndarray:
     """Sample start offsets (count + 1 entries) from Energon's ``<shard>.tar.idx``."""
     path = shard_path + IDX_SUFFIX
     try:
@@ -137,7 +136,7 @@ def energon_arrays(root: str, record: IndexRecord):
             return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         if name.startswith("idx/"):
             s = record.shards[int(name[4:])]
-            return read_tar_idx(os.path.join(root, s.name), s.samples)
+            return _read_tar_idx(os.path.join(root, s.name), s.samples)
         if name == "columns/bytes.npy":
             parts = [np.diff(make(f"idx/{s}")) for s in range(len(record.shards))]
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -16,6 +16,14 @@ from typing import Any
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
 from fpipe.storage.paths import is_url
+from fpipe.storage.read._validate import (
+    ShardCheck,
+    array_checker,
+    check_headers,
+    check_record,
+    check_remote_sizes,
+    check_shards_unchanged,
+)
 from fpipe.storage.read.dataset import Dataset, Reader
 from fpipe.storage.read.energon import (
     EnergonReader,
@@ -29,14 +37,6 @@ from fpipe.storage.read.remote import RemoteFiles, StorageOptions
 from fpipe.storage.read.tables import TableReader, table_record
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.tar.reader import TarReader, tar_arrays
-from fpipe.storage.read.validate import (
-    ShardCheck,
-    array_checker,
-    check_headers,
-    check_record,
-    check_remote_sizes,
-    check_shards_unchanged,
-)
 from fpipe.storage.read.webdataset import is_gzip_shard
 
 __all__ = ["open_dataset"]
@@ -187,7 +187,7 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
         ``max_open_files`` (shard files kept open per process, default 64); for prepared
         and Energon folders and URLs: ``shard_check`` (``"mtime"`` default, ``"size"`` or
         ``"off"``: how opening checks that the shards are the ones indexed, see
-        :data:`fpipe.storage.read.validate.ShardCheck`; a URL compares object sizes from one
+        :data:`fpipe.storage.read._validate.ShardCheck`; a URL compares object sizes from one
         listing unless ``"off"``). Every read also checks the sample's bytes against the
         index, whatever ``shard_check``.
 

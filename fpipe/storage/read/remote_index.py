@@ -30,10 +30,10 @@ from fpipe.storage.read.remote import (
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.webdataset import SHARD_SUFFIXES, is_gzip_shard
 
-__all__ = ["cache_root", "local_index", "remote_shards", "upload_index"]
+__all__ = ["local_index", "remote_shards", "upload_index"]
 
 
-def cache_root() -> Path:
+def _cache_root() -> Path:
     """Where copies of remote indexes live (``$FPIPE_CACHE`` or ``~/.cache/fpipe``)."""
     return Path(os.environ.get("FPIPE_CACHE") or Path.home() / ".cache" / "fpipe")
 
@@ -57,7 +57,7 @@ def local_index(url: str, index_dir, options: StorageOptions) -> Path:
         ) from None
     except OSError as e:
         raise ConfigError(f"{url}: cannot read the index: {e}") from None
-    d = cache_root() / "index" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
+    d = _cache_root() / "index" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
     current = d / "info.yaml"
     if current.exists() and current.read_bytes() == info:
         return d

@@ -20,10 +20,10 @@ import numpy as np
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.read._validate import header_mismatch, stale_reason
 from fpipe.storage.read.members import MemberRows
 from fpipe.storage.read.reader import read_each
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
-from fpipe.storage.read.validate import header_mismatch, stale_reason
 
 __all__ = ["read_many"]
 

@@ -29,12 +29,12 @@ import numpy as np
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import GZ, strip_gz
 from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.read._validate import header_mismatch, stale_reason
 from fpipe.storage.read.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.read.reader import FileCache, members_to_dict
 from fpipe.storage.read.record import ArrayStore, IndexRecord
 from fpipe.storage.read.tar.batch import read_many
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
-from fpipe.storage.read.validate import header_mismatch, stale_reason
 from fpipe.storage.read.webdataset import is_gzip_shard, shard_stem
 
 __all__ = ["TarReader", "tar_arrays"]

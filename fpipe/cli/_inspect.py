@@ -53,7 +53,7 @@ class InspectContext:
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``inspect`` sub-command."""
-    from fpipe.cli.plan import add_config_arguments
+    from fpipe.cli._plan import add_config_arguments
 
     p = sub.add_parser(
         "inspect",
@@ -179,7 +179,7 @@ def draw_layouts(layouts: list[BatchLayout], path: str, *, width_px: int = 640) 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report (and write the plot); exit status 2 on a bad config."""
-    from fpipe.cli.plan import plan_overrides
+    from fpipe.cli._plan import plan_overrides
     from fpipe.datasets.plan_config import load_plan_config
 
     try:

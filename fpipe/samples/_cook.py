@@ -20,7 +20,7 @@ from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import is_gz
 from fpipe.decode.image import ImageDecodeOptions
 from fpipe.decode.registry import decode_field
-from fpipe.samples.field_map import FieldMap, compile_field_map
+from fpipe.samples._field_map import FieldMap, compile_field_map
 from fpipe.samples.registry import sample_type_from_name
 
 __all__ = ["Cooker", "CrudeSample", "cook_crude_sample", "cook_sample", "make_crude_sample"]
@@ -70,7 +70,7 @@ def cook_sample(
     Args:
       raw: member extension -> bytes of one sample (``{"jpg": b"...", "txt": b"..."}``).
       sample_type: a registered sample class or its name (``"CaptioningSample"``).
-      field_map: sample field -> source (see :mod:`fpipe.samples.field_map`), or a compiled
+      field_map: sample field -> source (see :mod:`fpipe.samples._field_map`), or a compiled
         :class:`FieldMap` (compile once per dataset to skip the per-call cache lookup).
       key: the sample key, ``shard/member-key``.
       restore_key: the sample's restore key.

@@ -16,7 +16,7 @@ counted by the bucket step. The decision depends only on the key and the sample'
 it is the same on every rank, in any window and after a resume.
 
 Example:
-    >>> from fpipe.plan.buckets.config import parse_bucket_config
+    >>> from fpipe.plan.buckets._config import parse_bucket_config
     >>> t = parse_bucket_config({"1:1": {256: {1: (1.0, 8), 17: (1.0, 2)}}})
     >>> assign_buckets(t, 7, width=[300, 300, 100], height=[300, 280, 100],
     ...                frames=[1, 40, 1], index=[0, 1, 2]).tolist()
@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from fpipe.core.rng import Key, fold_in_array, uniform_array
-from fpipe.plan.buckets.config import BucketTable, aspect_ratio
+from fpipe.plan.buckets._config import BucketTable, aspect_ratio
 
 __all__ = ["REJECTED", "UNFIT", "assign_buckets"]
 

@@ -28,7 +28,7 @@ __all__ = ["add_parser", "read_snapshot_file", "run", "show_envelope"]
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``state`` sub-command (``fpipe state show FILE``)."""
-    from fpipe.cli.plan import add_config_arguments
+    from fpipe.cli._plan import add_config_arguments
 
     p = sub.add_parser(
         "state",
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         data = read_snapshot_file(args.file)
         info = show_envelope(data)
         if args.config:
-            from fpipe.cli.plan import plan_overrides
+            from fpipe.cli._plan import plan_overrides
             from fpipe.datasets.plan_config import load_plan_config
             from fpipe.datasets.plan_queries import decode_with_config
 

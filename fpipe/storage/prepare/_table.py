@@ -19,7 +19,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import ext_kind
 from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
-from fpipe.storage.prepare.image_header import HEADER_PREFIX, image_size
+from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.layouts import open_dataset
 from fpipe.storage.read.record import ArrayStore

@@ -9,7 +9,7 @@ import heapq
 
 import numpy as np
 
-from fpipe.plan.packing.base import Packing, _as_costs, _from_assignment
+from fpipe.plan.packing._base import Packing, _as_costs, _from_assignment
 
 __all__ = ["balanced"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fpipe.core import Pipeline
 from fpipe.core.errors import ConfigError
-from fpipe.datasets.mix import _open, dataset_view
+from fpipe.datasets._mix import _open, dataset_view
 from fpipe.datasets.options import DatasetOptions
 from fpipe.loader.planned import PlannedDataset
 from fpipe.materialize.materializer import Materializer
