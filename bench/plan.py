@@ -10,8 +10,8 @@ Three measurements, in one run, on one core (the plan tier is single-threaded):
    process (``time.process_time``), which is what one core does even on a shared machine; the
    per-wall-clock-second figure is printed next to it. For comparison, the same figure for the
    6-stage plan below, by window size.
-2. Snapshot bytes of the issue's 6-stage plan (slice shuffle, repeat, window shuffle, filter,
-   distribute, batch) at step 10 and at step 10^6, for several window sizes with batch
+2. Snapshot bytes of the bounded-state test's 6-stage plan (slice shuffle, repeat, window
+   shuffle, filter, distribute, batch) at step 10 and at step 10^6, for several window sizes with batch
    ``--size-batch`` (2, as in the test: sizes do not depend on the batch size, and 10^6 steps
    stay cheap to reach with small windows), and for the timed configuration (window
    ``--window``, batch ``--six-batch``), which gives ``snapshot_bytes``. The step-10^6

@@ -22,12 +22,15 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.datasets.options import PYTHON_ONLY, DatasetOptions
+
+if TYPE_CHECKING:
+    from fpipe.loader.planned import PlannedDataset
 
 __all__ = ["PlanConfig", "build_dataset", "load_plan_config"]
 
@@ -122,7 +125,7 @@ def _convert(raw: dict[str, Any], where: str) -> PlanConfig:
     return PlanConfig(path=str(raw["path"]), world_size=world_size, options=converted)
 
 
-def build_dataset(cfg: PlanConfig, rank: int = 0):
+def build_dataset(cfg: PlanConfig, rank: int = 0) -> PlannedDataset:
     """The :class:`~fpipe.loader.PlannedDataset` of ``rank`` for a plan config."""
     from fpipe.datasets.dataset import build_train_dataset
     from fpipe.loader.topology import Topology

@@ -17,7 +17,7 @@ in its own group), or pass them yourself
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,7 +26,7 @@ from fpipe.core.errors import ConfigError
 __all__ = ["Topology", "WorkerConfig"]
 
 
-def _dist():
+def _dist() -> Any:  # torch.distributed when initialized, else None
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch is a dependency
@@ -48,7 +48,7 @@ def _env_int(*names: str) -> int | None:
     return None
 
 
-def _detect(data_parallel_group) -> tuple[int, int]:
+def _detect(data_parallel_group: Any) -> tuple[int, int]:
     """(rank, world_size) of this process in the data-parallel group."""
     dist = _dist()
     if dist is not None:
@@ -82,12 +82,27 @@ class Topology(msgspec.Struct, frozen=True):
         Topology(rank=1, world_size=4, num_workers=0, data_parallel_group=None)
     """
 
-    rank: int | None = None
-    world_size: int | None = None
+    if TYPE_CHECKING:
+        # What a type checker sees: a constructed Topology always holds ints (``__post_init__``
+        # fills in what was left out), while the constructor still takes None for "detect".
+        rank: int
+        world_size: int
+
+        def __init__(
+            self,
+            rank: int | None = None,
+            world_size: int | None = None,
+            num_workers: int = 0,
+            data_parallel_group: Any = None,
+        ) -> None: ...
+
+    else:  # the record msgspec builds: the same fields, in the same order, None until detected
+        rank: int | None = None
+        world_size: int | None = None
     num_workers: int = 0
     data_parallel_group: Any = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.rank is None or self.world_size is None:
             rank, world = _detect(self.data_parallel_group)
             if self.world_size is None:
@@ -102,16 +117,18 @@ class Topology(msgspec.Struct, frozen=True):
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
 
     @classmethod
-    def from_env(cls, num_workers: int = 0, data_parallel_group=None) -> Topology:
+    def from_env(cls, num_workers: int = 0, data_parallel_group: Any = None) -> Topology:
         """Rank and world size from torch.distributed (if initialized) or RANK / WORLD_SIZE."""
         return cls(num_workers=num_workers, data_parallel_group=data_parallel_group)
 
     @classmethod
-    def default_worker_config(cls, num_workers: int = 4, data_parallel_group=None) -> Topology:
+    def default_worker_config(
+        cls, num_workers: int = 4, data_parallel_group: Any = None
+    ) -> Topology:
         """Energon's spelling of :meth:`from_env`."""
         return cls.from_env(num_workers=num_workers, data_parallel_group=data_parallel_group)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Topology], tuple[int, int, int, None]]:
         # Process groups do not pickle; a Topology sent to another process drops its group.
         return (type(self), (self.rank, self.world_size, self.num_workers, None))
 
@@ -131,7 +148,8 @@ def gather_states(state: bytes, dst: int, topo: Topology) -> list[bytes] | None:
         return [state]
     dist = _dist()
     group = topo.data_parallel_group
-    out = [None] * topo.world_size if dist.get_rank() == dst else None
+    # torch fills the list on rank dst with every rank's bytes
+    out: list[Any] | None = [None] * topo.world_size if dist.get_rank() == dst else None
     dist.gather_object(state, out, dst=dst, group=group)
     return out
 
@@ -149,7 +167,14 @@ def scatter_state(states: Any, src: int | None, topo: Topology) -> bytes:
             )
         return bytes(states[topo.rank])
     dist = _dist()
-    out = [None]
-    mine = list(states) if dist.get_rank() == src else None
+    out: list[Any] = [None]  # torch puts this rank's bytes here
+    mine = None
+    if dist.get_rank() == src:  # only the source rank's list is read
+        if states is None:
+            raise ConfigError(
+                f"restore_state_global: src_rank {src} must pass the list of "
+                f"{topo.world_size} rank states, got None"
+            )
+        mine = list(states)
     dist.scatter_object_list(out, mine, src=src, group=topo.data_parallel_group)
     return bytes(out[0])

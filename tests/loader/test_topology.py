@@ -100,6 +100,11 @@ def test_global_batch_size_divides(text_ds):
     # neither: Energon's batch_size=None, unbatched samples
     unbatched = fpipe.get_train_dataset(text_ds, topology=Topology(0, 1))
     assert isinstance(next(iter(unbatched)), fpipe.Sample)
+    # a finite unbatched stream knows its length: one sample per step (it raised a TypeError)
+    one_pass = fpipe.get_train_dataset(text_ds, num_epochs=1, topology=Topology(1, 3))
+    assert len(one_pass) == len(list(one_pass)) == 16
+    val = fpipe.get_val_dataset(text_ds, batch_size=None, topology=Topology(2, 3))
+    assert len(val) == len(list(val)) == 16
     with pytest.raises(ConfigError, match="distribution"):
         build_dataset(text_ds, distribution="random")
 
