@@ -11,14 +11,14 @@ Three measurements, in one run, on one core (the plan tier is single-threaded):
    per-wall-clock-second figure is printed next to it. For comparison, the same figure for the
    6-stage plan below, by window size.
 2. Snapshot bytes of the bounded-state test's 6-stage plan (slice shuffle, repeat, window
-   shuffle, filter, distribute, batch) at step 10 and at step 10^6, for several window sizes with batch
-   ``--size-batch`` (2, as in the test: sizes do not depend on the batch size, and 10^6 steps
-   stay cheap to reach with small windows), and for the timed configuration (window
-   ``--window``, batch ``--six-batch``), which gives ``snapshot_bytes``. The step-10^6
-   state is reached with ``fast_forward`` (pull the stream under distribute in large chunks,
-   then set the distribute/batch states at that global-batch boundary; checked here against a
-   real run at ``--validate-step``, and in ``tests/core/test_snapshot.py``), or with a real
-   batch-by-batch run with ``--real`` (about a minute per window with batch 32).
+   shuffle, filter, distribute, batch) at step 10 and at step 10^6, for several window sizes
+   with batch ``--size-batch`` (2, as in the test: sizes do not depend on the batch size, and
+   10^6 steps stay cheap to reach with small windows), and for the timed configuration (window
+   ``--window``, batch ``--six-batch``), which gives ``snapshot_bytes``. The step-10^6 state is
+   reached with ``fast_forward`` (pull the stream under distribute in large chunks, then set the
+   distribute/batch states at that global-batch boundary; checked here against a real run at
+   ``--validate-step``, and in ``tests/core/test_snapshot.py``), or with a real batch-by-batch
+   run with ``--real`` (about a minute per window with batch 32).
 3. ``snapshot`` + ``restore`` time (median of ``--reps``) at step 10 and 10^6, and the restore
    work: the time from ``restore(bytes)`` in a freshly built pipeline (nothing memoized) to its
    first batch, which recomputes one window-shuffle block. It depends on the window size, not
