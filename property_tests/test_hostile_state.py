@@ -2,12 +2,14 @@
 
 A state record is walked to its integer fields; one is replaced by a hostile value and the state
 re-encoded (so the checksum is valid). Restoring must raise SnapshotError for a negative value,
-a changed key, or a position outside an epoch; any other value must either be refused the same
-way or restore to a state the pipeline can run from (never another exception)."""
+a changed key, a position outside an epoch, or a value past 2**62 (2**64 - 1 still fits the
+snapshot's integers); any other value must either be refused the same way or restore to a state
+the pipeline can run from (never another exception)."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 
 import msgspec
 import pytest
@@ -70,8 +72,20 @@ def test_bad_keys_and_positions_are_refused(path, bad):
         PLAN.restore(data)
 
 
+def _field(path) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if p[-1] != "key"])
+@pytest.mark.parametrize("bad", [2**62, 2**63, 2**64 - 1])
+def test_values_out_of_range_are_refused_naming_the_field(path, bad):
+    data = PLAN.snapshot(_replace(STATE, path, bad))
+    with pytest.raises(SnapshotError, match=re.escape(f"state{_field(path)} is {bad}: it must be")):
+        PLAN.restore(data)
+
+
 @settings(max_examples=60)
-@given(i=st.integers(0, len(PATHS) - 1), new=st.integers(-(2**63), 2**63 - 1))
+@given(i=st.integers(0, len(PATHS) - 1), new=st.integers(-(2**63), 2**64 - 1))
 def test_any_integer_is_refused_or_runs(i, new):
     path = PATHS[i]
     data = PLAN.snapshot(_replace(STATE, path, new))
@@ -79,7 +93,7 @@ def test_any_integer_is_refused_or_runs(i, new):
         state = PLAN.restore(data)
     except SnapshotError:
         return
-    assert new >= 0, f"{path} = {new} was accepted"
+    assert 0 <= new < 2**62 or path[-1] == "key", f"{path} = {new} was accepted"
     if path[-1] == "key":
         assert new == _replace_get(STATE, path)
     with contextlib.suppress(SnapshotError):  # a block cursor is checked with its block

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 import zlib
+from collections.abc import Iterator
 
 import msgspec
 import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "DEFAULT_MAX_INFLATED_BYTES",
     "DecodeLimits",
     "gunzip",
+    "gunzip_chunks",
     "limit_hint",
 ]
 
@@ -123,16 +125,32 @@ def gunzip(data: bytes, max_bytes: int | None = DEFAULT_MAX_INFLATED_BYTES) -> b
       ...
       ValueError: inflates to more than 10 bytes, over max_inflated_bytes=10 (...)
     """
-    out = bytearray()
+    return b"".join(gunzip_chunks(data, max_bytes))
+
+
+def gunzip_chunks(
+    data: bytes, max_bytes: int | None = DEFAULT_MAX_INFLATED_BYTES, chunk_bytes: int = 1 << 20
+) -> Iterator[bytes]:
+    """:func:`gunzip` piece by piece: at most ``chunk_bytes`` of output at a time, so a caller
+    that keeps only a count of what it reads (characters, bytes) holds one chunk in memory,
+    never the whole output. Raises as :func:`gunzip` does, on reaching the chunk that goes over
+    ``max_bytes`` or the end of truncated data.
+
+    Examples:
+      >>> import gzip
+      >>> [len(c) for c in gunzip_chunks(gzip.compress(b"x" * 10), chunk_bytes=4)]
+      [4, 4, 2]
+    """
+    total = 0
     rest = bytes(data)
     while True:
         d = zlib.decompressobj(wbits=31)
         buf = rest
         while not d.eof:
-            budget = 0 if max_bytes is None else max_bytes - len(out) + 1
+            budget = chunk_bytes if max_bytes is None else min(chunk_bytes, max_bytes - total + 1)
             chunk = d.decompress(buf, budget)
-            out += chunk
-            if max_bytes is not None and len(out) > max_bytes:
+            total += len(chunk)
+            if max_bytes is not None and total > max_bytes:
                 raise ValueError(
                     f"inflates to more than {max_bytes} bytes, over max_inflated_bytes="
                     f"{max_bytes} ({limit_hint('max_inflated_bytes')})"
@@ -140,9 +158,11 @@ def gunzip(data: bytes, max_bytes: int | None = DEFAULT_MAX_INFLATED_BYTES) -> b
             buf = d.unconsumed_tail
             if not buf and not chunk and not d.eof:
                 raise EOFError("gzip data ends before the end of its last member (truncated)")
+            if chunk:
+                yield chunk
         rest = d.unused_data
         if not rest.strip(b"\0"):  # end (trailing zero padding is allowed, as gzip does)
-            return bytes(out)
+            return
 
 
 def npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:

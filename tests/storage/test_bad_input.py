@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import tracemalloc
+import zlib
 
+import numpy as np
 import pytest
 
 from fpipe.core.errors import BadSampleError, ConfigError
@@ -180,3 +183,46 @@ def test_corrupt_tar_gz_is_a_bad_sample_and_leaves_no_partial_copy(tmp_path):
     assert not left, left
     rep = prepare_dataset(tmp_path, fields={"text": "txt"})  # no zlib.error escapes prepare
     assert rep.problems and rep.problems[0].path == "z.tar.gz"
+
+
+def _gzip_bomb(size: int) -> bytes:
+    """A gzip member of a few KB inflating to ``size`` bytes of text."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return c.compress(b"a" * size) + c.flush()
+
+
+def test_txt_gz_bomb_is_counted_not_held_inflated(tmp_path):
+    """A text field's `.chars` column counts a .gz member's characters as it inflates: peak
+    memory is one chunk, not the member inflated (and decoded) whole."""
+    size = 16 << 20
+    write_tar(
+        tmp_path / "s.tar",
+        [("bomb", {"txt.gz": _gzip_bomb(size)}), ("ok", {"txt.gz": gzip.compress("é!".encode())})],
+    )
+    tracemalloc.start()
+    try:
+        rep = prepare_dataset(tmp_path, workers=1)  # in process; crude: a txt.chars column
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rep.num_samples == 2 and not rep.problems
+    assert peak < size // 4, f"prepare peaked at {peak / 2**20:.1f} MiB"
+    chars = np.load(tmp_path / ".fpipe" / "columns" / "txt.chars.npy").tolist()
+    assert chars == [size, 2]
+
+
+def test_gz_member_over_the_inflate_limit_is_left_out_at_prepare(tmp_path):
+    from fpipe.decode.limits import DecodeLimits
+    from fpipe.storage.prepare.scan import ScanOptions, scan_shard
+
+    write_tar(
+        tmp_path / "s.tar",
+        [("bomb", {"txt.gz": _gzip_bomb(4 << 20)}), ("ok", {"txt.gz": gzip.compress(b"ok")})],
+    )
+    scan = scan_shard(
+        str(tmp_path), "s.tar", ScanOptions(limits=DecodeLimits(max_inflated_bytes=1 << 20))
+    )
+    assert scan.keys == ["ok"]
+    ((path, key, reason),) = scan.problems
+    assert (path, key) == ("s.tar", "s/bomb")
+    assert "'txt.gz'" in reason and "max_inflated_bytes=1048576" in reason

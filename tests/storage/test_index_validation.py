@@ -39,6 +39,17 @@ def _edit_info(index, fn):
         (lambda i: i.update(shards="shard-0000.tar"), "info.yaml"),
         (lambda i: i["shards"][0].update(name="../outside.tar"), "leaves the dataset folder"),
         (lambda i: i["shards"][0].update(name="/etc/passwd"), "leaves the dataset folder"),
+        (lambda i: i.update(version="one"), "info.yaml: bad index info: version must be an"),
+        (lambda i: i.update(version=True), "version must be an integer from 1 to 2, got True"),
+        (lambda i: i.update(version=0), "version must be an integer from 1 to 2, got 0"),
+        (lambda i: i.update(version=3), "index version 3 is newer"),
+        (
+            lambda i: i.update(members=["../../x", *i["members"][1:]]),
+            "info.yaml: bad index info: members entry '../../x' is not a member extension",
+        ),
+        (lambda i: i.update(members=["jpg", "a\\b"]), r"members entry 'a\\\\b'"),
+        (lambda i: i.update(members=["", "txt"]), "members entry ''"),
+        (lambda i: i.update(members="jpg"), "members must be a list"),
     ],
 )
 def test_bad_info_yaml_is_a_config_error(tmp_path, edit, match):
@@ -161,6 +172,31 @@ def test_unknown_split_key_is_refused_naming_file_and_key(tmp_path):
     split.write_text(yaml.safe_dump(obj))
     with pytest.raises(ConfigError, match=r"split.yaml: unknown key 'excludes'"):
         open_dataset(tmp_path)
+
+
+@pytest.mark.parametrize("entry", ["shard-0001.tar/4", "shard-0001.tar/99"])
+def test_exclude_past_the_end_of_its_shard_is_refused(tmp_path, entry):
+    _prepared(tmp_path, split="2,1,0")
+    split = tmp_path / ".fpipe" / "split.yaml"
+    obj = yaml.safe_load(split.read_text())
+    obj["exclude"] = ["shard-0001.tar/3", entry]  # 4 samples: 0..3
+    split.write_text(yaml.safe_dump(obj))
+    ds = open_dataset(tmp_path)
+    with pytest.raises(
+        ConfigError,
+        match=rf"split.yaml: exclude entry '{entry}' names sample \d+ of shard 'shard-0001.tar', "
+        r"which holds 4 samples in the index \(0..3\)",
+    ):
+        ds.split_indices("train")
+
+
+def test_exclude_by_index_inside_its_shard_still_excludes(tmp_path):
+    _prepared(tmp_path, split="2,1,0")
+    split = tmp_path / ".fpipe" / "split.yaml"
+    obj = yaml.safe_load(split.read_text())
+    obj["exclude"] = ["shard-0000.tar/3"]
+    split.write_text(yaml.safe_dump(obj))
+    assert 3 not in open_dataset(tmp_path).split_indices("train").tolist()
 
 
 def test_opening_a_large_index_is_cheap(tmp_path):

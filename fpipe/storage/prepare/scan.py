@@ -23,8 +23,10 @@ or JSON is corrupt, or that has two members with one extension, is left out and 
 
 from __future__ import annotations
 
+import codecs
 import importlib
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -32,6 +34,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
+from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip_chunks
 from fpipe.storage.config.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.read import av_meta
@@ -63,6 +66,8 @@ class ScanOptions(msgspec.Struct, frozen=True, kw_only=True):
     extra_columns_fn: str | None = None  #: "module:function" called with the member dict
     probe_av: bool = True  #: probe audio/video members: stream metadata and keyframes
     storage: StorageOptions | None = None  #: how to reach shards given by URL
+    #: ``max_inflated_bytes`` bounds every ``.gz`` member inflated (over it: left out)
+    limits: DecodeLimits = DEFAULT_LIMITS
 
 
 class ShardScan(msgspec.Struct, kw_only=True):
@@ -98,13 +103,24 @@ class _Bad(Exception):
     pass
 
 
-def _unzip(ext: str, data: bytes) -> bytes:
+def _unzip(ext: str, data: bytes, limits: DecodeLimits) -> bytes:
     if not is_gz(ext):
         return data
     try:
-        return gunzip_member("", "", ext, data)
+        return gunzip_member("", "", ext, data, limits)
     except BadSampleError as e:
         raise _Bad(e.reason) from None
+
+
+def _unzip_chunks(ext: str, data: bytes, limits: DecodeLimits) -> Iterator[bytes]:
+    """:func:`_unzip` one chunk at a time (a ``.gz`` member is never held inflated whole)."""
+    if not is_gz(ext):
+        yield data
+        return
+    try:
+        yield from gunzip_chunks(data, limits.max_inflated_bytes)
+    except (OSError, EOFError, zlib.error, ValueError, MemoryError) as e:
+        raise _Bad(f"corrupt gzip member {ext!r}: {type(e).__name__}: {e}") from None
 
 
 def _access(value: Any, path: tuple[str, ...]) -> Any:
@@ -121,11 +137,12 @@ def _access(value: Any, path: tuple[str, ...]) -> Any:
 class _Sample:
     """Lazy view of one raw sample: member bytes, decompressed and JSON-decoded on demand."""
 
-    __slots__ = ("exts", "content", "_f", "_offs", "_sizes", "_json")
+    __slots__ = ("exts", "content", "_f", "_offs", "_sizes", "_json", "_limits")
 
-    def __init__(self, f, exts, offs, sizes, content):
+    def __init__(self, f, exts, offs, sizes, content, limits: DecodeLimits = DEFAULT_LIMITS):
         self.exts, self.content, self._json = exts, content, {}
         self._f, self._offs, self._sizes = f, offs, sizes
+        self._limits = limits
 
     def full(self, ext: str) -> bytes:
         """All bytes of member ``ext`` (read from the shard unless the walk read them)."""
@@ -140,7 +157,18 @@ class _Sample:
         return data
 
     def data(self, ext: str) -> bytes:
-        return _unzip(ext, self.full(ext))
+        return _unzip(ext, self.full(ext), self._limits)
+
+    def chars(self, ext: str) -> int:
+        """Characters of text member ``ext`` (UTF-8, bad bytes counted as one each), counted
+        as it inflates: a ``.gz`` member costs one chunk of memory, not its inflated size."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        n = sum(len(decoder.decode(c)) for c in _unzip_chunks(ext, self.full(ext), self._limits))
+        return n + len(decoder.decode(b"", final=True))
+
+    def size(self, ext: str) -> int:
+        """Bytes of member ``ext`` once inflated, counted as :meth:`chars` counts."""
+        return sum(len(c) for c in _unzip_chunks(ext, self.full(ext), self._limits))
 
     def json(self, ext: str) -> Any:
         if ext not in self._json:
@@ -212,7 +240,7 @@ def _row(
                     raise _Bad(f"member {ext!r}: {e}") from None
             row[f"{fname}.width"], row[f"{fname}.height"] = int(size[0]), int(size[1])
         elif kind == "text":
-            row[f"{fname}.chars"] = len(s.data(ext).decode("utf-8", "replace"))
+            row[f"{fname}.chars"] = s.chars(ext)
         elif kind == "av" and opts.probe_av:
             try:
                 stats, keyframes[fname] = av_meta.probe_stats(s.data(ext), fname, key=ext)
@@ -225,7 +253,7 @@ def _row(
         if found is not None and found[1] is not None:
             v = len(found[1]) if col.length and hasattr(found[1], "__len__") else found[1]
         elif found is not None and col.length:
-            v = len(s.data(found[0]))
+            v = s.size(found[0])
         row[col.name] = _number(v)
     if extra is not None:
         raw = {strip_gz(e): s.data(e) for e in exts}
@@ -325,7 +353,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
             for key, exts, offs, sizes, content in iter_samples(
                 f, file_size, _read_plan(opts, fields)
             ):
-                s = _Sample(f, exts, offs, sizes, content)
+                s = _Sample(f, exts, offs, sizes, content, opts.limits)
                 try:
                     row, kf = _row(s, sizes, opts, fields, extra, user)
                 except (_Bad, OSError, EOFError) as e:

@@ -46,9 +46,13 @@ def resolve_split(
             continue
         head, _, tail = entry.rpartition("/")
         if head in pos and tail.isdigit():
-            j = starts[pos[head]] + int(tail)
-            if j < starts[pos[head] + 1]:
-                keep[j] = False
+            count = int(starts[pos[head] + 1] - starts[pos[head]])
+            if int(tail) >= count:
+                raise ConfigError(
+                    f"{where}: exclude entry {entry!r} names sample {int(tail)} of shard "
+                    f"{head!r}, which holds {count} samples in the index (0..{count - 1})"
+                )
+            keep[starts[pos[head]] + int(tail)] = False
             continue
         j = index_of_key(entry)
         if j is not None:

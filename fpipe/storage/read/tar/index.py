@@ -197,12 +197,36 @@ def read_info(index_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read index info: {e}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:
         raise ConfigError(f"{path}: not an fpipe index")
-    if int(info.get("version", 0)) > VERSION:
+    version = info.get("version", VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ConfigError(
-            f"{path}: index version {info.get('version')} is newer than this fpipe reads "
+            f"{path}: bad index info: version must be an integer from 1 to {VERSION}, got "
+            f"{version!r}; re-run `fpipe prepare`"
+        )
+    if version > VERSION:
+        raise ConfigError(
+            f"{path}: index version {version} is newer than this fpipe reads "
             f"({VERSION}); upgrade fpipe or re-run `fpipe prepare`"
         )
+    _check_member_names(info.get("members"), path)
     return info
+
+
+def _check_member_names(members: Any, path: Path) -> None:
+    """``members`` lists extensions: each one a name (``jpg``, ``seg.png``), never a path.
+    They name tar members (``<key>.<ext>``) and, in a version 1 index, the files
+    ``members/<ext>.offset.npy``: a path separator (``../../x``) would read outside the index
+    folder."""
+    if members is None:
+        return
+    if not isinstance(members, list):
+        raise ConfigError(f"{path}: bad index info: members must be a list of extensions")
+    for ext in members:
+        if not isinstance(ext, str) or not ext or any(c in ext for c in "/\\\0"):
+            raise ConfigError(
+                f"{path}: bad index info: members entry {ext!r} is not a member extension "
+                "(a name like 'jpg' or 'seg.png', without '/' or '\\'); re-run `fpipe prepare`"
+            )
 
 
 def load_array(path: str | Path, mmap: bool = True) -> np.ndarray:
