@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode.hook_forms import drain
 
 __all__ = [
     "IgnoreSample",
@@ -130,7 +131,7 @@ def stateless(
         @functools.wraps(f)
         def seeded(*args: Any, **kwargs: Any) -> Any:
             with _GLOBAL_SEEDS, _seeded_globals(_RNG.get()):
-                return f(*args, **kwargs)
+                return drain(f(*args, **kwargs))  # a generator's body runs seeded, too
 
         seeded.__fpipe_stateless__ = True
         return seeded

@@ -24,6 +24,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.rng import LazyGenerator
+from fpipe.encode.hook_forms import outputs
 
 __all__ = ["check_packing_hooks", "pack_buffer", "pack_planned", "pre_pack_encoder"]
 
@@ -97,10 +98,11 @@ def pack_buffer(enc: Any, samples: list, key: int) -> tuple[list, list[int]]:
         group = list(group)
         if not group:
             continue
-        if post:
+        if post:  # a generator postencode_sample puts all it yields into the group
             group = [
-                enc.postencode_sample(s, LazyGenerator(key, _POSTENCODE, g, j))
+                out
                 for j, s in enumerate(group)
+                for out in outputs(enc.postencode_sample(s, LazyGenerator(key, _POSTENCODE, g, j)))
             ]
         packs.append(enc.pack_selected_samples(group))
         sizes.append(len(group))

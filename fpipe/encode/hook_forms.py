@@ -1,0 +1,108 @@
+"""The forms a task-encoder hook may take beyond "one value in, one value out".
+
+- **Generator hooks** (Energon's ``yield`` form). ``encode_sample``, ``preencode_sample`` and
+  ``postencode_sample`` may yield any number of samples (splitting a long document, leaving a
+  sample out by yielding nothing). The materializer runs the generator to its end inside the
+  sample's context (so :func:`fpipe.sample_rng` and ``@stateless(restore_seeds=True)`` see the
+  sample's generator), and every yielded sample goes into the batch of the recipe its source
+  sample belongs to: a batch holds what its recipe's samples yield, so it may hold more (or
+  fewer) than ``batch_size`` samples. With a packing buffer, the yielded samples all enter that
+  buffer. The batch a step delivers is therefore still a pure function of its recipe: exact
+  resume and the same stream for any number of workers.
+- **Refused at construction** (:func:`check_hook_forms`, a :class:`~fpipe.core.errors.ConfigError`
+  before the first batch, naming the hook and the fpipe way): ``batch_group_criterion``
+  (Energon's grouped batching in the workers), ``batch`` or ``encode_batch`` written as
+  generators (one recipe is one batch), and a generator ``encode_sample`` with
+  ``batch_size=None`` (one recipe is one sample). See docs/energon_migration.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fpipe.core.errors import ConfigError
+
+__all__ = ["check_hook_forms", "drain", "is_generator_hook", "outputs", "then"]
+
+#: Hooks that may be generators; they run once per sample.
+_SAMPLE_HOOKS = ("encode_sample", "preencode_sample", "postencode_sample")
+
+
+def is_generator_hook(fn: Any) -> bool:
+    """Whether ``fn`` (a hook, possibly wrapped by fpipe or ``@stateless``) is written with
+    ``yield``."""
+    try:
+        return inspect.isgeneratorfunction(inspect.unwrap(fn))
+    except ValueError:  # a wrapper cycle: not ours to judge
+        return False
+
+
+def _replay(items: list) -> Iterator[Any]:
+    yield from items
+
+
+def drain(out: Any) -> Any:
+    """``out`` unchanged, or, if it is a generator, a generator over its values, all computed
+    now (so the hook's body runs inside the caller's context: the sample's rng, seeded global
+    generators)."""
+    if inspect.isgenerator(out):
+        return _replay(list(out))
+    return out
+
+
+def outputs(out: Any) -> list:
+    """The samples a sample hook returned: its values if it is a generator, else ``[out]``."""
+    if inspect.isgenerator(out):
+        return list(out)
+    return [out]
+
+
+def then(out: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to what a hook returned: to each yielded value if it is a generator (the
+    result is a generator over every value ``fn`` returns or yields), else to ``out``."""
+    if not inspect.isgenerator(out):
+        return fn(out)
+    return _replay([v for item in out for v in outputs(fn(item))])
+
+
+def _group_refusal(name: str) -> ConfigError:
+    return ConfigError(
+        f"{name} defines batch_group_criterion (Energon's grouped batching), which fpipe does "
+        "not run. Energon groups encoded samples inside each worker, so which samples share a "
+        "batch depends on the number of workers and a checkpoint holds every group's waiting "
+        "samples; fpipe plans each batch before any sample is read, so a resume is exact and "
+        "any num_workers gives the same batches. Group in the plan tier on index metadata "
+        "instead: get_train_dataset(..., bucket_config={...}) groups by aspect ratio, "
+        "resolution and frames, each bucket with its own batch size (docs/buckets.md), and "
+        "fpipe.plan.group_batches(view, criterion, columns=[...]) runs a criterion "
+        "row -> (group, batch_size) on index columns (docs/buckets.md, 'Grouped batching in "
+        f"general'). Remove batch_group_criterion from {name}"
+    )
+
+
+def check_hook_forms(enc: Any, *, unbatched: bool = False) -> None:
+    """Refuse, before the first batch, the hooks and hook forms fpipe would otherwise ignore or
+    deliver wrongly (see the module docstring). ``unbatched``: ``batch_size=None``."""
+    cls = type(enc)
+    name = cls.__name__
+    if callable(getattr(cls, "batch_group_criterion", None)):
+        raise _group_refusal(name)
+    for hook in ("batch", "encode_batch"):
+        if is_generator_hook(getattr(cls, hook, None)):
+            raise ConfigError(
+                f"{name}.{hook} is a generator (yield): Energon delivers each yielded batch as "
+                "a batch of its own, but in fpipe one planned step is one batch (that is what "
+                "makes a resume exact with any number of workers). Return one batch; to emit "
+                "several samples from one, make encode_sample a generator (its samples go "
+                "into the same batch), or split the batch in the training loop"
+            )
+    if unbatched:
+        for hook in _SAMPLE_HOOKS:
+            if is_generator_hook(getattr(cls, hook, None)):
+                raise ConfigError(
+                    f"{name}.{hook} is a generator (yield), but batch_size=None delivers one "
+                    "sample per planned step, and the samples it yields would not fit. Set "
+                    "batch_size=N: the samples a step's samples yield are batched together"
+                )
