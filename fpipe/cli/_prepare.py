@@ -30,7 +30,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="field map entry, e.g. image=jpg, caption=txt, caption=json[caption], "
         "image=jpg,png (repeatable)",
     )
-    p.add_argument("--sample-type", default=None, help="e.g. CaptioningSample")
+    p.add_argument(
+        "--sample-type",
+        default=None,
+        metavar="TYPE",
+        help="e.g. CaptioningSample, or your own class as package.module:Class (that module "
+        "is imported; dataset.yaml then names package.module.Class, which your training code "
+        "registers with fpipe.samples.register_sample_type)",
+    )
     p.add_argument(
         "--split",
         default=None,
@@ -111,7 +118,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=int,
         default=20,
         metavar="N",
-        help="print at most N problems (all are in .fpipe/problems.jsonl)",
+        help="print at most N problems to stderr (default 20; all of them are in "
+        ".fpipe/problems.jsonl, whose path the summary prints)",
     )
     return p
 
@@ -185,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     if len(report.problems) > args.show_problems:
         print(
             f"... {len(report.problems) - args.show_problems} more problems in "
-            f"{report.index_dir}/problems.jsonl",
+            f"{report.problems_file}",
             file=sys.stderr,
         )
     part = f" (part {report.part[0]}/{report.part[1]})" if report.part else ""
@@ -194,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
         f"{report.elapsed_s:.2f} s ({report.samples_per_s:,.0f} samples/s); "
         f"{len(report.problems)} left out; wrote {report.index_dir}"
     )
+    if report.problems:
+        print(report.left_out_summary())
     if report.splits:
         print("splits (shards): " + ", ".join(f"{k}={v}" for k, v in report.splits.items()))
     if report.part is None:
@@ -209,7 +219,13 @@ def _what_was_written(report, asked: bool) -> str:
         fields = ", ".join(
             f"{k}={v if isinstance(v, str) else ','.join(v)}" for k, v in report.field_map.items()
         )
-        return f"dataset.yaml: sample_type {report.sample_type}, fields {fields}"
+        line = f"dataset.yaml: sample_type {report.sample_type}, fields {fields}"
+        if "." in report.sample_type:  # the user's own class: fpipe never imports it on load
+            line += (
+                f"; to load it, import {report.sample_type.rsplit('.', 1)[0]} in your training "
+                "code and register the class there (@fpipe.samples.register_sample_type)"
+            )
+        return line
     members = [m for m in report.members if not m.endswith(".gz")] or ["jpg", "txt"]
     example = " ".join(f"--field NAME={m}" for m in members[:2])
     why = "" if asked else " (no --field given)"

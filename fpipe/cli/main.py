@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 import textwrap
@@ -106,12 +107,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status after the reader of the output went away: 128 + SIGPIPE, what a shell reports
+#: for a Unix tool that a closed pipe stopped (``yes | head``).
+BROKEN_PIPE_STATUS = 141
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (captured output)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``fpipe`` command line; returns the process exit status.
 
     Ctrl-C ends a command with status 130 and one line on stderr, no traceback; a closed
-    input (Ctrl-D at a prompt) ends it with status 1 likewise.
+    input (Ctrl-D at a prompt) ends it with status 1 likewise. A closed output pipe
+    (``fpipe info DIR | head``) ends it quietly with status 141, as Unix tools end.
     """
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        _drop_stdout()
+        return BROKEN_PIPE_STATUS
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

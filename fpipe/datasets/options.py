@@ -66,7 +66,7 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     repeat: bool = True
     # Batches and ranks.
     batch_size: int | None = None
-    global_batch_size: int | None = None
+    global_batch_size: Any = None  # an int, {step: size} or a fpipe.plan.BatchSchedule
     drop_last: bool = True
     distribution: Distribution = "global"
     topology: Any = None
@@ -79,6 +79,9 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     weight_schedule: Any = None  # a WeightSchedule or [(position, {name: weight}), ...]
     schedule_mode: ScheduleMode = "step"
     allow_changed_weights: bool = False
+    blend_unit: str | None = None  # "samples" or an index column ("tokens"); None: the file's
+    rampup_batch_size: tuple[int, int, int] | None = None  # Megatron's: start, increment, samples
+    skip_steps: Any = None  # global step ranges left out: [(a, b), ...], range(a, b) or "a:b"
     # How each sample is read, decoded and encoded.
     task_encoder: Any = None
     image_decode: ImageDecodeOptions | None = None
@@ -115,6 +118,11 @@ def check_keywords(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     @functools.wraps(fn)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         for name in kwargs:
+            if name == "auto_decode" and name not in known:  # Energon 5's: name the fix
+                from fpipe.decode import SampleDecoder
+
+                fix = SampleDecoder.AUTO_DECODE_FIX
+                raise ConfigError(f"{fn.__name__}(auto_decode=...): {fix}")
             if name not in known:
                 close = difflib.get_close_matches(name, names, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -17,15 +17,32 @@ give (WebDataset's ``imagespecs``, which Energon uses):
 ``pil`` / ``pilrgb``   PIL RGB image
 ``pilrgba`` / ``pill`` PIL RGBA / L image
 =================  ==========================  ==============================================
+
+As in Energon, a task encoder's ``decoder`` may also be any callable
+``decoder(sample: dict) -> dict``: it is called with the sample's raw members
+(``{"__key__": ..., "jpg": b"...", "txt": b"..."}``) and the field map reads its result as it
+is; ``decoder = None`` in the task encoder's class keeps raw bytes (Energon 5's
+``auto_decode=False``). A ``SampleDecoder`` is such a callable too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fpipe.core.errors import ConfigError
 
-__all__ = ["IMAGE_DECODE_SPECS", "SampleDecoder"]
+__all__ = ["AUTO_DECODE_FIX", "IMAGE_DECODE_SPECS", "SampleDecoder"]
+
+#: What replaces Energon 5's ``auto_decode`` (refused with this text wherever it is passed).
+AUTO_DECODE_FIX = (
+    "auto_decode is Energon 5's, gone since Energon 6 and not an fpipe option: decoding is set "
+    "by the task encoder's `decoder` class attribute. auto_decode=True is the default "
+    "(`decoder = SampleDecoder(image_decode=\"torchrgb\")` for Energon's image values); "
+    "auto_decode=False (raw bytes) is `decoder = None` in your TaskEncoder subclass; your own "
+    "decoding is a callable `decoder(sample: dict) -> dict`, or "
+    "fpipe.decode.register_decoder(ext, fn) for one extension"
+)
 
 #: WebDataset image spec -> (out, dtype, mode) of :class:`~fpipe.decode.image.ImageDecodeOptions`.
 IMAGE_DECODE_SPECS: dict[str, tuple[str, str, str]] = {
@@ -66,6 +83,9 @@ class SampleDecoder:
       'pil'
     """
 
+    #: What replaces Energon 5's ``auto_decode`` (the text of the error refusing it).
+    AUTO_DECODE_FIX = AUTO_DECODE_FIX
+
     def __init__(
         self,
         *,
@@ -74,12 +94,26 @@ class SampleDecoder:
         video_decode_audio: bool = False,
         guess_content: bool = False,
         decode_limits: Any = None,
+        **energon5: Any,
     ):
         from fpipe.decode.image import ImageDecodeOptions
 
+        if "auto_decode" in energon5:
+            raise ConfigError(f"SampleDecoder(auto_decode=...): {AUTO_DECODE_FIX}")
+        if energon5:
+            raise TypeError(
+                f"SampleDecoder() got an unexpected keyword argument {next(iter(energon5))!r}"
+            )
         if image_decode not in IMAGE_DECODE_SPECS:
+            how = (
+                "a callable is not an image spec (as in Energon); for your own decoding set "
+                "the task encoder's `decoder` to a callable `decoder(sample: dict) -> dict`, "
+                "or use fpipe.decode.register_decoder('jpg', fn). Image specs: "
+                if callable(image_decode)
+                else "use one of "
+            )
             raise ConfigError(
-                f"SampleDecoder(image_decode={image_decode!r}): use one of "
+                f"SampleDecoder(image_decode={image_decode!r}): {how}"
                 + ", ".join(IMAGE_DECODE_SPECS)
             )
         out, dtype, mode = IMAGE_DECODE_SPECS[image_decode]
@@ -90,6 +124,26 @@ class SampleDecoder:
         self.decode_limits = decode_limits
         #: what the loader decodes images with
         self.image_options = ImageDecodeOptions(out=out, dtype=dtype, mode=mode)
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """Energon's call: ``sample`` with every member decoded by its extension (images as
+        ``image_decode`` says; keys starting with ``__`` kept as they are)."""
+        from fpipe.decode.registry import decode_field
+
+        key = str(sample.get("__key__", ""))
+        return {
+            k: v
+            if k.startswith("__") or not isinstance(v, (bytes, bytearray, memoryview))
+            else decode_field(
+                k, bytes(v), key=key, image_options=self.image_options, limits=self.decode_limits
+            )
+            for k, v in sample.items()
+        }
+
+    def decode(self, fname: str, raw: bytes) -> Any:
+        """Energon's ``decode("key.ext", raw)``: one member decoded by its extension."""
+        key, _, ext = fname.rpartition("/")[2].partition(".")
+        return self({"__key__": key, ext: raw})[ext]
 
     def __repr__(self) -> str:
         return f"SampleDecoder(image_decode={self.image_decode!r})"

@@ -25,6 +25,9 @@ Energon's forms work as written: ``DefaultTaskEncoder[TSample, TEncoded, TRawBat
 hooks ``encode_sample(self, sample)`` / ``preencode_sample`` / ``postencode_sample``: such a hook
 reaches the sample's generator with :func:`fpipe.sample_rng() <fpipe.encode.hooks.sample_rng>`
 (the same generator the two-argument form gets as ``rng``).
+The sample hooks may also be generators (``yield``): everything the samples of one recipe yield
+goes into that recipe's batch; ``batch_group_criterion`` and generator ``batch`` /
+``encode_batch`` are refused when the dataset is built (:mod:`fpipe.encode.hook_forms`).
 
 Example:
     >>> from dataclasses import dataclass
@@ -49,9 +52,16 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode.hook_forms import drain, then
 from fpipe.encode.hooks import _RNG, generic_batch
 
-__all__ = ["DefaultTaskEncoder", "TaskEncoder", "decode_limits_of", "image_options"]
+__all__ = [
+    "DefaultTaskEncoder",
+    "TaskEncoder",
+    "decode_limits_of",
+    "image_options",
+    "sample_decoder_of",
+]
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -83,8 +93,8 @@ def _sample_hook(fn: Any) -> Any:
         if rng is None:
             rng = _RNG.get()
         token = _RNG.set(rng)
-        try:
-            return fn(self, sample, rng) if takes_rng else fn(self, sample)
+        try:  # a generator hook runs to its end here, with its sample's rng
+            return drain(fn(self, sample, rng) if takes_rng else fn(self, sample))
         finally:
             _RNG.reset(token)
 
@@ -100,6 +110,43 @@ def image_options(task_encoder: Any) -> Any:
         decoder = getattr(task_encoder, "decoder", None)
         opts = getattr(decoder, "image_options", None)
     return opts
+
+
+def _keep_raw(sample: Any) -> Any:
+    return sample
+
+
+def sample_decoder_of(task_encoder: Any) -> Any:
+    """Energon's whole-sample ``decoder`` of a task encoder, when fpipe is not to decode by
+    extension: a callable ``decoder(sample: dict) -> dict`` other than a
+    :class:`~fpipe.decode.SampleDecoder` (called with ``__key__`` and the raw members; the
+    field map reads its result as it is), or, for ``decoder = None`` set in the user's class
+    (Energon: no decoding), one that keeps the raw bytes. None: fpipe decodes the members the
+    field map reads by extension (with a ``SampleDecoder``'s image options).
+
+    Raises:
+      ConfigError: ``decoder`` is neither of these.
+    """
+    decoder = getattr(task_encoder, "decoder", None)
+    if decoder is None:
+        own = vars(task_encoder) if hasattr(task_encoder, "__dict__") else {}
+        if "decoder" in own:
+            return _keep_raw
+        for cls in type(task_encoder).__mro__:
+            if cls is TaskEncoder:
+                break
+            if "decoder" in vars(cls):
+                return _keep_raw
+        return None
+    if hasattr(decoder, "image_options"):  # a SampleDecoder: decoded lazily, by extension
+        return None
+    if callable(decoder):
+        return decoder
+    raise ConfigError(
+        f"{type(task_encoder).__name__}.decoder = {decoder!r}: expected a SampleDecoder "
+        "(e.g. SampleDecoder(image_decode=\"torchrgb\")), a callable "
+        "decoder(sample: dict) -> dict, or None for raw bytes (as in Energon)"
+    )
 
 
 def decode_limits_of(task_encoder: Any) -> Any:
@@ -134,7 +181,9 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     image_decode: Any = None
     decode_limits: Any = None
     probe_av: bool = False
-    #: Energon's ``decoder = SampleDecoder(image_decode="torchrgb")`` (see ``image_options``).
+    #: Energon's ``decoder = SampleDecoder(image_decode="torchrgb")`` (see ``image_options``),
+    #: a callable ``decoder(sample: dict) -> dict``, or ``None`` set in a subclass for raw
+    #: bytes (see :func:`sample_decoder_of`).
     decoder: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -156,8 +205,9 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
         return cook_crude_sample(crude, self.cookers)
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> Any:
-        """Per-sample transform (tokenize, augment...). Default: preencode then postencode."""
-        return self.postencode_sample(self.preencode_sample(sample, rng), rng)
+        """Per-sample transform (tokenize, augment...). Default: preencode then postencode
+        (on each sample a generator ``preencode_sample`` yields)."""
+        return then(self.preencode_sample(sample, rng), lambda s: self.postencode_sample(s, rng))
 
     def preencode_sample(self, sample: Any, rng: np.random.Generator) -> Any:
         """Part of encoding done before packing (default: unchanged)."""
@@ -249,9 +299,11 @@ class DefaultTaskEncoder(
         self._batch_type = batch_type
 
     def encode_sample(self, sample: Any, rng: np.random.Generator | None = None) -> Any:
-        """Preencode then postencode, then convert to ``encoded_sample_type`` if set."""
-        out = self.postencode_sample(self.preencode_sample(sample, rng), rng)
-        return _convert(out, getattr(self, "_encoded_sample_type", None))
+        """Preencode then postencode, then convert to ``encoded_sample_type`` if set (each
+        sample, when the hooks are generators)."""
+        target = getattr(self, "_encoded_sample_type", None)
+        out = then(self.preencode_sample(sample, rng), lambda s: self.postencode_sample(s, rng))
+        return then(out, lambda s: _convert(s, target))
 
     def batch(self, samples: list[Any]) -> Any:
         """Collate (pad+stack tensors, lists for the rest) into ``raw_batch_type`` if set, else

@@ -19,10 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from fpipe.core.errors import BadSampleError, ErrorPolicy, FpipeError, MaterializeError
+from fpipe.core.errors import (
+    BadSampleError,
+    ConfigError,
+    ErrorPolicy,
+    FpipeError,
+    MaterializeError,
+)
 from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator, fold_in_array
 from fpipe.encode.batch_memory import sent_as_collated
+from fpipe.encode.hook_forms import check_hook_forms, outputs
 from fpipe.encode.hooks import SkipSample, using_sample_rng
 from fpipe.encode.packing import (
     check_packing_hooks,
@@ -30,12 +37,18 @@ from fpipe.encode.packing import (
     pack_planned,
     pre_pack_encoder,
 )
-from fpipe.encode.task_encoder import decode_limits_of, image_options, keeps_collated_tensors
+from fpipe.encode.task_encoder import (
+    decode_limits_of,
+    image_options,
+    keeps_collated_tensors,
+    sample_decoder_of,
+)
 from fpipe.materialize.join import joined_sample, prefetch_parts, read_joined
 from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
 from fpipe.samples import (
     compile_field_map,
     cook_sample,
+    decode_whole_sample,
     make_crude_sample,
     sample_type_from_name,
 )
@@ -46,6 +59,10 @@ __all__ = ["MaterializedBatch", "Materializer"]
 _COOK, _ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
 _MAX_KEYS = 8  # sample keys named in a MaterializeError of a batch hook
 _READ_CHUNK = 256  # samples read ahead at once (their raw bytes are held together)
+
+
+def _no_mark(position: int) -> None:
+    pass
 
 
 def show_keys(keys) -> str:
@@ -131,6 +148,8 @@ class Materializer:
     ):
         self.sources = list(sources)
         self.task_encoder = task_encoder
+        # batch_group_criterion, generator batch hooks...: refused now, not ignored later
+        check_hook_forms(task_encoder, unbatched=unbatched)
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
         self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
         self.image_decode = (
@@ -144,6 +163,8 @@ class Materializer:
         self.decode_limits = (
             decode_limits if decode_limits is not None else decode_limits_of(task_encoder)
         )
+        #: Energon's whole-sample ``decoder`` callable of the task encoder, or None
+        self.sample_decoder = sample_decoder_of(task_encoder)
         self._datasets: dict[int, Any] = {}
         self._field_maps: dict[int, Any] = {}
         self.joins: dict[Any, Any] = {}  #: per-process state of joins (fpipe.materialize.join)
@@ -218,6 +239,8 @@ class Materializer:
         sample_key = ds.key(index) if key is None else key
         path = getattr(ds, "path", src.path)
         if is_crude(src.sample_type):
+            if self.sample_decoder is not None:  # Energon: crude samples hold decoded values
+                raw = decode_whole_sample(self.sample_decoder, raw, str(path), sample_key)
             crude = make_crude_sample(
                 raw,
                 key=sample_key,
@@ -225,6 +248,7 @@ class Materializer:
                 subflavors=src.subflavors,
                 path=str(path),
                 decode_limits=self.decode_limits,
+                decode_exts=ds.decode_exts(index) if hasattr(ds, "decode_exts") else None,
             )
             return self.task_encoder.cook_crude_sample(crude)
         # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
@@ -245,6 +269,8 @@ class Materializer:
             av_metadata=av_metadata,
             decode_limits=self.decode_limits,
             probe_av=bool(getattr(self.task_encoder, "probe_av", False)),
+            decode_exts=ds.decode_exts(index) if hasattr(ds, "decode_exts") else None,
+            decoder=self.sample_decoder,
         )
 
     def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[tuple]:
@@ -307,9 +333,20 @@ class Materializer:
         refs = recipe.refs
         return tuple(self.key(d, i) for d, i in zip(refs.dataset.tolist(), refs.index.tolist()))
 
-    def __call__(self, recipe: Recipe) -> MaterializedBatch:
+    def __call__(
+        self,
+        recipe: Recipe,
+        *,
+        exclude: frozenset[int] = frozenset(),
+        mark: Callable[[int], None] | None = None,
+    ) -> MaterializedBatch:
         """The batch (or the packs of a packing buffer) of ``recipe``, in two phases: encode
-        each sample, then assemble them."""
+        each sample, then assemble them.
+
+        ``exclude``: positions in the recipe left out and counted as skipped (samples that
+        killed their worker, see :mod:`fpipe.loader._recovery`). ``mark(position)`` is called
+        as each sample's reading, cooking and encoding starts, and ``mark(-1)`` when it ends
+        (how a worker tells which sample it was on when it dies)."""
         enc = self.task_encoder
         if recipe.shape:  # a bucket's batch: every sample gets the bucket's shape
             enc = enc.for_bucket(recipe.shape)
@@ -317,7 +354,9 @@ class Materializer:
         # Each sample's key, for the whole recipe at once: fold_in(recipe.key, dataset, index,
         # epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
-        samples, kept, skipped_keys = self._encode_samples(enc, recipe, skeys)
+        samples, kept, skipped_keys = self._encode_samples(
+            enc, recipe, skeys, exclude, mark or _no_mark
+        )
         out = self._assemble(enc, recipe, samples, kept, skeys)
         skipped_keys += out.skipped_keys
         return MaterializedBatch(
@@ -331,12 +370,18 @@ class Materializer:
         )
 
     def _encode_samples(
-        self, enc, recipe: Recipe, skeys: list[int]
+        self,
+        enc,
+        recipe: Recipe,
+        skeys: list[int],
+        exclude: frozenset[int] = frozenset(),
+        mark: Callable[[int], None] = _no_mark,
     ) -> tuple[list, list[int], list[str]]:
         """Phase one: read, cook and encode each sample of ``recipe`` (``encode_sample``, or
-        the hooks before selection with a packing buffer). Returns the encoded samples, their
-        positions in the recipe, and what names each sample that a SkipSample or the error
-        policy skipped."""
+        the hooks before selection with a packing buffer). Returns the encoded samples, the
+        position in the recipe of the sample each one comes from (a generator hook may yield
+        several, or none), and what names each sample that a SkipSample or the error policy
+        skipped."""
         if self.packing:
             encode = pre_pack_encoder(enc)
             encode_hook = getattr(encode, "__name__", "preencode_sample")
@@ -352,7 +397,7 @@ class Materializer:
             self.reads(refs, parts_found),
         )
         samples: list = []
-        kept: list[int] = []  # positions in the recipe of the samples not skipped
+        kept: list[int] = []  # per encoded sample: the recipe position it was encoded from
         skipped_keys: list[str] = []
         for pos, (d, i, e, skey, read) in enumerate(ids):
             src = self.sources[d]
@@ -361,6 +406,10 @@ class Materializer:
             def keys(d=d, i=i) -> tuple[str, ...]:
                 return (self.key(d, i),)
 
+            if pos in exclude:
+                skipped_keys.append(f"{src.path}:{self.key(d, i)}: killed its worker")
+                continue
+            mark(pos)
             try:
                 with using_sample_rng(LazyGenerator(skey, _ENCODE)):  # fpipe.sample_rng()
                     with naming_failures(read_hook, keys, step, pos):
@@ -368,14 +417,16 @@ class Materializer:
                     # Lazy fields (video frames) are decoded inside the encoder: their failures
                     # are bad input too, and go through the same policy.
                     with naming_failures(encode_hook, keys, step, pos):
-                        samples.append(encode(sample, rng))
-                kept.append(pos)
+                        encoded = outputs(encode(sample, rng))  # a generator: all it yields
+                samples.extend(encoded)
+                kept.extend([pos] * len(encoded))
             except SkipSample as err:  # the task encoder's (or a join's): skipped, counted
                 skipped_keys.append(getattr(err, "where", "") or f"{src.path}:#{i}: SkipSample")
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
                 skipped_keys.append(f"{err.path}:{err.key}")
+            mark(-1)
         return samples, kept, skipped_keys
 
     def _assemble(
@@ -398,6 +449,12 @@ class Materializer:
             if not samples:
                 return _Assembled()
             if self.unbatched:
+                if len(samples) > 1:  # a hook returned a generator: several samples, one step
+                    raise ConfigError(
+                        f"encode_sample yielded {len(samples)} samples (sample "
+                        f"{show_keys(keys())}), but batch_size=None delivers one sample per "
+                        "step; set batch_size=N (the samples a step yields are batched together)"
+                    )
                 return _Assembled(batch=samples[0])
             if "pack" in recipe.refs.columns:  # packs chosen in the plan tier
                 with naming_failures("packing hooks", keys, step):

@@ -3,7 +3,7 @@
 What belongs here: user-facing sample and batch types, the allow-list of sample types that
 dataset.yaml may name, and cooking raw members into samples (``field_map`` or crude cookers).
 Randomness only comes in as an explicit ``rng``; nothing here knows about workers or ranks.
-torch is imported lazily (``Batch.pin_memory`` / ``Batch.to``, tensor image output).
+torch is imported lazily (``pin_memory`` / ``to`` of samples and batches, tensor image output).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from fpipe.samples._cook import (
     CrudeSample,
     cook_crude_sample,
     cook_sample,
+    decode_whole_sample,
     make_crude_sample,
 )
 from fpipe.samples._field_map import (
@@ -37,6 +38,7 @@ from fpipe.samples._types import (
 from fpipe.samples.base import BASE_FIELDS, Sample, basic_sample_keys
 from fpipe.samples.batch import Batch, map_tensors
 from fpipe.samples.registry import register_sample_type, sample_type_from_name, sample_type_name
+from fpipe.samples.tensors import PinMemoryMixin
 
 __all__ = [
     "BASE_FIELDS",
@@ -52,6 +54,7 @@ __all__ = [
     "ImageClassificationSample",
     "ImageSample",
     "InterleavedSample",
+    "PinMemoryMixin",
     "Sample",
     "TextSample",
     "VQASample",
@@ -61,6 +64,7 @@ __all__ = [
     "compile_field_map",
     "cook_crude_sample",
     "cook_sample",
+    "decode_whole_sample",
     "make_crude_sample",
     "map_tensors",
     "parse_source",

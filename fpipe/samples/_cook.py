@@ -23,7 +23,14 @@ from fpipe.decode.registry import decode_field
 from fpipe.samples._field_map import FieldMap, compile_field_map
 from fpipe.samples.registry import sample_type_from_name
 
-__all__ = ["Cooker", "CrudeSample", "cook_crude_sample", "cook_sample", "make_crude_sample"]
+__all__ = [
+    "Cooker",
+    "CrudeSample",
+    "cook_crude_sample",
+    "cook_sample",
+    "decode_whole_sample",
+    "make_crude_sample",
+]
 
 _MISSING = object()
 
@@ -64,8 +71,14 @@ def cook_sample(
     av_metadata: Mapping[str, Any] | None = None,
     decode_limits: Any = None,
     probe_av: bool = False,
+    decode_exts: Mapping[str, str] | None = None,
+    decoder: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Any:
     """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
+
+    A field the sample type declares ``str`` (or ``str | None``) gets text: a member that
+    decodes to bytes is read as UTF-8 (else a :class:`BadSampleError`), a number becomes its
+    text.
 
     Args:
       raw: member extension -> bytes of one sample (``{"jpg": b"...", "txt": b"..."}``).
@@ -88,6 +101,12 @@ def cook_sample(
       probe_av: probe an audio/video member without stored metadata now (demux only, no frame
         decoded), so a corrupt file or a file over a limit raises :class:`BadSampleError`
         while cooking rather than when the task encoder decodes it.
+      decode_exts: member -> the extension it is decoded as, for members whose name is not
+        their type (a table's columns: ``{"image": "jpg", "caption": "txt"}``, from
+        ``Dataset.decode_exts(i)``); other members are decoded by their own name.
+      decoder: Energon's whole-sample decoder, ``decoder({"__key__": key, **raw}) -> dict``
+        (a task encoder's callable ``decoder``): called once, and the field map reads its
+        result as it is (nothing is decoded by extension, no text conversion).
 
     Raises:
       BadSampleError: a required field has no member present, or a used member is undecodable.
@@ -104,6 +123,8 @@ def cook_sample(
     fmap = compile_field_map(sample_type, field_map)
     img_opts = _image_options(image_decode_options)
     decoded: dict[str, Any] = {}
+    if decoder is not None:  # the user's decoder decoded every member already
+        raw = decoded = decode_whole_sample(decoder, raw, path, key)
     values: dict[str, Any] = {}
     for spec in fmap.fields:
         value = _MISSING
@@ -112,13 +133,15 @@ def cook_sample(
                 continue
             whole = decoded.get(src.ext, _MISSING)
             if whole is _MISSING:
-                if _av_member(src.ext, av_metadata, probe_av):
+                ext = decode_exts.get(src.ext, src.ext) if decode_exts else src.ext
+                if _av_member(src.ext, ext, av_metadata, probe_av):
                     whole = _decode_av_member(
                         src.ext, raw[src.ext], av_metadata, decode_limits, path=path, key=key
                     )
                 else:
-                    whole = decode_field(
+                    whole = _decode_member(
                         src.ext,
+                        ext,
                         raw[src.ext],
                         path=path,
                         key=key,
@@ -140,7 +163,8 @@ def cook_sample(
                     f"missing field {spec.name!r}: no value at {tried} (members: {present})",
                 )
             continue
-        values[spec.name] = value
+        text = spec.text and decoder is None
+        values[spec.name] = _as_text(value, spec.name, path, key) if text else value
     return sample_type(
         __key__=key,
         __restore_key__=tuple(restore_key),
@@ -149,18 +173,67 @@ def cook_sample(
     )
 
 
-def _av_member(ext: str, av_metadata: Mapping[str, Any] | None, probe_av: bool) -> bool:
-    """Whether member ``ext`` gets the video branch: stored metadata applies to it (or
-    ``probe_av``) and it is audio/video (a built-in AV extension, or named in ``av_metadata``
-    and without a registered decoder). A custom decoder registered for the extension keeps
-    precedence."""
-    if is_gz(ext) or not (probe_av or (av_metadata and ext in av_metadata)):
+def decode_whole_sample(
+    decoder: Callable[[dict[str, Any]], Any], raw: Mapping[str, Any], path: str, key: str
+) -> dict[str, Any]:
+    """``decoder({"__key__": key, **raw})``, Energon's call of a whole-sample decoder.
+
+    Raises:
+      BadSampleError: the decoder raised (the sample's file and key named) or returned no
+        mapping.
+    """
+    try:
+        out = decoder({"__key__": key, **raw})
+    except (BadSampleError, ConfigError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's decoder failing on this sample's data
+        raise BadSampleError(path, key, f"decoder {decoder!r}: {type(e).__name__}: {e}") from e
+    if not isinstance(out, Mapping):
+        raise BadSampleError(
+            path, key, f"decoder {decoder!r} returned {type(out).__name__}, not a dict"
+        )
+    return dict(out)
+
+
+def _decode_member(name: str, ext: str, data: bytes, **kwargs: Any) -> Any:
+    """Member ``name`` decoded as extension ``ext``; an error names both when they differ."""
+    try:
+        return decode_field(ext, data, **kwargs)
+    except BadSampleError as e:
+        if ext == name:
+            raise
+        reason = f"member {name!r} (decoded as {ext!r}): {e.reason}"
+        raise BadSampleError(e.path, e.key, reason) from e
+
+
+def _as_text(value: Any, field: str, path: str, key: str) -> Any:
+    """The value of a field declared ``str``: bytes read as UTF-8, a number as its text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadSampleError(
+                path, key, f"field {field!r} is declared str, but its value is not UTF-8: {e}"
+            ) from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _av_member(
+    name: str, ext: str, av_metadata: Mapping[str, Any] | None, probe_av: bool
+) -> bool:
+    """Whether member ``name``, decoded as extension ``ext``, gets the video branch: stored
+    metadata applies to it (or ``probe_av``) and it is audio/video (a built-in AV extension,
+    or named in ``av_metadata`` and without a registered decoder). A custom decoder
+    registered for the extension keeps precedence."""
+    if is_gz(ext) or not (probe_av or (av_metadata and name in av_metadata)):
         return False
     from fpipe.decode import fields
     from fpipe.decode.registry import get_decoder
 
     fn = get_decoder(ext)
-    return fn is fields.decode_av or (fn is None and bool(av_metadata) and ext in av_metadata)
+    return fn is fields.decode_av or (fn is None and bool(av_metadata) and name in av_metadata)
 
 
 def _decode_av_member(
@@ -207,7 +280,8 @@ class CrudeSample(dict):
         rng: np.random.Generator | None = None,
         limits: Any = None,
     ) -> Any:
-        """Decode member ``ext`` with the registry; errors name this sample's file and key.
+        """Decode member ``ext`` with the registry (a table's column by its type, see
+        ``__decode_exts__``); errors name this sample's file and key.
 
         ``limits``: a :class:`fpipe.decode.DecodeLimits`; None: the loader's (carried in the
         sample as ``__decode_limits__``), or the defaults."""
@@ -217,8 +291,9 @@ class CrudeSample(dict):
         if ext not in self:
             present = ", ".join(sorted(k for k in self if not k.startswith("__")))
             raise BadSampleError(path, key, f"missing member {ext!r} (members: {present})")
-        return decode_field(
+        return _decode_member(
             ext,
+            (self.get("__decode_exts__") or {}).get(ext, ext),
             self[ext],
             path=path,
             key=key,
@@ -236,10 +311,12 @@ def make_crude_sample(
     subflavors: Mapping[str, Any] | None = None,
     path: str = "",
     decode_limits: Any = None,
+    decode_exts: Mapping[str, str] | None = None,
 ) -> CrudeSample:
     """Wrap raw members into a :class:`CrudeSample` (nothing is decoded). ``decode_limits``
-    (the loader's :class:`fpipe.decode.DecodeLimits`) is kept as ``__decode_limits__`` for
-    :meth:`CrudeSample.decode`."""
+    (the loader's :class:`fpipe.decode.DecodeLimits`) is kept as ``__decode_limits__`` and
+    ``decode_exts`` (how a table's columns are decoded, see :func:`cook_sample`) as
+    ``__decode_exts__``, for :meth:`CrudeSample.decode`."""
     crude = CrudeSample(raw)
     crude["__key__"] = key
     crude["__restore_key__"] = tuple(restore_key)
@@ -247,6 +324,8 @@ def make_crude_sample(
     crude["__path__"] = path
     if decode_limits is not None:
         crude["__decode_limits__"] = decode_limits
+    if decode_exts:
+        crude["__decode_exts__"] = dict(decode_exts)
     return crude
 
 

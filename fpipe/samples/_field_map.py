@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,6 +55,8 @@ class FieldSpec:
     sources: tuple[FieldSource, ...]
     #: ``False`` when the sample field has a default (used if no source is present).
     required: bool
+    #: The sample field is declared ``str`` (or ``str | None``): its value is made text.
+    text: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,11 +110,26 @@ def compile_field_map(
     return _compile(sample_type, frozen)
 
 
+def _is_text(tp: Any) -> bool:
+    """True for ``str``, ``str | None`` and ``Optional[str]`` (or those names as strings)."""
+    if isinstance(tp, str):
+        return tp.replace(" ", "") in ("str", "str|None", "None|str", "Optional[str]")
+    if tp is str:
+        return True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return set(typing.get_args(tp)) == {str, type(None)}
+    return False
+
+
 @functools.lru_cache(maxsize=256)
 def _compile(sample_type: type, items: tuple[tuple[str, Any], ...]) -> FieldMap:
     if not dataclasses.is_dataclass(sample_type):
         raise ConfigError(f"sample type {sample_type!r} is not a dataclass")
     sfields = {f.name: f for f in dataclasses.fields(sample_type) if f.init}
+    try:
+        hints = typing.get_type_hints(sample_type)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: read them as written
+        hints = {}
     user = {n for n in sfields if n not in BASE_FIELDS}
     specs = []
     for name, value in items:
@@ -128,7 +147,7 @@ def _compile(sample_type: type, items: tuple[tuple[str, Any], ...]) -> FieldMap:
         f = sfields[name]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         sources = tuple(FieldSource(ext=a.ext, path=a.path) for a in alts)
-        specs.append(FieldSpec(name, sources, required))
+        specs.append(FieldSpec(name, sources, required, _is_text(hints.get(name, f.type))))
     mapped = {s.name for s in specs}
     missing = [
         n

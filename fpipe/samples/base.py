@@ -3,7 +3,9 @@
 Samples are plain (not frozen) dataclasses, like Megatron-Energon's, so an Energon user's
 ``@dataclass class MySample(Sample)`` works unchanged. fpipe itself never mutates a sample: it
 builds new ones (``sample.replace(...)``, ``MySample.derive_from(other, ...)``). The base fields
-are keyword-only with defaults, so subclasses may declare fields without defaults.
+are keyword-only with defaults, so subclasses may declare fields without defaults. Samples, and
+the batches a default task encoder collates from them (of the samples' own type), have
+``pin_memory()`` and ``to(device)`` (:class:`~fpipe.samples.tensors.PinMemoryMixin`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from fpipe.samples.tensors import PinMemoryMixin
+
 __all__ = ["BASE_FIELDS", "Sample", "basic_sample_keys"]
 
 #: Names of the fields every sample (and batch) has.
@@ -23,7 +27,7 @@ S = TypeVar("S", bound="Sample")
 
 
 @dataclass(kw_only=True, repr=False)
-class Sample:
+class Sample(PinMemoryMixin):
     """Base of all typed samples.
 
     Examples:

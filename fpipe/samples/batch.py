@@ -1,17 +1,19 @@
 """The ``Batch`` base: a dataclass of collated fields plus the keys of the samples in it.
 
-``pin_memory()`` and ``to(device)`` return a new batch; they recurse into tensors, lists,
-tuples, dicts and nested dataclasses (samples or batches). torch is imported inside them only.
+``pin_memory()`` and ``to(device)`` (from :class:`~fpipe.samples.tensors.PinMemoryMixin`)
+return a new batch; they recurse into tensors, lists, tuples, dicts and nested dataclasses
+(samples or batches). torch is imported inside them only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fpipe.samples.base import BASE_FIELDS
+from fpipe.samples.tensors import PinMemoryMixin, map_tensors
 
 __all__ = ["Batch", "map_tensors"]
 
@@ -19,7 +21,7 @@ B = TypeVar("B", bound="Batch")
 
 
 @dataclass(kw_only=True, repr=False)
-class Batch:
+class Batch(PinMemoryMixin):
     """Base of batches built by a task encoder.
 
     Examples:
@@ -86,44 +88,3 @@ class Batch:
     def replace(self: B, **changes: Any) -> B:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
-
-    def pin_memory(self: B) -> B:
-        """A copy whose CPU tensors are in pinned memory (for fast, async host-to-device
-        copies). Without an accelerator pinning is impossible and ``self`` is returned."""
-        import torch
-
-        acc = getattr(torch, "accelerator", None)
-        available = acc.is_available() if acc is not None else torch.cuda.is_available()
-        if not available:
-            return self
-        return map_tensors(self, lambda t: t.pin_memory())
-
-    def to(self: B, device: Any, *, non_blocking: bool = False) -> B:
-        """A copy with every tensor moved to ``device`` (``"cuda"``, ``torch.device``...)."""
-        return map_tensors(self, lambda t: t.to(device, non_blocking=non_blocking))
-
-
-def map_tensors(x: Any, fn: Callable[[Any], Any]) -> Any:
-    """Apply ``fn`` to every torch tensor in ``x``, recursing into lists, tuples (named tuples
-    kept), dicts and dataclass instances; everything else is returned as is."""
-    import torch
-
-    def go(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return fn(v)
-        if isinstance(v, list):
-            return [go(i) for i in v]
-        if isinstance(v, tuple):
-            items = [go(i) for i in v]
-            return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
-        if isinstance(v, dict):
-            out = type(v)() if type(v) is not dict else {}
-            for k, i in v.items():
-                out[k] = go(i)
-            return out
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            changes = {f.name: go(getattr(v, f.name)) for f in dataclasses.fields(v) if f.init}
-            return dataclasses.replace(v, **changes)
-        return v
-
-    return go(x)

@@ -100,9 +100,15 @@ def sample_type_from_name(name: str | Mapping[str, str] | type) -> type[Sample]:
         found = _TYPES[clsname]
     if found is None:
         known = ", ".join(sorted(n for n in _TYPES if "." not in n))
+        fix = (
+            f"import {module} in your training code and register {clsname} there "
+            "(@fpipe.samples.register_sample_type) before building the dataset"
+            if module and module not in _BUILTIN_MODULES
+            else "register a custom type with fpipe.samples.register_sample_type"
+        )
         raise ConfigError(
-            f"unknown sample type {full!r}; known: {known}. Register a custom type with "
-            "fpipe.samples.register_sample_type (no class is imported by name)"
+            f"unknown sample type {full!r}; known: {known}. To use your own: {fix} (fpipe "
+            "imports no class that a data file names)"
         )
     return found
 

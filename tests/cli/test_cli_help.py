@@ -71,3 +71,27 @@ def test_problem_lines_name_the_sample_not_python_objects(tmp_path, capsys, memb
     err = capsys.readouterr().err
     assert f"problem: s.tar: s/a: member '{member}': {reason}\n" in err
     assert " object at 0x" not in err and "<none>" not in err and "[Errno" not in err
+
+
+@pytest.mark.parametrize("argv", [["info", "{dir}", "--shards"], ["prepare", "{dir}"]])
+def test_closed_output_pipe_ends_quietly(tmp_path, argv):
+    """`fpipe info DIR | head`: the reader is gone before fpipe writes (the pipe's read end is
+    closed first, so the write fails every time): no traceback, Unix status 141."""
+    import os
+    import subprocess
+
+    write_tar(tmp_path / "s.tar", [("a", {"txt": b"x"})])
+    assert main(["prepare", str(tmp_path), "--no-progress"]) == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fpipe.cli.main", *(a.format(dir=tmp_path) for a in argv)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr.decode()
+    assert proc.stderr == b""

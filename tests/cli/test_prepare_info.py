@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 from fpipe.cli.main import main
 from fpipe.storage import open_dataset
-from tests.storage.helpers import make_energon_dataset, make_image_caption_dataset, write_tar
+from tests.storage.helpers import (
+    jpeg_bytes,
+    make_energon_dataset,
+    make_image_caption_dataset,
+    write_tar,
+)
 
 
 def test_prepare_flags_then_info(tmp_path, capsys):
@@ -48,6 +54,24 @@ def test_prepare_reports_problems_and_succeeds(tmp_path, capsys):
     assert "1 left out" in captured.out
     assert main(["info", str(tmp_path)]) == 0
     assert "left out at prepare: 1" in capsys.readouterr().out
+
+
+def test_prepare_names_samples_missing_a_field(tmp_path, capsys):
+    """The summary (stdout) counts left-out samples by reason, names the first few (shard,
+    key) and says which file lists all of them; that file has each one."""
+    jpg = jpeg_bytes(8, 6)
+    samples = [(f"{i:02d}", {"jpg": jpg, **({"txt": b"c"} if i % 3 else {})}) for i in range(9)]
+    write_tar(tmp_path / "s.tar", samples)
+    args = ["prepare", str(tmp_path), "--field", "image=jpg", "--field", "caption=txt"]
+    assert main([*args, "--no-progress", "--no-probe-av", "--show-problems", "0"]) == 0
+    out = capsys.readouterr().out
+    listed = tmp_path / ".fpipe" / "problems.jsonl"
+    assert (
+        "left out 3 samples (missing field 'caption' (txt): 3), first s.tar: s/00, "
+        f"s.tar: s/03, s.tar: s/06; all of them (shard, key, reason) in {listed}"
+    ) in out
+    lines = listed.read_text().splitlines()
+    assert [json.loads(x)["key"] for x in lines] == ["s/00", "s/03", "s/06"]
 
 
 def test_part_and_merge_and_workers(tmp_path, capsys):

@@ -320,3 +320,27 @@ def test_cookers_by_subflavor():
     assert cook_crude_sample(other, [*cookers, cook_text]).text == "?"  # bare function: fallback
     cond = Cooker(cook_text, condition=lambda c: "txt" in c)
     assert cond.is_match(other) and not cond.is_match(doc)
+
+
+def test_str_field_gets_text_whatever_the_member_is_called():
+    """A field declared str gets str: bytes of a member without a text decoder are read as
+    UTF-8, a number becomes its text; invalid UTF-8 is a bad sample naming the field."""
+    raw = {"jpg": jpeg(8, 6), "cap": "é cat".encode(), "n": b"7"}
+    s = cook_sample(
+        raw, sample_type=CaptioningSample, field_map={"image": "jpg", "caption": "cap"}, key="k"
+    )
+    assert s.caption == "é cat"
+    s = cook_sample(
+        {"jpg": jpeg(8, 6), "cls": b"7"},
+        sample_type=ImageClassificationSample,
+        field_map={"image": "jpg", "label": "cls", "label_name": "cls"},
+        key="k",
+    )
+    assert s.label == 7 and s.label_name == "7"
+    with pytest.raises(BadSampleError, match="'caption' is declared str"):
+        cook_sample(
+            {"jpg": jpeg(8, 6), "cap": b"\xff\xfe"},
+            sample_type=CaptioningSample,
+            field_map={"image": "jpg", "caption": "cap"},
+            key="k",
+        )

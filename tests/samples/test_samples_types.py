@@ -230,3 +230,60 @@ def test_pin_memory(monkeypatch):
     p = b.pin_memory()
     assert p is not b and len(pinned) == 1 and torch.equal(p.image, b.image)
     assert dataclasses.asdict(p)["caption"] == ["a"]
+
+
+def _fake_accelerator(monkeypatch) -> list:
+    """Pretend an accelerator is present; ``Tensor.pin_memory`` records and clones."""
+    pinned: list = []
+
+    def fake_pin(self, *device):
+        pinned.append((self, device))
+        return self.clone()
+
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        monkeypatch.setattr(acc, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    return pinned
+
+
+def test_default_batch_of_samples_has_to_and_pin_memory(monkeypatch):
+    # the default task encoder collates samples into their own type: that batch moves too
+    from fpipe.encode._collate import collate_samples
+
+    samples = [
+        ImageClassificationSample(image=torch.ones(3, 2), label=i, __key__=f"s/{i}")
+        for i in range(2)
+    ]
+    batch = collate_samples(samples)
+    assert type(batch) is ImageClassificationSample
+    moved = batch.to("meta")
+    assert moved is not batch and moved.image.device.type == "meta"
+    assert batch.image.device.type == "cpu" and moved.__key__ == ["s/0", "s/1"]
+    # a dtype casts floating-point tensors only, as torch.nn.Module.to does
+    cast = batch.to("cpu", torch.float64)
+    assert cast.image.dtype == torch.float64 and cast.label.dtype == torch.int64
+    assert batch.to(torch.float16).image.dtype == torch.float16
+    assert torch.equal(batch.to("cpu").image, batch.image)
+    with pytest.raises(TypeError, match="floating-point tensors only"):
+        batch.to(torch.int32)
+    with pytest.raises(TypeError, match="one dtype"):
+        batch.to(torch.float16, torch.float32)
+    if not torch.cuda.is_available():
+        assert batch.pin_memory() is batch  # nothing to pin into without an accelerator
+    pinned = _fake_accelerator(monkeypatch)
+    p = batch.pin_memory()
+    assert p is not batch and [d for _, d in pinned] == [(), ()]  # image and label
+    assert torch.equal(p.image, batch.image) and p.__key__ == batch.__key__
+    batch.pin_memory("cuda")
+    assert pinned[-1][1] == ("cuda",)  # Energon's pin_memory(device) is passed on
+
+
+def test_varlen_pack_batches_move_too():
+    from fpipe.encode.varlen import stack_varlen, varlen_pack
+
+    b = stack_varlen([varlen_pack([[1, 2], [3]], pad_to=4), varlen_pack([[4]], pad_to=4)])
+    m = b.to("meta")
+    assert m.input_ids.device.type == "meta" and m.cu_seqlens.device.type == "meta"
+    assert m.max_seqlen == b.max_seqlen and b.input_ids.device.type == "cpu"

@@ -76,8 +76,37 @@ def test_stale_tar_idx_is_reported(tmp_path):
 def test_missing_info_file(tmp_path):
     make_energon_dataset(tmp_path, shards=1, per_shard=1)
     (tmp_path / ".nv-meta" / ".info.yaml").unlink()
-    with pytest.raises(ConfigError, match="no .info.yaml"):
+    with pytest.raises(ConfigError, match="no .info.yaml") as e:
         open_dataset(tmp_path)
+    assert f"`fpipe prepare {tmp_path}`" in str(e.value)  # the exact command
+    assert "dataset.yaml, split.yaml" in str(e.value)  # what the folder holds
+
+
+def test_prepare_nv_meta_with_only_dataset_and_split_yaml(tmp_path):
+    """The layout of Energon's guide: .nv-meta holds dataset.yaml and split.yaml only (no
+    .info.yaml, no .tar.idx). `fpipe prepare` indexes it with the user's field map, sample type
+    and split; an index-style exclude becomes the sample's key; .nv-meta is left as it was."""
+    expected = make_energon_dataset(
+        tmp_path,
+        shards=3,
+        per_shard=2,
+        split={"train": ["shards/part_{000..001}.tar"], "val": ["shards/part_002.tar"]},
+        exclude=["shards/part_001.tar/1"],
+    )
+    (tmp_path / ".nv-meta" / ".info.yaml").unlink()
+    for idx in (tmp_path / "shards").glob("*.idx"):
+        idx.unlink()
+    meta = {p.name: p.read_bytes() for p in (tmp_path / ".nv-meta").iterdir()}
+    rep = prepare_dataset(tmp_path, progress=False)
+    assert rep.num_samples == 6 and rep.splits == {"train": 2, "val": 1}
+    assert {p.name: p.read_bytes() for p in (tmp_path / ".nv-meta").iterdir()} == meta
+    ds = open_dataset(tmp_path)
+    assert ds.layout == "tar" and ds.config.sample_type == "CaptioningSample"
+    assert ds.config.field_map == {"image": "jpg", "caption": "txt"}
+    assert list(ds.split_indices("train")) == [0, 1, 2]
+    assert list(ds.split_indices("val")) == [4, 5]
+    split = yaml.safe_load((tmp_path / ".fpipe" / "split.yaml").read_text())
+    assert split["exclude"] == [expected[3]["key"]]
 
 
 def test_bytes_column_matches_idx(tmp_path):

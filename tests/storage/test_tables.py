@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fpipe.core.errors import BadSampleError
+from fpipe.samples import cook_sample
 from fpipe.storage import open_dataset, prepare_dataset
 from tests.storage.helpers import jpeg_bytes, make_image_caption_dataset
 
@@ -93,3 +94,72 @@ def test_media_in_auxiliary_tar_dataset(tmp_path):
     rep = prepare_dataset(tmp_path / "t.jsonl", aux=tmp_path / "aux")
     assert rep.num_samples == 2 and len(rep.problems) == 1
     assert open_dataset(tmp_path).read(0)["jpg"] == expected[0]["members"]["jpg"]
+
+
+def _typed_table(tmp_path):
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "x.jpg").write_bytes(jpeg_bytes(30, 20))
+    rows = [
+        {"image": "img/x.jpg", "caption": f"cat {i}", "label": i, "code": 10 + i,
+         "meta": {"c": f"nested {i}"}}
+        for i in range(4)
+    ]  # fmt: skip
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return tmp_path / "t.jsonl"
+
+
+def test_table_columns_are_typed(tmp_path):
+    """Whatever a column is called, a text column cooks to str, a number column to a number
+    (its text for a str field), a JSON cell to a dict, a media column by its file's type."""
+    ds = open_dataset(_typed_table(tmp_path))
+    assert ds.decode_exts(0) == {
+        "image": "jpg", "caption": "txt", "label": "json", "code": "json", "meta": "json"
+    }  # fmt: skip
+
+    def cook(sample_type, field_map):
+        return cook_sample(
+            ds.read(1),
+            sample_type=sample_type,
+            field_map=field_map,
+            key=ds.key(1),
+            decode_exts=ds.decode_exts(1),
+        )
+
+    s = cook("CaptioningSample", {"image": "image", "caption": "caption"})
+    assert s.caption == "cat 1" and tuple(s.image.shape) == (3, 20, 30)
+    fmap = {"image": "image", "label": "label", "label_name": "code"}
+    s = cook("ImageClassificationSample", fmap)
+    assert s.label == 1 and s.label_name == "11"
+    assert cook("TextSample", {"text": "meta[c]"}).text == "nested 1"
+
+
+def test_prepared_table_batches_have_typed_fields(tmp_path):
+    import fpipe
+
+    prepare_dataset(_typed_table(tmp_path), fields=["image=image", "caption=caption"])
+    ds = fpipe.get_train_dataset(tmp_path, batch_size=2, max_samples_per_sequence=2, seed=1)
+    batch = next(iter(fpipe.get_loader(ds, num_workers=0)))
+    assert all(isinstance(c, str) and c.startswith("cat ") for c in batch.caption)
+    assert tuple(batch.image.shape) == (2, 3, 20, 30)
+
+
+def test_table_rows_missing_a_field_are_left_out_and_named(tmp_path):
+    """As for tar samples: a row where a mapped field has no value (an empty cell, a JSON
+    path that leads nowhere) is left out at prepare and reported with its key."""
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "x.jpg").write_bytes(jpeg_bytes(8, 6))
+    rows = [
+        {"image": "img/x.jpg", "caption": "ok", "meta": {"c": "a"}},
+        {"image": "img/x.jpg", "caption": None, "meta": {"c": "b"}},
+        {"image": "img/x.jpg", "caption": "ok", "meta": {"d": 1}},
+    ]
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    fields = {"image": "jpg", "caption": "caption", "text": "meta[c]"}
+    rep = prepare_dataset(tmp_path / "t.jsonl", fields=fields, sample_type="CrudeSample")
+    assert rep.num_samples == 1
+    assert [(p.key, p.reason) for p in rep.problems] == [
+        ("t/1", "missing field 'caption' (caption)"),
+        ("t/2", "missing field 'text' (meta[c])"),
+    ]
+    assert "left out 2 samples" in rep.left_out_summary()
+    assert len((tmp_path / ".fpipe" / "problems.jsonl").read_text().splitlines()) == 2

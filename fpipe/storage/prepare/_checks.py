@@ -2,8 +2,9 @@
 
 - every field of the field map must match a member extension seen in the first samples of the
   first shard (the message lists the extensions that are there);
-- the sample type must be one fpipe knows (the allow-list of :mod:`fpipe.samples`; a dotted
-  ``module.Class`` name registered by user code is checked when the dataset is loaded);
+- the sample type must be one fpipe knows (the allow-list of :mod:`fpipe.samples`, with the
+  user's type named ``package.module:Class`` registered by ``prepare``; a dotted
+  ``module.Class`` name not registered yet is checked when the dataset is loaded);
 - the field map must fit the sample type: no field the type lacks, every required field set.
 
 Each failure is a :class:`~fpipe.core.errors.ConfigError` (``fpipe prepare`` exits with 2).
@@ -53,11 +54,14 @@ def check_sample_type(
     """Raise for an unknown sample type, or a field map that does not fit it."""
     if sample_type == CRUDE:
         return
-    if "." in sample_type:  # a user type, registered by the user's own code at load time
-        return
     from fpipe.samples import compile_field_map, sample_type_from_name
 
-    cls = sample_type_from_name(sample_type)
+    try:
+        cls = sample_type_from_name(sample_type)
+    except ConfigError:
+        if "." in sample_type:  # a user type the user's code registers at load time
+            return
+        raise
     if not field_map and sample_loader:
         raise ConfigError(
             f"{sample_type} fields come from an Energon sample_loader ({sample_loader}), which "

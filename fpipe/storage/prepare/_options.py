@@ -7,6 +7,7 @@ malformed before any file is read.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -18,7 +19,14 @@ from fpipe.storage.config.dataset_yaml import SplitConfig
 from fpipe.storage.config.field_spec import ColumnSpec, field_spec_value, parse_column
 from fpipe.storage.read.remote import StorageOptions
 
-__all__ = ["FieldMapValue", "PrepareOptions", "PrepareReport", "Problem", "make_options"]
+__all__ = [
+    "FieldMapValue",
+    "PrepareOptions",
+    "PrepareReport",
+    "Problem",
+    "make_options",
+    "user_sample_type",
+]
 
 #: a field map as dataset.yaml stores it: field -> source, or a list of alternatives.
 FieldMapValue = dict[str, "str | list[str]"]
@@ -57,6 +65,35 @@ class PrepareReport(msgspec.Struct, frozen=True, kw_only=True):
     def samples_per_s(self) -> float:
         """Indexing throughput."""
         return self.num_samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def problems_file(self) -> str:
+        """The file listing every left-out sample, one JSON object (path, key, reason) a
+        line: ``problems.jsonl`` in :attr:`index_dir`."""
+        return f"{self.index_dir.rstrip('/')}/problems.jsonl"
+
+    def left_out_summary(self, examples: int = 3) -> str:
+        """One line on what was left out: how many, counted by reason, the first
+        ``examples`` samples (shard and key) and where all of them are listed; "" when
+        nothing was.
+
+        Example: ``left out 10 samples (missing field 'caption' (txt): 10), first
+        shard-0.tar: shard-0/0000, shard-0.tar: shard-0/0003; all of them (shard, key,
+        reason) in data/.fpipe/problems.jsonl``
+        """
+        if not self.problems:
+            return ""
+        counts: dict[str, int] = {}
+        for p in self.problems:
+            kind = p.reason.split(": ", 1)[0]
+            counts[kind] = counts.get(kind, 0) + 1
+        by_reason = ", ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda x: -x[1]))
+        first = ", ".join(f"{p.path}: {p.key or '(shard)'}" for p in self.problems[:examples])
+        n = len(self.problems)
+        return (
+            f"left out {n} sample{'s' if n != 1 else ''} ({by_reason}), first {first}; all of "
+            f"them (shard, key, reason) in {self.problems_file}"
+        )
 
 
 class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,11 +167,45 @@ def _callable_ref(fn: str | Callable | None) -> str | None:
     return f"{mod}:{name}"
 
 
+def user_sample_type(ref: str | type) -> str:
+    """The dataset.yaml name of the user's own sample type, given as the class or as
+    ``"package.module:Class"``, registered (:func:`fpipe.samples.register_sample_type`) so
+    the field map is checked against it: ``"package.module.Class"``.
+
+    The module is imported here: naming it (on the command line or in this call) is the
+    caller's choice. A class named inside dataset.yaml is never imported; the training code
+    registers it (see ``docs/samples.md``).
+    """
+    from fpipe.samples import register_sample_type
+
+    if isinstance(ref, str):
+        mod, _, name = ref.partition(":")
+        if not mod or not name:
+            raise ConfigError(f"sample type {ref!r}: use 'package.module:Class'")
+        try:
+            cls: Any = importlib.import_module(mod)
+            for part in name.split("."):
+                cls = getattr(cls, part)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(
+                f"sample type {ref!r}: cannot import it: {e} (is {mod!r} importable from here? "
+                f"e.g. PYTHONPATH=. fpipe prepare ... when {mod.replace('.', '/')}.py is in "
+                "this folder)"
+            ) from None
+    else:
+        cls = ref
+    try:
+        register_sample_type(cls)
+    except TypeError as e:
+        raise ConfigError(f"sample type {ref!r}: {e}") from None
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def make_options(
     *,
     fields: Mapping[str, str] | Iterable[str] | None = None,
     split: str | Mapping[str, Any] | SplitConfig | None = None,
-    sample_type: str | None = None,
+    sample_type: str | type | None = None,
     workers: int = 1,
     part: tuple[int, int] | str | None = None,
     merge: bool = False,
@@ -156,7 +227,9 @@ def make_options(
     opts = PrepareOptions(
         fields=_field_map(fields),
         split=split,
-        sample_type=sample_type,
+        sample_type=user_sample_type(sample_type)
+        if isinstance(sample_type, type) or (isinstance(sample_type, str) and ":" in sample_type)
+        else sample_type,
         workers=int(workers),
         part=_part(part),
         merge=bool(merge),

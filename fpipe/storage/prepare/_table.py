@@ -1,7 +1,8 @@
 """``fpipe prepare TABLE``: check a JSONL/CSV table's rows and write its ``"table"`` index.
 
 Every media file is checked (present, image header readable, audio/video probed when
-``probe_av``); a row that fails is left out and reported. The kept rows are stored as the
+``probe_av``), and every field of the field map must have a value; a row that fails is left
+out and reported. The kept rows are stored as the
 arrays of :func:`fpipe.storage.read.tables.table_arrays` plus ``<media column>.bytes`` (and
 ``.width`` / ``.height`` for images, the :mod:`~fpipe.storage.read.av_meta` statistics for
 audio/video) under ``<table folder>/.fpipe``.
@@ -17,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import BadSampleError
-from fpipe.decode.extensions import ext_kind
+from fpipe.decode.extensions import ext_kind, strip_gz
 from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
+from fpipe.storage.config.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.layouts import open_dataset
@@ -26,7 +28,7 @@ from fpipe.storage.read.record import ArrayStore
 from fpipe.storage.read.tables import TableReader, read_table, suffix, table_arrays, table_record
 from fpipe.storage.read.tar.index import INDEX_DIR, write_folder
 
-__all__ = ["check_row", "table_index", "write_table_index"]
+__all__ = ["check_row", "missing_field", "table_index", "write_table_index"]
 
 
 def check_row(reader: TableReader, i: int, probe_av: bool) -> tuple[dict, dict, dict]:
@@ -66,6 +68,37 @@ def check_row(reader: TableReader, i: int, probe_av: bool) -> tuple[dict, dict, 
     return extra, av, keyframes
 
 
+def _resolves(row: dict[str, Any], media: tuple[str, ...], alt: FieldSpec) -> bool:
+    """Whether source ``alt`` of a field map has a value in ``row`` (a table row as parsed):
+    a non-empty cell (and ``alt.path`` leads somewhere in a JSON cell), or a media column
+    whose file has extension ``alt.ext`` (read under that name when no column has it)."""
+    if alt.ext in row:
+        value = row[alt.ext]
+        for part in alt.path:
+            if isinstance(value, dict):
+                value = value.get(part)
+            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+            else:
+                return False
+        return value is not None
+    return any(
+        isinstance(row.get(c), str) and strip_gz(suffix(row[c])) == alt.ext for c in media
+    )
+
+
+def missing_field(
+    row: dict[str, Any], media: tuple[str, ...], fields: dict[str, Any]
+) -> str | None:
+    """The reason a table row is left out for a field map (``None``: every field found), as
+    for tar samples: ``missing field 'caption' (caption)``."""
+    for name, spec in fields.items():
+        if not any(_resolves(row, media, alt) for alt in parse_field_spec(spec)):
+            shown = spec if isinstance(spec, str) else ",".join(spec)
+            return f"missing field {name!r} ({shown})"
+    return None
+
+
 def _number_column(name: str, vals: list[Any]) -> np.ndarray:
     if av_meta.is_float_column(name):
         return np.asarray([math.nan if v is None else v for v in vals], np.float64)
@@ -79,8 +112,12 @@ def table_index(
     media_columns: list[str] | None,
     aux: str | Path | None,
     probe_av: bool = True,
+    fields: dict[str, Any] | None = None,
 ):
     """Check a table's rows and build its prepared arrays.
+
+    ``fields``: the field map; a row where a field has no value is left out, as a tar sample
+    is (every mapped field is required).
 
     Returns (arrays by relative file name, index info, problems as (path, key, reason)).
     """
@@ -92,7 +129,12 @@ def table_index(
     rows_extra: list[dict[str, Any]] = []
     keyframes = av_meta.KeyframeBuilder()
     problems: list[tuple[str, str, str]] = []
+    names, rows = read_table(path)
     for i in range(record.num_samples):
+        why = missing_field(rows[i], t.media_columns, fields) if fields else None
+        if why is not None:
+            problems.append((str(path), reader.key(i), why))
+            continue
         try:
             extra, av, kf = check_row(reader, i, probe_av)
         except BadSampleError as e:
@@ -104,7 +146,6 @@ def table_index(
         keep.append(i)
         rows_extra.append({**extra, **av})
         keyframes.add(kf)
-    names, rows = read_table(path)
     arrays, columns, layout = table_arrays(names, [rows[i] for i in keep], t.media_columns)
     arrays["rows.npy"] = np.asarray(keep, np.int64)
     for name in dict.fromkeys(k for r in rows_extra for k in r):
@@ -123,6 +164,7 @@ def table_index(
             "media_columns": list(layout.media_columns),
             "strings": list(layout.strings),
             "nullable": list(layout.nullable),
+            "json_columns": list(layout.json_columns),
         },
     }
     if kf:  # audio/video media columns (the file's extension is added per row on load)
@@ -141,6 +183,7 @@ def write_table_index(
         media_columns=None if media_columns is None else list(media_columns),
         aux=aux,
         probe_av=probe_av,
+        fields=dict(config.field_map),
     )
     info["table"]["path"] = path.name
     info["table"]["root"] = os.path.relpath(root if root is not None else folder, folder)

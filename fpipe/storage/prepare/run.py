@@ -53,7 +53,14 @@ from fpipe.storage.prepare.shards import (
     write_index_with_av,
     write_part,
 )
-from fpipe.storage.read.energon import exclude_to_keys, is_energon, read_energon_meta
+from fpipe.storage.read.energon import (
+    exclude_to_keys,
+    exclude_to_keys_by_walk,
+    has_shard_counts,
+    is_energon,
+    read_energon_meta,
+    read_energon_yaml,
+)
 from fpipe.storage.read.remote import StorageOptions
 from fpipe.storage.read.remote_index import remote_shards, upload_index
 from fpipe.storage.read.tables import is_table
@@ -98,8 +105,18 @@ class _Source(msgspec.Struct, frozen=True):
 
 
 def _find_source(p: Path, opts: PrepareOptions) -> _Source:
-    """Shards, config and split of an Energon folder (``.nv-meta``) or a WebDataset folder
+    """Shards, config and split of an Energon folder (``.nv-meta``; without its
+    ``.info.yaml``, the shards are found as in a WebDataset folder) or a WebDataset folder
     (a previous ``.fpipe`` index's YAML files)."""
+    if is_energon(p) and not has_shard_counts(p):  # .nv-meta with dataset.yaml/split.yaml only
+        config, split = read_energon_yaml(p)
+        shards = list_shards(p, list(opts.shards))
+        if split is not None:
+            split = SplitConfig(
+                split_parts=split.split_parts,
+                exclude=exclude_to_keys_by_walk(p, split, shards),
+            )
+        return _Source("energon", shards, config, split)
     if is_energon(p):
         meta = read_energon_meta(p)
         shards = list(meta.shard_counts)
@@ -289,6 +306,11 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
       split: ``"8,1,1"`` (train/val/test by shard ratios), ``{"train": ["a-*.tar"], ...}``
         (shard globs), or a :class:`SplitConfig`. Default: existing split.yaml, else none.
       sample_type: e.g. ``"CaptioningSample"``; guessed from common field names otherwise.
+        The user's own type: the class, or ``"package.module:Class"`` (the module is
+        imported, as the caller asked); it is registered, the field map checked against it,
+        and dataset.yaml names it ``package.module.Class`` (the training code registers it
+        with :func:`fpipe.samples.register_sample_type`: no class named in a data file is
+        imported).
       workers: processes scanning shards in parallel.
       part: ``(i, n)`` or ``"i/n"``: index only the i-th (0-based) of n shard slices.
       merge: combine the n parts written by ``part`` runs into the final index.

@@ -207,6 +207,13 @@ class Dataset:
         if fn is not None:
             fn([self._check(i) for i in indices], exts)
 
+    def decode_exts(self, i: int) -> dict[str, str]:
+        """How members of sample ``i`` are decoded when they are not decoded by their own
+        name: ``{member: extension}`` (a table's typed columns, see
+        :meth:`~fpipe.storage.read.tables.TableReader.decode_exts`; empty for tar layouts)."""
+        fn = getattr(self.reader, "decode_exts", None)
+        return {} if fn is None else fn(self._check(i))
+
     def av_metadata(self, i: int) -> dict[str, Any]:
         """Audio/video stream metadata stored by ``fpipe prepare`` for sample ``i``, by the key
         :meth:`read` returns the media under: ``{"mp4": AVMetadata}`` (empty when nothing was

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,13 @@ from fpipe.storage.config.dataset_yaml import (
 )
 from fpipe.storage.read.reader import FileCache, members_to_dict, read_each
 from fpipe.storage.read.record import ArrayStore, IndexRecord, ShardEntry
-from fpipe.storage.read.webdataset import ShardError, iter_samples, shard_stem, split_name
+from fpipe.storage.read.webdataset import (
+    ShardError,
+    iter_samples,
+    open_shard,
+    shard_stem,
+    split_name,
+)
 
 __all__ = [
     "EnergonMeta",
@@ -43,8 +50,11 @@ __all__ = [
     "energon_arrays",
     "energon_record",
     "exclude_to_keys",
+    "exclude_to_keys_by_walk",
+    "has_shard_counts",
     "is_energon",
     "read_energon_meta",
+    "read_energon_yaml",
 ]
 
 META_DIR = ".nv-meta"
@@ -77,8 +87,10 @@ def _first(meta: Path, names: tuple[str, ...]) -> Path | None:
     return next((meta / n for n in names if (meta / n).exists()), None)
 
 
-def read_energon_meta(root: str | Path) -> EnergonMeta:
-    """Parse ``.nv-meta`` of an Energon WebDataset folder."""
+def read_energon_yaml(root: str | Path) -> tuple[DatasetConfig, SplitConfig | None]:
+    """``dataset.yaml`` and ``split.yaml`` of ``.nv-meta`` (a default config and no split when
+    absent): all that a folder holds before ``energon prepare`` wrote ``.info.yaml``, the
+    layout Energon's guide shows."""
     meta = Path(root) / META_DIR
     ds_yaml = meta / "dataset.yaml"
     config = (
@@ -86,11 +98,35 @@ def read_energon_meta(root: str | Path) -> EnergonMeta:
     ) or DatasetConfig()
     split_path = _first(meta, ("split.yaml", "split.json"))
     split = None if split_path is None else split_config_from_obj(_load(split_path), split_path)
-    info_path = _first(meta, (".info.yaml", ".info.json"))
+    return config, split
+
+
+def has_shard_counts(root: str | Path) -> bool:
+    """True if ``.nv-meta`` has the ``.info.yaml`` (or ``.info.json``) of ``energon prepare``:
+    the folder can be read without ``fpipe prepare``."""
+    return _first(Path(root) / META_DIR, _INFO_NAMES) is not None
+
+
+_INFO_NAMES = (".info.yaml", ".info.json")
+
+
+def read_energon_meta(root: str | Path) -> EnergonMeta:
+    """Parse ``.nv-meta`` of an Energon WebDataset folder.
+
+    Raises:
+      ConfigError: no ``.info.yaml``; the message gives the ``fpipe prepare`` command that
+        indexes the folder (reading its ``dataset.yaml`` and ``split.yaml`` as they are).
+    """
+    meta = Path(root) / META_DIR
+    config, split = read_energon_yaml(root)
+    info_path = _first(meta, _INFO_NAMES)
     if info_path is None:
+        have = ", ".join(sorted(p.name for p in meta.iterdir())) or "nothing"
         raise ConfigError(
-            f"{meta}: no .info.yaml or .info.json (needed for shard counts); "
-            f"run `fpipe prepare {root}` to index the shards instead"
+            f"{meta}: holds {have} but no .info.yaml (the shard counts `energon prepare` "
+            f"writes); index the shards once with `fpipe prepare {shlex.quote(str(root))}`: it "
+            f"reads .nv-meta/dataset.yaml and split.yaml as they are (nothing in .nv-meta is "
+            f"changed) and writes {Path(root) / '.fpipe'}, which is opened from then on"
         )
     info = _load(info_path) or {}
     counts = info.get("shard_counts") if isinstance(info, dict) else None
@@ -299,6 +335,41 @@ def exclude_to_keys(root: str | Path, meta: EnergonMeta) -> list[str]:
                 out.append(reader.key(int(starts[names.index(head)]) + j))
             except (BadSampleError, IndexError, ConfigError):
                 out.append(entry)
+        else:
+            out.append(entry)
+    return out
+
+
+def _walk_keys(root: str | Path, name: str) -> list[str]:
+    """Sample keys of shard ``name`` in tar order (headers only), as Energon counts them."""
+    f, size = open_shard(str(root), name)
+    with f:
+        return [
+            f"{shard_stem(name)}/{key}" for key, *_ in iter_samples(f, size, lambda e: 0)
+        ]
+
+
+def exclude_to_keys_by_walk(
+    root: str | Path, split: SplitConfig | None, shards: list[str]
+) -> list[str]:
+    """:func:`exclude_to_keys` for a ``.nv-meta`` without ``.info.yaml`` and ``.tar.idx``
+    files: a ``"<shard>/<index>"`` entry becomes the key of that sample, found by walking the
+    shard's tar headers (only shards such an entry names are walked)."""
+    if split is None:
+        return []
+    known = set(shards)
+    keys: dict[str, list[str]] = {}
+    out = []
+    for entry in split.exclude:
+        head, _, tail = entry.rpartition("/")
+        if head in known and tail.isdigit():
+            if head not in keys:
+                try:
+                    keys[head] = _walk_keys(root, head)
+                except (OSError, ShardError):
+                    keys[head] = []
+            j = int(tail)
+            out.append(keys[head][j] if j < len(keys[head]) else entry)
         else:
             out.append(entry)
     return out

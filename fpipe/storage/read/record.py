@@ -52,6 +52,8 @@ class TableLayout(msgspec.Struct, frozen=True, kw_only=True):
     media_columns: tuple[str, ...] = ()  #: columns naming media files
     strings: tuple[str, ...] = ()  #: columns stored as strings (the others are numeric)
     nullable: tuple[str, ...] = ()  #: string columns with empty cells
+    #: string columns whose cells are JSON objects or lists (decoded as JSON when cooked)
+    json_columns: tuple[str, ...] = ()
 
 
 class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,11 @@ the media column and the numeric columns become metadata columns.
 under the file's extension (``{"path": b"<mp4 bytes>", "mp4": b"<same>"}``), other columns as
 UTF-8 text (``{"text": b"a cat", "num_frames": b"120"}``).
 
+Columns are typed: ``decode_exts(i)`` says how each column of row ``i`` is decoded when a
+sample is cooked, whatever the column is called: a media column by its file's extension
+(``image`` naming ``x.jpg`` is decoded as a ``jpg`` image), a text column as text (``str``), a
+number column and a JSON object or list cell as JSON (``int``/``float``, ``dict``/``list``).
+
 A table opened as is is parsed into the same arrays ``fpipe prepare TABLE`` writes to
 ``<table folder>/.fpipe`` (numeric columns, strings as a blob plus offsets), kept in memory;
 problems surface on read. Prepared, rows with missing or unreadable media are left out and
@@ -67,8 +72,19 @@ def _parse_csv(v: str | None) -> Any:
     return v
 
 
+def _json_columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Columns of a JSONL table whose non-empty cells are all JSON objects or lists."""
+    out = []
+    for n in names:
+        vals = [r.get(n) for r in rows if r.get(n) is not None]
+        if vals and all(isinstance(v, (dict, list)) for v in vals):
+            out.append(n)
+    return out
+
+
 def read_table(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """(column names, rows) of a JSONL or CSV file; CSV numbers are parsed."""
+    """(column names, rows) of a JSONL or CSV file; CSV numbers are parsed, JSON object and
+    list cells kept as they are (:func:`table_arrays` stores them as JSON text)."""
     path = Path(path)
     rows: list[dict[str, Any]] = []
     names: dict[str, None] = {}
@@ -85,7 +101,7 @@ def read_table(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
                 if not isinstance(obj, dict):
                     raise ConfigError(f"{path}:{lineno}: each line must be a JSON object")
                 names.update(dict.fromkeys(obj))
-                rows.append({k: _cell(v) for k, v in obj.items()})
+                rows.append(obj)
     elif path.suffix == ".csv":
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
@@ -148,7 +164,7 @@ def table_arrays(
     nullable = []
     for c in strings:
         vals = [r.get(c) for r in rows]
-        blob, off = encode_keys(["" if v is None else str(v) for v in vals])
+        blob, off = encode_keys(["" if v is None else str(_cell(v)) for v in vals])
         arrays[f"strings/{c}.npy"], arrays[f"strings/{c}.offsets.npy"] = blob, off
         if any(v is None for v in vals):
             arrays[f"strings/{c}.null.npy"] = np.asarray([v is None for v in vals], np.bool_)
@@ -161,6 +177,7 @@ def table_arrays(
         media_columns=tuple(media),
         strings=tuple(strings),
         nullable=tuple(nullable),
+        json_columns=tuple(c for c in _json_columns(strings, rows) if c not in media),
     )
     return arrays, dtypes, layout
 
@@ -221,6 +238,7 @@ class TableReader:
         self._stem = Path(self._t.path).name.rsplit(".", 1)[0]
         self._strings = frozenset(self._t.strings)
         self._nullable = frozenset(self._t.nullable)
+        self._json = frozenset(self._t.json_columns)
 
     @property
     def table_path(self) -> str:
@@ -295,6 +313,24 @@ class TableReader:
                     out.setdefault(ext, data)
             else:
                 out[col] = str(v).encode("utf-8")
+        return out
+
+    def decode_exts(self, i: int) -> dict[str, str]:
+        """How each column of row ``i`` is decoded when cooked: the extension it is decoded
+        as (a media column: its file's, none when the file name has no extension; a text
+        column: ``txt``; a number or JSON column: ``json``). The file's extension key that
+        :meth:`read` adds is decoded by its own name."""
+        out: dict[str, str] = {}
+        for col in self._t.columns:
+            if col in self._t.media_columns:
+                v = self.value(col, i)
+                ext = strip_gz(suffix(str(v))) if v is not None else ""
+                if ext:
+                    out[col] = ext
+            elif col in self._json or col not in self._strings:
+                out[col] = "json"
+            else:
+                out[col] = "txt"
         return out
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
