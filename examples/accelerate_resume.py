@@ -7,13 +7,15 @@ in new processes. With fpipe the resumed run delivers exactly the batches the un
 would have::
 
     # train; save after 2 batches of epoch 2 and stop there (a "crash")
-    accelerate launch --cpu --num_processes 2 examples/accelerate_resume.py \
+    accelerate launch --multi_gpu --num_processes 2 examples/accelerate_resume.py \
         --data DATASET --ckpt /tmp/ckpt --stop-after-save
     # new processes: resume from the checkpoint and finish epochs 2 and 3
-    accelerate launch --cpu --num_processes 2 examples/accelerate_resume.py \
+    accelerate launch --multi_gpu --num_processes 2 examples/accelerate_resume.py \
         --data DATASET --ckpt /tmp/ckpt --resume
 
-(``torchrun --nproc_per_node 2 examples/accelerate_resume.py ...`` works too.) DATASET is any
+``--multi_gpu`` is accelerate's launcher of several processes on one machine, GPUs or not
+(``Accelerator(cpu=True)`` below keeps them on the CPU); ``--cpu --num_processes 2`` would start
+one process. (``torchrun --nproc_per_node 2 examples/accelerate_resume.py ...`` works too.) DATASET is any
 prepared dataset (``fpipe prepare``); ``--record FILE`` writes each process's batches as JSON
 (``{rank}`` in FILE is replaced by the process index).
 """

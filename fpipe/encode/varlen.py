@@ -25,12 +25,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from fpipe.samples.tensors import PinMemoryMixin
+
 __all__ = ["VarlenPack", "stack_varlen", "varlen_pack"]
 
 
 @dataclasses.dataclass(frozen=True)
-class VarlenPack:
-    """One pack (or, from :func:`stack_varlen`, a batch of packs) of concatenated samples.
+class VarlenPack(PinMemoryMixin):
+    """One pack (or, from :func:`stack_varlen`, a batch of packs) of concatenated samples;
+    ``pack.to("cuda")`` and ``pack.pin_memory()`` return a new one, as for every batch.
 
     Attributes:
       input_ids: tokens, ``(L,)`` (or ``(B, L)``); padding after the last sample.

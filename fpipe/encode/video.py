@@ -2,8 +2,9 @@
 
 The chain, in the order :func:`video_transform` applies it:
 
-1. temporal sampling: :func:`sample_frame_indices` picks ``num_frames`` indices at a fixed
-   stride, from the first frame or from a start drawn from the sample's ``rng``;
+1. temporal sampling: :func:`clip_frame_indices` picks ``num_frames`` indices at a fixed
+   stride (:func:`sample_frame_indices`), from the first frame or from a start drawn from the
+   sample's ``rng``, or spread evenly over the whole clip (:func:`whole_clip_indices`);
 2. :func:`resize_short_side` scales the frames so that they cover the target size (for a
    square target: the short side becomes the target side), keeping the aspect ratio;
 3. :func:`center_crop` or :func:`random_crop` (``rng``) cuts the target size out;
@@ -32,6 +33,7 @@ from fpipe.core.errors import ConfigError
 __all__ = [
     "VideoTransformConfig",
     "center_crop",
+    "clip_frame_indices",
     "normalize",
     "random_crop",
     "resize_short_side",
@@ -40,6 +42,7 @@ __all__ = [
     "take_frames",
     "to_cthw",
     "video_transform",
+    "whole_clip_indices",
 ]
 
 
@@ -75,6 +78,45 @@ def sample_frame_indices(
         return np.floor(np.linspace(0, num_available - 1, num_frames) + 0.5).astype(np.int64)
     start = 0 if rng is None else int(rng.integers(0, num_available - span + 1))
     return start + stride * np.arange(num_frames, dtype=np.int64)
+
+
+def whole_clip_indices(num_available: int, num_frames: int) -> np.ndarray:
+    """Indices of ``num_frames`` frames spread evenly over all ``num_available`` frames, first
+    and last included: ``linspace(0, num_available - 1, num_frames)`` truncated to ints, as
+    OpenSora samples a whole video (``frame_interval=-1``). Consecutive indices are about
+    ``(num_available - 1) / (num_frames - 1)`` apart; a clip with fewer frames than
+    ``num_frames`` repeats frames.
+
+    >>> whole_clip_indices(100, 4).tolist()
+    [0, 33, 66, 99]
+    >>> whole_clip_indices(2, 3).tolist()
+    [0, 0, 1]
+    """
+    if num_available < 1 or num_frames < 1:
+        raise ValueError(
+            f"need num_available and num_frames >= 1, got {num_available}, {num_frames}"
+        )
+    if num_frames == 1:
+        return np.zeros(1, dtype=np.int64)
+    # exact floor((n - 1) * i / (T - 1)): no float step that lands just below an integer
+    return np.arange(num_frames, dtype=np.int64) * (num_available - 1) // (num_frames - 1)
+
+
+def clip_frame_indices(
+    config: VideoTransformConfig, num_available: int, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """The ``config.num_frames`` frame indices ``config.temporal`` asks for, out of
+    ``num_available`` frames: :func:`whole_clip_indices` for ``"whole"``, else
+    :func:`sample_frame_indices` at ``config.stride`` (its start from ``rng`` for
+    ``"random"``)."""
+    if config.temporal == "whole":
+        return whole_clip_indices(num_available, config.num_frames)
+    return sample_frame_indices(
+        num_available,
+        config.num_frames,
+        stride=config.stride,
+        rng=rng if config.temporal == "random" else None,
+    )
 
 
 def take_frames(video: torch.Tensor, indices: Sequence[int] | np.ndarray) -> torch.Tensor:
@@ -149,8 +191,9 @@ class VideoTransformConfig(msgspec.Struct, frozen=True, kw_only=True):
     height: int  #: output height, pixels (H)
     width: int  #: output width, pixels (W)
     stride: int = 1  #: take every ``stride``-th decoded frame
-    #: "first": the window starts at frame 0; "random": a start drawn from the sample's rng
-    temporal: Literal["first", "random"] = "random"
+    #: "first": the window starts at frame 0; "random": a start drawn from the sample's rng;
+    #: "whole": ``num_frames`` spread evenly over the whole clip (no stride, no draw)
+    temporal: Literal["first", "random", "whole"] = "random"
     #: "center": centered crop; "random": a crop position drawn from the sample's rng
     crop: Literal["center", "random"] = "center"
 
@@ -159,9 +202,16 @@ class VideoTransformConfig(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"VideoTransformConfig.{name} must be an int >= 1, got {value!r}")
-        if self.temporal not in ("first", "random"):
+        if self.temporal not in ("first", "random", "whole"):
             raise ConfigError(
-                f"VideoTransformConfig.temporal must be 'first' or 'random', got {self.temporal!r}"
+                "VideoTransformConfig.temporal must be 'first', 'random' or 'whole', got "
+                f"{self.temporal!r}"
+            )
+        if self.temporal == "whole" and self.stride != 1:
+            raise ConfigError(
+                f"VideoTransformConfig(temporal='whole') spreads the frames over the whole clip "
+                f"(the stride follows from the clip's length); stride={self.stride} would be "
+                f"ignored: leave stride at 1, or use temporal='first' or 'random'"
             )
         if self.crop not in ("center", "random"):
             raise ConfigError(
@@ -190,12 +240,7 @@ def video_transform(
         raise ValueError("this VideoTransformConfig is random: pass the sample's rng")
     if video.ndim != 4 or video.shape[0] < 1:
         raise ValueError(f"expected a [T, C, H, W] video with T >= 1, got {tuple(video.shape)}")
-    idx = sample_frame_indices(
-        video.shape[0],
-        config.num_frames,
-        stride=config.stride,
-        rng=rng if config.temporal == "random" else None,
-    )
+    idx = clip_frame_indices(config, video.shape[0], rng)
     x = take_frames(video, idx)
     size = (config.height, config.width)
     x = resize_short_side(x, size)

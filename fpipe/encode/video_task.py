@@ -5,19 +5,24 @@ lazy :class:`~fpipe.decode.av.AVDecoder` made while cooking), :meth:`encode_samp
 
 1. checks the decoder's metadata (stored by ``fpipe prepare``, else probed) against its
    limits (the loader's :class:`fpipe.decode.DecodeLimits`);
-2. draws the ``num_frames`` frame indices with :func:`~fpipe.encode.video.sample_frame_indices`
-   (fixed stride, from frame 0 or from a start drawn from the sample's ``rng``) over the
-   video's frame count, and decodes only those frames (each from its nearest keyframe);
+2. draws the ``num_frames`` frame indices with :func:`~fpipe.encode.video.clip_frame_indices`
+   (fixed stride, from frame 0 or from a start drawn from the sample's ``rng``; or, with
+   ``temporal="whole"``, spread evenly over the whole clip) over the video's frame count, and
+   decodes only those frames (each from its nearest keyframe);
 3. applies the rest of :func:`~fpipe.encode.video.video_transform`: resize the short side,
    center or random crop (``rng``), normalize to ``[-1, 1]``, layout ``[3, T, H, W]``.
 
 The result equals ``video_transform(config, <all frames>, rng)`` (same draws from ``rng`` in the
 same order: temporal start, then crop) without decoding the frames it does not keep. Batches are
-:class:`VideoBatch`: ``video`` ``float32 [B, 3, T, H, W]``, ``caption`` a list of strings.
+:class:`VideoBatch`: ``video`` ``float32 [B, 3, T, H, W]``, ``caption`` a list of strings; with
+``batch_format="opensora"`` they are the dict OpenSora's training loop reads (``video``,
+``text``, ``num_frames``, ``height``, ``width``, ``ar``, ``fps``; see
+:meth:`VideoTaskEncoder.batch`).
 
 With ``audio=AudioConfig(...)`` each sample also gets the audio of its clip, aligned with the
 kept frames: from the first kept frame's pts for the clip's nominal duration
-``((T - 1) * stride + 1) / fps`` (one frame period past the last kept frame at a constant rate),
+``((T - 1) * stride + 1) / fps`` (one frame period past the last kept frame at a constant rate;
+the whole clip with ``temporal="whole"``),
 as :func:`~fpipe.encode.audio.aligned_audio` (zeros where the file has no audio), batched as
 ``audio [B, C, S]`` zero-padded plus ``audio_lengths [B]``.
 
@@ -47,7 +52,7 @@ from fpipe.encode.audio import AudioConfig, aligned_audio, sample_decoder
 from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.encode.video import (
     VideoTransformConfig,
-    sample_frame_indices,
+    clip_frame_indices,
     stack_videos,
     video_transform,
 )
@@ -55,6 +60,10 @@ from fpipe.samples.base import Sample
 from fpipe.samples.batch import Batch
 
 __all__ = ["EncodedVideoSample", "VideoBatch", "VideoTaskEncoder"]
+
+#: The frame rate OpenSora gives an image (a 1-frame clip), and a video of unknown rate.
+IMAGE_FPS, UNKNOWN_FPS = 120.0, 24.0
+BATCH_FORMATS = ("batch", "opensora")
 
 
 @dataclass
@@ -71,6 +80,10 @@ class EncodedVideoSample(Sample):
     frame_times: Any = None
     #: ``float32 [C, S]``: the clip's audio (with ``VideoTaskEncoder(audio=...)``), else None.
     audio: Any = None
+    #: Frame rate of the output clip as OpenSora computes it: the source's ``fps // stride``
+    #: (``stride`` = frames / ``num_frames`` with ``temporal="whole"``); 120 for an image, a
+    #: source of unknown rate counts as 24 fps.
+    fps: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -110,6 +123,8 @@ class VideoTaskEncoder(TaskEncoder):
       caption_field: the sample attribute copied into ``caption`` (None to skip).
       audio: an :class:`~fpipe.encode.audio.AudioConfig` (rate, channels) to also return the
         clip's audio aligned with its frames; None (default) for video only.
+      batch_format: ``"batch"`` (default): a :class:`VideoBatch`; ``"opensora"``: the dict
+        OpenSora's training loop reads (see :meth:`batch`).
 
     Randomness comes only from the ``rng`` handed to :meth:`encode_sample`, so a sample
     re-materialized after a restore, in any worker, gives the same tensor.
@@ -126,7 +141,13 @@ class VideoTaskEncoder(TaskEncoder):
         video_field: str = "video",
         caption_field: str | None = "caption",
         audio: AudioConfig | None = None,
+        batch_format: str = "batch",
     ):
+        if batch_format not in BATCH_FORMATS:
+            raise ConfigError(
+                f"VideoTaskEncoder(batch_format=) must be 'batch' (a VideoBatch) or 'opensora' "
+                f"(OpenSora's dict: video, text, num_frames, ...), got {batch_format!r}"
+            )
         if audio is not None and not isinstance(audio, AudioConfig):
             raise ConfigError(f"VideoTaskEncoder(audio=) needs an AudioConfig, got {audio!r}")
         if not isinstance(config, VideoTransformConfig):
@@ -138,6 +159,7 @@ class VideoTaskEncoder(TaskEncoder):
         self.video_field = video_field
         self.caption_field = caption_field
         self.audio = audio
+        self.batch_format = batch_format
         # after the frames are picked: no temporal sampling left, only resize/crop/normalize
         self._spatial = msgspec.structs.replace(config, stride=1, temporal="first")
         self._buckets: dict[tuple[int, ...], VideoTaskEncoder] = {}
@@ -145,7 +167,7 @@ class VideoTaskEncoder(TaskEncoder):
     def __repr__(self) -> str:
         return (
             f"VideoTaskEncoder({self.config!r}, decode_limits={self.decode_limits!r}, "
-            f"audio={self.audio!r})"
+            f"audio={self.audio!r}, batch_format={self.batch_format!r})"
         )
 
     def for_bucket(self, shape: tuple[int, ...]) -> VideoTaskEncoder:
@@ -162,12 +184,20 @@ class VideoTaskEncoder(TaskEncoder):
                 decode_limits=self.decode_limits,
                 video_field=self.video_field,
                 caption_field=self.caption_field,
+                audio=self.audio,
+                batch_format=self.batch_format,
             )
         return enc
 
+    def _fps(self, source_fps: float | None, num_available: int) -> float:
+        """The output clip's frame rate as OpenSora computes it: ``source_fps // stride``."""
+        cfg = self.config
+        stride = num_available / cfg.num_frames if cfg.temporal == "whole" else cfg.stride
+        return float((source_fps or UNKNOWN_FPS) // stride)
+
     def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
         """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices, their pts, the
-        clip's audio or None)."""
+        clip's audio or None, the clip's fps)."""
         from fpipe.decode.av.decoder import check_av_limits
 
         cfg = self.config
@@ -177,12 +207,7 @@ class VideoTaskEncoder(TaskEncoder):
         check_av_limits(meta, video.limits, path=video.path, key=video.key)
         if not meta.video_num_frames:
             raise BadSampleError(video.path, video.key, "no video frames")
-        idx = sample_frame_indices(
-            meta.video_num_frames,
-            cfg.num_frames,
-            stride=cfg.stride,
-            rng=rng if cfg.temporal == "random" else None,
-        )
+        idx = clip_frame_indices(cfg, meta.video_num_frames, rng)
         # one single-frame range per kept frame: the decoder seeks to the keyframe before
         # the first, decodes forward, and converts only these frames to RGB
         out = video.get_clips([(int(i), int(i)) for i in idx], video_unit="frames")
@@ -203,29 +228,28 @@ class VideoTaskEncoder(TaskEncoder):
         audio = None
         if self.audio is not None:  # from the first kept frame, the clip's nominal duration
             t0 = float(frame_times[0])
-            span = ((len(idx) - 1) * cfg.stride + 1) / (meta.video_fps or 1.0)
+            whole = cfg.temporal == "whole"
+            n = meta.video_num_frames if whole else (len(idx) - 1) * cfg.stride + 1
+            span = n / (meta.video_fps or 1.0)
             audio = aligned_audio(video, t0, t0 + span, self.audio)
-        return torch.cat(frames), idx, frame_times, audio
+        fps = self._fps(meta.video_fps, meta.video_num_frames)
+        return torch.cat(frames), idx, frame_times, audio, fps
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedVideoSample:
         """Decode ``num_frames`` frames and transform them to ``float32 [3, T, H, W]``."""
         video = getattr(sample, self.video_field, None)
+        image = video is None or (isinstance(video, torch.Tensor) and video.ndim == 3)
         if video is None:  # an image sample: a 1-frame clip, as OpenSora treats images
             video = getattr(sample, "image", None)
         if isinstance(video, torch.Tensor) and video.ndim == 3:  # an image [3, H, W]
             video = video.unsqueeze(0)
         if isinstance(video, torch.Tensor):  # already decoded frames [T, 3, H, W]
-            cfg = self.config
-            idx = sample_frame_indices(
-                video.shape[0],
-                cfg.num_frames,
-                stride=cfg.stride,
-                rng=rng if cfg.temporal == "random" else None,
-            )
+            idx = clip_frame_indices(self.config, video.shape[0], rng)
             frames = video[torch.as_tensor(idx)]
             frame_times, audio = None, None
+            fps = IMAGE_FPS if image else self._fps(None, video.shape[0])
         else:
-            frames, idx, frame_times, audio = self._frames(video, sample, rng)
+            frames, idx, frame_times, audio, fps = self._frames(video, sample, rng)
         x = video_transform(self._spatial, frames, rng)
         caption = getattr(sample, self.caption_field, None) if self.caption_field else None
         return EncodedVideoSample.derive_from(
@@ -235,18 +259,49 @@ class VideoTaskEncoder(TaskEncoder):
             frame_indices=torch.as_tensor(idx, dtype=torch.int64),
             frame_times=frame_times,
             audio=audio,
+            fps=fps,
         )
 
-    def batch(self, samples: list[EncodedVideoSample]) -> VideoBatch:
-        """Stack into ``[B, 3, T, H, W]``; captions as a list; audio padded plus lengths."""
+    def batch(self, samples: list[EncodedVideoSample]) -> Any:
+        """Stack into ``[B, 3, T, H, W]``; captions as a list; audio padded plus lengths.
+
+        A :class:`VideoBatch`, or with ``batch_format="opensora"`` the dict OpenSora's
+        ``VariableVideoTextDataset`` and ``default_collate`` give its training loop: ``video``
+        ``float32 [B, 3, T, H, W]``, ``text`` (the captions), ``num_frames`` / ``height`` /
+        ``width`` ``int64 [B]`` (the clip's ``T, H, W``), ``ar`` ``float64 [B]``
+        (``height / width``), ``fps`` ``float64 [B]`` (:attr:`EncodedVideoSample.fps`), then
+        ``audio`` and ``audio_lengths`` with the audio option, and the samples' ``__key__``,
+        ``__restore_key__`` and ``__subflavors__`` (lists: no tensors a loop would move)."""
         fields: dict[str, Any] = {"frame_times": None, "audio": None, "audio_lengths": None}
         if all(s.frame_times is not None for s in samples):
             fields["frame_times"] = torch.stack([s.frame_times for s in samples])
         if all(s.audio is not None for s in samples):
             fields["audio"], fields["audio_lengths"] = pad_stack_lengths([s.audio for s in samples])
+        if self.batch_format == "opensora":
+            return self._opensora_batch(samples, fields)
         return VideoBatch.from_samples(
             samples,
             video=stack_videos([s.video for s in samples]),
             frame_indices=torch.stack([s.frame_indices for s in samples]),
             **fields,
         )
+
+    def _opensora_batch(self, samples: list[EncodedVideoSample], fields: dict) -> dict:
+        """The dict of :meth:`batch` for ``batch_format="opensora"``."""
+        video = stack_videos([s.video for s in samples])
+        b, (t, h, w) = len(samples), video.shape[2:]
+        out: dict[str, Any] = {
+            "video": video,
+            "text": [s.caption for s in samples],
+            "num_frames": torch.full((b,), t, dtype=torch.int64),
+            "height": torch.full((b,), h, dtype=torch.int64),
+            "width": torch.full((b,), w, dtype=torch.int64),
+            "ar": torch.full((b,), h / w, dtype=torch.float64),
+            "fps": torch.tensor([s.fps for s in samples], dtype=torch.float64),
+        }
+        if fields["audio"] is not None:
+            out["audio"], out["audio_lengths"] = fields["audio"], fields["audio_lengths"]
+        out["__key__"] = [s.__key__ for s in samples]
+        out["__restore_key__"] = tuple(s.__restore_key__ for s in samples)
+        out["__subflavors__"] = [s.__subflavors__ for s in samples]
+        return out

@@ -204,10 +204,37 @@ def ten_samples(tmp_path_factory):
     return make_text_dataset(tmp_path_factory.mktemp("ten"), shards=2, per_shard=5)
 
 
+def _docs_accelerate_flags() -> list[str]:
+    """The flags of the ``accelerate launch`` commands of docs/distributed.md (one set)."""
+    text = (ROOT / "docs" / "distributed.md").read_text()
+    flags = {
+        line.split("accelerate launch", 1)[1].split(EXAMPLE.name)[0].replace("examples/", "")
+        for line in text.splitlines()
+        if line.startswith("accelerate launch") and EXAMPLE.name in line
+    }
+    assert len(flags) == 1, f"the docs' accelerate commands differ: {flags}"
+    return flags.pop().split()
+
+
+def _start_accelerate(port: int, *args: str) -> subprocess.Popen:
+    """The docs' ``accelerate launch`` command (its port made free), accelerate's config
+    folder empty so that no user configuration changes what it does."""
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", *_docs_accelerate_flags(),
+        "--main_process_port", str(port), str(EXAMPLE), *args,
+    ]  # fmt: skip
+    env = _env() | {"HF_HOME": str(Path(args[args.index("--ckpt") + 1]).parent / "hf")}
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
 def test_accelerate_register_for_checkpointing(ten_samples, tmp_path):
-    """examples/accelerate_resume.py under torchrun, 2 processes: 10 samples, batch 1 per
-    process, shuffled, saved by accelerate after the 2nd batch of the second epoch (by the
-    global epoch, the same on both processes), restored in new processes."""
+    """examples/accelerate_resume.py, 2 processes: 10 samples, batch 1 per process, shuffled,
+    saved by accelerate after the 2nd batch of the second epoch (by the global epoch, the same
+    on both processes), restored in new processes. The first run is the docs' ``accelerate
+    launch`` command (it must start 2 processes on this CPU machine), the resume torchrun."""
     if os.environ.get("CI"):
         import accelerate  # noqa: F401 - in the test extra: CI must run this, not skip it
     else:
@@ -215,7 +242,8 @@ def test_accelerate_register_for_checkpointing(ten_samples, tmp_path):
     ckpt = tmp_path / "ckpt"
     common = ("--data", ten_samples, "--ckpt", str(ckpt), "--global-batch-size", "2")
     full, res = str(tmp_path / "full_{rank}.json"), str(tmp_path / "res_{rank}.json")
-    _launch_all([(2, EXAMPLE, (*common, "--record", full))])
+    _wait(_start_accelerate(_free_ports(1)[0], *common, "--record", full))
+    assert (tmp_path / "full_1.json").exists(), "the docs' accelerate command started 1 process"
     _launch_all([(2, EXAMPLE, (*common, "--resume", "--record", res))])
     fulls = [json.loads((tmp_path / f"full_{r}.json").read_text()) for r in range(2)]
     ress = [json.loads((tmp_path / f"res_{r}.json").read_text()) for r in range(2)]

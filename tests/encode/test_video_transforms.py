@@ -18,6 +18,7 @@ from fpipe.encode.video import (
     take_frames,
     to_cthw,
     video_transform,
+    whole_clip_indices,
 )
 
 
@@ -133,8 +134,31 @@ def test_stack_videos():
         {"num_frames": 4, "height": 8, "width": 8, "stride": 0},
         {"num_frames": 4, "height": 8, "width": 8, "crop": "left"},
         {"num_frames": 4, "height": 8, "width": 8, "temporal": "middle"},
+        {"num_frames": 4, "height": 8, "width": 8, "temporal": "whole", "stride": 2},
     ],
 )
 def test_config_is_checked_when_built(kwargs):
     with pytest.raises(ConfigError):
         VideoTransformConfig(**kwargs)
+
+
+def test_whole_clip_indices_spread_over_the_clip():
+    # OpenSora's whole-video sampling: linspace(0, n - 1, T), truncated, first and last kept
+    assert whole_clip_indices(100, 4).tolist() == [0, 33, 66, 99]
+    assert whole_clip_indices(30, 4).tolist() == [0, 9, 19, 29]
+    assert whole_clip_indices(7, 1).tolist() == [0]
+    assert whole_clip_indices(2, 5).tolist() == [0, 0, 0, 0, 1]  # a short clip repeats frames
+    for n in range(1, 80):
+        for t in (1, 2, 3, 5, 8, 16):
+            idx = whole_clip_indices(n, t)
+            exact = [(n - 1) * i // (t - 1) if t > 1 else 0 for i in range(t)]
+            assert idx.tolist() == exact and idx.dtype == np.int64
+            assert np.allclose(idx, np.linspace(0, n - 1, t), atol=1 - 1e-9)  # truncation only
+    with pytest.raises(ValueError):
+        whole_clip_indices(0, 4)
+
+
+def test_whole_clip_chain_uses_every_part_of_the_clip():
+    cfg = VideoTransformConfig(num_frames=4, height=16, width=16, temporal="whole")
+    out = video_transform(cfg, _video(31, 36, 48))  # no rng needed: nothing is drawn
+    assert out[0, :, 8, 8].tolist() == pytest.approx([i / 127.5 - 1 for i in (0, 10, 20, 30)])

@@ -80,3 +80,14 @@ def test_columns_named_by_plan_stages_are_loaded_without_columns(text):
     assert sorted(int(i) for r in recipes for i in r.refs.index) == list(range(10, 21))
     with pytest.raises(KeyError, match="no column 'nope'"):
         build_dataset(text, batch_size=1, plan_stages=[filter_refs("nope", ">", 8)])
+
+
+def test_datasets_and_loaders_are_true_even_without_a_len(text):
+    # truthiness must not fall back to len(): unknown for an endless stream, 0 for an empty one
+    endless = build_dataset(text, batch_size=4)
+    loader = fpipe.get_loader(endless)
+    assert bool(endless) and bool(loader)
+    assert (loader or None) is loader and (endless or None) is endless
+    with pytest.warns(UserWarning, match="yields no batch"):
+        empty = build_dataset(text, global_batch_size=32, num_epochs=1)
+    assert len(empty) == 0 and bool(empty) and bool(fpipe.get_loader(empty))

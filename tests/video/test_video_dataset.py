@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import fpipe
-from fpipe.core.errors import BadSampleError
+from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode import DecodeLimits
 from fpipe.decode.av.decoder import AVDecoder, probe_av
 from fpipe.encode.video import VideoTransformConfig, video_transform
@@ -345,3 +345,56 @@ def test_crude_dataset_and_parts_merge(tmp_path, videos):
     prepare_dataset(tmp_path, merge=True)
     merged = open_dataset(tmp_path)
     assert [merged.av_metadata(i) for i in range(len(merged))] == whole
+
+
+OPENSORA_TENSORS = ["video", "num_frames", "height", "width", "ar", "fps"]
+
+
+def test_whole_clip_sampling_and_opensora_dict_batches(shard_ds):
+    """temporal="whole" spreads T frames over each whole clip; batch_format="opensora" gives the
+    dict OpenSora's training loop reads, with the same tensors as the default VideoBatch."""
+    cfg = VideoTransformConfig(num_frames=T, height=OUT, width=OUT, temporal="whole")
+    enc = VideoTaskEncoder(cfg, batch_format="opensora")
+    dicts = list(fpipe.get_loader(_build(shard_ds, task_encoder=enc, num_epochs=1)))
+    plain_ds = _build(shard_ds, task_encoder=VideoTaskEncoder(cfg), num_epochs=1)
+    plain = list(fpipe.get_loader(plain_ds))
+    assert len(dicts) == len(plain) == 4
+    for d, b in zip(dicts, plain):
+        assert isinstance(d, dict) and isinstance(b, VideoBatch)
+        assert list(d) == [*OPENSORA_TENSORS[:1], "text", *OPENSORA_TENSORS[1:],
+                           "__key__", "__restore_key__", "__subflavors__"]  # fmt: skip
+        # only OpenSora's keys are tensors (its loop hands every tensor to the model)
+        assert [k for k, v in d.items() if isinstance(v, torch.Tensor)] == OPENSORA_TENSORS
+        assert torch.equal(d["video"], b.video) and d["text"] == b.caption
+        assert d["__key__"] == b.__key__ and d["__restore_key__"] == b.__restore_key__
+        assert d["num_frames"].tolist() == [T, T] and d["num_frames"].dtype == torch.int64
+        assert d["height"].tolist() == d["width"].tolist() == [OUT, OUT]
+        assert d["ar"].tolist() == [1.0, 1.0] and d["ar"].dtype == torch.float64
+        pixels = ((d["video"] + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
+        for j, key in enumerate(d["__key__"]):
+            n = 24 + 6 * int(key[-3:])  # the clip's frames
+            want = [(n - 1) * i // (T - 1) for i in range(T)]  # first to last frame
+            assert [frame_index(pixels[j, :, t]) for t in range(T)] == want
+            assert b.frame_indices[j].tolist() == want
+            assert d["fps"][j].item() == FPS // (n / T)  # OpenSora's fps // stride
+    # the fixed stride: fps // stride; an image is a 1-frame clip at OpenSora's 120 fps
+    enc = VideoTaskEncoder(CFG, batch_format="opensora")
+    sample, rng = _build(shard_ds, task_encoder=enc).materializer.sample(0, 0, 0, 1)
+    assert enc.encode_sample(sample, rng).fps == FPS // CFG.stride
+    image = VideoTaskEncoder(CFG).encode_sample(
+        type(sample)(video=torch.zeros(3, 20, 20, dtype=torch.uint8), caption="i"), rng
+    )
+    assert image.fps == 120.0 and image.video.shape == (3, T, OUT, OUT)
+
+
+def test_opensora_options_are_checked_and_kept_by_buckets():
+    with pytest.raises(ConfigError, match="batch_format.*'opensora'"):
+        VideoTaskEncoder(CFG, batch_format="dict")
+    with pytest.raises(ConfigError, match="stride=2 would be ignored"):
+        VideoTransformConfig(num_frames=T, height=OUT, width=OUT, stride=2, temporal="whole")
+    from fpipe.encode.audio import AudioConfig
+
+    enc = VideoTaskEncoder(CFG, batch_format="opensora", audio=AudioConfig(sample_rate=8000))
+    bucket = enc.for_bucket((1, 8, 8))
+    assert bucket.batch_format == "opensora" and bucket.audio == enc.audio
+    assert bucket.config.num_frames == 1 and bucket.config.temporal == CFG.temporal
