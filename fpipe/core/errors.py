@@ -109,7 +109,9 @@ class MaterializeError(FpipeError):
 class WorkerError(FpipeError):
     """A DataLoader worker process died or produced nothing within the loader's ``timeout``.
 
-    Raised once, in the main process; the workers are shut down first. The loader's state is
+    Raised once, in the main process (with ``recover_workers=True``, the loader's default, only
+    when a recipe fails this way twice without naming a sample); the workers are shut down
+    first. The loader's state is
     still the one after the last batch taken, so iterating again (or ``load_state_dict`` of the
     last ``state_dict``) resumes exactly.
 
@@ -119,6 +121,8 @@ class WorkerError(FpipeError):
       reason: ``"died"`` (with the exit code or signal in the message) or ``"timed out"``.
       step: the step of the recipe it was materializing, or None.
       keys: the sample keys of that recipe (the first few).
+      position: the position in the recipe of the sample it was reading, cooking or encoding
+        (None: between samples, or in a batch hook).
     """
 
     def __init__(
@@ -130,9 +134,10 @@ class WorkerError(FpipeError):
         reason: str = "",
         step: int | None = None,
         keys: tuple[str, ...] = (),
+        position: int | None = None,
     ):
         self.worker, self.pid, self.reason, self.step = worker, pid, reason, step
-        self.keys = tuple(keys)
+        self.keys, self.position = tuple(keys), position
         super().__init__(message)
 
 

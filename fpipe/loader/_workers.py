@@ -11,9 +11,14 @@ their type through that, but lose their attributes), reports a killed worker as 
   worker's traceback as ``__cause__``;
 - :func:`iterate` drives torch's iterator in short waits, so a worker that died is reported
   within about ``poll_s`` and one that produced nothing for ``timeout`` seconds is reported as
-  hung: one :class:`WorkerError` naming the worker, its pid, and the step and keys of the recipe
-  it was materializing. The workers are shut down before it is raised, and the iterator's
-  worker pids are taken out of torch's SIGCHLD check, so nothing else is raised later.
+  hung: one :class:`WorkerError` naming the worker, its pid, the step and keys of the recipe
+  it was materializing and the sample it was on (:class:`WorkerMarks`). The workers are shut
+  down before it is raised, and the iterator's worker pids are taken out of torch's SIGCHLD
+  check, so nothing else is raised later;
+- a result that cannot be pickled back to the main process (a batch class defined inside a
+  function, a lambda in a field) would make torch's queue feeder thread print a traceback and
+  drop it, and the main process wait forever: :func:`run_in_worker` tries it first
+  (:func:`fpipe.loader._send.check_sendable`) and returns the failure.
 
 This module is the one place that reads private attributes of torch's multiprocessing iterator
 (``_workers``, ``_task_info``, ``_rcvd_idx``, ``_worker_pids_set``, ``_shutdown_workers``);
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import multiprocessing
 import signal
 import time
 import traceback
@@ -33,9 +39,17 @@ from typing import Any
 import torch.utils.data
 
 from fpipe.core.errors import FpipeError, MaterializeError, WorkerError
+from fpipe.loader._recovery import out_of_memory
+from fpipe.loader._send import check_sendable
 from fpipe.materialize.materializer import show_keys
 
-__all__ = ["RemoteFailure", "RemoteTraceback", "iterate", "run_in_worker"]
+__all__ = [
+    "RemoteFailure",
+    "RemoteTraceback",
+    "WorkerMarks",
+    "iterate",
+    "run_in_worker",
+]
 
 #: Longest single wait on the workers' result queue: a dead worker is noticed this fast.
 POLL_S = 0.5
@@ -43,7 +57,10 @@ _TORCH_TIMEOUT = "DataLoader timed out"
 
 
 class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker process (shown as its ``__cause__``)."""
+    """The traceback of an exception raised in a worker process (shown as its ``__cause__``).
+    ``out_of_memory``: the worker's exception was a failed allocation (a MemoryError)."""
+
+    out_of_memory = False
 
     def __str__(self) -> str:
         return "\n" + str(self.args[0]) if self.args else ""
@@ -55,21 +72,26 @@ class RemoteFailure:
 
     error: FpipeError
     traceback: str
+    out_of_memory: bool = False
 
     def reraise(self):
         """Raise the worker's exception here, its worker traceback as the cause."""
-        raise self.error from RemoteTraceback(self.traceback)
+        cause = RemoteTraceback(self.traceback)
+        cause.out_of_memory = self.out_of_memory
+        raise self.error from cause
 
 
 def run_in_worker(fn: Callable[[], Any]) -> Any:
     """``fn()``; in a DataLoader worker, an exception is returned as a :class:`RemoteFailure`
-    (a non-fpipe exception first wrapped in a :class:`MaterializeError`)."""
+    (a non-fpipe exception first wrapped in a :class:`MaterializeError`), and so is a result
+    that cannot be pickled back (:func:`check_sendable`)."""
     if torch.utils.data.get_worker_info() is None:
         return fn()
     try:
-        return fn()
+        result = fn()
     except Exception as err:  # noqa: BLE001 - every failure travels back as a value
         text = "".join(traceback.format_exception(err))
+        oom = out_of_memory(err)
         if not isinstance(err, FpipeError):
             err = MaterializeError(
                 f"materializing raised {type(err).__name__}: {err}",
@@ -77,7 +99,42 @@ def run_in_worker(fn: Callable[[], Any]) -> Any:
                 original=type(err).__name__,
                 traceback=text,
             )
-        return RemoteFailure(err, text)
+        return RemoteFailure(err, text, oom)
+    unsendable = check_sendable(result)
+    if unsendable is not None:
+        return RemoteFailure(unsendable, unsendable.traceback)
+    return result
+
+
+class WorkerMarks:
+    """Which recipe (step) and which sample of it (position, -1: none) each worker process is
+    on: a small shared array the workers write and the main process reads when one dies or
+    hangs, to name the sample (and leave it out if it does so again)."""
+
+    def __init__(self, num_workers: int, context: Any = None):
+        ctx = multiprocessing.get_context(context) if isinstance(context, str) else context
+        ctx = ctx if ctx is not None else multiprocessing
+        self.array = ctx.RawArray("q", 2 * max(num_workers, 1))
+        for i in range(len(self.array)):
+            self.array[i] = -1
+
+    def writer(self) -> Callable[[int, int], None] | None:
+        """In a worker: ``mark(step, position)`` writing this worker's slot (None elsewhere)."""
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return None
+        array, slot = self.array, 2 * info.id
+
+        def mark(step: int, position: int) -> None:
+            array[slot], array[slot + 1] = step, position
+
+        return mark
+
+    def read(self, worker: int) -> tuple[int, int]:
+        """``(step, position)`` worker ``worker`` marked last (-1: none)."""
+        if not 0 <= 2 * worker < len(self.array):
+            return -1, -1
+        return self.array[2 * worker], self.array[2 * worker + 1]
 
 
 def _detach_from_sigchld(it) -> None:
@@ -130,9 +187,10 @@ def _exit_text(code: int | None) -> str:
 class _Watch:
     """Which recipe each of torch's task indices is, to name what a failed worker was doing."""
 
-    def __init__(self, it, num_workers: int, recipe_at: Callable[[int], Any], describe):
+    def __init__(self, it, num_workers: int, recipe_at: Callable[[int], Any], describe, marks=None):
         self.it, self.num_workers = it, num_workers
         self.recipe_at, self.describe = recipe_at, describe
+        self.marks: WorkerMarks | None = marks
 
     def _worker_of(self, idx: int) -> int:
         info = getattr(self.it, "_task_info", {}).get(idx)
@@ -142,6 +200,17 @@ class _Watch:
         tasks = getattr(self.it, "_task_info", {})
         mine = [i for i, info in tasks.items() if len(info) == 1 and info[0] == worker]
         return min(mine) if mine else None
+
+    def _recipe_of_step(self, step: int) -> Any:
+        """The recipe in flight whose step is ``step`` (None if none is)."""
+        for ahead in range(1 << 16):
+            try:
+                recipe = self.recipe_at(ahead)
+            except IndexError:
+                return None
+            if recipe is not None and recipe.step == step:
+                return recipe
+        return None
 
     def error(self, reason: str, dead, awaited: int, cause: BaseException | None) -> WorkerError:
         if dead:
@@ -153,14 +222,22 @@ class _Watch:
             workers = getattr(self.it, "_workers", ())
             proc = workers[worker] if worker < len(workers) else None
             idx, what = awaited, reason
+        marked_step, position = (-1, -1) if self.marks is None else self.marks.read(worker)
         try:
-            ahead = 0 if idx is None else idx - awaited
-            step, keys = self.describe(self.recipe_at(ahead))
+            # the recipe the worker marked (a dead worker may have sent results not yet read)
+            recipe = self._recipe_of_step(marked_step) if marked_step >= 0 else None
+            if recipe is None:
+                recipe = self.recipe_at(0 if idx is None else idx - awaited)
+            step, keys = self.describe(recipe)
         except Exception:  # noqa: BLE001 - naming the recipe must not hide the fault
             step, keys = None, ()
+        if step is None or marked_step != step or not 0 <= position < len(keys):
+            position = None  # between samples, in a batch hook, or on another recipe
         shown = show_keys(keys)
         pid = getattr(proc, "pid", None)
         doing = f"step {step} (samples {shown})" if step is not None else "no recipe"
+        if position is not None:
+            doing += f", on sample {keys[position]!r} (position {position})"
         detail = f" [{type(cause).__name__}: {cause}]" if cause is not None else ""
         return WorkerError(
             f"DataLoader worker {worker} (pid {pid}) {what} while materializing {doing}.{detail} "
@@ -171,6 +248,7 @@ class _Watch:
             reason="died" if dead else "timed out",
             step=step,
             keys=tuple(keys),
+            position=position,
         )
 
 
@@ -197,7 +275,8 @@ def iterate(
             yield result
         return
     _detach_from_sigchld(it)
-    watch = _Watch(it, dataloader.num_workers, recipe_at, describe)
+    marks = getattr(dataloader.dataset, "marks", None)
+    watch = _Watch(it, dataloader.num_workers, recipe_at, describe, marks)
     taken, failed = 0, False
     try:
         while True:

@@ -16,9 +16,11 @@ global generators they seed).
 
 Faults: an exception raised while materializing is re-raised in the consumer with its own type
 and attributes, as at ``num_workers=0``. A recipe that produced nothing for ``timeout`` seconds
-raises one :class:`~fpipe.core.WorkerError` naming the thread, the step and its keys; a thread
-cannot be killed, so the stuck one is abandoned (it is a daemon thread and its result is
-dropped) and the others stop after their current recipe.
+raises one :class:`~fpipe.core.WorkerError` naming the thread, the step, its keys and the
+sample the thread was on; a thread cannot be killed, so the stuck one is abandoned (it is a
+daemon thread and its result is dropped) and the others stop after their current recipe. With
+``recover_workers`` (:mod:`fpipe.loader._recovery`) the loader then starts new threads and
+materializes the abandoned recipes again.
 """
 
 from __future__ import annotations
@@ -32,16 +34,21 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fpipe.core.errors import WorkerError
+from fpipe.loader._recovery import run_task
 from fpipe.materialize.materializer import Materializer, show_keys
-from fpipe.materialize.recipe_codec import decode_recipe
 
 __all__ = ["iterate_threads"]
 
 
 class _Task(concurrent.futures.Future):
-    """One recipe's result, and the thread that took it (for a timeout's message)."""
+    """One recipe's result, the thread that took it and the sample position it is on (for a
+    timeout's message)."""
 
     thread: int | None = None
+    position: int | None = None
+
+    def mark(self, step: int, position: int) -> None:
+        self.position = position if position >= 0 else None
 
 
 def _work(index: int, tasks: queue.SimpleQueue, materializer: Materializer, stop) -> None:
@@ -49,12 +56,12 @@ def _work(index: int, tasks: queue.SimpleQueue, materializer: Materializer, stop
         item = tasks.get()
         if item is None or stop.is_set():
             return
-        task, recipe_bytes = item
+        task, recipe_task = item
         if not task.set_running_or_notify_cancel():
             continue
         task.thread = index
         try:
-            task.set_result(materializer(decode_recipe(recipe_bytes)))
+            task.set_result(run_task(materializer, recipe_task, task.mark))
         except BaseException as err:  # noqa: BLE001 - re-raised in the consumer, type and all
             task.set_exception(err)
 
@@ -65,6 +72,11 @@ def _timeout_error(task: _Task, timeout: float, recipe: Any, describe) -> Worker
     except Exception:  # noqa: BLE001 - naming the recipe must not hide the fault
         step, keys = None, ()
     doing = f"step {step} (samples {show_keys(keys)})" if step is not None else "no recipe"
+    position = task.position if step is not None and task.position is not None else None
+    if position is not None and position < len(keys):
+        doing += f", on sample {keys[position]!r} (position {position})"
+    else:
+        position = None
     who = "a materialize thread" if task.thread is None else f"materialize thread {task.thread}"
     return WorkerError(
         f"{who} (pid {os.getpid()}) produced nothing for {timeout:g} s (timeout) while "
@@ -75,11 +87,12 @@ def _timeout_error(task: _Task, timeout: float, recipe: Any, describe) -> Worker
         reason="timed out",
         step=step,
         keys=tuple(keys),
+        position=position,
     )
 
 
 def iterate_threads(
-    recipes: Iterable[bytes],
+    recipes: Iterable[Any],
     materializer: Materializer,
     *,
     num_threads: int,
@@ -91,7 +104,8 @@ def iterate_threads(
     """Materialized results of ``recipes`` (encoded recipes) in order, ``num_threads`` at a time.
 
     Args:
-      recipes: encoded recipes, pulled ``in_flight`` ahead of the consumer.
+      recipes: tasks (encoded recipes, see :func:`fpipe.loader._recovery.run_task`), pulled
+        ``in_flight`` ahead of the consumer.
       materializer: copied once per thread (its datasets are opened in each thread).
       in_flight: recipes submitted and not yet taken (at least ``num_threads``).
       timeout: seconds without the awaited result before raising WorkerError (0: never).
@@ -115,9 +129,9 @@ def iterate_threads(
     waiting: collections.deque[_Task] = collections.deque()
 
     def submit() -> None:
-        for recipe_bytes in source:
+        for recipe_task in source:
             task = _Task()
-            tasks.put((task, recipe_bytes))
+            tasks.put((task, recipe_task))
             waiting.append(task)
             return
 

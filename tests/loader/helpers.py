@@ -38,6 +38,8 @@ def build(
     num_epochs=None,
     timeout=None,
     worker_mode="process",
+    recover_workers=True,
+    error_policy="raise",
 ):
     from tests.loader.encoders import RandomCropEncoder
 
@@ -55,6 +57,7 @@ def build(
         image_decode=ImageDecodeOptions(target_size=16),
         topology=Topology(rank=rank, world_size=world_size),
         num_epochs=num_epochs,
+        error_policy=error_policy,
     )
     extra = {} if timeout is None else {"timeout": timeout}
     return fpipe.get_loader(
@@ -62,6 +65,7 @@ def build(
         num_workers=num_workers,
         prefetch_factor=prefetch_factor,
         worker_mode=worker_mode,
+        recover_workers=recover_workers,
         **extra,
     )
 

@@ -1,5 +1,6 @@
-"""Faults in DataLoader workers: one typed fpipe error, within the configured time, naming the
-sample or worker; then an exact resume from the last state_dict.
+"""Faults in DataLoader workers with recovery off (``recover_workers=False``): one typed fpipe
+error, within the configured time, naming the sample or worker; then an exact resume from the
+last state_dict. (Recovery: tests/loader/test_worker_recovery.py.)
 
 Each test runs a 2-worker loader whose task encoder faults on one sample (only in a worker,
 only while a trigger file exists), catches the one error, checks that nothing else is raised
@@ -29,7 +30,10 @@ def _reference(path):
 
 def _run_until_fault(path, mode, trigger, key, *, timeout, expected, worker_mode):
     enc = FaultEncoder(mode, trigger, key)
-    loader = build(path, num_workers=2, encoder=enc, timeout=timeout, worker_mode=worker_mode)
+    loader = build(
+        path, num_workers=2, encoder=enc, timeout=timeout, worker_mode=worker_mode,
+        recover_workers=False,
+    )  # fmt: skip
     got, sd = [], loader.state_dict()
     t0 = time.monotonic()
     with pytest.raises(expected) as info:
