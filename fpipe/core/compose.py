@@ -22,6 +22,7 @@ therefore be unique (checked when the chain is built).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
 from fpipe.core.errors import ConfigError, SnapshotError
@@ -172,7 +173,8 @@ def lift(upstream: Source, stage: Stage) -> Source:
 
         next_fn = next_streaming
     else:
-        block_size = stage.block_size
+        bs = stage.block_size  # an int, or the block's size from the state at its start
+        sizer: Callable[[Any], int] = (lambda _st: bs) if isinstance(bs, int) else bs
         memo: OrderedDict = OrderedDict()  # (up, st) at block start -> (up, st, out) at block end
 
         def compute_block(up, st):
@@ -180,6 +182,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
             hit = memo.get(k)
             if hit is not None:
                 return hit
+            block_size = sizer(st)
             got, total, up_end = [], 0, up
             while total < block_size:
                 up_end, chunk = up_next(up_end, block_size - total)

@@ -101,8 +101,11 @@ def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
         if s is None:
             continue
         d = part_digest(name, config)
+        hint = getattr(type(config), "mismatch_hint", "")
         if s[1] != d[1]:
             out.append(f"step {name!r}: snapshot has a {s[1]}, pipeline has a {d[1]}")
+            if hint:
+                out.append(hint)
             continue
         before = len(out)
         saved_h, cur_h = _field_hashes(s[2]), _field_hashes(d[2])
@@ -111,7 +114,6 @@ def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
                 out.append(f"step {name!r}: field {field!r} differs (now {value!r})")
         if len(saved_h) != len(cur_h):
             out.append(f"step {name!r}: config has {len(cur_h)} fields, snapshot {len(saved_h)}")
-        hint = getattr(type(config), "mismatch_hint", "")
         if hint and len(out) > before:
             out.append(hint)
     return out

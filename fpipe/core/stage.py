@@ -38,7 +38,9 @@ it sees its input in fixed blocks of ``k`` items (the last block may be shorter)
 for block b is a pure function of (config, key, b, input block b); it may emit any number of
 items (a shuffle emits k refs, a packer emits groups, a batcher one recipe). ``chain`` keeps its
 state as the input's state at the block start plus a cursor into the block's output, so a
-restore recomputes one block and nothing more.
+restore recomputes one block and nothing more. ``block_size`` may also be a function of the
+stage's state at the block start (``S -> k``): a batch whose size follows a schedule over steps
+(:class:`fpipe.plan.BatchSchedule`) reads its block size from its own step count.
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
       step: ``(S, X) -> (S, Y)``.
       flush: ``S -> (S, Y)``.
       state_type: the type of ``S`` (used to decode snapshots safely).
-      block_size: None for streaming stages, else the input block length.
+      block_size: None for streaming stages, else the input block length: an int, or
+        ``S -> int``, the length of the block that starts at state ``S``.
       stats: optional ``S -> {counter: int}`` (e.g. ``{"filtered": 3}``), collected by name.
       members: for ``chain(a, b, ...)`` of stages, the stages it is made of (spliced into any
         chain it is put in, so it never appears as one step of its own).
@@ -115,7 +118,7 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
     step: Callable[[Any, Any], tuple[Any, Any]]
     flush: Callable[[Any], tuple[Any, Any]] = _no_flush
     state_type: Any = Unit
-    block_size: int | None = None
+    block_size: int | Callable[[Any], int] | None = None
     stats: Callable[[Any], dict[str, int]] | None = None
     members: tuple = ()
     position: Callable[[Any], tuple[int, int]] | None = None

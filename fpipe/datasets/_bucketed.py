@@ -36,10 +36,11 @@ def _bucket_columns(ds) -> tuple[str, str, str | None]:
 
 def _check_options(options: DatasetOptions) -> None:
     """Refuse the options that a bucketed plan cannot honour."""
-    if options.batch_size is not None or options.global_batch_size is not None:
+    sizes = (options.batch_size, options.global_batch_size, options.rampup_batch_size)
+    if any(s is not None for s in sizes):
         raise ConfigError(
-            "with bucket_config each bucket sets its own batch size; leave out batch_size "
-            "and global_batch_size"
+            "with bucket_config each bucket sets its own batch size; leave out batch_size, "
+            "global_batch_size and rampup_batch_size"
         )
     if options.distribution != "global":
         raise ConfigError(

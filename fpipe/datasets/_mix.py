@@ -129,22 +129,39 @@ def _dataset_name(path) -> str:
 
 
 def _mix_views(
-    path, options: DatasetOptions, *, training: bool, columns
+    path,
+    options: DatasetOptions,
+    *,
+    training: bool,
+    columns,
+    unit: str | None = None,
+    mix: Mix | None = None,
 ) -> tuple[Mix, tuple[str, ...], list[DatasetSource], list[View]]:
     """A metadataset split resolved: its mix, the leaves' names, and each leaf's source and
-    index-order view (dataset id = the leaf's position)."""
-    mix = resolve_mix(load_metadataset(path), options.split, training=training)
+    index-order view (dataset id = the leaf's position); ``unit``: the blend's unit column,
+    which every leaf's index must have; ``mix``: the split already resolved."""
+    if mix is None:
+        mix = resolve_mix(load_metadataset(path), options.split, training=training)
     sources, views = [], []
     for d, leaf in enumerate(mix.leaves):
-        source, view = dataset_view(
-            leaf.path,
-            leaf.split_part,
-            options,
-            dataset=d,
-            extra_subflavors=leaf.subflavors,
-            columns=columns,
-            join=leaf,
-        )
+        try:
+            source, view = dataset_view(
+                leaf.path,
+                leaf.split_part,
+                options,
+                dataset=d,
+                extra_subflavors=leaf.subflavors,
+                columns=columns,
+                join=leaf,
+            )
+        except KeyError as e:
+            if unit is None or repr(unit) not in str(e):
+                raise
+            raise ConfigError(
+                f"{path}: blend_unit {unit!r}: dataset {leaf.name!r} has no index column "
+                f"{unit!r} ({e.args[0]}); prepare it with that column (e.g. a token count) "
+                "or blend by samples"
+            ) from None
         sources.append(source)
         views.append(view)
     return mix, tuple(leaf.name for leaf in mix.leaves), sources, views
@@ -170,9 +187,18 @@ def train_head(
     if not is_metadataset(path):
         if weight_schedule is not None:
             raise ConfigError("weight_schedule needs a metadataset with a blend")
+        if options.blend_unit not in (None, "samples"):
+            raise ConfigError(f"blend_unit={options.blend_unit!r} needs a metadataset with a blend")
         source, view = dataset_view(path, options.split, options, columns=columns)
         return repeat(shuffled(view), num_epochs), [source], (_dataset_name(path),)
-    mix, names, sources, views = _mix_views(path, options, training=True, columns=columns)
+    mix = resolve_mix(load_metadataset(path), options.split, training=True)
+    unit = mix.unit if options.blend_unit is None else options.blend_unit
+    unit = None if unit == "samples" else unit
+    if unit is not None and unit not in columns:
+        columns = (*columns, unit)
+    mix, names, sources, views = _mix_views(
+        path, options, training=True, columns=columns, unit=unit, mix=mix
+    )
     views = [shuffled(v) for v in views]
     if mix.mode == "single" and weight_schedule is None:
         return repeat(views[0], num_epochs), sources, names
@@ -182,12 +208,17 @@ def train_head(
     if mix.mode == "blend_epochized":
         if weight_schedule is not None:
             raise ConfigError(f"{path}: weight_schedule applies to a weighted 'blend:'")
+        if unit is not None:
+            raise ConfigError(
+                f"{path}: blend_unit={unit!r} applies to a weighted 'blend:'; "
+                "'blend_epochized' takes whole passes of samples"
+            )
         src = blend(views, repetitions=[leaf.repetitions for leaf in mix.leaves], **common)
         return src, sources, names
     schedule = _schedule(weight_schedule, options.schedule_mode, names) or _plan_schedule(
         mix.schedule
     )
-    return blend(views, schedule=schedule, **common), sources, names
+    return blend(views, schedule=schedule, unit=unit, **common), sources, names
 
 
 def _schedule(given, mode: str, names) -> WeightSchedule | None:
@@ -204,9 +235,7 @@ def _plan_schedule(schedule: MixSchedule | None) -> WeightSchedule | None:
     return WeightSchedule(points=schedule.points, weights=schedule.weights, linear=schedule.linear)
 
 
-def eval_head(
-    path, options: DatasetOptions
-) -> tuple[View, list[DatasetSource], tuple[str, ...]]:
+def eval_head(path, options: DatasetOptions) -> tuple[View, list[DatasetSource], tuple[str, ...]]:
     """(view, dataset sources, dataset names) of a validation / test pass: ``options.split``
     in index order, cut at ``options.limit``."""
     split, limit = options.split, options.limit

@@ -14,7 +14,8 @@ from fpipe.plan._shuffle import (
     slice_shuffle,
     window_shuffle,
 )
-from fpipe.plan.batch import BatchConfig, BatchState, Remainder, batch
+from fpipe.plan.batch import BatchConfig, BatchState, Remainder, ScheduledBatchConfig, batch
+from fpipe.plan.batch_schedule import BatchSchedule
 from fpipe.plan.blend import BlendConfig, BlendState, blend, blend_counters
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.buckets._assign import assign_buckets
@@ -31,6 +32,8 @@ from fpipe.plan.distribute import (
     DistributeConfig,
     DistributeState,
     PerRankConfig,
+    ScheduledDistributeConfig,
+    ScheduledDistributeState,
     distribute,
     per_rank,
 )
@@ -41,6 +44,7 @@ from fpipe.plan.stats import drop_counters
 
 __all__ = [
     "BatchConfig",
+    "BatchSchedule",
     "BatchState",
     "BlendConfig",
     "BlendState",
@@ -63,6 +67,9 @@ __all__ = [
     "RepeatConfig",
     "RepeatState",
     "SamplesConfig",
+    "ScheduledBatchConfig",
+    "ScheduledDistributeConfig",
+    "ScheduledDistributeState",
     "SliceShuffleConfig",
     "View",
     "WeightSchedule",

@@ -8,6 +8,7 @@ in the batch), so the materializer calls ``pack_selected_samples`` once per pack
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -16,8 +17,9 @@ from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Recipe, Refs, State
 from fpipe.core.rng import Key
 from fpipe.core.stage import Stage
+from fpipe.plan.batch_schedule import BatchSchedule
 
-__all__ = ["BatchConfig", "BatchState", "Remainder", "batch"]
+__all__ = ["BatchConfig", "BatchState", "Remainder", "ScheduledBatchConfig", "batch"]
 
 
 def _join_packs(packs: tuple) -> Refs:
@@ -55,6 +57,17 @@ class BatchConfig(Config, frozen=True):
     remainder: Remainder = Remainder.DROP
 
 
+class ScheduledBatchConfig(Config, frozen=True):
+    """Group the next ``schedule.size_at(step)`` refs into recipe ``step``; short remainder per
+    ``remainder``. ``schedule`` (per-rank sizes) is declared compatible, as ``batch_size`` is:
+    the state counts the recipes emitted and points at the first ref not yet consumed."""
+
+    compatible: ClassVar[frozenset[str]] = frozenset({"schedule"})
+
+    schedule: BatchSchedule
+    remainder: Remainder = Remainder.DROP
+
+
 class BatchState(State, frozen=True, array_like=True):
     """``key``: per-sample key root; ``step``: recipes emitted; ``dropped``: refs dropped."""
 
@@ -63,8 +76,11 @@ class BatchState(State, frozen=True, array_like=True):
     dropped: int = 0
 
 
-def batch(batch_size: int, *, drop_last: bool = True, name: str = "batch") -> Stage:
+def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str = "batch") -> Stage:
     """Turn refs into batch recipes of ``batch_size`` (the last one dropped if short, by default).
+
+    ``batch_size`` may be a :class:`~fpipe.plan.BatchSchedule`: recipe ``s`` then takes
+    ``size_at(s)`` refs (per-rank sizes; see :meth:`BatchSchedule.per_rank`).
 
     Example:
         >>> s = batch(2)
@@ -72,28 +88,40 @@ def batch(batch_size: int, *, drop_last: bool = True, name: str = "batch") -> St
         >>> out[0].step, out[0].refs.index.tolist()
         (0, [4, 5])
     """
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     remainder = Remainder.DROP if drop_last else Remainder.KEEP
+    config: Config
+    block: int | Callable[[BatchState], int]
+    if isinstance(batch_size, BatchSchedule):
+        sizes = batch_size
+        config = ScheduledBatchConfig(schedule=sizes, remainder=remainder)
+        size_at: Callable[[int], int] = sizes.size_at
+        block = lambda state: sizes.size_at(state.step)  # noqa: E731
+    else:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        fixed = batch_size
+        config = BatchConfig(batch_size=fixed, remainder=remainder)
+        size_at, block = (lambda step: fixed), fixed
 
     def step(state: BatchState, chunk: Refs | tuple):
+        size = size_at(state.step)
         if isinstance(chunk, tuple):  # packs (groups of refs) from a pack step
-            if len(chunk) < batch_size and remainder is Remainder.DROP:
+            if len(chunk) < size and remainder is Remainder.DROP:
                 dropped = sum(len(p) for p in chunk)
                 return BatchState(state.key, state.step, state.dropped + dropped), ()
             chunk = _join_packs(chunk)
-        elif len(chunk) < batch_size and remainder is Remainder.DROP:
+        elif len(chunk) < size and remainder is Remainder.DROP:
             return BatchState(state.key, state.step, state.dropped + len(chunk)), ()
         recipe = Recipe(step=state.step, refs=chunk, key=state.key)
         return BatchState(state.key, state.step + 1, state.dropped), (recipe,)
 
     return Stage(
         name=name,
-        config=BatchConfig(batch_size=batch_size, remainder=remainder),
+        config=config,
         init=lambda key: BatchState(key, 0, 0),
         step=step,
         state_type=BatchState,
-        block_size=batch_size,
+        block_size=block,
         stats=_batch_stats,
     )
 

@@ -27,14 +27,21 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from fpipe.core.errors import ConfigError, SnapshotMismatchError
+from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
 from fpipe.core.graph import input_root, step_key
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.rng import Key, fold_in, name_id
 from fpipe.core.stage import Source, View
+from fpipe.plan._blend_units import (
+    COUNTER_BYTES,
+    pack_counters,
+    segment,
+    take_by_units,
+    unpack_counters,
+)
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
 
-__all__ = ["BlendConfig", "BlendMode", "BlendState", "blend", "blend_counters"]
+__all__ = ["BlendConfig", "BlendMode", "BlendState", "UnitBlendState", "blend", "blend_counters"]
 
 #: How a blend chooses: by weight (a schedule), or epochized (exact counts per blend epoch).
 BlendMode = Literal["weighted", "epochized"]
@@ -55,11 +62,14 @@ class BlendConfig(Config, frozen=True):
     ``mode``: ``"weighted"`` (``schedule`` gives the weights) or ``"epochized"`` (dataset ``d``
     gives ``counts[d]`` refs per blend epoch). ``num_epochs``: blend epochs before the stream
     ends (None: forever); a weighted blend's epoch is ``sum(sizes)`` positions.
-    ``schedule`` is declared compatible: a restore checks weights itself, by dataset name, and
-    accepts a change when ``allow_changed_weights`` is set.
+    ``unit``: None (weights are shares of samples) or the index column whose values weights
+    share (``"tokens"``; see :mod:`fpipe.plan._blend_units`).
+    ``schedule`` and ``unit`` are declared compatible: a restore checks them itself, by
+    dataset name (the state's weight digests cover both), and accepts a change when
+    ``allow_changed_weights`` is set.
     """
 
-    compatible: ClassVar[frozenset[str]] = frozenset({"schedule", "allow_changed_weights"})
+    compatible: ClassVar[frozenset[str]] = frozenset({"schedule", "allow_changed_weights", "unit"})
     mismatch_hint: ClassVar[str] = CHANGED_MIX_HINT
 
     datasets: tuple[str, ...]
@@ -69,6 +79,7 @@ class BlendConfig(Config, frozen=True):
     counts: tuple[int, ...] = ()
     num_epochs: int | None = None
     allow_changed_weights: bool = False
+    unit: str | None = None
 
 
 class BlendState(State, frozen=True, array_like=True):
@@ -82,13 +93,22 @@ class BlendState(State, frozen=True, array_like=True):
     weights: bytes = b""
 
 
-def _weight_digests(schedule: WeightSchedule | None, n: int) -> bytes:
+class UnitBlendState(BlendState, frozen=True, array_like=True):
+    """The state of a blend by units (``unit="tokens"``): :class:`BlendState` plus
+    ``tokens``: for each dataset ``d``, the units it gave since the start of the
+    constant-weight segment that holds ``position``, as 6-byte counters (fixed width)."""
+
+    tokens: bytes = b""
+
+
+def _weight_digests(schedule: WeightSchedule | None, n: int, unit: str | None = None) -> bytes:
     if schedule is None:
         return b""
     out = bytearray()
     for d in range(n):
         col = (schedule.linear, schedule.points, tuple(row[d] for row in schedule.weights))
-        out += (name_id(repr(col)) & 0xFFFF).to_bytes(2, "little")
+        text = repr(col) if unit is None else repr((*col, unit))
+        out += (name_id(text) & 0xFFFF).to_bytes(2, "little")
     return bytes(out)
 
 
@@ -101,6 +121,7 @@ def blend(
     names: Sequence[str] | None = None,
     num_epochs: int | None = None,
     allow_changed_weights: bool = False,
+    unit: str | None = None,
     name: str = "blend",
 ) -> Source:
     """A source mixing ``views`` (give exactly one of ``weights``, ``schedule``, ``repetitions``).
@@ -116,6 +137,9 @@ def blend(
       num_epochs: blend epochs before the end (None: forever).
       allow_changed_weights: accept a snapshot taken with other weights; each dataset goes on
         from its own counter and the new weights apply from the restored position.
+      unit: a weighted blend's weights are shares of this index column (``"tokens"``) instead
+        of shares of samples: each view's refs must carry the column. The choice is then
+        deterministic, from per-dataset counters (see :mod:`fpipe.plan._blend_units`).
     """
     n = len(views)
     names = tuple(names) if names is not None else tuple(f"d{i}" for i in range(n))
@@ -143,6 +167,13 @@ def blend(
         if len(schedule.weights[0]) != n:
             raise ConfigError(f"blend: {len(schedule.weights[0])} weights for {n} datasets")
         mode, epoch_len = "weighted", sum(sizes)
+    if unit in ("", "samples"):
+        unit = None  # the default: weights are shares of samples
+    if unit is not None and mode != "weighted":
+        raise ConfigError(
+            f"blend: unit {unit!r} applies to a weighted blend; an epochized blend takes whole "
+            "passes of samples"
+        )
     config = BlendConfig(
         datasets=names,
         sizes=sizes,
@@ -151,14 +182,18 @@ def blend(
         counts=counts,
         num_epochs=num_epochs,
         allow_changed_weights=allow_changed_weights,
+        unit=unit,
     )
     limit = None if num_epochs is None else num_epochs * epoch_len
-    digests = _weight_digests(schedule, n)
+    digests = _weight_digests(schedule, n, unit)
     ranges = [v.take_range for v in views]
     sort_dtype = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
     cache: OrderedDict = OrderedDict()
+    zero_units = pack_counters(np.zeros(n, dtype=np.int64))
 
     def init(root):
+        if unit is not None:
+            return UnitBlendState(root, 0, (0,) * n, digests, zero_units)
         return BlendState(root, 0, (0,) * n, digests)
 
     def choose(state, positions):
@@ -191,6 +226,11 @@ def blend(
         return Refs.concat(chunks)[inv], ids
 
     def check(state):
+        if unit is not None and len(getattr(state, "tokens", b"")) not in (0, COUNTER_BYTES * n):
+            raise SnapshotError(
+                f"snapshot state of blend {name!r}: {len(state.tokens)} bytes of unit counters "
+                f"for {n} datasets: the snapshot was edited or corrupted"
+            )
         if state.weights == digests or allow_changed_weights:
             return
         if len(state.weights) != len(digests):
@@ -201,15 +241,52 @@ def blend(
             if state.weights[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
         ]
         raise SnapshotMismatchError(
-            f"blend {name!r}: the weights of {changed} differ from the snapshot's; resuming "
+            f"blend {name!r}: the weights of {changed} differ from the snapshot's (or the "
+            "blend_unit that weighs them changed); resuming "
             "would change the mix mid-run. Pass allow_changed_weights=True to continue each "
             "dataset from its own position with the new weights from here on."
         )
 
+    def compute_units(state, m):
+        """``m`` choices by units from ``state``: refs, dataset ids, units of each."""
+        assert schedule is not None and unit is not None  # a weighted blend by units
+        pos, taken, used = state.position, np.asarray(state.taken), unpack_counters(state.tokens, n)
+        parts, ids_parts, unit_parts = [], [], []
+
+        def fetch(d, start, stop):
+            return Refs.concat(leaf_refs(state, d, start, stop))
+
+        while m:
+            _, stop, w = segment(schedule, pos)
+            k = m if stop is None else min(m, stop - pos)
+            refs, ids, units = take_by_units(fetch, unit, names, w, taken, used, k)
+            taken = taken + np.bincount(ids, minlength=n)
+            used = used + np.bincount(ids, weights=units, minlength=n).astype(np.int64)
+            parts.append(refs)
+            ids_parts.append(ids)
+            unit_parts.append(units)
+            pos, m = pos + k, m - k
+            if pos == stop:  # the weights change: the counters start again
+                used = np.zeros(n, dtype=np.int64)
+        return Refs.concat(parts), np.concatenate(ids_parts), np.concatenate(unit_parts)
+
+    def units_after(state, ids, units, start, take) -> bytes:
+        """``tokens`` of the state ``take`` positions after ``state``, which is at offset
+        ``start`` of a block whose choices are ``ids`` (units ``units``)."""
+        end = state.position + take
+        lo = segment(schedule, end)[0] if schedule is not None else 0
+        if lo <= state.position:  # still in the segment of state.position
+            first, acc = start, unpack_counters(state.tokens, n)
+        else:  # a new segment began inside: count from its start
+            first, acc = start + (lo - state.position), np.zeros(n, dtype=np.int64)
+        stop = start + take
+        got = np.bincount(ids[first:stop], weights=units[first:stop], minlength=n)
+        return pack_counters(acc + got.astype(np.int64))
+
     def next_(state: BlendState, want: int):
         if state.weights != digests:
             check(state)
-            state = BlendState(state.key, state.position, state.taken, digests)
+            state = _reset(state)
         left = want if limit is None else min(want, limit - state.position)
         if left <= 0:
             return state, Refs.empty()
@@ -218,18 +295,33 @@ def blend(
             block = max(left, _BLOCK)
             if limit is not None:
                 block = min(block, limit - state.position)
-            refs, ids = compute(state, block)
-            hit = (refs, ids, 0)
-        refs, ids, off = hit
+            if unit is None:
+                refs, ids = compute(state, block)
+                hit = (refs, ids, None, 0)
+            else:
+                hit = (*compute_units(state, block), 0)
+        refs, ids, units, off = hit
         take = min(left, len(refs) - off)
         counts_ = np.bincount(ids[off : off + take], minlength=n)
         taken = tuple((np.asarray(state.taken, dtype=np.int64) + counts_).tolist())
-        new = BlendState(state.key, state.position + take, taken, digests)
+        new: BlendState
+        if unit is None:
+            new = BlendState(state.key, state.position + take, taken, digests)
+        else:
+            used = units_after(state, ids, units, off, take)
+            new = UnitBlendState(state.key, state.position + take, taken, digests, used)
         if off + take < len(refs):
-            cache[new] = (refs, ids, off + take)
+            cache[new] = (refs, ids, units, off + take)
             while len(cache) > 4:
                 cache.popitem(last=False)
         return new, refs[off : off + take]
+
+    def _reset(state: BlendState) -> BlendState:
+        """A state restored under other (accepted) weights or unit: the new digests, and the
+        unit counters from zero (the new weights start a new segment)."""
+        if unit is None:
+            return BlendState(state.key, state.position, state.taken, digests)
+        return UnitBlendState(state.key, state.position, state.taken, digests, zero_units)
 
     no_input_state = (None,) * n
     return Source(
@@ -237,7 +329,7 @@ def blend(
         config=config,
         init=init,
         next=next_,
-        state_type=BlendState,
+        state_type=BlendState if unit is None else UnitBlendState,
         inputs=tuple(views),
         split=lambda s: (s, no_input_state),
         check=check,

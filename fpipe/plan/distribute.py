@@ -23,8 +23,17 @@ from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Stage, View
 from fpipe.plan.batch import Remainder
+from fpipe.plan.batch_schedule import BatchSchedule
 
-__all__ = ["DistributeConfig", "DistributeState", "PerRankConfig", "distribute", "per_rank"]
+__all__ = [
+    "DistributeConfig",
+    "DistributeState",
+    "PerRankConfig",
+    "ScheduledDistributeConfig",
+    "ScheduledDistributeState",
+    "distribute",
+    "per_rank",
+]
 
 
 class DistributeConfig(Config, frozen=True):
@@ -54,8 +63,40 @@ class DistributeState(State, frozen=True, array_like=True):
     taken: int = 0
 
 
+SCHEDULE_HINT = (
+    "a global batch size schedule counts steps from the start of the run, a fixed size does "
+    "not: a run started with one cannot continue with the other. Resume with the kind of batch "
+    "size the run started with (a schedule may change; its state keeps the step)."
+)
+
+
+class ScheduledDistributeConfig(Config, frozen=True):
+    """Rank ``rank`` of ``world_size`` takes its slice of every global batch, whose size at
+    step ``s`` is ``schedule.size_at(s)``.
+
+    All three fields are declared compatible: the state holds the step and the refs taken, the
+    same on every rank at a global-batch boundary, so a restore on another world size (that
+    divides every size) or with another schedule continues the global order from the first ref
+    not yet consumed, with the new schedule's size for the restored step.
+    """
+
+    compatible: ClassVar[frozenset[str]] = frozenset({"schedule", "rank", "world_size"})
+    mismatch_hint: ClassVar[str] = SCHEDULE_HINT
+
+    schedule: BatchSchedule
+    rank: int = 0
+    world_size: int = 1
+    remainder: Remainder = Remainder.DROP
+
+
+class ScheduledDistributeState(DistributeState, frozen=True, array_like=True):
+    """:class:`DistributeState` plus ``step``: global batches handed out so far."""
+
+    step: int = 0
+
+
 def distribute(
-    global_batch_size: int,
+    global_batch_size: int | BatchSchedule,
     *,
     rank: int = 0,
     world_size: int = 1,
@@ -69,6 +110,9 @@ def distribute(
     then get batches of different sizes, some none, at the very end of the stream). Deciding
     this on the global batch keeps all ranks at the same step.
 
+    ``global_batch_size`` may be a :class:`~fpipe.plan.BatchSchedule` (global sizes by step,
+    each a multiple of ``world_size``): step ``s`` takes the next ``size_at(s)`` refs.
+
     Example:
         >>> s = distribute(4, rank=1, world_size=2)
         >>> s.step(s.init(0), Refs.of(index=[0, 1, 2, 3]))[1].index.tolist()
@@ -76,6 +120,8 @@ def distribute(
     """
     if world_size < 1 or not 0 <= rank < world_size:
         raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    if isinstance(global_batch_size, BatchSchedule):
+        return _scheduled(global_batch_size, rank, world_size, drop_last, name)
     if global_batch_size < 1 or global_batch_size % world_size:
         raise ConfigError(
             f"global batch size {global_batch_size} must be a positive multiple of the world "
@@ -111,6 +157,43 @@ def distribute(
         step=step,
         state_type=DistributeState,
         block_size=global_batch_size,
+        stats=_distribute_stats,
+        position=_position,
+    )
+
+
+def _scheduled(
+    schedule: BatchSchedule, rank: int, world_size: int, drop_last: bool, name: str
+) -> Stage:
+    """:func:`distribute` over global batches of ``schedule.size_at(step)`` refs."""
+    per_rank_schedule = schedule.per_rank(world_size)  # checks that world_size divides
+    remainder = Remainder.DROP if drop_last else Remainder.KEEP
+
+    def step(state: ScheduledDistributeState, chunk: Refs | tuple):
+        n, size = len(chunk), schedule.size_at(state.step)
+        refs = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n
+        if n < size and remainder is Remainder.DROP:
+            dropped = state.dropped + refs
+            return ScheduledDistributeState(dropped, state.epoch, state.taken, state.step), chunk[
+                :0
+            ]
+        epoch = max(state.epoch, _max_epoch(chunk))
+        state = ScheduledDistributeState(state.dropped, epoch, state.taken + refs, state.step + 1)
+        if n == size:
+            per = per_rank_schedule.size_at(state.step - 1)
+            return state, chunk[rank * per : (rank + 1) * per]
+        bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
+        return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
+
+    return Stage(
+        name=name,
+        config=ScheduledDistributeConfig(
+            schedule=schedule, rank=rank, world_size=world_size, remainder=remainder
+        ),
+        init=lambda key: ScheduledDistributeState(0, 0, 0, 0),
+        step=step,
+        state_type=ScheduledDistributeState,
+        block_size=lambda state: schedule.size_at(state.step),
         stats=_distribute_stats,
         position=_position,
     )

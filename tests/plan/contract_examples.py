@@ -13,6 +13,7 @@ returns the plan's Source, the step's name in it, and one override dict per conf
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from fpipe.core import Refs, Source, chain
 from fpipe.plan import (
+    BatchSchedule,
     batch,
     blend,
     bucket_batches,
@@ -97,6 +99,12 @@ def _distribute(gbs=4, rank=0, world=1, drop_last=True):
     return chain(src(), distribute(gbs, rank=rank, world_size=world, drop_last=drop_last))
 
 
+def _scheduled(table=((0, 2), (3, 4)), rank=0, world=1, drop_last=True):
+    sizes = BatchSchedule.of(list(table))
+    dist = distribute(sizes, rank=rank, world_size=world, drop_last=drop_last)
+    return chain(src(), dist, batch(sizes.per_rank(world), drop_last=drop_last))
+
+
 def clip_half(costs, limits):
     """A truncate hook: halve the costs, then clip to the budgets."""
     return np.minimum(costs // 2, limits)
@@ -150,11 +158,23 @@ def _groups(fn=by_t, cols=("t", "u"), epochs=2, **kw):
 
 
 def _blend(
-    names=("a", "b"), sizes=(9, 14), weights=(1.0, 2.0), reps=None, epochs=2, allow=False, k=3
+    names=("a", "b"),
+    sizes=(9, 14),
+    weights=(1.0, 2.0),
+    reps=None,
+    epochs=2,
+    allow=False,
+    k=3,
+    unit=None,
 ):
-    views = [slice_shuffle(samples(n, dataset=d), k) for d, n in enumerate(sizes)]
+    views = [
+        slice_shuffle(samples(n, dataset=d, columns={"t": np.arange(n) % 5 + d}), k)
+        for d, n in enumerate(sizes)
+    ]
     mix = dict(repetitions=reps) if reps else dict(weights=weights)
-    head = blend(views, names=names, num_epochs=epochs, allow_changed_weights=allow, **mix)
+    head = blend(
+        views, names=names, num_epochs=epochs, allow_changed_weights=allow, unit=unit, **mix
+    )
     return chain(head, window_shuffle(5))
 
 
@@ -268,6 +288,24 @@ EXAMPLES: list[Example] = [
             "remainder": {"drop_last": False},
         },
     ),
+    Example(  # a global batch size schedule (Megatron's ramp-up is one)
+        "distribute",
+        _scheduled,
+        "distribute",
+        {
+            "schedule": {"table": ((0, 2), (2, 6))},
+            "rank": {"rank": 1, "world": 2},
+            "world_size": {"world": 2},
+            "remainder": {"drop_last": False},
+        },
+        cut_points=(0, 1, 3, 5),
+    ),
+    Example(
+        "batch",
+        _scheduled,
+        "batch",
+        {"schedule": {"table": ((0, 2), (2, 6))}, "remainder": {"drop_last": False}},
+    ),
     Example(
         "batch",
         lambda b=4, drop_last=True: chain(src(), batch(b, drop_last=drop_last)),
@@ -315,6 +353,22 @@ EXAMPLES: list[Example] = [
             # compatible: checked by name against the restored state, accepted when allowed
             "schedule": {"weights": (2.0, 1.0), "allow": True},
             "allow_changed_weights": {"allow": True},
+            "unit": {"unit": "t", "allow": True},  # compatible, checked as the weights are
+        },
+    ),
+    Example(  # a blend by units (tokens): a unit-by-unit choice, its own state
+        "blend",
+        functools.partial(_blend, unit="t"),
+        "blend",
+        {
+            "datasets": {"names": ("a", "c")},
+            "sizes": {"sizes": (9, 15)},
+            "mode": {"reps": (1, 2), "unit": None},
+            "counts": {"reps": (1, 2), "unit": None},
+            "num_epochs": {"epochs": 3},
+            "schedule": {"weights": (2.0, 1.0), "allow": True},
+            "allow_changed_weights": {"allow": True},
+            "unit": {"unit": None, "allow": True},
         },
     ),
     Example(  # an epochized blend; a dataset's own step is addressed by its path

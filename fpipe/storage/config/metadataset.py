@@ -9,6 +9,7 @@ A split is one node::
     {path: ./coco, split_part: val, subflavors: {...}}             # one dataset (or a nested
                                                                     # metadataset.yaml)
     {blend: [{weight: 5, path: ./coco}, ...], schedule: [...]}      # weighted mix
+    {blend: [...], blend_unit: tokens}                              # weights share tokens
     {blend_epochized: [{repetitions: 2, path: ./coyo}, ...]}        # exact passes per epoch
     {join: [{path: ./images}, {path: ./captions}], joiner: ...}     # columns joined by key
 
@@ -75,13 +76,15 @@ _REF_KEYS = {
 class Mix(msgspec.Struct, frozen=True, kw_only=True):
     """A split resolved to leaf datasets: ``mode`` is ``"single"``, ``"blend"`` (weighted) or
     ``"blend_epochized"``; ``schedule`` is set for weighted blends (constant weights are a
-    one-point schedule)."""
+    one-point schedule); ``unit``: the index column the weights are shares of (the top-level
+    blend's ``blend_unit``; None: shares of samples)."""
 
     split: str
     mode: str
     leaves: tuple[Leaf, ...]
     schedule: MixSchedule | None = None
     source: str = ""
+    unit: str | None = None
 
 
 class Metadataset(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,6 +147,7 @@ def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
         md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True
     )
     leaves = _unique_names(leaves, md.path, split)
+    unit = _unit(md.splits[split], md.path, f"splits.{split}")
     if not training:
         mode, schedule = ("single" if len(leaves) == 1 else "concat"), None
         leaves = tuple(
@@ -151,7 +155,22 @@ def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
         )
     elif mode == "blend" and schedule is None:
         schedule = MixSchedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
-    return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path)
+    if not training or mode != "blend":
+        unit = None
+    return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path, unit=unit)
+
+
+def _unit(node, where: str, entry: str) -> str | None:
+    """The top-level blend's ``blend_unit``: an index column name (None: samples)."""
+    unit = node.get("blend_unit") if isinstance(node, dict) else None
+    if unit is None:
+        return None
+    if not isinstance(unit, str) or not unit:
+        raise ConfigError(
+            f"{where}: {entry}: blend_unit must name an index column (e.g. tokens) or be "
+            f"'samples', got {unit!r}"
+        )
+    return None if unit == "samples" else unit
 
 
 def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...]:
@@ -184,12 +203,13 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
     if kind == "join":
         return "single", [join_leaf(node, base, split, entry, subflavors, stack)], None
     extra = BLEND_ENTRY_KEYS if kind == "blend" else EPOCH_ENTRY_KEYS
-    no_unknown(node, {kind, "schedule", "schedule_mode"}, where, entry)
-    if "schedule" in node and (kind != "blend" or not top):
-        raise ConfigError(
-            f"{where}: {entry}: 'schedule' belongs to the top-level 'blend' of a split (nested "
-            "or epochized blends have fixed weights)"
-        )
+    no_unknown(node, {kind, "schedule", "schedule_mode", "blend_unit"}, where, entry)
+    for key in ("schedule", "blend_unit"):
+        if key in node and (kind != "blend" or not top):
+            raise ConfigError(
+                f"{where}: {entry}: {key!r} belongs to the top-level 'blend' of a split (nested "
+                "or epochized blends have fixed weights, shares of the top-level unit)"
+            )
     items = node[kind]
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{where}: {entry}.{kind}: expected a non-empty list of entries")
