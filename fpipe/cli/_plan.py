@@ -24,6 +24,12 @@ be the dataset folder or the metadataset.yaml itself, with the same settings as 
 (``--batch-size 32 --world-size 8 ...``); flags override the YAML. Steps count from 0, like
 ``enumerate(loader)`` on a fresh loader. With a ``bucket_config``, ``--buckets N`` prints how
 many of the first N steps each bucket gets (a histogram, from the plan alone).
+
+Steps in the config's ``skip_steps`` (e.g. ``skip_steps: [[9000, 9300]]``) are shown as
+skipped. Lineage: ``--find KEY [--steps A:B]`` lists every (step, rank, position, epoch) where
+the sample with that key is delivered (default: the whole stream, if it is finite), and
+``--steps A:B --keys`` prints every sample of steps A to B-1 as JSON lines. See
+docs/steering.md.
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ import json
 import sys
 from typing import Any
 
-from fpipe.core.errors import FpipeError
+from fpipe.core.errors import ConfigError, FpipeError
 
 __all__ = [
     "add_config_arguments",
     "add_parser",
     "format_histogram",
+    "format_lineage",
     "format_plan",
     "plan_overrides",
     "run",
@@ -96,6 +103,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="with a bucket_config: a histogram of the buckets of the first N steps",
     )
     p.add_argument("--rank", type=int, help="show only this rank")
+    p.add_argument(
+        "--find", metavar="KEY", help="lineage: every step, rank and position of this sample"
+    )
+    p.add_argument("--steps", metavar="A:B", help="with --find or --keys: steps A to B-1")
+    p.add_argument("--keys", action="store_true", help="every sample of --steps A:B, as JSON lines")
+    p.add_argument("--dataset", help="with --find: search this dataset of a blend only")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_config_arguments(p)
     return p
@@ -133,6 +146,8 @@ def format_plan(result: dict[str, Any]) -> str:
         f"step {result['step']}: {result['world_size']} rank(s) x {head}"
         f" ({result['distribution']} mode)"
     ]
+    if result.get("skipped"):
+        lines.append("SKIPPED (skip_steps): the loader does not deliver these samples")
     for r in result["ranks"]:
         if r["samples"] is None:
             lines.append(f"rank {r['rank']}: past the end of the stream")
@@ -146,6 +161,40 @@ def format_plan(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_lineage(result: dict[str, Any]) -> str:
+    """Human-readable form of :func:`fpipe.datasets.lineage.find_key`'s result."""
+    a, b = result["steps"]
+    where = ", ".join(f"{s['dataset']} index {s['index']}" for s in result["samples"])
+    lines = [
+        f"{result['key']} ({where}): {len(result['hits'])} time(s) in steps {a}..{b - 1} "
+        f"({result['scanned_refs']} refs scanned)"
+    ]
+    lines += [
+        f"  step {h['step']:>8}  rank {h['rank']:>4}  position {h['position']:>5}  "
+        f"epoch {h['epoch']}{'  (skipped)' if h['skipped'] else ''}"
+        for h in result["hits"]
+    ]
+    return "\n".join(lines)
+
+
+def _lineage(args: argparse.Namespace, cfg: Any) -> int:
+    """``--find`` and ``--keys``."""
+    from fpipe.datasets.lineage import find_key, step_samples
+
+    if args.keys:
+        if args.steps is None:
+            raise ConfigError("--keys needs --steps A:B")
+        for row in step_samples(cfg, args.steps):
+            if args.rank is None or row["rank"] == args.rank:
+                print(json.dumps(row))
+        return 0
+    result = find_key(cfg, args.find, args.steps, dataset=args.dataset)
+    if args.rank is not None:
+        result["hits"] = [h for h in result["hits"] if h["rank"] == args.rank]
+    print(json.dumps(result, indent=1) if args.json else format_lineage(result))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the keys of the step; exit status 2 on a bad config, 1 if past the end."""
     from fpipe.datasets.plan_config import load_plan_config
@@ -153,6 +202,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = load_plan_config(args.config, plan_overrides(args))
+        if args.find is not None or args.keys:
+            return _lineage(args, cfg)
+        if args.steps is not None:
+            raise ConfigError("--steps goes with --find KEY or --keys")
         if args.buckets is not None:
             hist = bucket_histogram(cfg, args.buckets)
             print(json.dumps(hist, indent=1) if args.json else format_histogram(hist))

@@ -24,8 +24,11 @@ def _advance(plan, state, steps: int):
 
 
 def plan_step(cfg: PlanConfig, step: int, ranks: list[int] | None = None) -> dict[str, Any]:
-    """The refs of global step ``step`` on each rank: ``{"step", "ranks": [{"rank", "samples":
-    [{"key", "index", "epoch"}...]}...]}``; a rank past the end of its stream has ``None``."""
+    """The refs of global step ``step`` on each rank: ``{"step", "skipped", "ranks": [{"rank",
+    "samples": [{"key", "index", "epoch"}...]}...]}``; a rank past the end of its stream has
+    ``None``. ``skipped``: the step is in the config's ``skip_steps`` (the loader leaves its
+    samples out)."""
+    from fpipe.plan.skip import normalize_step_ranges, skip_end
     from fpipe.storage import open_dataset
 
     if step < 0:
@@ -69,6 +72,7 @@ def plan_step(cfg: PlanConfig, step: int, ranks: list[int] | None = None) -> dic
         out.append({"rank": r, "samples": samples, **_bucket_of(pd, got[0])})
     return {
         "step": step,
+        "skipped": skip_end(step, normalize_step_ranges(cfg.options.skip_steps)) is not None,
         "distribution": distribution,
         "world_size": world,
         "batch_size": first.batch_size,
@@ -131,11 +135,12 @@ def decode_with_config(data: bytes, kind: str, cfg: PlanConfig) -> dict[str, Any
     step) with its whole config and its own state (None for random-access views).
     """
     from fpipe.core.fingerprint import canonical, record_fields
-    from fpipe.loader.state import decode_loader_state
+    from fpipe.loader.state import decode_loader_state, loader_parts
 
     pd = build_dataset(cfg, 0)
     plan = pd.plan
-    state = decode_loader_state(plan, data) if kind == "loader" else plan.restore(data)
+    loader = kind == "loader"
+    state = decode_loader_state(plan, data, loader_parts(pd)) if loader else plan.restore(data)
     plan_state = state.plan if kind == "loader" else state
     steps = []
     for path, config in plan.parts[1:]:

@@ -1,0 +1,270 @@
+"""Benchmark steering a run: skipping steps, and lineage (which steps saw a sample).
+
+This file is shared by the steering features; each adds its own section and JSON keys
+(``skip_10000_steps_s``, ``find_key_refs_per_s``, ...) to the one JSON line printed last.
+
+1. ``skip_10000_steps_s``: the time to pass over 10,000 global steps with
+   :func:`fpipe.plan.skip.next_recipe` (what ``loader.skip`` makes the loader's sampler run:
+   the plan advances on metadata only, no recipe reaches a worker) for a blend of 100
+   datasets (10,000 samples each, weights 1-7, log-normal token counts, median 300) ->
+   window shuffle (1,000) -> ``pack({"tokens": 4096}, strategy=greedy)`` over buffers of 1,000
+   -> ``distribute`` -> ``batch`` of ``--packs`` packs per step (world size 1; in global mode
+   every rank plans the whole global batch, so the time depends on the global batch, not on
+   the world size). Median of ``--repeats`` runs, per CPU second of the process and wall.
+2. ``find_key_refs_per_s``: :func:`fpipe.datasets.lineage.find_key` over a CSV table of
+   ``--table-rows`` rows, global batch ``--global-batch`` on ``--world`` ranks, window shuffle
+   1,000, slice 100: refs of all ranks scanned per second over ``--find-steps`` steps (the
+   whole call: building the plan, the key lookup and the scan), for world size 1 and
+   ``--world``. Target >= 1,000,000.
+3. ``rampup_refs_per_s``: the plan of a Megatron ramp-up (``--ramp START INCR SAMPLES`` up to
+   ``--final``, as ``get_train_dataset(global_batch_size=, rampup_batch_size=)`` builds it:
+   slice shuffle 100 -> window shuffle 1,000 -> ``distribute`` / ``batch`` over a
+   :class:`fpipe.plan.BatchSchedule`) on ``--world`` ranks, rank 0, pulled one step at a time
+   over ``--ramp-refs`` global refs (the ramp and full batches after it): global refs planned
+   per CPU second, median of ``--repeats``; ``fixed_batch_refs_per_s``: the same plan with the
+   final size from step 0, for comparison.
+4. ``token_blend_refs_per_s``: a blend of 3 datasets by tokens (``blend(..., unit="tokens")``,
+   log-normal token counts, medians 100, 300 and 1,000) pulled in blocks of 256 refs;
+   ``sample_blend_refs_per_s``: the same blend by samples.
+
+Usage: ``python bench/steering.py [--repeats 3]``. The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import machine_line
+
+from fpipe.core import Pipeline, chain
+from fpipe.plan import batch, blend, distribute, pack, samples, slice_shuffle, window_shuffle
+from fpipe.plan.skip import next_recipe
+
+
+def blend_pack_plan(args) -> Pipeline:
+    """100 datasets blended, window-shuffled, packed (greedy, 4096 tokens), batched."""
+    rng = np.random.default_rng(args.seed)
+    views = []
+    for d in range(args.datasets):
+        n = args.per_dataset
+        tokens = np.clip(rng.lognormal(np.log(300), 1.0, n), 16, 4096).astype(np.int64)
+        views.append(slice_shuffle(samples(n, dataset=d, columns={"tokens": tokens}), 100))
+    head = blend(
+        views,
+        weights=[1 + d % 7 for d in range(args.datasets)],
+        names=[f"ds{d:03d}" for d in range(args.datasets)],
+    )
+    stages = (
+        window_shuffle(1000),
+        pack({"tokens": 4096}, strategy="greedy", packing_buffer_size=1000),
+        distribute(args.packs),
+        batch(args.packs),
+    )
+    return Pipeline(chain(head, *stages), seed=args.seed)
+
+
+def skip_time(args) -> dict:
+    p = blend_pack_plan(args)
+    start = p.init()
+    for _ in range(50):  # warm-up, and a start inside the stream
+        start, _ = p.next(start, 1)
+    first = p.next(start, 1)[1][0].step
+    ranges = ((first, first + args.skip_steps),)
+    cpu, wall, refs = [], [], 0
+    for _ in range(args.repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        state, recipe, skipped = next_recipe(p, start, ranges)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+        assert skipped == args.skip_steps and recipe.step == first + args.skip_steps
+    # refs the skipped steps hold (not timed)
+    state = start
+    for _ in range(args.skip_steps):
+        state, out = p.next(state, 1)
+        refs += len(out[0].refs)
+    return {
+        "skip_10000_steps_s": round(statistics.median(cpu), 3),
+        "skip_10000_steps_wall_s": round(statistics.median(wall), 3),
+        "skip_refs_per_step": round(refs / args.skip_steps, 1),
+    }
+
+
+def write_table(root: Path, rows: int) -> Path:
+    """A CSV table of ``rows`` text samples, prepared (``fpipe prepare``): its index folder."""
+    from fpipe.storage import prepare_dataset
+
+    path = root / "meta.csv"
+    lines = ["text,tokens"] + [f"sample {i},{16 + (i * 7919) % 4000}" for i in range(rows)]
+    path.write_text("\n".join(lines) + "\n")
+    prepare_dataset(path)
+    return root
+
+
+def find_rate(args, table: Path, world: int) -> tuple[float, float, int]:
+    """(scanned refs per CPU second, per wall second, hits), median of ``--repeats``."""
+    from fpipe.datasets.lineage import find_key
+    from fpipe.datasets.plan_config import load_plan_config
+
+    cfg = load_plan_config(
+        table,
+        dict(
+            global_batch_size=args.global_batch,
+            world_size=world,
+            seed=args.seed,
+            shuffle_buffer_size=1000,
+            max_samples_per_sequence=100,
+        ),
+    )
+    key = f"meta/{args.table_rows // 3}"
+    cpu, wall = [], []
+    for _ in range(args.repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        got = find_key(cfg, key, (0, args.find_steps))
+        cpu.append(got["scanned_refs"] / (time.process_time() - c0))
+        wall.append(got["scanned_refs"] / (time.perf_counter() - t0))
+    assert got["scanned_refs"] == args.find_steps * args.global_batch
+    return statistics.median(cpu), statistics.median(wall), len(got["hits"])
+
+
+def ramp_plan(args, schedule) -> Pipeline:
+    """Rank 0 of ``--world``: slice shuffle, window shuffle, distribute and batch by
+    ``schedule`` (a BatchSchedule, or an int: one global batch size)."""
+    from fpipe.plan import BatchSchedule, repeat
+
+    view = slice_shuffle(samples(args.table_rows), 100)
+    w = args.world
+    per_rank = schedule // w if isinstance(schedule, int) else BatchSchedule.per_rank(schedule, w)
+    stages = (window_shuffle(1000), distribute(schedule, rank=0, world_size=w), batch(per_rank))
+    return Pipeline(chain(repeat(view), *stages), seed=args.seed)
+
+
+def pull_refs_rate(make, refs_per_step, total: int, repeats: int) -> float:
+    """Global refs planned per CPU second while pulling ``total`` refs one step at a time from
+    a fresh plan (``make()``), median of ``repeats``."""
+    rates = []
+    for _ in range(repeats):
+        p = make()
+        state, done, step = p.init(), 0, 0
+        c0 = time.process_time()
+        while done < total:
+            state, _ = p.next(state, 1)
+            done += refs_per_step(step)
+            step += 1
+        rates.append(done / (time.process_time() - c0))
+    return statistics.median(rates)
+
+
+def rampup_rates(args) -> dict:
+    from fpipe.plan import BatchSchedule
+
+    start, incr, ramp_samples = args.ramp
+    schedule = BatchSchedule.rampup(start, incr, ramp_samples, final=args.final)
+    ramp = pull_refs_rate(
+        lambda: ramp_plan(args, schedule), schedule.size_at, args.ramp_refs, args.repeats
+    )
+    fixed = pull_refs_rate(
+        lambda: ramp_plan(args, args.final), lambda s: args.final, args.ramp_refs, args.repeats
+    )
+    return {
+        "rampup_refs_per_s": round(ramp),
+        "fixed_batch_refs_per_s": round(fixed),
+        "rampup_steps": schedule.steps[-1],
+    }
+
+
+def token_blend_rates(args) -> dict:
+    from fpipe.plan.blend import blend as blend_
+
+    rng = np.random.default_rng(args.seed)
+    n = 100_000
+    views = [
+        slice_shuffle(
+            samples(n, dataset=d, columns={"tokens": rng.lognormal(np.log(m), 0.5, n)}), 100
+        )
+        for d, m in enumerate((100, 300, 1000))
+    ]
+    out = {}
+    for unit, key in ((None, "sample_blend_refs_per_s"), ("tokens", "token_blend_refs_per_s")):
+        rates = []
+        for _ in range(args.repeats):
+            p = Pipeline(blend_(views, weights=[1, 1, 1], unit=unit), args.seed)
+            state, c0 = p.init(), time.process_time()
+            for _ in range(400):
+                state, _ = p.next(state, 256)
+            rates.append(400 * 256 / (time.process_time() - c0))
+        out[key] = round(statistics.median(rates))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", type=int, default=100)
+    ap.add_argument("--per-dataset", type=int, default=10_000)
+    ap.add_argument("--packs", type=int, default=8, help="packs of 4096 tokens per step")
+    ap.add_argument("--skip-steps", type=int, default=10_000)
+    ap.add_argument("--table-rows", type=int, default=200_000)
+    ap.add_argument("--global-batch", type=int, default=256)
+    ap.add_argument("--world", type=int, default=8)
+    ap.add_argument("--find-steps", type=int, default=4000)
+    ap.add_argument("--ramp", type=int, nargs=3, default=[32, 32, 10_000])
+    ap.add_argument("--final", type=int, default=256, help="global batch after the ramp")
+    ap.add_argument("--ramp-refs", type=int, default=200_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    params = " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items())
+    print(f"bench/steering.py {params}")
+    print(machine_line())
+    result: dict = {}
+
+    print(
+        f"\n[1] skip {args.skip_steps:,} steps: blend of {args.datasets} datasets -> window "
+        f"shuffle -> pack (greedy, 4096 tokens) -> batch of {args.packs} packs"
+    )
+    result.update(skip_time(args))
+    print(
+        f"  {result['skip_10000_steps_s']:.3f} s per CPU ({result['skip_10000_steps_wall_s']:.3f}"
+        f" s wall), {result['skip_refs_per_step']} refs per step (target < 1 s)"
+    )
+
+    print(
+        f"\n[2] find_key over {args.find_steps:,} steps of {args.global_batch} refs, "
+        f"table of {args.table_rows:,} rows"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        table = write_table(Path(tmp), args.table_rows)
+        for world in sorted({1, args.world}):
+            rate, wall, hits = find_rate(args, table, world)
+            print(f"  world {world}: {rate:,.0f} refs/s per CPU ({wall:,.0f} wall), {hits} hits")
+            result[f"find_key_refs_per_s_w{world}"] = round(rate)
+        result["find_key_refs_per_s"] = result[f"find_key_refs_per_s_w{args.world}"]
+
+    start, incr, ramp_samples = args.ramp
+    print(
+        f"\n[3] ramp-up {start} + {incr} over {ramp_samples:,} samples to {args.final}, "
+        f"{args.world} ranks, {args.ramp_refs:,} global refs"
+    )
+    result.update(rampup_rates(args))
+    print(
+        f"  {result['rampup_refs_per_s']:,} refs/s per CPU ({result['rampup_steps']} ramp "
+        f"steps); fixed batch of {args.final}: {result['fixed_batch_refs_per_s']:,}"
+    )
+    print("\n[4] blend of 3 datasets by tokens, blocks of 256 refs")
+    result.update(token_blend_rates(args))
+    print(
+        f"  by tokens {result['token_blend_refs_per_s']:,} refs/s per CPU; by samples "
+        f"{result['sample_blend_refs_per_s']:,}"
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
