@@ -10,6 +10,7 @@ The materializer (DataLoader workers) reads, cooks, encodes and collates each re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -19,13 +20,16 @@ import msgspec
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.stage import Stage
+from fpipe.datasets._batch_sizes import global_batch_sizes
 from fpipe.datasets._length import count_batches, stream_refs, warn_if_empty
 from fpipe.datasets._mix import eval_head, train_head
 from fpipe.datasets.options import DatasetOptions, Distribution, ScheduleMode, check_keywords
 from fpipe.loader.planned import PlannedDataset
 from fpipe.loader.topology import Topology
 from fpipe.materialize.materializer import Materializer
-from fpipe.plan import batch, distribute, repeat, window_shuffle
+from fpipe.materialize.sources import DatasetSource
+from fpipe.plan import BatchSchedule, batch, distribute, repeat, window_shuffle
+from fpipe.plan.skip import normalize_step_ranges
 
 __all__ = ["build_train_dataset", "build_val_dataset", "get_train_dataset", "get_val_dataset"]
 
@@ -53,7 +57,7 @@ def get_train_dataset(
     error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
     decode_limits: Any = None,
     open_kwargs: dict | None = None,
-    global_batch_size: int | None = None,
+    global_batch_size: int | dict[int, int] | BatchSchedule | None = None,
     distribution: Distribution = "global",
     packing_buffer_size: int | None = None,
     bucket_config: Any = None,
@@ -62,6 +66,9 @@ def get_train_dataset(
     weight_schedule: Any = None,
     schedule_mode: ScheduleMode = "step",
     allow_changed_weights: bool = False,
+    skip_steps: Any = None,
+    blend_unit: str | None = None,
+    rampup_batch_size: tuple[int, int, int] | None = None,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
@@ -92,7 +99,13 @@ def get_train_dataset(
         handed to every decoder in every worker; see docs/failures.md.
       global_batch_size: instead of ``batch_size``: samples per step over all data-parallel
         ranks; the per-rank batch is ``global_batch_size / world_size`` (it must divide). Keep
-        it fixed when resuming on another world size.
+        it fixed when resuming on another world size. It may also change over the run: a
+        ``{step: size}`` table or a :class:`fpipe.plan.BatchSchedule` (every size a multiple
+        of every world size the run may use); see docs/steering.md.
+      rampup_batch_size: Megatron-LM's ``--rampup-batch-size start increment samples``: the
+        global batch grows from ``start`` by ``increment`` over the first ``samples`` samples
+        up to ``global_batch_size``. Every sample is still used once per epoch; snapshots
+        restore at any step of the ramp, on any world size that divides every size.
       distribution: ``"global"`` (default): one plan on every rank, each rank takes its part of
         every global batch; snapshots are the same on every rank and restore on any world size.
         ``"per_rank"``: each rank reads its own contiguous part of the data sequentially;
@@ -113,6 +126,12 @@ def get_train_dataset(
         (global sample positions), steps or ``schedule_mode="linear"``.
       allow_changed_weights: resume from a snapshot taken with other blend weights (each
         dataset goes on from its own position; the new weights apply from there).
+      blend_unit: what a blend's weights are shares of: ``"samples"`` (the default), or an
+        index column such as ``"tokens"`` (overrides the metadataset's ``blend_unit``); see
+        docs/metadataset.md.
+      skip_steps: global steps the loader leaves out, e.g. ``[(9000, 9300)]`` (steps 9000 to
+        9299) after a loss spike: not delivered, nothing read for them, kept in the loader
+        state (also ``loader.skip(...)``; see docs/steering.md).
 
     The options make one :class:`fpipe.datasets.DatasetOptions` record (``fpipe plan``'s YAML
     holds the same); a misspelt keyword is a TypeError naming the closest option.
@@ -135,11 +154,13 @@ def _arguments(call_locals: dict[str, Any]) -> dict[str, Any]:
 def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> PlannedDataset:
     """:func:`get_train_dataset` from an options record (see :class:`DatasetOptions`)."""
     topo = options.topology or options.worker_config or Topology.from_env()
+    skip = normalize_step_ranges(options.skip_steps)
     if options.bucket_config is not None:
         from fpipe.datasets._bucketed import bucketed_dataset
 
-        return bucketed_dataset(path, options, topo)
-    batch_size = _per_rank_batch(options.batch_size, options.global_batch_size, topo.world_size)
+        return dataclasses.replace(bucketed_dataset(path, options, topo), skip_steps=skip)
+    schedule, global_size = global_batch_sizes(options)  # schedule: None for one size
+    batch_size = _per_rank_batch(options.batch_size, global_size, topo.world_size)
     num_epochs = options.num_epochs
     if not options.repeat and num_epochs is None:
         num_epochs = 1
@@ -160,19 +181,21 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
     if distribution == "global":  # per-rank mode has no distribute stage
         stages.append(
             distribute(
-                recipe_size * topo.world_size,
+                recipe_size * topo.world_size if schedule is None else schedule,
                 rank=topo.rank,
                 world_size=topo.world_size,
                 drop_last=recipe_drop_last,
             )
         )
-    stages.append(batch(recipe_size, drop_last=recipe_drop_last))
+    per_rank = recipe_size if schedule is None else schedule.per_rank(topo.world_size)
+    stages.append(batch(per_rank, drop_last=recipe_drop_last))
     plan = Pipeline(chain(head, *stages), seed=options.seed)
     refs = stream_refs(head, num_epochs)
     n = None
-    if refs is not None and not options.plan_stages and not mat.packing:
-        n = count_batches(refs, batch_size, topo, distribution, options.drop_last)
-        warn_if_empty(n, path, options.split, refs, batch_size, topo, distribution)
+    if refs is not None and not options.plan_stages and not mat.packing and schedule is None:
+        # without packing a recipe is a batch (one sample when unbatched)
+        n = count_batches(refs, recipe_size, topo, distribution, options.drop_last)
+        warn_if_empty(n, path, options.split, refs, recipe_size, topo, distribution)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -185,11 +208,12 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         num_batches=n,
         path=str(path),
         split=options.split,
+        skip_steps=skip,
     )
 
 
 def _materializer(
-    sources, options: DatasetOptions, batch_size: int | None
+    sources: list[DatasetSource], options: DatasetOptions, batch_size: int | None
 ) -> tuple[Materializer, int]:
     """The materializer of both dataset kinds, and the recipe size: with a packing buffer,
     recipes are buffers (the last one may be short, as in Energon) and the loader batches
@@ -205,9 +229,12 @@ def _materializer(
         decode_limits=options.decode_limits,
         unbatched=batch_size is None,
     )
-    if batch_size is None and mat.packing:
+    if not mat.packing:
+        return mat, batch_size or 1
+    if batch_size is None:
         raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
-    return mat, options.packing_buffer_size if mat.packing else (batch_size or 1)
+    assert options.packing_buffer_size is not None  # packing is on only with a buffer size
+    return mat, options.packing_buffer_size
 
 
 def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tuple[str, ...]:
@@ -226,15 +253,17 @@ def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tupl
     return tuple(out)
 
 
-def _per_rank_batch(batch_size, global_batch_size, world_size: int) -> int | None:
+def _per_rank_batch(
+    batch_size: int | None, global_batch_size: int | None, world_size: int
+) -> int | None:
     """The per-rank batch from ``batch_size`` or ``global_batch_size``; None when both are
     None (Energon's ``batch_size=None``: unbatched samples)."""
-    if batch_size is not None and global_batch_size is not None:
-        raise ConfigError("give only one of batch_size (per rank) and global_batch_size")
-    if batch_size is None and global_batch_size is None:
-        return None
     if batch_size is not None:
+        if global_batch_size is not None:
+            raise ConfigError("give only one of batch_size (per rank) and global_batch_size")
         return batch_size
+    if global_batch_size is None:
+        return None
     if global_batch_size < 1 or global_batch_size % world_size:
         raise ConfigError(
             f"global_batch_size {global_batch_size} is not a positive multiple of the world size "
@@ -292,7 +321,7 @@ def build_val_dataset(path: str | os.PathLike, options: DatasetOptions) -> Plann
         batch(recipe_size, drop_last=False),
     ]
     plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
-    n = None if mat.packing else count_batches(view.size, batch_size, topo, "global", False)
+    n = None if mat.packing else count_batches(view.size, recipe_size, topo, "global", False)
     return PlannedDataset(
         plan=plan,
         materializer=mat,

@@ -7,10 +7,11 @@ otherwise surface as a silently wrong resume much later. So, when ``torch.distri
 initialized, ``Loader.state_dict()`` all-gathers a 16-byte hash of this rank's plan state and
 raises :class:`ConsistencyError` if the ranks disagree.
 
-Per-rank mode states differ between ranks by design; there the check compares the number of
-batches each rank has taken (all ranks must be at the same step), and that replicas of one
-data-parallel rank (tensor / pipeline-parallel peers), when they take part, hold the same
-state.
+Per-rank mode states differ between ranks by design, and so do those of a dataset with
+Energon's packing hooks (each rank's buffers yield their own number of packs); there the check
+compares the number of batches each rank has taken (all ranks must be at the same step), and
+that replicas of one data-parallel rank (tensor / pipeline-parallel peers), when they take
+part, hold the same state.
 
 The check is a collective: with it on, every rank of the group must call ``state_dict()`` (as
 ``accelerate``'s ``save_state`` and torch.distributed.checkpoint do). Turn it off with
@@ -142,7 +143,11 @@ def check_loader_consistency(loader: Any) -> None:
     if not consistency_enabled(getattr(loader, "check_consistency", None), group=group):
         return
     state = loader._state
-    per_rank = getattr(loader.dataset, "distribution", "global") == "per_rank"
+    # per-rank mode, and Energon's packing hooks (each rank at its own place among its own
+    # buffers' packs): only replicas of a data-parallel rank hold the same state
+    per_rank = getattr(loader.dataset, "distribution", "global") == "per_rank" or bool(
+        getattr(loader.dataset, "packing_buffer_size", None)
+    )
     check_state_consistency(
         loader.plan.snapshot(state.plan),
         replica_key=topo.rank if per_rank else 0,

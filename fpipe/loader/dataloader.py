@@ -10,6 +10,7 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import msgspec
@@ -17,18 +18,21 @@ import torch.utils.data
 
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.loader._pack_batches import PackBatcher
-from fpipe.loader._workers import POLL_S, iterate, run_in_worker
+from fpipe.loader._recovery import Healer, run_task
+from fpipe.loader._workers import POLL_S, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import (
     LoaderState,
     LoaderStats,
     decode_loader_state,
     encode_loader_state,
+    loader_parts,
     snapshot_bytes,
 )
 from fpipe.loader.threads import iterate_threads
 from fpipe.materialize.materializer import Materializer
-from fpipe.materialize.recipe_codec import decode_recipe, encode_recipe
+from fpipe.materialize.recipe_codec import encode_recipe
 from fpipe.plan.blend import blend_counters
+from fpipe.plan.skip import next_recipe, normalize_step_ranges
 from fpipe.plan.stats import drop_counters
 
 if TYPE_CHECKING:  # planned.py imports this module to iterate a dataset
@@ -50,33 +54,40 @@ def _identity(x):
 
 
 class _RecipeDataset(torch.utils.data.Dataset):
-    """Map-style dataset whose "index" is an encoded recipe."""
+    """Map-style dataset whose "index" is an encoded recipe (a task of
+    :func:`fpipe.loader._recovery.run_task`); ``marks``: where workers say which sample they
+    are on."""
 
-    def __init__(self, materializer: Materializer):
-        self.materializer = materializer
+    def __init__(self, materializer: Materializer, marks: WorkerMarks | None = None):
+        self.materializer, self.marks = materializer, marks
 
-    def __getitem__(self, recipe_bytes: bytes):
-        return run_in_worker(lambda: self.materializer(decode_recipe(recipe_bytes)))
+    def __getitem__(self, task):
+        mark = None if self.marks is None else self.marks.writer()
+        return run_in_worker(lambda: run_task(self.materializer, task, mark))
 
 
 class _PlanSampler:
-    """Iterates the plan from a start state; records (state after, epoch) per recipe sent."""
+    """Iterates the plan from a start state; records (state after, epoch) per recipe sent.
+    ``excluded``: step -> positions of that recipe to leave out (samples that killed their
+    worker twice)."""
 
-    def __init__(self, plan, start, pending: collections.deque):
-        self.plan, self.start, self.pending = plan, start, pending
+    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=()):
+        self.plan, self.start, self.pending, self.skip = plan, start, pending, skip
+        self.excluded: dict = {} if excluded is None else excluded
 
     def __iter__(self):
         state = self.start
         while True:
-            state, out = self.plan.next(state, 1)
-            if not len(out):
+            # steps in a skip range are planned (metadata only) and passed over
+            state, recipe, _ = next_recipe(self.plan, state, self.skip)
+            if recipe is None:
                 # The end-of-stream state holds the final drop counts (a dropped remainder).
                 self.pending.append((state, None, None))
                 return
-            recipe = out[0]
             epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
             self.pending.append((state, epoch, recipe))
-            yield encode_recipe(recipe)
+            excluded = self.excluded.get(recipe.step)
+            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
 
 
 class Loader:
@@ -95,6 +106,7 @@ class Loader:
         timeout: float = DEFAULT_TIMEOUT_S,
         multiprocessing_context: Any = None,
         worker_mode: WorkerMode = "process",
+        recover_workers: bool = True,
     ):
         if worker_mode not in WORKER_MODES:
             raise ConfigError(
@@ -109,13 +121,22 @@ class Loader:
         self.timeout = timeout
         self.multiprocessing_context = multiprocessing_context
         self.worker_mode = worker_mode
-        self._state = LoaderState(plan=self.plan.init())
+        #: replace failed workers and materialize their recipes again (see _recovery)
+        self._healer = Healer(dataset.materializer) if recover_workers else None
+        skip = getattr(dataset, "skip_steps", ())
+        _check_skippable(dataset, skip)
+        self._state = LoaderState(plan=self.plan.init(), skip=skip)
         self._generation = 0
 
     def __len__(self) -> int:
         """Batches in the whole stream (``len(dataset)``; finite streams only): the ``total``
         of a progress bar. It does not shrink as batches are taken or after a restore."""
         return len(self.dataset)
+
+    def __bool__(self) -> bool:
+        """Always true, so ``loader or make_loader()`` keeps it: truthiness would otherwise
+        fall back to ``len()``, which an endless stream does not have."""
+        return True
 
     def __repr__(self) -> str:
         return (
@@ -125,31 +146,44 @@ class Loader:
 
     # --- iteration ---------------------------------------------------------------------------
 
-    def _dataloader(self, pending):
-        kwargs = {}
+    def _dataloader(self, pending, start, excluded):
+        kwargs: dict = {}
+        marks = None
         if self.num_workers > 0:
+            context = self._mp_context()
             kwargs = dict(
                 prefetch_factor=self.prefetch_factor,
                 # short waits: fpipe.loader._workers.iterate applies self.timeout itself
                 timeout=min(POLL_S, self.timeout) if self.timeout else POLL_S,
-                multiprocessing_context=self._mp_context(),
+                multiprocessing_context=context,
             )
+            marks = WorkerMarks(self.num_workers, context)
         return torch.utils.data.DataLoader(
-            _RecipeDataset(self.dataset.materializer),
+            _RecipeDataset(self.dataset.materializer, marks),
             batch_size=None,
-            sampler=_PlanSampler(self.plan, self._state.plan, pending),
+            sampler=_PlanSampler(self.plan, start, pending, excluded, self._state.skip),
             num_workers=self.num_workers,
             collate_fn=_identity,
             **kwargs,
         )
 
     def _results(self, pending: collections.deque):
-        """Materialized results in plan order: torch's DataLoader (no workers, or worker
-        processes) or fpipe's thread pool; ``pending`` gets each recipe's plan state."""
+        """Materialized results in plan order, from the loader's state on; with
+        ``recover_workers``, a failed worker pool is replaced (fpipe.loader._recovery)."""
+        if self._healer is None:
+            return self._pool(pending, self._state.plan, None)
+        healer = self._healer
+        open_pool = lambda start: self._pool(pending, start, healer.excluded)  # noqa: E731
+        return healer.results(open_pool, pending, self._state.plan)
+
+    def _pool(self, pending: collections.deque, start, excluded):
+        """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
+        workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
+        plan state."""
         recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
         if self.worker_mode == "thread" and self.num_workers > 0:
             return iterate_threads(
-                _PlanSampler(self.plan, self._state.plan, pending),
+                _PlanSampler(self.plan, start, pending, excluded, self._state.skip),
                 self.dataset.materializer,
                 num_threads=self.num_workers,
                 in_flight=self.num_workers * self.prefetch_factor,
@@ -158,7 +192,7 @@ class Loader:
                 describe=self._describe,
             )
         return iterate(
-            self._dataloader(pending),
+            self._dataloader(pending, start, excluded),
             timeout=self.timeout,
             recipe_at=recipe_at,
             describe=self._describe,
@@ -181,7 +215,7 @@ class Loader:
             return ctx
         return None
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         encoder = self.dataset.materializer.task_encoder
         pin = self.pin_memory and torch.cuda.is_available()
         while True:
@@ -207,6 +241,7 @@ class Loader:
                     s.samples + result.num_samples,
                     s.skipped + result.skipped,
                     max(s.epoch, epoch),
+                    skip=s.skip,
                 )
                 if result.batch is None:
                     continue  # every sample of the batch was skipped by the error policy
@@ -242,11 +277,32 @@ class Loader:
     def snapshot(self) -> bytes:
         """The state after the last batch taken, as bytes (small, the same on every rank in
         global mode, for any number of workers)."""
-        return encode_loader_state(self.plan, self._state)
+        return encode_loader_state(self.plan, self._state, loader_parts(self.dataset))
 
     def restore(self, data: bytes) -> None:
-        """Continue from snapshot bytes: the next batch is the one after the saved one."""
-        self._state = decode_loader_state(self.plan, data)
+        """Continue from snapshot bytes: the next batch is the one after the saved one.
+
+        The skip ranges of the snapshot are kept, and so are those this loader already had
+        (``skip_steps``, :meth:`skip`)."""
+        state = decode_loader_state(self.plan, data, loader_parts(self.dataset))
+        skip = normalize_step_ranges(state.skip + self._state.skip)
+        self._state = msgspec.structs.replace(state, skip=skip)
+        self._generation += 1
+
+    def skip(self, steps: Any) -> None:
+        """Leave out global steps: ``steps`` is ``range(a, b)``, ``(a, b)``, ``"a:b"`` or a list
+        of them (steps ``a`` to ``b - 1``, counted as ``fpipe plan --step`` counts them).
+
+        Their batches are not delivered and nothing is read or decoded for them: the plan runs
+        over them on metadata only, so every later batch is the one the run would have made.
+        The ranges go into the state (a later restore keeps them). Call it after
+        ``load_state_dict``, before iterating (during iteration, it starts over from the
+        last batch taken). A range already behind the loader changes nothing. See
+        docs/steering.md.
+        """
+        skip = normalize_step_ranges(normalize_step_ranges(steps) + self._state.skip)
+        _check_skippable(self.dataset, skip)
+        self._state = msgspec.structs.replace(self._state, skip=skip)
         self._generation += 1
 
     #: Compare the state across ranks in state_dict() (None: when torch.distributed
@@ -312,8 +368,23 @@ class Loader:
         at = self.plan.position(s.plan)
         epoch, position = (s.epoch, None) if at is None else at
         per_dataset = blend_counters(self.plan, s.plan)
+        healer = self._healer
         return LoaderStats(
-            s.batches, s.samples, s.skipped, epoch, dropped, steps, position, per_dataset
+            s.batches, s.samples, s.skipped, epoch, dropped, steps, position, per_dataset,
+            recoveries=0 if healer is None else healer.recoveries,
+            recovered={} if healer is None else dict(healer.by_reason),
+            skip_steps=s.skip,
+        )  # fmt: skip
+
+
+def _check_skippable(dataset: Any, skip: tuple) -> None:
+    """Skip ranges count plan steps; with a packing buffer a batch is made of packs of several
+    recipes, which only materializing decides, so steps cannot be skipped without reading."""
+    if skip and getattr(dataset, "packing_buffer_size", None):
+        raise ConfigError(
+            "skip ranges need batches the plan decides: with packing_buffer_size (the task "
+            "encoder's packing hooks) a batch's packs are only known after reading its samples. "
+            "Pack in the plan tier instead (plan_stages=[fpipe.plan.pack(...)], docs/packing.md)"
         )
 
 
@@ -327,14 +398,20 @@ def get_loader(
     multiprocessing_context: Any = None,
     check_consistency: bool | None = None,
     worker_mode: WorkerMode = "process",
+    recover_workers: bool = True,
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
     The output does not depend on ``num_workers`` or ``prefetch_factor``.
     ``timeout``: seconds to wait for one batch from the workers; a worker that produced nothing
-    for that long, or that died (noticed within about half a second), raises one
-    :class:`fpipe.core.WorkerError` naming it and the recipe it was materializing (0: wait
-    forever for a slow worker; a dead one is still reported). See docs/failures.md.
+    for that long counts as hung (0: wait forever for a slow worker; a dead one is noticed
+    within about half a second either way).
+    ``recover_workers``: when a worker dies (a signal, the OOM killer, a native crash), hangs
+    past ``timeout`` or runs out of memory, replace the workers and materialize the recipes in
+    flight again, so the batches are those of an uninterrupted run (counted in
+    ``stats().recoveries``); a sample that does so twice follows the dataset's error policy.
+    False: raise one :class:`fpipe.core.WorkerError` naming the worker and its recipe. See
+    docs/failures.md.
     ``worker_mode``: ``"process"`` (default: torch DataLoader worker processes, as torch and
     Energon users expect) or ``"thread"`` (``num_workers`` threads of this process, as Grain's
     thread workers: no batch is copied between processes, which is faster when materializing
@@ -353,6 +430,7 @@ def get_loader(
         timeout=timeout,
         multiprocessing_context=multiprocessing_context,
         worker_mode=worker_mode,
+        recover_workers=recover_workers,
     )
     loader.check_consistency = check_consistency
     return loader

@@ -8,6 +8,7 @@ process, for quick looks.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from fpipe.core import Pipeline
@@ -36,6 +37,8 @@ class PlannedDataset:
         advance (``len(ds)``); None for an endless stream (``num_epochs=None``) or when plan
         stages or packing decide how many samples a batch takes.
       path, split: where the samples come from (for the repr).
+      skip_steps: global step ranges ``(a, b)`` the loader leaves out (``skip_steps`` option,
+        see :mod:`fpipe.plan.skip`).
     """
 
     plan: Pipeline
@@ -50,8 +53,9 @@ class PlannedDataset:
     num_batches: int | None = None
     path: str = ""
     split: str = ""
+    skip_steps: tuple[tuple[int, int], ...] = ()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
         from fpipe.loader.dataloader import get_loader
 
@@ -65,6 +69,11 @@ class PlannedDataset:
                 "plan stages or packing decide how many samples each batch takes"
             )
         return self.num_batches
+
+    def __bool__(self) -> bool:
+        """Always true, so ``ds or make_dataset()`` keeps it: truthiness would otherwise fall
+        back to ``len()``, which an endless stream does not have."""
+        return True
 
     def __repr__(self) -> str:
         topo = self.topology

@@ -7,20 +7,23 @@ snapshot envelope of :mod:`fpipe.core.snapshot` (fixed width: its size never gro
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-from fpipe.core.errors import SnapshotError
+from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.pipeline import Pipeline
 from fpipe.core.records import Config, State
 from fpipe.core.snapshot import decode_state, encode_state
 from fpipe.core.state_check import check_state, check_values
+from fpipe.plan.skip import MAX_SKIP_RANGES, normalize_step_ranges
 
 __all__ = [
     "LoaderConfig",
     "LoaderState",
     "LoaderStats",
+    "PackBufferConfig",
     "decode_loader_state",
     "encode_loader_state",
+    "loader_parts",
     "snapshot_bytes",
 ]
 
@@ -41,7 +44,11 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
     With a packing buffer (Energon's packing hooks), ``plan`` is the state at the start of the
     buffer holding the next pack and ``packs_taken`` counts that buffer's packs already
     delivered; ``pack_remainder`` counts samples of a dropped short final batch of packs.
-    Snapshots written before these two fields existed decode with both at 0."""
+    Snapshots written before these two fields existed decode with both at 0.
+
+    ``skip``: the global steps ``[a, b)`` this run leaves out (``loader.skip``, or the dataset's
+    ``skip_steps``; see :mod:`fpipe.plan.skip`), kept so that a restore skips them too; at most
+    :data:`~fpipe.plan.skip.MAX_SKIP_RANGES` pairs. Older snapshots decode with none."""
 
     plan: P
     batches: int = 0
@@ -50,25 +57,74 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
     epoch: int = 0
     packs_taken: int = 0
     pack_remainder: int = 0
+    skip: tuple[tuple[int, int], ...] = ()
 
 
-def _parts(plan: Pipeline) -> tuple:
-    return plan.parts + (("loader", LoaderConfig()),)
+PACK_BUFFER_HINT = (
+    "Energon's packing hooks (packing_buffer_size) pack each rank's own buffers, and a loader "
+    "snapshot holds this rank's place among its buffer's packs: it continues only on the same "
+    "rank, world size and packing_buffer_size. Save every rank's state (state_dict() on every "
+    "rank, or save_state_global) and restore each on its own rank; to change the number of "
+    "ranks, select packs in the plan tier instead (plan_stages=[fpipe.plan.pack(...)]), whose "
+    "snapshots restore on any world size"
+)
 
 
-def encode_loader_state(plan: Pipeline, state: LoaderState) -> bytes:
-    """Snapshot bytes of a loader state."""
-    return encode_state(_parts(plan), state)
+class PackBufferConfig(Config, frozen=True):
+    """Recorded in the loader snapshots of a dataset with Energon's packing hooks: the rank, the
+    world size and the buffer size its buffers were cut for. Nothing is declared compatible:
+    ``packs_taken`` counts packs of this rank's buffer, which another partition cuts
+    differently, so a restore with another value is refused."""
+
+    mismatch_hint: ClassVar[str] = PACK_BUFFER_HINT
+
+    rank: int
+    world_size: int
+    packing_buffer_size: int
 
 
-def decode_loader_state(plan: Pipeline, data: bytes) -> Any:
+def loader_parts(dataset: Any) -> tuple:
+    """The config parts a loader snapshot of ``dataset`` records besides its plan's: with
+    Energon's packing hooks, a :class:`PackBufferConfig` (empty otherwise)."""
+    size = getattr(dataset, "packing_buffer_size", None)
+    if not size:
+        return ()
+    topo = dataset.topology
+    return (("pack_buffers", PackBufferConfig(int(topo.rank), int(topo.world_size), size)),)
+
+
+def _parts(plan: Pipeline, extra: tuple) -> tuple:
+    return plan.parts + tuple(extra) + (("loader", LoaderConfig()),)
+
+
+def encode_loader_state(plan: Pipeline, state: LoaderState, extra: tuple = ()) -> bytes:
+    """Snapshot bytes of a loader state; ``extra``: the dataset's :func:`loader_parts`."""
+    return encode_state(_parts(plan, extra), state)
+
+
+def decode_loader_state(plan: Pipeline, data: bytes, extra: tuple = ()) -> Any:
     """Check and decode loader snapshot bytes (see :func:`fpipe.core.snapshot.decode_state`),
     then the values of the restored state and each plan step's own check of its state (see
-    :mod:`fpipe.core.state_check`)."""
-    state = decode_state(_parts(plan), LoaderState[plan.source.state_type], data)
+    :mod:`fpipe.core.state_check`). ``extra``: the dataset's :func:`loader_parts`."""
+    state = decode_state(_parts(plan, extra), LoaderState[plan.source.state_type], data)
     check_values(state, LoaderState(plan.init()))
+    _check_skip(state.skip)
     check_state(plan.source, state.plan, plan.init())
     return state
+
+
+def _check_skip(skip: tuple) -> None:
+    """A restored skip list is what :func:`normalize_step_ranges` makes (sorted, disjoint,
+    bounded), or a SnapshotError."""
+    try:
+        ok = normalize_step_ranges(skip) == skip
+    except ConfigError:
+        ok = False
+    if not ok:
+        raise SnapshotError(
+            f"snapshot state.skip {list(skip)[:4]}... is not a sorted list of at most "
+            f"{MAX_SKIP_RANGES} disjoint [a, b) step ranges: the snapshot was edited or corrupted"
+        )
 
 
 def snapshot_bytes(value: Any) -> bytes:
@@ -106,6 +162,13 @@ class LoaderStats:
     counters: ``dropped`` by cause (see fpipe.plan.drop_counters) and every step's own counters
     by step name (``steps["filter"]["filtered"]``). For a blend, ``datasets``: per dataset
     name, refs the blend took from it and its epoch (see fpipe.plan.blend.blend_counters).
+
+    This loader object's worker faults recovered (``get_loader(recover_workers=True)``):
+    ``recoveries``, and ``recovered`` by reason (``"died"``, ``"timed out"``,
+    ``"out of memory"``). They are not part of the state: a recovered run's snapshots are those
+    of an uninterrupted one.
+
+    ``skip_steps``: the global step ranges ``[a, b)`` the run leaves out (``loader.skip``).
     """
 
     batches: int
@@ -116,3 +179,6 @@ class LoaderStats:
     steps: dict = dataclasses.field(default_factory=dict)
     position: int | None = None
     datasets: dict = dataclasses.field(default_factory=dict)
+    recoveries: int = 0
+    recovered: dict = dataclasses.field(default_factory=dict)
+    skip_steps: tuple[tuple[int, int], ...] = ()

@@ -1,5 +1,7 @@
 """The loader: order, exact state, stats, val pass, error policy."""
 
+import re
+
 import pytest
 import torch
 
@@ -157,6 +159,32 @@ def test_load_state_dict_refuses_non_bytes_without_allocating(image_dataset, val
         loader.load_state_dict({"fpipe_snapshot": value})
     with pytest.raises(fpipe.core.SnapshotError, match="expected the dict"):
         loader.load_state_dict(value)
+
+
+@pytest.mark.parametrize("field", ["plan.st.step", "plan.up.up.up.epoch", "batches"])
+def test_checksummed_snapshot_with_a_value_past_64_bits_is_refused_on_restore(image_dataset, field):
+    """2**64 - 1 fits the snapshot's integers (and its checksum is rewritten): it is refused
+    naming the field, not an OverflowError while iterating (nothing bounds this run's epochs)."""
+    import msgspec
+
+    from fpipe.loader.state import encode_loader_state
+
+    loader = build(image_dataset)
+    it = iter(loader)
+    next(it), next(it)
+
+    def edit(value, names):
+        if not names:
+            return 2**64 - 1
+        inner = edit(getattr(value, names[0]), names[1:])
+        return msgspec.structs.replace(value, **{names[0]: inner})
+
+    data = encode_loader_state(loader.plan, edit(loader._state, field.split(".")))
+    fresh = build(image_dataset)
+    with pytest.raises(
+        fpipe.core.SnapshotError, match=re.escape(f"state.{field} is {2**64 - 1}: it must be")
+    ):
+        fresh.restore(data)
 
 
 def test_load_state_dict_accepts_bytes_like_and_uint8_tensors(image_dataset):

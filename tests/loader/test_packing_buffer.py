@@ -1,6 +1,8 @@
 """Energon's packing hooks with a packing buffer: order of hooks, new objects, buffer size,
 exact resume from inside a buffer and independence from the number of workers."""
 
+import itertools
+
 import pytest
 
 import fpipe
@@ -149,3 +151,77 @@ def test_val_dataset_with_packing_buffer_keeps_every_sample(image_dataset):
     keys = [k for b in batches for key in b["keys"] for k in key.split("+")]
     assert len(keys) == len(set(keys)) == 96  # the short last batch is kept
     assert len(batches[-1]["keys"]) == 1
+
+
+class UnevenPacker(DefaultTaskEncoder):
+    """Packs of 1, 2, 3, ... samples: buffers of different ranks yield different pack counts."""
+
+    def select_samples_to_pack(self, samples):
+        groups, i, n = [], 0, 1
+        while i < len(samples):
+            groups.append(samples[i : i + n])
+            i, n = i + n, n + 1
+        return groups
+
+    def pack_selected_samples(self, samples):
+        return TextSample(text="", __key__="+".join(s.__key__ for s in samples))
+
+    def encode_batch(self, batch):
+        return [k for pack in batch.__key__ for k in pack.split("+")]
+
+
+def test_snapshot_continues_on_its_own_rank_and_world_size_only(image_dataset):
+    """Each rank's packs come from its own buffers, so its snapshot holds its own place: it
+    restores exactly on the same rank of the same world size, and is refused (naming what to
+    change) on another rank, world size or packing_buffer_size instead of repeating or losing
+    samples. The consistency check compares these states per rank (they may differ)."""
+    from fpipe.core.errors import SnapshotMismatchError
+    from fpipe.loader import Topology
+
+    def loader(rank, world, size=5):
+        ds = fpipe.get_train_dataset(
+            image_dataset, batch_size=2, seed=3, task_encoder=UnevenPacker(),
+            image_decode=DECODE, packing_buffer_size=size, topology=Topology(rank, world),
+        )  # fmt: skip
+        return fpipe.get_loader(ds)
+
+    full = [list(itertools.islice(iter(loader(r, 2)), 6)) for r in range(2)]
+    snaps = []
+    for r in range(2):
+        x = loader(r, 2)
+        it = iter(x)
+        assert [next(it) for _ in range(3)] == full[r][:3]
+        snaps.append(x.state_dict()["fpipe_snapshot"])
+    assert snaps[0] != snaps[1]  # the ranks are at different places of their own buffers
+    for r in range(2):
+        resumed = loader(r, 2)
+        resumed.load_state_dict({"fpipe_snapshot": snaps[r]})
+        assert list(itertools.islice(iter(resumed), 3)) == full[r][3:]
+    refused = [
+        (0, 1, 5, "world_size"),
+        (0, 3, 5, "world_size"),
+        (1, 2, 5, "rank"),
+        (0, 2, 6, "packing_buffer_size"),
+    ]
+    for rank, world, size, field in refused:
+        with pytest.raises(SnapshotMismatchError, match=f"field '{field}' differs") as err:
+            loader(rank, world, size).load_state_dict({"fpipe_snapshot": snaps[0]})
+        assert "plan_stages=[fpipe.plan.pack(...)]" in str(err.value)
+
+
+def test_consistency_check_compares_pack_buffer_states_per_rank(image_dataset, monkeypatch):
+    """With packing hooks the ranks' states differ by design: the save-time check must compare
+    them per data-parallel rank (replicas only), not across ranks as in plain global mode."""
+    import fpipe.loader.consistency as consistency
+    from fpipe.loader import Topology
+
+    calls = []
+    monkeypatch.setattr(consistency, "consistency_enabled", lambda flag, group=None: True)
+    monkeypatch.setattr(consistency, "check_state_consistency", lambda d, **kw: calls.append(kw))
+    for size, key in [(5, 1), (None, 0)]:
+        ds = fpipe.get_train_dataset(
+            image_dataset, batch_size=2, seed=3, task_encoder=UnevenPacker() if size else None,
+            image_decode=DECODE, packing_buffer_size=size, topology=Topology(1, 2),
+        )  # fmt: skip
+        fpipe.get_loader(ds).state_dict()
+        assert calls.pop()["replica_key"] == key

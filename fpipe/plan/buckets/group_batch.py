@@ -15,8 +15,9 @@ epoch by default):
 - rank ``r`` takes refs ``[r * bs[g], (r + 1) * bs[g])`` of the global batch: every rank has
   the same group, and so the same shapes, at every step, without communication;
 - when no group has a full global batch left, the leftovers follow the remainder policy
-  (dropped and counted, or one short global batch per group split over the ranks), and the
-  next window starts.
+  (dropped and counted, or one short global batch per group split over the ranks, for groups
+  with at least one leftover per rank: a rank never gets an empty batch), and the next window
+  starts.
 
 The state is where the stream is (epoch, window, steps) plus the refs consumed per group of
 the window: a few integers per group, counted in refs, not batches, so a restore on another
@@ -173,7 +174,9 @@ def make_next(
                 )
                 return _advance(state, g, per_step[g]), recipe
             left = [n - c for n, c in zip(w.sizes, consumed)]
-            rest_g = next((g for g, x in enumerate(left) if x > 0), None)
+            # a short global batch needs a ref for every rank, or a rank would get an empty
+            # batch and fall a step behind the others; fewer leftovers are dropped (counted)
+            rest_g = next((g for g, x in enumerate(left) if x >= world_size), None)
             if keep_remainder and rest_g is not None:
                 lo = state.consumed[rest_g]
                 cut = np.linspace(0, left[rest_g], world_size + 1).round().astype(np.int64)
