@@ -9,6 +9,9 @@ process. See ``docs/remote.md`` (use) and ``docs/design/remote_storage.md`` (why
   members are contiguous in its shard). :meth:`RemoteFiles.prefetch` fetches the ranges of a
   whole recipe concurrently (at most ``concurrency`` requests in flight), and the reads that
   follow are served from what it fetched.
+- A ranged GET slower than most recent ones is *hedged*: a second identical request is sent
+  and the first answer wins (bounded: one hedge per read, at most ``hedge_max_fraction`` of the
+  reads; see ``_hedge.py``). The bytes are the same, so the output is too.
 - Transient errors (5xx, timeouts, dropped connections) are retried by obstore with bounded
   exponential backoff (:class:`StorageOptions`); what still fails surfaces as ``OSError``
   (``FileNotFoundError`` for a missing object), which the readers turn into a
@@ -39,6 +42,7 @@ import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import split_url
+from fpipe.storage.read._hedge import Hedger
 
 __all__ = [
     "RemoteFiles",
@@ -65,6 +69,14 @@ class StorageOptions(msgspec.Struct, frozen=True, kw_only=True):
       backoff_s: first retry delay; doubles up to ``max_backoff_s``.
       max_backoff_s: longest delay between two retries.
       retry_timeout_s: give up retrying a request after this long.
+      hedge: send a second, identical ranged GET when one takes longer than ``hedge_quantile``
+        of the recent ones (at least ``hedge_min_delay_s``) and use whichever answers first.
+        The bytes read are the same either way; False sends one request per read.
+      hedge_quantile: which quantile of the last 200 latencies a read must exceed to be hedged.
+      hedge_min_delay_s: never hedge a read before this many seconds.
+      hedge_max_fraction: at most this share of the reads is hedged (and one hedge per read).
+
+    None of these can change the bytes read, so none is part of a dataset's fingerprint.
     """
 
     config: dict[str, str] = msgspec.field(default_factory=dict)
@@ -74,12 +86,24 @@ class StorageOptions(msgspec.Struct, frozen=True, kw_only=True):
     backoff_s: float = 0.1
     max_backoff_s: float = 2.0
     retry_timeout_s: float = 30.0
+    hedge: bool = True
+    hedge_quantile: float = 0.95
+    hedge_min_delay_s: float = 0.05
+    hedge_max_fraction: float = 0.1
 
     def __post_init__(self):
         if self.concurrency < 1:
             raise ConfigError(f"storage concurrency must be >= 1, got {self.concurrency}")
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if not 0.0 < self.hedge_quantile <= 1.0:
+            raise ConfigError(f"hedge_quantile must be in (0, 1], got {self.hedge_quantile}")
+        if not 0.0 <= self.hedge_max_fraction <= 1.0:
+            raise ConfigError(
+                f"hedge_max_fraction must be in [0, 1], got {self.hedge_max_fraction}"
+            )
+        if self.hedge_min_delay_s < 0:
+            raise ConfigError(f"hedge_min_delay_s must be >= 0, got {self.hedge_min_delay_s}")
 
 
 def _obstore():
@@ -210,9 +234,32 @@ class RemoteFiles:
         self._pending: dict[tuple[str, int, int], concurrent.futures.Future] = {}
         self._sem: tuple[int, asyncio.Semaphore] | None = None
         self._names: tuple[int, dict[str, tuple[Any, str]]] = (os.getpid(), {})
-        #: requests sent and bytes received by this process (for benchmarks and tests)
+        self._hedger = self._new_hedger()
+        #: reads started and bytes received by this process (for benchmarks and tests)
         self.requests = 0
         self.bytes_read = 0
+
+    def _new_hedger(self) -> Hedger | None:
+        o = self.options
+        if not o.hedge or o.hedge_max_fraction == 0:
+            return None
+        return Hedger(
+            quantile=o.hedge_quantile,
+            max_fraction=o.hedge_max_fraction,
+            min_delay_s=o.hedge_min_delay_s,
+        )
+
+    def stats(self) -> dict[str, int]:
+        """This process's reads of this reader: ``requests`` (reads started), ``bytes_read``,
+        ``hedges`` (second requests sent for slow reads) and ``hedge_wins`` (reads the second
+        request answered first). GETs sent = requests + hedges (+ obstore's retries)."""
+        h = self._hedger
+        return {
+            "requests": self.requests,
+            "bytes_read": self.bytes_read,
+            "hedges": 0 if h is None else h.hedges,
+            "hedge_wins": 0 if h is None else h.hedge_wins,
+        }
 
     def __getstate__(self) -> dict:
         return {"root": self.root, "options": self.options}
@@ -291,9 +338,13 @@ class RemoteFiles:
         pid = os.getpid()
         if self._sem is None or self._sem[0] != pid:
             self._sem = (pid, asyncio.Semaphore(self.options.concurrency))
-        async with self._sem[1]:
-            data = await _obstore().get_range_async(store, name, start=off, length=size)
-        return bytes(data)
+            self._hedger = self._new_hedger()  # latencies of another process do not apply
+
+        async def get() -> bytes:
+            return bytes(await _obstore().get_range_async(store, name, start=off, length=size))
+
+        async with self._sem[1]:  # a hedge shares its read's place: timing starts here
+            return await (get() if self._hedger is None else self._hedger.read(get))
 
     def open_stream(self, path: str, chunk: int = 8 << 20):
         """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe

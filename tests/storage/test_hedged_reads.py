@@ -1,0 +1,169 @@
+"""Hedged ranged GETs and the fault-injecting proxy, against moto's S3 server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+
+pytest.importorskip("obstore")
+pytest.importorskip("moto.server")
+
+from fpipe.core.errors import ConfigError  # noqa: E402
+from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402
+from fpipe.storage.read import remote  # noqa: E402
+from fpipe.storage.read._hedge import Hedger  # noqa: E402
+from tests.storage.helpers import make_image_caption_dataset  # noqa: E402
+from tests.storage.s3_server import FaultProxy, LocalS3, restore_env, set_env  # noqa: E402
+
+FIELDS = {"image": "jpg", "caption": "txt"}
+SLOW_S = 0.6
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = LocalS3()
+    old = set_env({**server.env(), "FPIPE_CACHE": str(tmp_path_factory.mktemp("cache"))})
+    yield server
+    restore_env(old)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def pair(s3, tmp_path_factory):
+    local = tmp_path_factory.mktemp("data") / "imgs"
+    make_image_caption_dataset(local, shards=3, per_shard=8, with_json=False)
+    url = s3.upload(local, "fpipe-hedge", "imgs")
+    prepare_dataset(local, fields=FIELDS, split="1,0,0")
+    prepare_dataset(url, fields=FIELDS, split="1,0,0")
+    return str(local), url
+
+
+def _slow_ranged_get(which: int):
+    """A ``choose`` for the proxy: the ``which``-th ranged GET waits SLOW_S, no other GET."""
+    ranged = itertools.count(1)
+
+    def choose(number, path, headers):
+        if headers.get("Range") and next(ranged) == which:
+            return "delay", SLOW_S
+        return None
+
+    return choose
+
+
+def _read_through(s3, url, proxy, options):
+    """Each sample read one at a time (its own ranged GET) through ``proxy``; the seconds of
+    each read, the bytes, the reader's stats."""
+    old = set_env({"AWS_ENDPOINT_URL": proxy.endpoint})
+    try:
+        ds = open_dataset(url, storage=options)
+        seconds, got = [], []
+        for i in range(len(ds)):
+            t0 = time.monotonic()
+            got.append(ds.read(i))  # the tar reader checks the member headers, as always
+            seconds.append(time.monotonic() - t0)
+        return seconds, got, ds.reader._files.stats()
+    finally:
+        restore_env(old)
+
+
+def test_a_slow_get_is_hedged_and_the_bytes_are_the_same(s3, pair):
+    local, url = pair
+    options = remote.StorageOptions(hedge_min_delay_s=0.15)
+    with FaultProxy(s3.endpoint, choose=_slow_ranged_get(22)) as proxy:
+        seconds, got, stats = _read_through(s3, url, proxy, options)
+        end = time.monotonic() + 2 * SLOW_S
+        while proxy.counts["cancelled"] == 0 and time.monotonic() < end:
+            time.sleep(0.01)  # the proxy notices the loser's closed connection within 20 ms
+    ref = open_dataset(local)
+    assert got == [ref.read(i) for i in range(len(ref))]
+    assert proxy.counts["delay"] == 1 and proxy.counts["duplicates"] >= 1
+    assert seconds[21] < SLOW_S * 0.7, seconds[21]  # the hedge answered, not the slow GET
+    assert stats["hedges"] >= 1 and stats["hedge_wins"] >= 1 and stats["requests"] == 24
+    assert proxy.counts["cancelled"] == 1  # the slow request was cancelled, not waited for
+
+
+def test_without_hedging_the_slow_get_is_waited_for(s3, pair):
+    local, url = pair
+    options = remote.StorageOptions(hedge=False)
+    with FaultProxy(s3.endpoint, choose=_slow_ranged_get(22)) as proxy:
+        seconds, got, stats = _read_through(s3, url, proxy, options)
+    assert got == [open_dataset(local).read(i) for i in range(24)]
+    assert seconds[21] >= SLOW_S and stats["hedges"] == 0 and proxy.counts["duplicates"] == 0
+
+
+def _fake_reads(hedger: Hedger, reads: int, slow_s: float):
+    """Run ``reads`` reads at once through ``hedger``; each read's first request takes
+    ``slow_s``, a second one answers at once. Requests sent per read."""
+    sent = [0] * reads
+
+    def fetch_for(i):
+        async def fetch():
+            sent[i] += 1
+            if sent[i] == 1:
+                await asyncio.sleep(slow_s)
+            return b"x%d" % i
+
+        return fetch
+
+    async def main():
+        return await asyncio.gather(*(hedger.read(fetch_for(i)) for i in range(reads)))
+
+    assert asyncio.run(main()) == [b"x%d" % i for i in range(reads)]
+    return sent
+
+
+def test_hedges_are_capped_and_one_per_read():
+    hedger = Hedger(quantile=0.95, max_fraction=0.1, min_delay_s=0.001)
+    assert _fake_reads(hedger, 20, 0.0) == [1] * 20  # warm-up: no threshold known yet
+    sent = _fake_reads(hedger, 50, 0.05)  # every read is slow enough to hedge
+    assert max(sent) == 2  # at most one hedge per read
+    assert 6 <= hedger.hedges == sent.count(2) <= 0.1 * hedger.reads  # the cap (70 reads)
+    assert hedger.hedge_wins == hedger.hedges
+
+
+def test_a_failed_request_is_covered_by_the_other():
+    hedger = Hedger(quantile=0.5, max_fraction=1.0, min_delay_s=0.001, warmup=1)
+    hedger.record(0.001)
+    calls = itertools.count()
+
+    async def slow_then_failing():
+        if next(calls) == 0:
+            await asyncio.sleep(0.05)
+            return b"first"
+        raise OSError("hedge failed")
+
+    assert asyncio.run(hedger.read(slow_then_failing)) == b"first"  # the hedge's error: ignored
+
+    async def failing():
+        raise OSError("both failed")
+
+    with pytest.raises(OSError, match="both failed"):
+        asyncio.run(hedger.read(failing))
+
+
+def test_the_proxy_injects_each_fault_and_reads_still_match(s3, pair):
+    local, url = pair
+    options = remote.StorageOptions(
+        max_retries=10, backoff_s=0.01, max_backoff_s=0.05, hedge=False,
+        client={"allow_http": True, "timeout": "2s"},
+    )  # fmt: skip
+    faults = dict(error503=0.1, error500=0.1, reset=0.1, stall=0.05, stall_s=0.2, seed=3)
+    with FaultProxy(s3.endpoint, **faults) as proxy:
+        _, got, _ = _read_through(s3, url, proxy, options)
+    assert got == [open_dataset(local).read(i) for i in range(24)]
+    assert all(proxy.counts[k] >= 1 for k in ("503", "500", "reset", "stall")), proxy.counts
+
+
+def test_the_proxy_only_forwards_to_loopback():
+    with pytest.raises(ValueError, match="loopback"):
+        FaultProxy("http://10.0.0.1:9000")
+
+
+def test_hedge_options_are_checked():
+    with pytest.raises(ConfigError, match="hedge_quantile"):
+        remote.StorageOptions(hedge_quantile=0.0)
+    with pytest.raises(ConfigError, match="hedge_max_fraction"):
+        remote.StorageOptions(hedge_max_fraction=1.5)
