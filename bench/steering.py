@@ -5,7 +5,8 @@ This file is shared by the steering features; each adds its own section and JSON
 
 1. ``skip_10000_steps_s``: the time to pass over 10,000 global steps with
    :func:`fpipe.plan.skip.next_recipe` (what ``loader.skip`` makes the loader's sampler run:
-   the plan advances on metadata only, no recipe reaches a worker) for a blend of 100
+   the plan advances on metadata only, no recipe reaches a worker, and the batch step counts
+   the recipes of skipped steps instead of building them) for a blend of 100
    datasets (10,000 samples each, weights 1-7, log-normal token counts, median 300) ->
    window shuffle (1,000) -> ``pack({"tokens": 4096}, strategy=greedy)`` over buffers of 1,000
    -> ``distribute`` -> ``batch`` of ``--packs`` packs per step (world size 1; in global mode

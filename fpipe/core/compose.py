@@ -152,6 +152,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
     """Run ``stage`` over ``upstream``: the result is a pull source (see module docstring)."""
     state_type = _parametrize(Lifted, (upstream.state_type, stage.state_type))
     up_next = upstream.next
+    skip_fn: Callable[[Any, int], tuple[Any, int]] | None = None
 
     def init(key):
         return Lifted(upstream.init(key), stage.init(step_key(key, stage.name)), 0)
@@ -177,11 +178,9 @@ def lift(upstream: Source, stage: Stage) -> Source:
         sizer: Callable[[Any], int] = (lambda _st: bs) if isinstance(bs, int) else bs
         memo: OrderedDict = OrderedDict()  # (up, st) at block start -> (up, st, out) at block end
 
-        def compute_block(up, st):
-            k = (up, st)
-            hit = memo.get(k)
-            if hit is not None:
-                return hit
+        def read_block(up, st):
+            """The input block that starts at ``(up, st)``: (upstream state after it, items,
+            how many; 0 at the end of the stream)."""
             block_size = sizer(st)
             got, total, up_end = [], 0, up
             while total < block_size:
@@ -191,8 +190,16 @@ def lift(upstream: Source, stage: Stage) -> Source:
                     break
                 got.append(chunk)
                 total += m
+            return up_end, got[0] if len(got) == 1 else concat_chunks(got), total
+
+        def compute_block(up, st):
+            k = (up, st)
+            hit = memo.get(k)
+            if hit is not None:
+                return hit
+            up_end, items, total = read_block(up, st)
             if total:
-                st_end, out = stage.step(st, got[0] if len(got) == 1 else concat_chunks(got))
+                st_end, out = stage.step(st, items)
             else:
                 st_end, out = stage.flush(st)
             result = (up_end, st_end, out, len(out), total == 0)
@@ -201,15 +208,18 @@ def lift(upstream: Source, stage: Stage) -> Source:
                 memo.popitem(last=False)
             return result
 
+        def check_cursor(cur: int, size: int) -> None:
+            if cur > size:
+                raise SnapshotError(
+                    f"snapshot state of step {stage.name!r}: cursor {cur} is past the "
+                    f"{size} outputs of its block: the snapshot was edited or corrupted"
+                )
+
         def next_block(state, n):
             while True:
                 up_end, st_end, out, size, at_end = compute_block(state.up, state.st)
                 cur = state.cur
-                if cur > size:
-                    raise SnapshotError(
-                        f"snapshot state of step {stage.name!r}: cursor {cur} is past the "
-                        f"{size} outputs of its block: the snapshot was edited or corrupted"
-                    )
+                check_cursor(cur, size)
                 if cur < size:
                     end = cur + n
                     if end < size:
@@ -223,6 +233,41 @@ def lift(upstream: Source, stage: Stage) -> Source:
                 state = Lifted(up_end, st_end, 0)  # a block with no output: go on to the next
 
         next_fn = next_block
+        count_step = stage.skip
+
+        def count_block(up, st):
+            """compute_block's (state after, outputs, at end) with the outputs counted by
+            ``stage.skip`` instead of built (or taken from the memo when there)."""
+            hit = memo.get((up, st))
+            if hit is not None:
+                return hit[0], hit[1], hit[3], hit[4]
+            up_end, items, total = read_block(up, st)
+            if not total:
+                st_end, out = stage.flush(st)
+                return up_end, st_end, len(out), True
+            assert count_step is not None
+            st_end, size = count_step(st, items)
+            return up_end, st_end, size, False
+
+        def skip_block(state, n):
+            # next_block's walk over blocks, counting outputs: the same states it reaches
+            passed = 0
+            while passed < n:
+                up_end, st_end, size, at_end = count_block(state.up, state.st)
+                cur = state.cur
+                check_cursor(cur, size)
+                if cur < size:
+                    take = min(n - passed, size - cur)
+                    passed += take
+                    if cur + take < size:
+                        return Lifted(state.up, state.st, cur + take), passed
+                elif at_end:
+                    return Lifted(up_end, st_end, 0), passed
+                state = Lifted(up_end, st_end, 0)
+            return state, passed
+
+        if count_step is not None:
+            skip_fn = skip_block
 
     lifted = Source(
         name=stage.name,
@@ -234,6 +279,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
         split=_split_lifted,
         stats=stage.stats,
         position=stage.position,
+        skip=skip_fn,
     )
     step_parts(lifted)  # refuses two steps with one name, when the chain is built
     return lifted

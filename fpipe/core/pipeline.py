@@ -94,6 +94,21 @@ class Pipeline(msgspec.Struct, frozen=True):
         """Up to ``n`` outputs and the state after them (an empty chunk at the end)."""
         return self.source.next(state, n)
 
+    def skip(self, state: Any, n: int) -> tuple[Any, int]:
+        """The state after the next ``n`` outputs and how many there were (fewer at the end
+        of the stream): the state ``n`` calls of ``next(state, 1)`` reach, without building
+        the outputs where the last step can count them (see ``Source.skip``)."""
+        fast = self.source.skip
+        if fast is not None:
+            return fast(state, n)
+        passed = 0
+        while passed < n:
+            state, out = self.source.next(state, 1)  # one at a time: the states next(1) reaches
+            if not len(out):
+                break
+            passed += 1
+        return state, passed
+
     def snapshot(self, state: Any) -> bytes:
         """Bytes that :meth:`restore` turns back into ``state`` (see :mod:`fpipe.core.snapshot`)."""
         return encode_state(self.parts, state)

@@ -110,6 +110,10 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
       position: optional ``S -> (epoch, refs taken)``: where the consumer is in the *global*
         order, for a step that sees the global order and hands each rank its part (global-mode
         distribution). Read with :meth:`fpipe.core.Pipeline.position`.
+      skip: optional ``(S, X) -> (S, int)``, for a block stage: the state ``step`` would
+        return and the number of outputs it would emit, without building them (a batch step
+        counts its recipe instead of joining its refs). :meth:`fpipe.core.Pipeline.skip` uses
+        it to pass over outputs (skipped training steps) on the state alone.
     """
 
     name: str
@@ -122,6 +126,7 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
     stats: Callable[[Any], dict[str, int]] | None = None
     members: tuple = ()
     position: Callable[[Any], tuple[int, int]] | None = None
+    skip: Callable[[Any, Any], tuple[Any, int]] | None = None
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,6 +149,10 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
         the fingerprint leaves out on purpose (a blend's weights, named by dataset), or
         SnapshotError for a state the step can never be in (see :mod:`fpipe.core.state_check`).
       position: optional ``own state -> (epoch, refs taken)`` in the global order (see Stage).
+      skip: optional ``(S, n) -> (S, passed)``: the state after the next ``n`` outputs (fewer,
+        ``passed``, at the end of the stream), the very state ``next`` would reach, computed
+        without building the outputs (a block stage with a ``skip`` of its own, lifted by
+        ``chain``). None: :meth:`fpipe.core.Pipeline.skip` pulls the outputs with ``next``.
     """
 
     name: str
@@ -156,6 +165,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     stats: Callable[[Any], dict[str, int]] | None = None
     check: Callable[[Any], None] | None = None
     position: Callable[[Any], tuple[int, int]] | None = None
+    skip: Callable[[Any, int], tuple[Any, int]] | None = None
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

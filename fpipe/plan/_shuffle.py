@@ -16,7 +16,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.graph import step_key
 from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import Key, fold_in, inverse_permutation, permutation, permute_index
+from fpipe.core.rng import Key, fold_in, inverse_permutation, permutation
 from fpipe.core.stage import Stage, View
 
 __all__ = [
@@ -26,6 +26,9 @@ __all__ = [
     "slice_shuffle",
     "window_shuffle",
 ]
+
+
+_SLOT_BLOCK = 1024  # slots permuted together when a stream reads a view in order
 
 
 class SliceShuffleConfig(Config, frozen=True):
@@ -59,6 +62,14 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
         # Pure memo: the epoch's key and the slot where the short last slice lands.
         ek = fold_in(step_key(root, name), epoch)
         return ek, int(inverse_permutation(ek, num_slices, num_slices - 1))
+
+    @functools.lru_cache(maxsize=8)
+    def slot_block(ek, b) -> list[int]:
+        # Pure memo: where slots b * _SLOT_BLOCK ... go, permuted at once (a stream reads the
+        # slots of an epoch in order: one numpy call per block instead of one per slice).
+        lo = b * _SLOT_BLOCK
+        slots = np.arange(lo, min(lo + _SLOT_BLOCK, num_slices), dtype=np.int64)
+        return permutation(ek, num_slices, slots).tolist()
 
     def gather(root, epoch, positions):
         if num_slices <= 1:
@@ -94,7 +105,7 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
                 r = pos - short
                 slot, offset, length = r // k + 1, r % k, k
             take = min(stop - pos, length - offset)
-            first = permute_index(ek, num_slices, slot) * k + offset
+            first = slot_block(ek, slot // _SLOT_BLOCK)[slot % _SLOT_BLOCK] * k + offset
             pieces.append(np.arange(first, first + take, dtype=np.int64))
             pos += take
         if len(pieces) == 1:

@@ -115,6 +115,12 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
         recipe = Recipe(step=state.step, refs=chunk, key=state.key)
         return BatchState(state.key, state.step + 1, state.dropped), (recipe,)
 
+    def skip(state: BatchState, chunk: Refs | tuple):
+        # step's state and recipe count, without joining the refs of a recipe passed over
+        if len(chunk) < size_at(state.step) and remainder is Remainder.DROP:
+            return step(state, chunk)[0], 0
+        return BatchState(state.key, state.step + 1, state.dropped), 1
+
     return Stage(
         name=name,
         config=config,
@@ -123,6 +129,7 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
         state_type=BatchState,
         block_size=block,
         stats=_batch_stats,
+        skip=skip,
     )
 
 

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
@@ -202,8 +203,13 @@ def blend(
             return choose_weighted(ck, schedule, positions)
         return choose_epochized(ck, counts, positions)
 
+    @functools.lru_cache(maxsize=4)
+    def leaf_roots(root: Key) -> tuple[Key, ...]:
+        # A memo of a pure function (the root key of each input), computed once per root.
+        return tuple(input_root(root, name, d) for d in range(n))
+
     def leaf_refs(state, d, start, stop) -> list[Refs]:
-        size, out, lk = sizes[d], [], input_root(state.key, name, d)
+        size, out, lk = sizes[d], [], leaf_roots(state.key)[d]
         while start < stop:
             e, pos = divmod(start, size)
             take = min(stop - start, size - pos)

@@ -132,11 +132,9 @@ def distribute(
 
     def step(state: DistributeState, chunk: Refs | tuple):
         n = len(chunk)
-        # items are refs, or packs (tuples of Refs): count their refs
-        refs = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n
+        refs, epoch = _refs_and_epoch(chunk)  # items are refs, or packs (groups of refs)
         if n < global_batch_size and remainder is Remainder.DROP:
             return DistributeState(state.dropped + refs, state.epoch, state.taken), chunk[:0]
-        epoch = _max_epoch(chunk)
         state = DistributeState(state.dropped, max(state.epoch, epoch), state.taken + refs)
         if n == global_batch_size:
             if world_size == 1:
@@ -171,13 +169,13 @@ def _scheduled(
 
     def step(state: ScheduledDistributeState, chunk: Refs | tuple):
         n, size = len(chunk), schedule.size_at(state.step)
-        refs = sum(len(p) for p in chunk) if isinstance(chunk, tuple) else n
+        refs, epoch = _refs_and_epoch(chunk)
         if n < size and remainder is Remainder.DROP:
             dropped = state.dropped + refs
             return ScheduledDistributeState(dropped, state.epoch, state.taken, state.step), chunk[
                 :0
             ]
-        epoch = max(state.epoch, _max_epoch(chunk))
+        epoch = max(state.epoch, epoch)
         state = ScheduledDistributeState(state.dropped, epoch, state.taken + refs, state.step + 1)
         if n == size:
             per = per_rank_schedule.size_at(state.step - 1)
@@ -197,6 +195,21 @@ def _scheduled(
         stats=_distribute_stats,
         position=_position,
     )
+
+
+def _refs_and_epoch(chunk) -> tuple[int, int]:
+    """Refs in a chunk of refs (or of groups of refs) and their highest epoch (0 if none).
+
+    A chunk of packs is read as one flat array of epochs: one numpy call per chunk, not one
+    per pack (a step of a packed plan holds many small packs).
+    """
+    if isinstance(chunk, Refs):
+        epochs = chunk.columns["epoch"]
+    elif chunk and all(isinstance(item, Refs) for item in chunk):
+        epochs = np.concatenate([item.columns["epoch"] for item in chunk])
+    else:
+        return sum(len(item) for item in chunk), _max_epoch(chunk)
+    return len(epochs), int(epochs.max()) if len(epochs) else 0
 
 
 def _max_epoch(chunk) -> int:

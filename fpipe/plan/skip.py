@@ -6,6 +6,9 @@ same on every rank in global mode (``fpipe plan --step N`` and ``enumerate(loade
 loader count the same way). Skipping runs the plan over the skipped recipes (metadata only:
 they are never handed to a worker, so nothing is read or decoded for them) and goes on from the
 state after them, so every later step is the step the run without the skip would have made.
+The batch step only counts the recipes it passes over (:meth:`fpipe.core.Pipeline.skip`): the
+steps before it (blend, shuffle, packing) still run, since they decide where the next step
+starts.
 
 Ranges are kept as a sorted tuple of disjoint ``(start, stop)`` pairs, merged when they touch,
 at most :data:`MAX_SKIP_RANGES` of them: the loader state holds them (a restore keeps the skip),
@@ -119,19 +122,36 @@ def skip_end(step: int, ranges: StepRanges) -> int | None:
     return None
 
 
+def _pull(plan: Pipeline, state: Any) -> tuple[Any, Any]:
+    state, out = plan.next(state, 1)
+    return state, out[0] if len(out) else None
+
+
 def next_recipe(plan: Pipeline, state: Any, ranges: StepRanges) -> tuple[Any, Any, int]:
     """The next recipe of ``plan`` from ``state`` that no range skips: ``(state after it,
     recipe or None at the end of the stream, recipes skipped before it)``.
 
     Skipped recipes are planned (metadata only) and dropped; no payload is read for them.
+    Where the plan's last step can count its recipes without building them (a batch step;
+    ``Source.skip``), the rest of a range after its first recipe is passed over with
+    :meth:`~fpipe.core.Pipeline.skip`. That takes steps to count up by one, as a batch step's
+    do; the recipe after them confirms it (its step is the first after the range), and where
+    it does not, or the stream ends inside the range, the recipes are pulled one at a time.
     """
-    skipped = 0
-    while True:
-        state, out = plan.next(state, 1)
-        if not len(out):
-            return state, None, skipped
-        recipe = out[0]
+    skipped, shortcut = 0, plan.source.skip is not None
+    state, recipe = _pull(plan, state)
+    while recipe is not None:
         end = skip_end(recipe.step, ranges) if ranges else None
         if end is None:
             return state, recipe, skipped
         skipped += 1
+        rest = end - recipe.step - 1
+        if rest > 0 and shortcut:
+            after, passed = plan.skip(state, rest)
+            after, following = _pull(plan, after)
+            if following is not None and following.step == recipe.step + passed + 1:
+                state, recipe, skipped = after, following, skipped + passed
+                continue
+            shortcut = False  # not confirmed: one recipe at a time from here
+        state, recipe = _pull(plan, state)
+    return state, None, skipped

@@ -1,4 +1,5 @@
-"""The per-sample pack algorithms as they were before the whole-buffer rewrite: a reference.
+"""The pack algorithms as they were before the whole-buffer rewrites (per sample, or per pack
+for ``greedy``): a reference.
 
 Kept only for tests: the fast algorithms of :mod:`fpipe.plan.packing.algorithms` must give the
 very same packs (same items, same order), so the iteration order of packed pipelines does not
@@ -11,6 +12,24 @@ import heapq
 import numpy as np
 
 from fpipe.plan.packing._base import Packing, _as_costs, _decreasing, _from_assignment
+
+
+def greedy(costs, limits) -> Packing:
+    """Sequential fill, one pack at a time: a ``searchsorted`` per budget for each pack's end."""
+    c, lim = _as_costs(costs, limits)
+    n = len(c)
+    cum = np.cumsum(c, axis=0)
+    cols = [np.ascontiguousarray(cum[:, j]) for j in range(c.shape[1])]
+    offsets = [0]
+    start = 0
+    while start < n:
+        end = n
+        for j, col in enumerate(cols):
+            base = col[start - 1] if start else 0
+            end = min(end, int(np.searchsorted(col, base + lim[j], side="right")))
+        offsets.append(end)
+        start = end
+    return Packing(np.arange(n, dtype=np.int64), np.asarray(offsets, dtype=np.int64))
 
 
 def _fit_decreasing(costs, limits, best: bool) -> Packing:
@@ -191,4 +210,4 @@ def _least_ratio_after(share, limit, placed, start, pack_of) -> int:
     return npacks
 
 
-ALGORITHMS = {"balanced": balanced, "bfd": bfd, "ffd": ffd}
+ALGORITHMS = {"balanced": balanced, "bfd": bfd, "ffd": ffd, "greedy": greedy}

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fpipe.core import ConfigError, Pipeline, Refs, chain
@@ -77,11 +77,13 @@ def test_full_chain_contract():
 
 
 @given(
-    n=st.integers(1, 500),
+    n=st.integers(1, 5000),
     k=st.integers(1, 40),
     epoch=st.integers(0, 3),
-    bounds=st.tuples(st.integers(0, 500), st.integers(0, 500)),
+    bounds=st.tuples(st.integers(0, 5000), st.integers(0, 5000)),
 )
+@example(n=3001, k=2, epoch=1, bounds=(100, 2990))  # 1,501 slices: two blocks of slot orders
+@example(n=4100, k=1, epoch=0, bounds=(1000, 4100))
 def test_slice_shuffle_range_path_equals_general_path(n, k, epoch, bounds):
     v = slice_shuffle(samples(n), k)
     start, stop = sorted(min(b, n) for b in bounds)

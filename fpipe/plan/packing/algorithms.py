@@ -57,20 +57,30 @@ __all__ = [
 
 
 def greedy(costs, limits) -> Packing:
-    """Sequential fill: items in order; a new pack starts when the next item does not fit."""
+    """Sequential fill: items in order; a new pack starts when the next item does not fit.
+
+    The end of a pack that starts at item ``i`` is found for every ``i`` at once (one
+    ``searchsorted`` per budget over the running sums); the packs are then the chain
+    ``0 -> end(0) -> end(end(0)) -> ...``.
+    """
     c, lim = _as_costs(costs, limits)
     n = len(c)
+    if not n:
+        return Packing(np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64))
     cum = np.cumsum(c, axis=0)
-    cols = [np.ascontiguousarray(cum[:, j]) for j in range(c.shape[1])]
+    ends = None
+    for j in range(c.shape[1]):
+        col = np.ascontiguousarray(cum[:, j])
+        base = np.concatenate((np.zeros(1, dtype=col.dtype), col[:-1]))  # sum before item i
+        end = np.searchsorted(col, base + lim[j], side="right")
+        ends = end if ends is None else np.minimum(ends, end)
+    assert ends is not None
+    nxt = ends.tolist()
     offsets = [0]
     start = 0
     while start < n:
-        end = n
-        for j, col in enumerate(cols):
-            base = col[start - 1] if start else 0
-            end = min(end, int(np.searchsorted(col, base + lim[j], side="right")))
-        offsets.append(end)
-        start = end
+        start = nxt[start]
+        offsets.append(start)
     return Packing(np.arange(n, dtype=np.int64), np.asarray(offsets, dtype=np.int64))
 
 

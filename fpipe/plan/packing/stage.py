@@ -95,8 +95,9 @@ def _select_packs(
 
     keep, kept_costs = apply_over_budget(costs, limits, config.over_budget, truncate, describe)
     dropped = len(buffer) - len(keep)
-    changed = (kept_costs != costs[keep]).any(axis=1)
-    truncated = int(changed.sum())
+    truncated = 0  # only the truncate policy changes costs (drop and raise keep rows as they are)
+    if config.over_budget is OverBudget.TRUNCATE:
+        truncated = int((kept_costs != costs[keep]).any(axis=1).sum())
     refs = buffer[keep] if dropped else buffer
     if truncated:
         refs = refs.with_columns(**{c: kept_costs[:, j] for j, c in enumerate(names)})
@@ -115,12 +116,12 @@ def _select_packs(
 def _split(refs: Refs, packing: Packing) -> tuple[Refs, ...]:
     """The packs as chunks: one gather of the buffer's columns, then a view per pack."""
     names = list(refs.columns)
-    columns = [refs.columns[n][packing.order] for n in names]
     bounds = packing.offsets.tolist()
-    return tuple(
-        Refs.wrap(dict(zip(names, [c[a:b] for c in columns])))
-        for a, b in zip(bounds[:-1], bounds[1:])
-    )
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    # column by column, then one dict per pack (fewer Python-level steps per pack)
+    parts = [[c[a:b] for a, b in spans] for c in (refs.columns[n][packing.order] for n in names)]
+    wrap = Refs.wrap
+    return tuple([wrap(dict(zip(names, views))) for views in zip(*parts)])
 
 
 def pack(
