@@ -82,6 +82,7 @@ def bucketed_dataset(path, options: DatasetOptions, topo) -> PlannedDataset:
         image_decode=options.image_decode,
         error_policy=options.error_policy,
         decode_limits=options.decode_limits,
+        error_handler=options.handler,
     )
     plan = Pipeline(src, seed=options.seed)
     return PlannedDataset(plan=plan, materializer=mat, topology=topo, batch_size=0, buckets=table)

@@ -9,7 +9,7 @@ import numpy as np
 
 from fpipe.loader.topology import Topology
 
-__all__ = ["count_batches", "stream_refs", "warn_if_empty"]
+__all__ = ["count_batches", "epoch_refs", "stream_refs", "warn_if_empty"]
 
 
 def stream_refs(head: Any, num_epochs: int | None) -> int | None:
@@ -20,6 +20,23 @@ def stream_refs(head: Any, num_epochs: int | None) -> int | None:
     inputs = getattr(head, "inputs", ())
     size = getattr(inputs[0], "size", None) if len(inputs) == 1 else None
     return None if size is None else int(size) * num_epochs
+
+
+def epoch_refs(head: Any, passes: int = 1) -> int | None:
+    """Refs of one epoch of a training plan's head, as Energon counts its length: a dataset's
+    split (``repeat(view)``: the view's size), a weighted blend's datasets together (weights
+    disregarded) or an epochized blend's epoch (each dataset times its repetitions); None for
+    another head. ``passes``: passes over the data per view epoch
+    (``shuffle_over_epochs_multiplier``), divided out so that one epoch is one pass."""
+    name = getattr(head, "name", None)
+    inputs = getattr(head, "inputs", ())
+    if name == "repeat" and len(inputs) == 1 and getattr(inputs[0], "size", None) is not None:
+        return int(inputs[0].size) // passes
+    config = getattr(head, "config", None)
+    if name == "blend" and config is not None:
+        per_dataset = config.counts if config.mode == "epochized" else config.sizes
+        return int(sum(per_dataset)) // passes
+    return None
 
 
 def count_batches(

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
+
 from fpipe.core.errors import ConfigError
 from fpipe.core.stage import Source
 from fpipe.datasets.options import DatasetOptions
@@ -25,6 +27,7 @@ from fpipe.plan.blend import blend
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
+from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
 from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
@@ -61,7 +64,8 @@ def dataset_view(
     the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
     it by key."""
     ds = _open(path, options.open_kwargs)
-    indices = ds.split_indices(split)
+    split_config = join.split_config if join is not None else None  # the leaf's override
+    indices = ds.split_indices(split, split_config)
     if limit is not None:
         indices = indices[:limit]
     if len(indices) == 0:
@@ -179,10 +183,10 @@ def train_head(
         options.weight_schedule,
     )
 
-    def shuffled(view):
+    def shuffled(view, leaf: Leaf | None = None):
         if options.distribution == "per_rank":  # this rank's own contiguous part of each dataset
             view = per_rank(view, rank=topology.rank, world_size=topology.world_size)
-        return slice_shuffle(view, options.max_samples_per_sequence or 1)
+        return slice_order(view, _leaf_options(options, leaf, path))
 
     if not is_metadataset(path):
         if weight_schedule is not None:
@@ -199,7 +203,7 @@ def train_head(
     mix, names, sources, views = _mix_views(
         path, options, training=True, columns=columns, unit=unit, mix=mix
     )
-    views = [shuffled(v) for v in views]
+    views = [shuffled(v, leaf) for v, leaf in zip(views, mix.leaves, strict=True)]
     if mix.mode == "single" and weight_schedule is None:
         return repeat(views[0], num_epochs), sources, names
     common = dict(
@@ -221,6 +225,34 @@ def train_head(
     return blend(views, schedule=schedule, unit=unit, **common), sources, names
 
 
+def _leaf_options(options: DatasetOptions, leaf: Leaf | None, path) -> DatasetOptions:
+    """``options`` with a metadataset entry's ``shuffle_over_epochs_multiplier`` composed in
+    (Energon: None wins, else the product)."""
+    m = 1 if leaf is None else leaf.shuffle_over_epochs_multiplier
+    if m == 1:
+        return options
+    if options.num_epochs is not None:
+        raise ConfigError(
+            f"{path}: {leaf.where}: shuffle_over_epochs_multiplier={m} with num_epochs="
+            f"{options.num_epochs}: a dataset's epoch would be {m} passes over it; give the "
+            "multiplier to get_train_dataset instead, or leave num_epochs unset"
+        )
+    own = options.shuffle_over_epochs_multiplier
+    combined = None if m is None or own is None else own * m
+    return msgspec.structs.replace(options, shuffle_over_epochs_multiplier=combined)
+
+
+def slice_order(view: View, options: DatasetOptions) -> View:
+    """One dataset's training order of slices (``max_samples_per_sequence`` samples each):
+    shuffled over ``shuffle_over_epochs_multiplier`` passes (None: in index order), read
+    ``parallel_shard_iters`` slices at a time, interleaved (Energon's two knobs)."""
+    k = options.max_samples_per_sequence or 1
+    passes, parallel = options.shuffle_over_epochs_multiplier, options.parallel_shard_iters or 1
+    if passes is not None:
+        view = slice_shuffle(tile(view, passes) if passes > 1 else view, k)
+    return interleave(view, parallel, k) if parallel > 1 else view
+
+
 def _schedule(given, mode: str, names) -> WeightSchedule | None:
     """A Python schedule: a WeightSchedule or ``[(position, {name: weight}), ...]``."""
     if given is None or isinstance(given, WeightSchedule):
@@ -235,14 +267,20 @@ def _plan_schedule(schedule: MixSchedule | None) -> WeightSchedule | None:
     return WeightSchedule(points=schedule.points, weights=schedule.weights, linear=schedule.linear)
 
 
-def eval_head(path, options: DatasetOptions) -> tuple[View, list[DatasetSource], tuple[str, ...]]:
+def eval_head(
+    path, options: DatasetOptions, *, leaf: int | None = None
+) -> tuple[View, list[DatasetSource], tuple[str, ...]]:
     """(view, dataset sources, dataset names) of a validation / test pass: ``options.split``
-    in index order, cut at ``options.limit``."""
+    in index order, cut at ``options.limit``; ``leaf``: only that dataset of a metadataset."""
     split, limit = options.split, options.limit
     if not is_metadataset(path):
         source, view = dataset_view(path, split, options, limit=limit)
         return view, [source], (_dataset_name(path),)
-    _, names, sources, views = _mix_views(path, options, training=False, columns=())
+    mix = None
+    if leaf is not None:
+        mix = resolve_mix(load_metadataset(path), split, training=False)
+        mix = msgspec.structs.replace(mix, leaves=(mix.leaves[leaf],))
+    _, names, sources, views = _mix_views(path, options, training=False, columns=(), mix=mix)
     view = concat(views, names=list(names), limit=limit)
     if view.size == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")

@@ -21,7 +21,8 @@ from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.stage import Stage
 from fpipe.datasets._batch_sizes import global_batch_sizes
-from fpipe.datasets._length import count_batches, stream_refs, warn_if_empty
+from fpipe.datasets._energon_options import resolve_energon_options
+from fpipe.datasets._length import count_batches, epoch_refs, stream_refs, warn_if_empty
 from fpipe.datasets._mix import eval_head, train_head
 from fpipe.datasets.options import DatasetOptions, Distribution, ScheduleMode, check_keywords
 from fpipe.loader.planned import PlannedDataset
@@ -69,6 +70,11 @@ def get_train_dataset(
     skip_steps: Any = None,
     blend_unit: str | None = None,
     rampup_batch_size: tuple[int, int, int] | None = None,
+    split_part: str | None = None,
+    virtual_epoch_length: int = 0,
+    shuffle_over_epochs_multiplier: int | None = 1,
+    parallel_shard_iters: int | None = None,
+    handler: Any = None,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
@@ -132,6 +138,25 @@ def get_train_dataset(
       skip_steps: global steps the loader leaves out, e.g. ``[(9000, 9300)]`` (steps 9000 to
         9299) after a loss spike: not delivered, nothing read for them, kept in the loader
         state (also ``loader.skip(...)``; see docs/steering.md).
+      split_part: Energon's name for ``split``.
+      virtual_epoch_length: Energon's virtual epoch: a ``for`` loop over the loader ends after
+        this many batches (0: none), and the next one goes on where it ended; ``len()`` is
+        this length.
+      shuffle_over_epochs_multiplier: slices are shuffled over this many passes of the data
+        together (each sample that many times, in a random order; 1: every pass on its own;
+        None: slices in index order). An epoch (``num_epochs``, a multiple of it) counts passes.
+      parallel_shard_iters: read this many slices at a time, interleaved at random (each
+        slice still in order; None or 1: one after another).
+      handler: Energon's error handler ``handler(exception, sample_key, sources)``: a sample
+        that fails to read, decode or encode is skipped and counted (``error_policy="skip"``)
+        after the handler is called; a handler that raises stops the loader. The
+        ``WorkerConfig``'s ``global_error_handler`` takes precedence, as in Energon.
+      image_decode also takes Energon's specs (``"pil"``, ``"torchrgb"``, ... as
+      ``SampleDecoder``).
+
+    ``len()`` of the dataset (and of its loader) is Energon's: the batches of the whole stream
+    when it ends (``num_epochs``, ``repeat=False``), else the batches of one epoch (one pass),
+    or ``virtual_epoch_length`` when set.
 
     The options make one :class:`fpipe.datasets.DatasetOptions` record (``fpipe plan``'s YAML
     holds the same); a misspelt keyword is a TypeError naming the closest option.
@@ -154,16 +179,24 @@ def _arguments(call_locals: dict[str, Any]) -> dict[str, Any]:
 def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> PlannedDataset:
     """:func:`get_train_dataset` from an options record (see :class:`DatasetOptions`)."""
     topo = options.topology or options.worker_config or Topology.from_env()
+    options = resolve_energon_options(options, topo, default_split="train")
     skip = normalize_step_ranges(options.skip_steps)
     if options.bucket_config is not None:
         from fpipe.datasets._bucketed import bucketed_dataset
 
-        return dataclasses.replace(bucketed_dataset(path, options, topo), skip_steps=skip)
+        return dataclasses.replace(
+            bucketed_dataset(path, options, topo),
+            skip_steps=skip,
+            virtual_epoch_length=options.virtual_epoch_length,
+        )
     schedule, global_size = global_batch_sizes(options)  # schedule: None for one size
     batch_size = _per_rank_batch(options.batch_size, global_size, topo.world_size)
     num_epochs = options.num_epochs
     if not options.repeat and num_epochs is None:
         num_epochs = 1
+    passes = options.shuffle_over_epochs_multiplier or 1  # passes over the data per view epoch
+    if num_epochs is not None and options.num_epochs is not None:
+        num_epochs //= passes  # epochs of the view (a multiple of passes: checked)
     # What the options imply, resolved once: the epochs, and the columns the stages read.
     options = msgspec.structs.replace(
         options,
@@ -196,6 +229,11 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         # without packing a recipe is a batch (one sample when unbatched)
         n = count_batches(refs, recipe_size, topo, distribution, options.drop_last)
         warn_if_empty(n, path, options.split, refs, recipe_size, topo, distribution)
+    elif refs is None and num_epochs is None and not options.plan_stages and not mat.packing:
+        # an endless stream: Energon's length, the batches of one epoch (one pass)
+        one = epoch_refs(head, passes)
+        if one is not None and schedule is None:
+            n = count_batches(one, recipe_size, topo, distribution, options.drop_last)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -209,6 +247,7 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         path=str(path),
         split=options.split,
         skip_steps=skip,
+        virtual_epoch_length=options.virtual_epoch_length,
     )
 
 
@@ -228,6 +267,8 @@ def _materializer(
         packing_buffer_size=options.packing_buffer_size,
         decode_limits=options.decode_limits,
         unbatched=batch_size is None,
+        batch_size=batch_size,
+        error_handler=options.handler,
     )
     if not mat.packing:
         return mat, batch_size or 1
@@ -292,10 +333,16 @@ def get_val_dataset(
     decode_limits: Any = None,
     open_kwargs: dict | None = None,
     packing_buffer_size: int | None = None,
+    split_part: str | None = None,
+    handler: Any = None,
 ) -> PlannedDataset:
-    """One deterministic pass over ``split`` in index order (first ``limit`` samples), no
-    shuffle, the last batch kept even if short; samples are dealt to ranks by global batch.
+    """One deterministic pass over ``split`` in index order, no shuffle, the last batch kept
+    even if short; samples are dealt to ranks by global batch.
+    ``limit``: at most this many batches on each rank (Energon's: the first ``limit`` global
+    batches; 0 or None: all); every ``for`` loop over the loader is the same limited pass.
     ``packing_buffer_size``: the task encoder's packing hooks, as in :func:`get_train_dataset`.
+    ``split_part``, ``handler``, ``image_decode="pil"``: Energon's, as in
+    :func:`get_train_dataset`.
 
     A metadataset's split is its datasets concatenated in file order (weights and repetitions
     ignored, as in Energon), each sample once across all ranks.
@@ -304,11 +351,17 @@ def get_val_dataset(
     return build_val_dataset(path, options)
 
 
-def build_val_dataset(path: str | os.PathLike, options: DatasetOptions) -> PlannedDataset:
+def build_val_dataset(
+    path: str | os.PathLike, options: DatasetOptions, *, leaf: int | None = None
+) -> PlannedDataset:
     """:func:`get_val_dataset` from an options record (see :class:`DatasetOptions`); the
-    options of the training order (seed, shuffles, epochs, drop_last) do not apply."""
+    options of the training order (seed, shuffles, epochs, drop_last) do not apply. ``leaf``:
+    only that dataset of a metadataset's split (its position in file order)."""
     topo = options.topology or options.worker_config or Topology.from_env()
-    view, sources, names = eval_head(path, options)
+    options = resolve_energon_options(options, topo, default_split="val")
+    limit = options.limit  # batches per rank: the loader stops there
+    options = msgspec.structs.replace(options, limit=None)
+    view, sources, names = eval_head(path, options, leaf=leaf)
     batch_size = options.batch_size
     mat, recipe_size = _materializer(sources, options, batch_size)
     stages = [
@@ -322,6 +375,8 @@ def build_val_dataset(path: str | os.PathLike, options: DatasetOptions) -> Plann
     ]
     plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
     n = None if mat.packing else count_batches(view.size, recipe_size, topo, "global", False)
+    if n is not None and limit is not None:
+        n = min(n, limit)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -333,4 +388,5 @@ def build_val_dataset(path: str | os.PathLike, options: DatasetOptions) -> Plann
         num_batches=n,
         path=str(path),
         split=options.split,
+        limit=limit,
     )

@@ -38,7 +38,7 @@ ScheduleMode = Literal["step", "linear"]
 
 #: Options whose values are Python objects (a task encoder, plan stages, a topology): given as
 #: keyword arguments only, never read from a YAML file.
-PYTHON_ONLY = frozenset({"task_encoder", "plan_stages", "topology", "worker_config"})
+PYTHON_ONLY = frozenset({"task_encoder", "plan_stages", "topology", "worker_config", "handler"})
 
 
 class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -52,6 +52,7 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
 
     # What to read.
     split: str = "train"
+    split_part: str | None = None  # Energon's name for ``split``
     columns: tuple[str, ...] = ()
     sample_type: Any = None  # a sample type name, or the class
     field_map: dict[str, Any] | None = None
@@ -64,6 +65,9 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     max_samples_per_sequence: int | None = None
     num_epochs: int | None = None
     repeat: bool = True
+    shuffle_over_epochs_multiplier: int | None = 1  # Energon's: slices shuffled over m passes
+    parallel_shard_iters: int | None = None  # Energon's: slices read interleaved, n at a time
+    virtual_epoch_length: int = 0  # Energon's: a for loop ends after this many batches
     # Batches and ranks.
     batch_size: int | None = None
     global_batch_size: Any = None  # an int, {step: size} or a fpipe.plan.BatchSchedule
@@ -84,8 +88,9 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     skip_steps: Any = None  # global step ranges left out: [(a, b), ...], range(a, b) or "a:b"
     # How each sample is read, decoded and encoded.
     task_encoder: Any = None
-    image_decode: ImageDecodeOptions | None = None
+    image_decode: ImageDecodeOptions | str | None = None  # or Energon's spec ("pil", ...)
     error_policy: ErrorPolicy = ErrorPolicy.RAISE
+    handler: Any = None  # Energon's: called with each skipped sample's error (error_policy skip)
     decode_limits: DecodeLimits | None = None
 
     def __post_init__(self) -> None:

@@ -211,8 +211,11 @@ def _stacked(values: Sequence[Any]) -> torch.Tensor | None:
 
 def collate_samples(samples: Sequence[Any]) -> Any:
     """Collate samples of one dataclass type into one instance of that type (Energon's default
-    batch): each field holds the collated values; ``__key__`` etc. become lists. An error
-    collating a field names it."""
+    batch, ``generic_batch`` on each field): tensors are padded and stacked, dicts collated key
+    by key, dataclasses by their ``from_samples`` (else field by field), and everything else
+    (numbers, strings, numpy arrays, None) becomes a list, as Energon delivers it;
+    ``__key__`` etc. become lists. Dict samples are collated key by key the same way. An
+    error collating a field names it. (:func:`collate` stacks numbers and arrays too.)"""
     first = samples[0]
     if dataclasses.is_dataclass(first) and all(type(s) is type(first) for s in samples):
         fields = {}
@@ -220,8 +223,32 @@ def collate_samples(samples: Sequence[Any]) -> Any:
             if not f.init:
                 continue
             values = [getattr(s, f.name) for s in samples]
-            fields[f.name] = list(values) if f.name.startswith("__") else _collate(values, f.name)
+            fields[f.name] = (
+                list(values) if f.name.startswith("__") else _batch_field(values, f.name)
+            )
         return type(first)(**fields)
     if all(isinstance(s, dict) for s in samples):
-        return collate(list(samples))
+        return _batch_field(list(samples), "")
     return list(samples)
+
+
+def _batch_field(values: Sequence[Any], field: str) -> Any:
+    """Energon's ``generic_batch`` of one field's values (see :func:`collate_samples`), with
+    fpipe's :func:`pad_stack` for tensors."""
+    first = values[0]
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return _collate(values, field)
+    if all(isinstance(v, dict) for v in values) and all(v.keys() == first.keys() for v in values):
+        return {
+            k: _batch_field([v[k] for v in values], f"{field}.{k}" if field else str(k))
+            for k in first
+        }
+    if (
+        dataclasses.is_dataclass(first)
+        and not isinstance(first, type)
+        and all(type(v) is type(first) for v in values)
+    ):
+        if hasattr(first, "from_samples"):
+            return type(first).from_samples(list(values))
+        return collate_samples(values)
+    return list(values)

@@ -36,13 +36,19 @@ __all__ = [
     "batch_list",
     "batch_pad_stack",
     "batch_stack",
+    "current_position",
     "generic_batch",
     "sample_rng",
     "stateless",
+    "using_position",
     "using_sample_rng",
 ]
 
 _RNG: contextvars.ContextVar[Any] = contextvars.ContextVar("fpipe_sample_rng", default=None)
+#: (batch index, sample index) of what a hook is working on (see :func:`current_position`).
+_POSITION: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "fpipe_position", default=None
+)
 #: Held while a ``restore_seeds`` hook runs: the global generators are one per process.
 _GLOBAL_SEEDS = threading.RLock()
 
@@ -85,6 +91,36 @@ def using_sample_rng(rng: Any) -> Iterator[None]:
         yield
     finally:
         _RNG.reset(token)
+
+
+def current_position() -> tuple[int, int]:
+    """``(batch index, sample index)`` of what a task-encoder hook run by the loader works on:
+    the batch's step on this rank (counted from the start of the run), and the sample's place
+    in this rank's stream (``step * samples per batch + position in the batch``; in ``batch``
+    and ``encode_batch``, the batch's first sample). Both are pure functions of the plan, so
+    they are the same for any ``num_workers`` and after a restore.
+
+    Raises:
+      ConfigError: called outside a hook run by the loader.
+    """
+    pos = _POSITION.get()
+    if pos is None:
+        raise ConfigError(
+            "current_batch_index / current_sample_index are only available inside a task "
+            "encoder hook run by the loader (encode_sample, batch, encode_batch, ...)"
+        )
+    return pos
+
+
+@contextlib.contextmanager
+def using_position(batch_index: int, sample_index: int) -> Iterator[None]:
+    """Make ``(batch_index, sample_index)`` what :func:`current_position` returns inside the
+    block (used by the loader)."""
+    token = _POSITION.set((batch_index, sample_index))
+    try:
+        yield
+    finally:
+        _POSITION.reset(token)
 
 
 @contextlib.contextmanager

@@ -53,7 +53,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.encode.hook_forms import drain, then
-from fpipe.encode.hooks import _RNG, generic_batch
+from fpipe.encode.hooks import _RNG, current_position, generic_batch
 
 __all__ = [
     "DefaultTaskEncoder",
@@ -192,6 +192,19 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
             fn = cls.__dict__.get(name)
             if callable(fn) and not getattr(fn, "__fpipe_hook__", False):
                 setattr(cls, name, _sample_hook(fn))
+
+    @property
+    def current_batch_index(self) -> int:
+        """Inside a hook run by the loader: the step of the batch being built, on this rank
+        (Energon's; the same for any ``num_workers`` and after a restore)."""
+        return current_position()[0]
+
+    @property
+    def current_sample_index(self) -> int:
+        """Inside a hook run by the loader: the sample's place in this rank's stream, ``step *
+        samples per batch + position in the batch`` (Energon's; a pure function of the plan,
+        so it is reproduced on a restore and by any worker)."""
+        return current_position()[1]
 
     def cook_crude_sample(self, crude: Any) -> Any:
         """Turn a :class:`~fpipe.samples.CrudeSample` into a typed sample (via ``cookers``)."""

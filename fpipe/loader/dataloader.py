@@ -10,13 +10,14 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import msgspec
 import torch.utils.data
 
 from fpipe.core.errors import ConfigError, SnapshotError
+from fpipe.loader._energon import DebugLog, check_worker_config
 from fpipe.loader._pack_batches import PackBatcher
 from fpipe.loader._recovery import Healer, run_task
 from fpipe.loader._workers import POLL_S, WorkerMarks, iterate, run_in_worker
@@ -127,10 +128,15 @@ class Loader:
         _check_skippable(dataset, skip)
         self._state = LoaderState(plan=self.plan.init(), skip=skip)
         self._generation = 0
+        #: a ``for`` loop went to the end of the stream (or to ``limit``): the next one is a new
+        #: pass, as a torch DataLoader starts one per loop
+        self._finished = False
+        self._debug_log = DebugLog(dataset.topology)
 
     def __len__(self) -> int:
-        """Batches in the whole stream (``len(dataset)``; finite streams only): the ``total``
-        of a progress bar. It does not shrink as batches are taken or after a restore."""
+        """``len(dataset)``, Energon's length: the batches of a ``for`` loop (the whole stream
+        when it ends, one epoch of a repeating one, or ``virtual_epoch_length``). It does not
+        shrink as batches are taken or after a restore."""
         return len(self.dataset)
 
     def __bool__(self) -> bool:
@@ -216,6 +222,37 @@ class Loader:
         return None
 
     def __iter__(self) -> Iterator[Any]:
+        """Batches from the last one taken on. A loop ends at the end of the stream, after
+        ``limit`` batches (a validation pass), or at the end of a virtual epoch
+        (``virtual_epoch_length``: the next loop goes on from there). A loop after one that
+        reached the end starts a new pass from the beginning."""
+        if self._finished:
+            self._state = LoaderState(plan=self.plan.init(), skip=self._state.skip)
+            self._finished = False
+        limit = getattr(self.dataset, "limit", None)
+        virtual = getattr(self.dataset, "virtual_epoch_length", 0)
+        stop = limit
+        if virtual:  # the end of the virtual epoch the last batch taken is in
+            stop = (self._state.batches // virtual + 1) * virtual
+        if limit is not None and self._state.batches >= limit:
+            self._finished = True
+            return
+        batches = self._batches()
+        try:
+            for batch in batches:
+                if self._debug_log:
+                    self._debug_log.batch(self._state.batches - 1, batch)
+                yield batch
+                if stop is not None and self._state.batches >= stop:
+                    self._finished = not virtual
+                    return
+            self._finished = True
+        finally:
+            batches.close()
+
+    def _batches(self) -> Generator[Any, None, None]:
+        """Batches from the loader's state to the end of the stream (restarting from a state
+        loaded during iteration)."""
         encoder = self.dataset.materializer.task_encoder
         pin = self.pin_memory and torch.cuda.is_available()
         while True:
@@ -288,6 +325,7 @@ class Loader:
         skip = normalize_step_ranges(state.skip + self._state.skip)
         self._state = msgspec.structs.replace(state, skip=skip)
         self._generation += 1
+        self._finished = False
 
     def skip(self, steps: Any) -> None:
         """Leave out global steps: ``steps`` is ``range(a, b)``, ``(a, b)``, ``"a:b"`` or a list
@@ -399,6 +437,15 @@ def get_loader(
     check_consistency: bool | None = None,
     worker_mode: WorkerMode = "process",
     recover_workers: bool = True,
+    worker_config: Any = None,
+    checkpoint_every_sec: float = 60,
+    checkpoint_every_min_n_samples: int | None = None,
+    n_checkpoints: int | None = None,
+    gc_collect_every_n_steps: int | None = None,
+    cache_pool: Any = None,
+    watchdog_timeout_seconds: float | None = None,
+    watchdog_initial_timeout_seconds: float | None = None,
+    fail_on_timeout: bool = False,
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
@@ -419,7 +466,21 @@ def get_loader(
     snapshots and resume are the same in both modes and at ``num_workers=0``.
     ``check_consistency``: compare the state across ranks in ``state_dict()`` (None: when
     torch.distributed is initialized; it is a collective, so every rank must call it).
+
+    Energon's keywords: ``worker_config`` must be the dataset's (another is refused; it has no
+    effect, as in Energon). ``fail_on_timeout=True`` stops with a :class:`fpipe.core.WorkerError`
+    when no batch came for ``watchdog_timeout_seconds`` (else ``timeout``) instead of
+    replacing the workers. ``checkpoint_every_sec``, ``checkpoint_every_min_n_samples``,
+    ``n_checkpoints``, ``gc_collect_every_n_steps``, ``cache_pool`` and a watchdog without
+    ``fail_on_timeout`` have no effect on what is delivered: fpipe's state is exact after every
+    batch (there are no worker checkpoints to space out), members are read by random access
+    (nothing to cache), and ``timeout`` governs hung workers. See docs/energon_migration.md.
     """
+    check_worker_config(dataset, worker_config)
+    if fail_on_timeout:
+        recover_workers = False
+        if watchdog_timeout_seconds:
+            timeout = watchdog_timeout_seconds
     if num_workers is None:
         num_workers = dataset.topology.num_workers
     loader = Loader(

@@ -33,12 +33,16 @@ class PlannedDataset:
       drop_last: drop a short final batch (of packs, with a packing buffer).
       buckets: the parsed bucket_config (:class:`~fpipe.plan.BucketTable`) or None.
       datasets: the name of each dataset id in the refs (one name without a metadataset).
-      num_batches: batches of the whole stream on this rank when it is finite and known in
-        advance (``len(ds)``); None for an endless stream (``num_epochs=None``) or when plan
-        stages or packing decide how many samples a batch takes.
+      num_batches: ``len(ds)`` when known in advance: the batches of the whole stream on this
+        rank when it is finite (at most ``limit``), else the batches of one epoch (Energon's
+        length of a repeating dataset); None when plan stages or packing decide how many
+        samples a batch takes.
       path, split: where the samples come from (for the repr).
       skip_steps: global step ranges ``(a, b)`` the loader leaves out (``skip_steps`` option,
         see :mod:`fpipe.plan.skip`).
+      virtual_epoch_length: Energon's virtual epoch: each ``for`` loop over a loader ends after
+        this many batches and the next goes on from there (0: none); it is then ``len(ds)``.
+      limit: a validation pass ends after this many batches on this rank (None: all).
     """
 
     plan: Pipeline
@@ -54,6 +58,8 @@ class PlannedDataset:
     path: str = ""
     split: str = ""
     skip_steps: tuple[tuple[int, int], ...] = ()
+    virtual_epoch_length: int = 0
+    limit: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
@@ -62,11 +68,16 @@ class PlannedDataset:
         return iter(get_loader(self, num_workers=0))
 
     def __len__(self) -> int:
-        """Batches in the whole stream on this rank (finite streams only)."""
+        """Energon's length on this rank: ``virtual_epoch_length`` when set, else the batches
+        of the whole stream when it ends, else of one epoch (see ``num_batches``)."""
+        if self.virtual_epoch_length:
+            return self.virtual_epoch_length
         if self.num_batches is None:
             raise TypeError(
-                "len() is unknown for this dataset: it repeats forever (num_epochs=None), or "
-                "plan stages or packing decide how many samples each batch takes"
+                "len() is unknown for this dataset: plan stages, packing, buckets or a batch "
+                "schedule decide how many samples each batch takes, so fpipe cannot count its "
+                "batches before running the plan (Energon guesses one batch per batch_size "
+                "samples); set virtual_epoch_length=N for a fixed length"
             )
         return self.num_batches
 

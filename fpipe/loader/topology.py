@@ -65,7 +65,7 @@ def _detect(data_parallel_group: Any) -> tuple[int, int]:
     return (0 if rank is None else rank), (1 if world is None else world)
 
 
-class Topology(msgspec.Struct, frozen=True):
+class Topology(msgspec.Struct, frozen=True, repr_omit_defaults=True):
     """Data-parallel position of this process.
 
     Attributes:
@@ -76,10 +76,20 @@ class Topology(msgspec.Struct, frozen=True):
       data_parallel_group: the ``torch.distributed`` process group of the data-parallel ranks
         (None: the default group). Used to detect rank / world size and by the loader's
         consistency check; it is never part of a snapshot or fingerprint.
+      seed_offset: Energon's seed of every shuffle and blend: a dataset built with this
+        record uses it as its ``seed`` (giving both, they must agree). fpipe never seeds the
+        global ``random`` / ``numpy`` / ``torch`` generators in workers (Energon's other use
+        of it): use ``fpipe.sample_rng()`` or ``@stateless(restore_seeds=True)``.
+      worker_debug_path, worker_log_level: with a level >= 1, the loader appends one JSON line
+        per batch taken (its index and sample keys) to this path (``{worker_id}`` becomes
+        ``main``: fpipe plans batches in the main process; ``{pid}``: the process id).
+      global_error_handler: Energon's ``handler(exception, sample_key, sources)``: a sample
+        that fails is skipped and counted after the call (see ``get_train_dataset``'s
+        ``handler``); None: the dataset's ``error_policy`` decides.
 
     Example:
         >>> Topology(1, 4)
-        Topology(rank=1, world_size=4, num_workers=0, data_parallel_group=None)
+        Topology(rank=1, world_size=4, num_workers=0)
     """
 
     if TYPE_CHECKING:
@@ -94,6 +104,10 @@ class Topology(msgspec.Struct, frozen=True):
             world_size: int | None = None,
             num_workers: int = 0,
             data_parallel_group: Any = None,
+            seed_offset: int = 0,
+            worker_debug_path: str | None = None,
+            worker_log_level: int = 0,
+            global_error_handler: Any = None,
         ) -> None: ...
 
     else:  # the record msgspec builds: the same fields, in the same order, None until detected
@@ -101,6 +115,10 @@ class Topology(msgspec.Struct, frozen=True):
         world_size: int | None = None
     num_workers: int = 0
     data_parallel_group: Any = None
+    seed_offset: int = 0
+    worker_debug_path: str | None = None
+    worker_log_level: int = 0
+    global_error_handler: Any = None
 
     def __post_init__(self) -> None:
         if self.rank is None or self.world_size is None:
@@ -115,6 +133,13 @@ class Topology(msgspec.Struct, frozen=True):
             )
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        if not isinstance(self.seed_offset, int) or isinstance(self.seed_offset, bool):
+            raise ConfigError(f"seed_offset must be an int, got {self.seed_offset!r}")
+        if self.global_error_handler is not None and not callable(self.global_error_handler):
+            raise ConfigError(
+                "global_error_handler must be callable(exception, sample_key, sources), got "
+                f"{self.global_error_handler!r}"
+            )
 
     @classmethod
     def from_env(cls, num_workers: int = 0, data_parallel_group: Any = None) -> Topology:
@@ -128,9 +153,15 @@ class Topology(msgspec.Struct, frozen=True):
         """Energon's spelling of :meth:`from_env`."""
         return cls.from_env(num_workers=num_workers, data_parallel_group=data_parallel_group)
 
-    def __reduce__(self) -> tuple[type[Topology], tuple[int, int, int, None]]:
+    def __reduce__(self) -> tuple[type[Topology], tuple]:
         # Process groups do not pickle; a Topology sent to another process drops its group.
-        return (type(self), (self.rank, self.world_size, self.num_workers, None))
+        return (
+            type(self),
+            (
+                self.rank, self.world_size, self.num_workers, None, self.seed_offset,
+                self.worker_debug_path, self.worker_log_level, self.global_error_handler,
+            ),
+        )  # fmt: skip
 
 
 WorkerConfig = Topology

@@ -16,6 +16,7 @@ policy), ``skip`` a skipped and counted sample, ``none`` a None part (its fields
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from fpipe.encode.hooks import SkipSample
 from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
 from fpipe.samples.base import BASE_FIELDS, Sample
 from fpipe.storage.config.dataset_yaml import is_crude
+from fpipe.storage.config.metadataset_entries import JOINER_FUNCTION
 
 __all__ = [
     "JoinSource",
@@ -79,6 +81,8 @@ def with_join(
                 "sample with the members of all of them, for your cooker; remove 'joiner'"
             )
         return dataclasses.replace(primary, join=tuple(parts))
+    if joiner is not None and joiner.startswith(JOINER_FUNCTION):  # resolved in the worker
+        return dataclasses.replace(primary, join=tuple(parts), joiner=joiner)
     try:
         cls = sample_type_from_name(joiner if joiner is not None else primary.sample_type)
     except ConfigError:
@@ -229,15 +233,22 @@ def joined_sample(m, d: int, index: int, restore_key: tuple, skey: int, read=Non
     return cls.from_joined(sample, *parts)
 
 
-def _joiner(m, d: int) -> type:
-    """The joiner class of dataset ``d`` (resolved once per process)."""
-    from fpipe.samples import sample_type_from_name
+def _joiner(m, d: int) -> Any:
+    """The joiner of dataset ``d``: a class with ``from_joined``, or a registered joiner
+    function in its place (resolved once per process)."""
+    from fpipe.samples import joiner_from_name, sample_type_from_name
 
     cls = m.joins.get(("joiner", d))
     if cls is None:
         src = m.sources[d]
         try:
-            cls = sample_type_from_name(src.joiner if src.joiner is not None else src.sample_type)
+            if src.joiner is not None and src.joiner.startswith(JOINER_FUNCTION):
+                fn = joiner_from_name(src.joiner[len(JOINER_FUNCTION) :])
+                cls = types.SimpleNamespace(from_joined=fn)  # called as Energon calls it
+            else:
+                cls = sample_type_from_name(
+                    src.joiner if src.joiner is not None else src.sample_type
+                )
         except ConfigError as e:
             raise ConfigError(f"joiner of the join of {src.path}: {e}") from None
         m.joins[("joiner", d)] = cls

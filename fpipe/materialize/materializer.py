@@ -30,7 +30,7 @@ from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator, fold_in_array
 from fpipe.encode.batch_memory import sent_as_collated
 from fpipe.encode.hook_forms import check_hook_forms, outputs
-from fpipe.encode.hooks import SkipSample, using_sample_rng
+from fpipe.encode.hooks import SkipSample, using_position, using_sample_rng
 from fpipe.encode.packing import (
     check_packing_hooks,
     pack_buffer,
@@ -43,16 +43,19 @@ from fpipe.encode.task_encoder import (
     keeps_collated_tensors,
     sample_decoder_of,
 )
+from fpipe.materialize._error_handler import call_error_handler
 from fpipe.materialize.join import joined_sample, prefetch_parts, read_joined
 from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
 from fpipe.samples import (
     compile_field_map,
     cook_sample,
+    decode_members,
     decode_whole_sample,
     make_crude_sample,
     sample_type_from_name,
 )
 from fpipe.storage.config.dataset_yaml import is_crude
+from fpipe.storage.read.keys import energon_keys
 
 __all__ = ["MaterializedBatch", "Materializer"]
 
@@ -145,6 +148,8 @@ class Materializer:
         packing_buffer_size: int | None = None,
         decode_limits=None,
         unbatched: bool = False,
+        error_handler: Callable[..., Any] | None = None,
+        batch_size: int | None = None,
     ):
         self.sources = list(sources)
         self.task_encoder = task_encoder
@@ -157,7 +162,13 @@ class Materializer:
         )
         #: ``batch_size=None`` (Energon): each recipe is one sample, returned without batch().
         self.unbatched = unbatched
+        #: samples per recipe of the plan (None: each recipe's length), which numbers samples
+        #: for the task encoder's ``current_sample_index``
+        self.recipe_size = packing_buffer_size if self.packing else batch_size
         self.error_policy = ErrorPolicy(error_policy)
+        #: Energon's error handler: called with each sample that fails to read, decode, cook or
+        #: encode, which is then skipped and counted (unless the handler raises)
+        self.error_handler = error_handler
         #: fpipe.decode.DecodeLimits: every decoding limit, handed to every decoder this runs
         #: (the argument, else the task encoder's, else the defaults)
         self.decode_limits = (
@@ -238,17 +249,35 @@ class Materializer:
         (``key``: its key when known, else ``ds.key(index)``)."""
         sample_key = ds.key(index) if key is None else key
         path = getattr(ds, "path", src.path)
+        # An Energon folder's samples carry Energon's key (inside the shard); fpipe's key
+        # (shard/key) still names them in errors, lineage and `fpipe plan --find`.
+        own_key, shard = energon_keys(ds, index, sample_key) or (None, "")
+        decode_exts = ds.decode_exts(index) if hasattr(ds, "decode_exts") else None
         if is_crude(src.sample_type):
-            if self.sample_decoder is not None:  # Energon: crude samples hold decoded values
-                raw = decode_whole_sample(self.sample_decoder, raw, str(path), sample_key)
+            # Energon: a cooker sees the members decoded (its task encoder's `decoder`, by
+            # default by extension); `decoder = None` keeps the raw bytes.
+            if self.sample_decoder is not None:
+                raw = decode_whole_sample(
+                    self.sample_decoder, raw, str(path), sample_key, own_key
+                )
+            else:
+                raw = decode_members(
+                    raw,
+                    path=str(path),
+                    key=sample_key,
+                    image_options=self.image_decode,
+                    limits=self.decode_limits,
+                    decode_exts=decode_exts,
+                )
             crude = make_crude_sample(
                 raw,
-                key=sample_key,
+                key=sample_key if own_key is None else own_key,
                 restore_key=restore_key,
                 subflavors=src.subflavors,
                 path=str(path),
                 decode_limits=self.decode_limits,
-                decode_exts=ds.decode_exts(index) if hasattr(ds, "decode_exts") else None,
+                decode_exts=decode_exts,
+                shard=shard,
             )
             return self.task_encoder.cook_crude_sample(crude)
         # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
@@ -269,8 +298,9 @@ class Materializer:
             av_metadata=av_metadata,
             decode_limits=self.decode_limits,
             probe_av=bool(getattr(self.task_encoder, "probe_av", False)),
-            decode_exts=ds.decode_exts(index) if hasattr(ds, "decode_exts") else None,
+            decode_exts=decode_exts,
             decoder=self.sample_decoder,
+            sample_key=own_key,
         )
 
     def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[tuple]:
@@ -411,7 +441,10 @@ class Materializer:
                 continue
             mark(pos)
             try:
-                with using_sample_rng(LazyGenerator(skey, _ENCODE)):  # fpipe.sample_rng()
+                with (
+                    using_sample_rng(LazyGenerator(skey, _ENCODE)),  # fpipe.sample_rng()
+                    using_position(step, step * (self.recipe_size or len(refs)) + pos),
+                ):
                     with naming_failures(read_hook, keys, step, pos):
                         sample, rng = self.sample(d, i, e, skey, read)
                     # Lazy fields (video frames) are decoded inside the encoder: their failures
@@ -425,7 +458,14 @@ class Materializer:
             except BadSampleError as err:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
+                if self.error_handler is not None:
+                    call_error_handler(self.error_handler, err, self.key(d, i))
                 skipped_keys.append(f"{err.path}:{err.key}")
+            except MaterializeError as err:  # a hook's own failure: Energon's handler skips it
+                if self.error_handler is None:
+                    raise
+                call_error_handler(self.error_handler, err.__cause__ or err, self.key(d, i))
+                skipped_keys.append(f"{src.path}:{self.key(d, i)}: {err.hook} failed")
             mark(-1)
         return samples, kept, skipped_keys
 
@@ -440,6 +480,11 @@ class Materializer:
         def keys() -> tuple[str, ...]:
             return self.recipe_keys(recipe)
 
+        with using_position(step, step * (self.recipe_size or len(recipe.refs))):
+            return self._assemble_at(enc, recipe, samples, kept, skeys, keys)
+
+    def _assemble_at(self, enc, recipe: Recipe, samples, kept, skeys, keys) -> _Assembled:
+        step = recipe.step
         try:
             if self.packing:  # the loader batches the packs (a batch may take packs of two buffers)
                 # The buffer is identified by its first sample's key (the recipe's when empty).

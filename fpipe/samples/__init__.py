@@ -13,6 +13,7 @@ from fpipe.samples._cook import (
     CrudeSample,
     cook_crude_sample,
     cook_sample,
+    decode_members,
     decode_whole_sample,
     make_crude_sample,
 )
@@ -30,6 +31,9 @@ from fpipe.samples._types import (
     ImageClassificationSample,
     ImageSample,
     InterleavedSample,
+    MultiChoiceVQASample,
+    OCRSample,
+    SimilarityInterleavedSample,
     TextSample,
     VideoTextSample,
     VidQASample,
@@ -37,7 +41,13 @@ from fpipe.samples._types import (
 )
 from fpipe.samples.base import BASE_FIELDS, Sample, basic_sample_keys
 from fpipe.samples.batch import Batch, map_tensors
-from fpipe.samples.registry import register_sample_type, sample_type_from_name, sample_type_name
+from fpipe.samples.registry import (
+    joiner_from_name,
+    register_joiner,
+    register_sample_type,
+    sample_type_from_name,
+    sample_type_name,
+)
 from fpipe.samples.tensors import PinMemoryMixin
 
 __all__ = [
@@ -54,8 +64,11 @@ __all__ = [
     "ImageClassificationSample",
     "ImageSample",
     "InterleavedSample",
+    "MultiChoiceVQASample",
+    "OCRSample",
     "PinMemoryMixin",
     "Sample",
+    "SimilarityInterleavedSample",
     "TextSample",
     "VQASample",
     "VidQASample",
@@ -64,10 +77,13 @@ __all__ = [
     "compile_field_map",
     "cook_crude_sample",
     "cook_sample",
+    "decode_members",
     "decode_whole_sample",
+    "joiner_from_name",
     "make_crude_sample",
     "map_tensors",
     "parse_source",
+    "register_joiner",
     "register_sample_type",
     "sample_type_from_name",
     "sample_type_name",

@@ -28,6 +28,7 @@ __all__ = [
     "CrudeSample",
     "cook_crude_sample",
     "cook_sample",
+    "decode_members",
     "decode_whole_sample",
     "make_crude_sample",
 ]
@@ -73,6 +74,7 @@ def cook_sample(
     probe_av: bool = False,
     decode_exts: Mapping[str, str] | None = None,
     decoder: Callable[[dict[str, Any]], Any] | None = None,
+    sample_key: str | None = None,
 ) -> Any:
     """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
 
@@ -107,6 +109,9 @@ def cook_sample(
       decoder: Energon's whole-sample decoder, ``decoder({"__key__": key, **raw}) -> dict``
         (a task encoder's callable ``decoder``): called once, and the field map reads its
         result as it is (nothing is decoded by extension, no text conversion).
+      sample_key: the sample's ``__key__`` when it is not ``key`` (samples of an Energon
+        folder carry the key inside their shard, as Energon gives it); ``key`` still names the
+        sample in errors.
 
     Raises:
       BadSampleError: a required field has no member present, or a used member is undecodable.
@@ -124,7 +129,7 @@ def cook_sample(
     img_opts = _image_options(image_decode_options)
     decoded: dict[str, Any] = {}
     if decoder is not None:  # the user's decoder decoded every member already
-        raw = decoded = decode_whole_sample(decoder, raw, path, key)
+        raw = decoded = decode_whole_sample(decoder, raw, path, key, sample_key)
     values: dict[str, Any] = {}
     for spec in fmap.fields:
         value = _MISSING
@@ -166,7 +171,7 @@ def cook_sample(
         text = spec.text and decoder is None
         values[spec.name] = _as_text(value, spec.name, path, key) if text else value
     return sample_type(
-        __key__=key,
+        __key__=key if sample_key is None else sample_key,
         __restore_key__=tuple(restore_key),
         __subflavors__=dict(subflavors) if subflavors else {},
         **values,
@@ -174,16 +179,21 @@ def cook_sample(
 
 
 def decode_whole_sample(
-    decoder: Callable[[dict[str, Any]], Any], raw: Mapping[str, Any], path: str, key: str
+    decoder: Callable[[dict[str, Any]], Any],
+    raw: Mapping[str, Any],
+    path: str,
+    key: str,
+    sample_key: str | None = None,
 ) -> dict[str, Any]:
-    """``decoder({"__key__": key, **raw})``, Energon's call of a whole-sample decoder.
+    """``decoder({"__key__": key, **raw})``, Energon's call of a whole-sample decoder
+    (``sample_key``, when given, is the ``__key__`` it sees; ``key`` names it in errors).
 
     Raises:
       BadSampleError: the decoder raised (the sample's file and key named) or returned no
         mapping.
     """
     try:
-        out = decoder({"__key__": key, **raw})
+        out = decoder({"__key__": key if sample_key is None else sample_key, **raw})
     except (BadSampleError, ConfigError):
         raise
     except Exception as e:  # noqa: BLE001 - the user's decoder failing on this sample's data
@@ -193,6 +203,44 @@ def decode_whole_sample(
             path, key, f"decoder {decoder!r} returned {type(out).__name__}, not a dict"
         )
     return dict(out)
+
+
+def decode_members(
+    raw: Mapping[str, Any],
+    *,
+    path: str = "",
+    key: str = "",
+    image_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
+    limits: Any = None,
+    decode_exts: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Every member of ``raw`` decoded by its extension, as Energon's default ``SampleDecoder``
+    decodes a crude sample before its cooker sees it (``txt`` -> str, ``cls`` -> int,
+    ``json`` -> objects, images as ``image_options`` say, audio/video -> a lazy
+    :class:`fpipe.decode.av.AVDecoder`; unknown extensions stay bytes); values that are not
+    bytes and keys starting with ``__`` are kept as they are. ``decode_exts``: how a table's
+    columns are decoded (see :func:`cook_sample`).
+
+    Example:
+      >>> decode_members({"__key__": "000001", "txt": b"12", "cls": b"3", "bin": b"x"})
+      {'__key__': '000001', 'txt': '12', 'cls': 3, 'bin': b'x'}
+    """
+    opts = _image_options(image_options)
+    exts = decode_exts or {}
+    return {
+        k: v
+        if k.startswith("__") or not isinstance(v, (bytes, bytearray, memoryview))
+        else _decode_member(
+            k,
+            exts.get(k, k),
+            bytes(v),
+            path=path,
+            key=key,
+            image_options=opts,
+            limits=limits,
+        )
+        for k, v in raw.items()
+    }
 
 
 def _decode_member(name: str, ext: str, data: bytes, **kwargs: Any) -> Any:
@@ -284,13 +332,17 @@ class CrudeSample(dict):
         ``__decode_exts__``); errors name this sample's file and key.
 
         ``limits``: a :class:`fpipe.decode.DecodeLimits`; None: the loader's (carried in the
-        sample as ``__decode_limits__``), or the defaults."""
+        sample as ``__decode_limits__``), or the defaults. A member the loader decoded already
+        (crude samples reach cookers decoded by extension, as in Energon) is returned as it is.
+        """
         path, key = self.get("__path__", ""), self.get("__key__", "")
         if limits is None:
             limits = self.get("__decode_limits__")
         if ext not in self:
             present = ", ".join(sorted(k for k in self if not k.startswith("__")))
             raise BadSampleError(path, key, f"missing member {ext!r} (members: {present})")
+        if not isinstance(self[ext], (bytes, bytearray, memoryview)):
+            return self[ext]
         return _decode_member(
             ext,
             (self.get("__decode_exts__") or {}).get(ext, ext),
@@ -312,16 +364,20 @@ def make_crude_sample(
     path: str = "",
     decode_limits: Any = None,
     decode_exts: Mapping[str, str] | None = None,
+    shard: str = "",
 ) -> CrudeSample:
     """Wrap raw members into a :class:`CrudeSample` (nothing is decoded). ``decode_limits``
     (the loader's :class:`fpipe.decode.DecodeLimits`) is kept as ``__decode_limits__`` and
     ``decode_exts`` (how a table's columns are decoded, see :func:`cook_sample`) as
-    ``__decode_exts__``, for :meth:`CrudeSample.decode`."""
+    ``__decode_exts__``, for :meth:`CrudeSample.decode`; ``shard``: the shard's name, kept as
+    Energon's ``__shard__`` when given."""
     crude = CrudeSample(raw)
     crude["__key__"] = key
     crude["__restore_key__"] = tuple(restore_key)
     crude["__subflavors__"] = dict(subflavors) if subflavors else {}
     crude["__path__"] = path
+    if shard:
+        crude["__shard__"] = shard
     if decode_limits is not None:
         crude["__decode_limits__"] = decode_limits
     if decode_exts:

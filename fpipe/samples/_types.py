@@ -20,6 +20,9 @@ __all__ = [
     "ImageClassificationSample",
     "ImageSample",
     "InterleavedSample",
+    "MultiChoiceVQASample",
+    "OCRSample",
+    "SimilarityInterleavedSample",
     "TextSample",
     "VQASample",
     "VidQASample",
@@ -129,3 +132,66 @@ class VidQASample(Sample):
     answers: list[str] | None = None
     #: One weight per answer.
     answer_weights: Any = None
+
+
+@dataclass
+class OCRSample(Sample):
+    """Optical character recognition: an image, its text, and optional boxes and texts of its
+    blocks, lines, words and characters (boxes ``float (N, 4|5)``: x, y, w, h[, confidence])."""
+
+    #: The decoded image.
+    image: Any
+    #: The text in the image.
+    text: str
+    #: Boxes of the text blocks.
+    block_boxes: Any = None
+    #: The class of each block (a tensor or a list of names).
+    block_classes: Any = None
+    #: The text of each block.
+    block_text: list[str] | None = None
+    #: Boxes of the lines.
+    lines_boxes: Any = None
+    #: The text of each line.
+    lines_text: list[str] | None = None
+    #: Boxes of the words.
+    words_boxes: Any = None
+    #: The text of each word.
+    words_text: list[str] | None = None
+    #: Boxes of the characters.
+    chars_boxes: Any = None
+    #: Each character.
+    chars_text: list[str] | None = None
+
+
+@dataclass
+class MultiChoiceVQASample(Sample):
+    """Multiple-choice visual question answering: an image, a question and the candidate
+    answers, with the index of the correct one."""
+
+    #: The decoded image.
+    image: Any
+    #: The question or prompt.
+    context: str
+    #: The candidate answers.
+    choices: list[str] | None = None
+    #: The index of the correct answer in ``choices``.
+    correct_choice_idx: int = 0
+
+
+@dataclass
+class SimilarityInterleavedSample(Sample):
+    """Images and texts of one document without alignment: the similarity matrix (or the
+    matched text of each image) aligns them."""
+
+    #: The decoded images.
+    images: list[Any]
+    #: The texts.
+    texts: list[str]
+    #: Optional audio items.
+    audio: list[Any] | None = None
+    #: Optional video items.
+    video: list[Any] | None = None
+    #: Similarity of each image (rows) to each text (columns).
+    similarity_matrix: Any = None
+    #: For each image, the index in ``texts`` of the sentence it matches.
+    matched_text_indices: list[int] | None = None

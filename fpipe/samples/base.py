@@ -65,6 +65,32 @@ class Sample(PinMemoryMixin):
         return dataclasses.replace(self, **changes)
 
     @classmethod
+    def extend(cls: type[S], src: Any, **fields: Any) -> S:
+        """A ``cls`` sample with every field of ``src`` (an instance of a base class of
+        ``cls``) and the new ``fields`` (Energon's ``extend``): the usual way to add fields
+        to a sample in a subclass.
+
+        Examples:
+          >>> from dataclasses import dataclass
+          >>> @dataclass
+          ... class A(Sample):
+          ...     a: int
+          >>> @dataclass
+          ... class AB(A):
+          ...     b: int
+          >>> AB.extend(A(a=1, __key__="k"), b=2).b, AB.extend(A(a=1, __key__="k"), b=2).__key__
+          (2, 'k')
+        """
+        if not issubclass(cls, type(src)):
+            raise TypeError(
+                f"cannot extend a {type(src).__name__} into {cls.__name__}: it is not a subclass"
+            )
+        for f in dataclasses.fields(src):
+            if f.init and f.name not in fields:
+                fields[f.name] = getattr(src, f.name)
+        return cls(**fields)
+
+    @classmethod
     def derive_from(cls: type[S], base: Any, **fields: Any) -> S:
         """A new ``cls`` sample with the keys of ``base`` (a sample or a crude sample)."""
         return cls(**basic_sample_keys(base), **fields)

@@ -16,7 +16,13 @@ from fpipe.core.errors import ConfigError
 from fpipe.samples import _types as types
 from fpipe.samples.base import Sample
 
-__all__ = ["register_sample_type", "sample_type_from_name", "sample_type_name"]
+__all__ = [
+    "joiner_from_name",
+    "register_joiner",
+    "register_sample_type",
+    "sample_type_from_name",
+    "sample_type_name",
+]
 
 T = TypeVar("T", bound=type)
 
@@ -124,3 +130,52 @@ def sample_type_name(cls: type) -> str:
 for _name in types.__all__:
     register_sample_type(getattr(types, _name), name=_name)
     _BUILTIN_NAMES.add(_name)
+
+
+_JOINERS: dict[str, Any] = {}
+
+
+def register_joiner(fn: Any = None, *, name: str | None = None) -> Any:
+    """Allow the function ``fn`` to be named as a join's ``joiner`` in a metadataset, as
+    Energon's ``joiner: {__module__: mypkg.joins, __function__: join_pair}``.
+
+    Registers ``name`` (default: the function's name) and ``module.QualName``; fpipe calls it
+    as Energon does, ``fn(primary, *parts)`` (or ``fn(**named_parts)`` for a ``join:``
+    mapping), and never imports a function that a data file names. Usable as a decorator.
+
+    Examples:
+      >>> @register_joiner
+      ... def join_pair(a, b):
+      ...     return a
+      >>> joiner_from_name("join_pair") is join_pair
+      True
+    """
+    if fn is None:
+        return lambda f: register_joiner(f, name=name)
+    if not callable(fn) or isinstance(fn, type):
+        raise TypeError(f"a joiner function must be a function, got {fn!r}")
+    for n in {name or fn.__name__, f"{fn.__module__}.{fn.__qualname__}"}:
+        old = _JOINERS.get(n)
+        if old is not None and old is not fn:
+            raise ConfigError(
+                f"joiner name {n!r} is already registered for {old!r}; pass another name="
+            )
+        _JOINERS[n] = fn
+    return fn
+
+
+def joiner_from_name(name: str) -> Any:
+    """The joiner function registered as ``name`` (``module.function`` or its short name).
+
+    Raises:
+      ConfigError: not registered (the message says how to register it).
+    """
+    found = _JOINERS.get(name)
+    if found is None:
+        module, _, fname = name.rpartition(".")
+        raise ConfigError(
+            f"unknown joiner function {name!r}; import {module or 'its module'} in your "
+            f"training code and register {fname} there (@fpipe.samples.register_joiner) before "
+            "building the dataset (fpipe imports no function that a data file names)"
+        )
+    return found

@@ -31,6 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "datasets": ("loader", "storage"),
     "preview": ("storage",),
     "cli": ("datasets", "preview"),
+    "energon": ("datasets", "preview"),  # Energon's names and module paths over fpipe
 }
 #: modules outside the layers (no fpipe imports of their own): any unit may import them.
 FREE = {"fpipe._version", "fpipe._lazy"}

@@ -294,7 +294,7 @@ def test_info_lists_the_joined_datasets(data):
 def _cook_pair(crude):
     from fpipe.samples import basic_sample_keys
 
-    text = crude["txt"].decode() if "txt" in crude else None
+    text = crude.get("txt")  # decoded by extension, as in Energon
     return ImageText(**basic_sample_keys(crude), image=len(crude["jpg"]), text=text)
 
 

@@ -263,7 +263,7 @@ def test_default_batch_of_samples_has_to_and_pin_memory(monkeypatch):
     assert batch.image.device.type == "cpu" and moved.__key__ == ["s/0", "s/1"]
     # a dtype casts floating-point tensors only, as torch.nn.Module.to does
     cast = batch.to("cpu", torch.float64)
-    assert cast.image.dtype == torch.float64 and cast.label.dtype == torch.int64
+    assert cast.image.dtype == torch.float64 and cast.label == [0, 1]  # ints: a list, as Energon
     assert batch.to(torch.float16).image.dtype == torch.float16
     assert torch.equal(batch.to("cpu").image, batch.image)
     with pytest.raises(TypeError, match="floating-point tensors only"):
@@ -274,7 +274,7 @@ def test_default_batch_of_samples_has_to_and_pin_memory(monkeypatch):
         assert batch.pin_memory() is batch  # nothing to pin into without an accelerator
     pinned = _fake_accelerator(monkeypatch)
     p = batch.pin_memory()
-    assert p is not batch and [d for _, d in pinned] == [(), ()]  # image and label
+    assert p is not batch and [d for _, d in pinned] == [()]  # the image (labels: a list)
     assert torch.equal(p.image, batch.image) and p.__key__ == batch.__key__
     batch.pin_memory("cuda")
     assert pinned[-1][1] == ("cuda",)  # Energon's pin_memory(device) is passed on

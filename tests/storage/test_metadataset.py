@@ -215,7 +215,10 @@ def test_unknown_top_level_key_and_class(dirs):
         dirs / "b.yaml",
         "__module__: megatron.energon\n__class__: Metadataset\nsplits: {train: {path: x}}\n",
     )
-    with pytest.raises(ConfigError, match="MetadatasetV2"):
+    with pytest.raises(ConfigError, match="version-1 split is a mapping with 'datasets:'"):
+        load_metadataset(path)  # Energon's version-1 class, with a version-2 split
+    path = write(dirs / "c.yaml", "__class__: MetadatasetV3\nsplits: {train: {path: x}}\n")
+    with pytest.raises(ConfigError, match="MetadatasetV3.*not supported"):
         load_metadataset(path)
 
 

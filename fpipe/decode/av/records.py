@@ -7,7 +7,7 @@ here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -54,6 +54,35 @@ class AVMetadata(msgspec.Struct, frozen=True, kw_only=True):
     audio_start_s: float | None = None
     audio_duration_s: float | None = None  #: first sample to the last packet's end, seconds
 
+    # Energon's field names (megatron.energon.AVMetadata), read from the fields above.
+    @property
+    def video_duration(self) -> float | None:
+        """Energon's name of :attr:`video_duration_s`."""
+        return self.video_duration_s
+
+    @property
+    def video_width(self) -> int | None:
+        """Energon's name of :attr:`width`."""
+        return self.width
+
+    @property
+    def video_height(self) -> int | None:
+        """Energon's name of :attr:`height`."""
+        return self.height
+
+    @property
+    def audio_duration(self) -> float | None:
+        """Energon's name of :attr:`audio_duration_s`."""
+        return self.audio_duration_s
+
+    @property
+    def audio_num_samples(self) -> int | None:
+        """Samples per channel of the whole audio stream: ``round(audio_duration_s * rate)``,
+        the length of ``AVDecoder.get_audio()``'s clip at the file's rate."""
+        if self.audio_duration_s is None or self.audio_sample_rate is None:
+            return None
+        return int(round(self.audio_duration_s * self.audio_sample_rate))
+
 
 def check_av_limits(
     metadata: AVMetadata, limits: DecodeLimits, *, path: str = "", key: str = ""
@@ -90,12 +119,16 @@ class AVClips:
       audio_sample_rate: sample rate of ``audio_clips`` (None if no audio was requested).
       video_frames_decoded: video frames this call decoded (including frames decoded only to
         reach a clip start from its keyframe).
+
+    The first four are Energon's ``AVData`` (``AVClips(video_clips=..., video_timestamps=...,
+    audio_clips=..., audio_timestamps=...)`` builds one); the others are keyword-only with
+    defaults (no frame times, no rate, nothing decoded).
     """
 
     video_clips: list[torch.Tensor]
     video_timestamps: list[tuple[float, float]]
-    video_frame_times: list[torch.Tensor]
     audio_clips: list[torch.Tensor]
     audio_timestamps: list[tuple[float, float]]
-    audio_sample_rate: int | None
-    video_frames_decoded: int
+    video_frame_times: list[torch.Tensor] = field(default_factory=list, kw_only=True)
+    audio_sample_rate: int | None = field(default=None, kw_only=True)
+    video_frames_decoded: int = field(default=0, kw_only=True)

@@ -38,9 +38,13 @@ from fpipe.storage.config.metadataset_entries import (
     JoinPart,
     Leaf,
     MixSchedule,
+    combine_multipliers,
+    config_name,
+    dataset_config_refused,
     entry_name,
     is_metadataset,
     join_leaf,
+    multiplier,
     no_unknown,
     number,
     schedule_of,
@@ -59,7 +63,7 @@ __all__ = [
     "resolve_mix",
 ]
 
-_ENERGON_CLASSES = ("MetadatasetV2",)
+_ENERGON_CLASSES = ("MetadatasetV2", "Metadataset")
 _TOP_KEYS = {"__module__", "__class__", "splits"}
 _REF_KEYS = {
     "path",
@@ -70,6 +74,18 @@ _REF_KEYS = {
     "dataset_config",
     "split_config",
     "shuffle_over_epochs_multiplier",
+    "aux",
+}
+#: Keys of an entry of a version-1 ``Metadataset`` split (``datasets: [...]``).
+_V1_KEYS = {
+    "path",
+    "weight",
+    "split_part",
+    "subflavor",
+    "subflavors",
+    "shuffle_over_epochs_multiplier",
+    "dataset_config",
+    "split_config",
 }
 
 
@@ -118,16 +134,46 @@ def _load(path: Path, stack: tuple[str, ...]) -> Metadataset:
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}: a metadataset is a mapping with 'splits:'")
     no_unknown(obj, _TOP_KEYS, where, "the top level")
-    cls = obj.get("__class__", "MetadatasetV2")
+    splits = obj.get("splits")
+    v1 = isinstance(splits, dict) and any(
+        isinstance(v, dict) and "datasets" in v for v in splits.values()
+    )
+    cls = obj.get("__class__", "Metadataset" if v1 else "MetadatasetV2")
     if cls not in _ENERGON_CLASSES:
         raise ConfigError(
             f"{where}: __class__ {cls!r} is not supported; fpipe reads MetadatasetV2 files "
-            "(splits: with blend / blend_epochized / path / join)"
+            "(splits: with blend / blend_epochized / path / join) and version-1 Metadataset "
+            "files (splits: with datasets)"
         )
-    splits = obj.get("splits")
     if not isinstance(splits, dict) or not splits:
         raise ConfigError(f"{where}: 'splits:' must map split names (train, val, test) to nodes")
+    if cls == "Metadataset":
+        splits = {k: _v1_split(v, where, f"splits.{k}") for k, v in splits.items()}
     return Metadataset(path=where, splits={str(k): v for k, v in splits.items()})
+
+
+def _v1_split(node: Any, where: str, entry: str) -> dict:
+    """A version-1 split, ``{datasets: [{weight, path, ...}]}``, as the weighted ``blend:`` it
+    means (Energon's ``MetadatasetBlender``); a legacy ``subflavor: x`` becomes the subflavor
+    ``__subflavor__: x``, as Energon sets it."""
+    if not isinstance(node, dict) or set(node) != {"datasets"}:
+        raise ConfigError(f"{where}: {entry}: a version-1 split is a mapping with 'datasets:'")
+    items = node["datasets"]
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{where}: {entry}.datasets: expected a non-empty list of datasets")
+    out = []
+    for i, item in enumerate(items):
+        e = f"{entry}.datasets[{i}]"
+        if not isinstance(item, dict) or "path" not in item:
+            raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
+        no_unknown(item, _V1_KEYS, where, e)
+        item = dict(item)
+        legacy = item.pop("subflavor", None)
+        if legacy is not None:
+            sub = dict(item.get("subflavors") or {})
+            item["subflavors"] = sub if "__subflavor__" in sub else {"__subflavor__": legacy, **sub}
+        out.append(item)
+    return {"blend": out}
 
 
 def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
@@ -273,19 +319,23 @@ def _reference(node, base, split, entry, subflavors, stack):
     name = entry_name(node)
     if not is_url(raw) and not path.exists():
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
-    mult = node.get("shuffle_over_epochs_multiplier", 1)
-    if mult not in (1, None):
+    mult = multiplier(node, where, entry)
+    if node.get("dataset_config") is not None:
+        raise ConfigError(dataset_config_refused(where, entry))
+    split_config = config_name(node.get("split_config"), where, entry, "split_config")
+    if node.get("aux") is not None:
         raise ConfigError(
-            f"{where}: {entry}: shuffle_over_epochs_multiplier={mult!r} is not supported (each "
-            "dataset gets a fresh keyed order every epoch); remove it"
+            f"{where}: {entry}: 'aux' (auxiliary datasets a cooker reads files from by name) "
+            "is not supported: fpipe reads each sample's members from its own dataset and its "
+            "join parts only. Join the auxiliary dataset by sample key instead (a 'join:' of "
+            "crude datasets gives the cooker every part's members), or add its files to the "
+            "dataset's samples"
         )
-    for key in ("dataset_config", "split_config"):
-        if node.get(key) is not None:
-            raise ConfigError(
-                f"{where}: {entry}: {key!r} overrides are not supported yet; prepare the "
-                "dataset with the config it should use"
-            )
     if not is_url(raw) and is_metadataset(path):
+        if split_config is not None:
+            raise ConfigError(
+                f"{where}: {entry}: split_config applies to a dataset, not a metadataset"
+            )
         inner = _load(path, stack)
         if split_part not in inner.splits:
             raise ConfigError(
@@ -300,7 +350,16 @@ def _reference(node, base, split, entry, subflavors, stack):
             merged,
             (*stack, str(path)),
         )
-        leaves = [msgspec.structs.replace(lf, name=f"{name}/{lf.name}") for lf in leaves]
+        leaves = [
+            msgspec.structs.replace(
+                lf,
+                name=f"{name}/{lf.name}",
+                shuffle_over_epochs_multiplier=combine_multipliers(
+                    mult, lf.shuffle_over_epochs_multiplier
+                ),
+            )
+            for lf in leaves
+        ]
         return mode, leaves, None
     leaf = Leaf(
         name=name,
@@ -308,5 +367,7 @@ def _reference(node, base, split, entry, subflavors, stack):
         split_part=split_part,
         subflavors=merged,
         where=f"{where}: {entry}",
+        shuffle_over_epochs_multiplier=mult,
+        split_config=split_config,
     )
     return "single", [leaf], None

@@ -17,13 +17,18 @@ from fpipe.storage.paths import is_url
 __all__ = [
     "BLEND_ENTRY_KEYS",
     "EPOCH_ENTRY_KEYS",
+    "JOINER_FUNCTION",
     "JOIN_KEYS",
     "JoinPart",
     "Leaf",
     "MixSchedule",
+    "combine_multipliers",
+    "config_name",
+    "dataset_config_refused",
     "entry_name",
     "is_metadataset",
     "join_leaf",
+    "multiplier",
     "no_unknown",
     "number",
     "schedule_of",
@@ -33,7 +38,15 @@ __all__ = [
 #: Keys an entry of a weighted / epochized blend may add to a reference.
 BLEND_ENTRY_KEYS = {"weight"}
 EPOCH_ENTRY_KEYS = {"repetitions"}
-JOIN_KEYS = {"join", "joiner", "name", "split_part", "subflavors", "subflavor"}
+JOIN_KEYS = {
+    "join",
+    "joiner",
+    "name",
+    "split_part",
+    "subflavors",
+    "subflavor",
+    "shuffle_over_epochs_multiplier",
+}
 JOIN_PART_KEYS = {
     "path",
     "nonmatch",
@@ -69,8 +82,11 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     ``subflavors``: labels set on every sample; ``weight`` (weighted blends) or
     ``repetitions`` (epochized blends); ``where``: file and entry, for messages; ``join``:
     the secondary datasets joined to this one by sample key (:class:`JoinPart`); ``joiner``:
-    the registered sample type the parts are joined into; ``join_name``: the primary's key
-    when ``join:`` is a mapping.
+    the registered sample type the parts are joined into (``function:module.name``: a
+    registered joiner function); ``join_name``: the primary's key when ``join:`` is a mapping;
+    ``shuffle_over_epochs_multiplier``: this dataset's factor of Energon's multiplier (the
+    product down the levels; None: slices in index order); ``split_config``: the dataset's
+    split file to read instead of ``split.yaml``.
     """
 
     name: str
@@ -83,6 +99,8 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     join: tuple[JoinPart, ...] = ()
     joiner: str | None = None
     join_name: str = ""
+    shuffle_over_epochs_multiplier: int | None = 1
+    split_config: str | None = None
 
 
 class MixSchedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -177,12 +195,14 @@ def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
         if not isinstance(part, dict) or "path" not in part:
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
-        for key in ("dataset_config", "split_config"):
-            if part.get(key) is not None:
-                raise ConfigError(
-                    f"{where}: {e}: {key!r} overrides are not supported yet; prepare the "
-                    "dataset with the config it should use"
-                )
+        if part.get("dataset_config") is not None:
+            raise ConfigError(dataset_config_refused(where, e))
+        if part.get("split_config") is not None:
+            raise ConfigError(
+                f"{where}: {e}: 'split_config' is not supported on the datasets of a join (a "
+                "joined dataset is matched by key in its split.yaml split); set it on a plain "
+                "dataset entry, or write the split into the joined dataset's split.yaml"
+            )
         raw = str(part["path"])
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
         if not is_url(raw) and not Path(p).exists():
@@ -215,19 +235,76 @@ def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
         join=tuple(resolved[1:]),
         joiner=_joiner_name(node.get("joiner"), where, entry),
         join_name=resolved[0].name,
+        shuffle_over_epochs_multiplier=multiplier(node, where, entry),
     )
+
+
+def multiplier(node: dict, where: str, entry: str) -> int | None:
+    """An entry's ``shuffle_over_epochs_multiplier``: an integer >= 1 (default 1) or None
+    (slices in index order). -1 (slices drawn with replacement, forever) is refused."""
+    m = node.get("shuffle_over_epochs_multiplier", 1)
+    if m is None:
+        return None
+    if m == -1:
+        raise ConfigError(
+            f"{where}: {entry}: shuffle_over_epochs_multiplier: -1 draws slices with replacement "
+            "forever, so an epoch no longer holds every sample once; fpipe keeps that "
+            "guarantee. Use a large multiplier instead (e.g. 100)"
+        )
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ConfigError(
+            f"{where}: {entry}: shuffle_over_epochs_multiplier must be an integer >= 1 or null, "
+            f"got {m!r}"
+        )
+    return m
+
+
+def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
+    """Energon's composition of multipliers down the levels: None wins, else the product."""
+    return None if outer is None or inner is None else outer * inner
+
+
+def config_name(value: Any, where: str, entry: str, key: str) -> str | None:
+    """A ``split_config`` file name (None when absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "/" in value:
+        raise ConfigError(f"{where}: {entry}: {key} must be a file name, got {value!r}")
+    return value
+
+
+def dataset_config_refused(where: str, entry: str) -> str:
+    """The message refusing a ``dataset_config`` override."""
+    return (
+        f"{where}: {entry}: 'dataset_config' (another dataset.yaml of the dataset) is not "
+        "supported: fpipe reads one dataset.yaml per dataset. Give the sample type and field "
+        "map to get_train_dataset (sample_type=, field_map=), or prepare a copy of the dataset "
+        "with that config"
+    )
+
+
+#: Prefix of a joiner that names a registered function (``__function__``), not a sample type.
+JOINER_FUNCTION = "function:"
 
 
 def _joiner_name(joiner: Any, where: str, entry: str) -> str | None:
     """The sample type named by ``joiner:`` (``{__module__, __class__}`` or a string), as
-    ``module.Class`` for the allow-list of :func:`fpipe.samples.sample_type_from_name`
-    (resolved by the loader; never imported)."""
+    ``module.Class`` for the allow-list of :func:`fpipe.samples.sample_type_from_name`, or the
+    function named by ``{__module__, __function__}`` as ``function:module.name`` for
+    :func:`fpipe.samples.joiner_from_name` (resolved by the loader; never imported)."""
     if joiner is None:
         return None
     if isinstance(joiner, dict):
-        no_unknown(joiner, {"__module__", "__class__"}, where, f"{entry}.joiner")
-        if "__class__" not in joiner:
-            raise ConfigError(f"{where}: {entry}.joiner: expected {{__module__, __class__}}")
+        no_unknown(joiner, {"__module__", "__class__", "__function__"}, where, f"{entry}.joiner")
+        if "__function__" in joiner and "__class__" not in joiner:
+            module = joiner.get("__module__")
+            fn = str(joiner["__function__"])
+            return f"{JOINER_FUNCTION}{module}.{fn}" if module else f"{JOINER_FUNCTION}{fn}"
+        if "__class__" not in joiner or "__function__" in joiner:
+            raise ConfigError(
+                f"{where}: {entry}.joiner: expected {{__module__, __class__}} (a sample type) "
+                "or {__module__, __function__} (a joiner function)"
+            )
         module = joiner.get("__module__")
         return f"{module}.{joiner['__class__']}" if module else str(joiner["__class__"])
     if not isinstance(joiner, str) or not joiner:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from fpipe.core.errors import ConfigError
 from fpipe.decode.limits import DecodeLimits
-from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
+from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig, load_split_config
+from fpipe.storage.paths import is_url
 from fpipe.storage.read._split_indices import resolve_split
 from fpipe.storage.read.av_meta import AVIndex
 from fpipe.storage.read.reader import FileCache, read_each
@@ -139,11 +142,31 @@ class Dataset:
         """Split names from split.yaml (empty when there is none)."""
         return tuple(self.split.split_parts) if self.split else ()
 
-    def split_indices(self, name: str) -> np.ndarray:
-        """Sample indices of split ``name`` (all samples without a split)."""
+    def split_indices(self, name: str, split_config: str | None = None) -> np.ndarray:
+        """Sample indices of split ``name`` (all samples without a split). ``split_config``:
+        another split file of the dataset to read instead of ``split.yaml`` (Energon's
+        metadataset override: a file name in ``.nv-meta/``, or in ``.fpipe/``)."""
         if isinstance(self.reader, TableReader):
+            if split_config is not None:
+                raise ConfigError(f"{self.path}: split_config applies to sharded datasets")
             return self.reader.split_indices(name)
-        return resolve_split(self.split, name, self.record, self.index_of_key, self._where)
+        split = self.split if split_config is None else self._split_file(split_config)
+        return resolve_split(split, name, self.record, self.index_of_key, self._where)
+
+    def _split_file(self, name: str):
+        """The split file ``name`` of this dataset's ``.nv-meta/`` (or ``.fpipe/``)."""
+        if is_url(self.path) or Path(name).name != name:
+            raise ConfigError(
+                f"{self.path}: split_config {name!r} must be a file name in the dataset's "
+                ".nv-meta/ (or .fpipe/) folder of a local dataset"
+            )
+        for folder in (".nv-meta", ".fpipe"):
+            found = load_split_config(Path(self.path) / folder / name)
+            if found is not None:
+                return found
+        raise ConfigError(
+            f"{self.path}: split_config {name!r}: there is no .nv-meta/{name} or .fpipe/{name}"
+        )
 
     def key(self, i: int) -> str:
         """The sample's key: ``"<shard stem>/<member key>"`` (WebDataset's ``__key__``) for

@@ -1,0 +1,127 @@
+"""Energon's public API as thin aliases over fpipe: ``megatron.energon`` becomes ``fpipe.energon``.
+
+Every name here is fpipe's own implementation under Energon's name (there is no second loader);
+``fpipe.energon.av`` and ``fpipe.energon.transforms`` mirror Energon's module paths. Porting
+Energon code is changing ``megatron.energon`` to ``fpipe.energon`` in its imports. Names load on
+first use, so ``import fpipe.energon`` imports no torch. Energon names that fpipe refuses are
+listed, with the reason and the fpipe way, in ``docs/energon_migration.md``.
+
+Example::
+
+    from fpipe.energon import WorkerConfig, get_savable_loader, get_train_dataset
+"""
+
+from __future__ import annotations
+
+from fpipe._lazy import lazy_exports
+from fpipe._version import __version__
+
+_SAMPLES = (
+    "Batch",
+    "CaptioningSample",
+    "Cooker",
+    "CrudeSample",
+    "ImageClassificationSample",
+    "ImageSample",
+    "InterleavedSample",
+    "MultiChoiceVQASample",
+    "OCRSample",
+    "Sample",
+    "SimilarityInterleavedSample",
+    "TextSample",
+    "VQASample",
+    "VidQASample",
+    "basic_sample_keys",
+)
+_ENCODE = (
+    "DefaultTaskEncoder",
+    "SkipSample",
+    "TaskEncoder",
+    "batch_list",
+    "batch_pad_stack",
+    "batch_stack",
+    "generic_batch",
+    "stateless",
+)
+_LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
+_WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
+_DATASETS = ("get_train_dataset", "get_val_dataset")
+
+#: Energon name -> the fpipe module that defines it (loaded on first use).
+_LAZY = {
+    **dict.fromkeys(_SAMPLES, "fpipe.samples"),
+    **dict.fromkeys(_ENCODE, "fpipe.encode"),
+    **dict.fromkeys(_LOADER, "fpipe.loader"),
+    **dict.fromkeys(_DATASETS, "fpipe.datasets"),
+    **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
+    "AugmentTaskEncoder": "fpipe.energon._augment",
+    "SampleDecoder": "fpipe.decode",
+    "SavableDataLoader": "fpipe.energon._aliases",
+    "cooker": "fpipe.energon._aliases",
+}
+#: Energon names that fpipe refuses (see docs/energon_migration.md): importable, and raising a
+#: ConfigError with the reason and the fpipe way where ported code uses them.
+_REFUSED = dict.fromkeys(
+    (
+        "BatchDataset",
+        "BlendDataset",
+        "ConcatDataset",
+        "EpochizeDataset",
+        "FilterDataset",
+        "GcDataset",
+        "GroupBatchDataset",
+        "IterMapDataset",
+        "LogSampleDataset",
+        "MapDataset",
+        "MixBatchDataset",
+        "PackingDataset",
+        "SavableDataset",
+        "ShuffleBufferDataset",
+        "BaseCoreDatasetFactory",
+        "CrudeJsonlDatasetFactory",
+        "DefaultCrudeJsonlDatasetFactory",
+        "DefaultDecoderWebdatasetFactory",
+        "DefaultGenericWebdatasetFactory",
+        "JoinedWebdatasetFactory",
+        "StandardWebdatasetFactory",
+        "DatasetLoader",
+        "DatasetLoaderInterface",
+        "load_dataset",
+        "CaptioningWebdataset",
+        "CrudeWebdataset",
+        "ImageClassificationWebdataset",
+        "ImageWebdataset",
+        "InterleavedWebdataset",
+        "MultiChoiceVQAWebdataset",
+        "OCRWebdataset",
+        "SimilarityInterleavedWebdataset",
+        "TextWebdataset",
+        "VidQAWebdataset",
+        "VQAOCRWebdataset",
+        "VQAWebdataset",
+        "CachePool",
+        "DecodeFileStore",
+        "DirectLazy",
+        "FileCacheLazy",
+        "FileStore",
+        "FileStoreCachePool",
+        "FileStoreDecoder",
+        "Lazy",
+        "MockLazy",
+        "NoCachePool",
+        "PrimaryFileStore",
+        "SystemFileStore",
+        "Metadataset",
+        "MetadatasetV2",
+        "prepare_metadataset",
+        "traverse_metadataset",
+        "concat_pad",
+        "generic_concat",
+        "homogeneous_concat_mix",
+    ),
+    "fpipe.energon._refused",
+)
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+__getattr__, __dir__ = lazy_exports(__name__, {**_REFUSED, **_LAZY})

@@ -1,0 +1,131 @@
+"""Energon's dataset wrappers over fpipe's one dataset type, :class:`fpipe.loader.PlannedDataset`.
+
+``LimitDataset`` and ``RepeatDataset`` wrap the dataset's plan (:mod:`fpipe.plan.passes`), so
+the result is again a planned dataset: exact resume, the same batches for any number of
+workers, a small state. ``get_val_datasets`` builds one validation dataset per dataset of a
+metadataset split. Each returns a ``PlannedDataset``; the names are Energon's so that its code
+runs with the import line changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from typing import Any
+
+from fpipe.core import Pipeline
+from fpipe.core.errors import ConfigError
+from fpipe.loader.planned import PlannedDataset
+from fpipe.plan.passes import limit_passes, repeat_passes
+
+__all__ = ["LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets"]
+
+
+def _planned(dataset: Any, wrapper: str) -> PlannedDataset:
+    if not isinstance(dataset, PlannedDataset):
+        raise ConfigError(
+            f"{wrapper} wraps a dataset from get_train_dataset / get_val_dataset (or another "
+            f"wrapper of one), got {type(dataset).__name__}"
+        )
+    return dataset
+
+
+def _check_topology(dataset: PlannedDataset, worker_config: Any, wrapper: str) -> None:
+    """Energon passes the worker config to every wrapper; it must be the dataset's."""
+    if worker_config is None:
+        return
+    topo = dataset.topology
+    rank, world = getattr(worker_config, "rank", None), getattr(worker_config, "world_size", None)
+    if (rank, world) != (topo.rank, topo.world_size):
+        raise ConfigError(
+            f"{wrapper}(worker_config=...): rank {rank} of {world} differs from the wrapped "
+            f"dataset's rank {topo.rank} of {topo.world_size}; pass the worker_config the "
+            "dataset was built with"
+        )
+
+
+def LimitDataset(  # noqa: N802 - Energon's name
+    dataset: Any,
+    length: int,
+    *,
+    reset_after_epoch: bool = False,
+    worker_config: Any = None,
+) -> PlannedDataset:
+    """The first ``length`` batches of ``dataset`` (per rank), as Energon's ``LimitDataset``.
+
+    Each iteration of a loader over it yields at most ``length`` batches; the next iteration
+    starts again from the wrapped dataset's start (Energon 7.4 resets the wrapped dataset after
+    every iteration, whatever ``reset_after_epoch`` says). ``len()`` is ``length``, or the
+    wrapped dataset's length when that is shorter. A loader snapshot inside an iteration
+    resumes exactly there.
+    """
+    ds = _planned(dataset, "LimitDataset")
+    _check_topology(ds, worker_config, "LimitDataset")
+    if ds.packing_buffer_size is not None:
+        raise ConfigError(
+            "LimitDataset counts batches, but this dataset's plan steps are packing buffers "
+            "(packing_buffer_size), each giving a varying number of batches; limit the samples "
+            "instead (get_val_dataset(limit=...)) or select packs in the plan tier "
+            "(plan_stages=[fpipe.plan.pack(...)])"
+        )
+    plan = Pipeline(limit_passes(ds.plan.source, length), seed=ds.plan.seed)
+    n = length if ds.num_batches is None else min(length, ds.num_batches)
+    return dataclasses.replace(ds, plan=plan, num_batches=n)
+
+
+def RepeatDataset(  # noqa: N802 - Energon's name
+    dataset: Any,
+    *,
+    repeats: float | None = None,
+    restart: bool = True,
+    worker_config: Any = None,
+) -> PlannedDataset:
+    """``dataset`` played ``repeats`` times (None: forever), as Energon's ``RepeatDataset``.
+
+    The first pass is the dataset itself; each later pass is the same plan under a key folded
+    with the pass number, so a shuffled dataset is shuffled anew and per-sample random numbers
+    differ, while a validation dataset keeps its order. A fractional ``repeats`` ends inside
+    the last pass (``floor(len * fraction)`` batches). ``restart``: after the last pass the
+    next iteration plays them all again (else the stream stays ended). ``len()`` is
+    ``int(len(dataset) * repeats)`` (unknown when repeating forever).
+    """
+    ds = _planned(dataset, "RepeatDataset")
+    _check_topology(ds, worker_config, "RepeatDataset")
+    source = repeat_passes(ds.plan.source, repeats, pass_length=ds.num_batches, restart=restart)
+    n = None
+    if repeats is not None and ds.num_batches is not None:
+        n = int(ds.num_batches * repeats)
+    return dataclasses.replace(ds, plan=Pipeline(source, seed=ds.plan.seed), num_batches=n)
+
+
+def get_val_datasets(path: str | os.PathLike, **kwargs: Any) -> list[tuple[PlannedDataset, Any]]:
+    """One validation dataset per dataset of the split, as Energon's ``get_val_datasets``:
+    ``[(dataset, source), ...]``, where ``dataset`` is what :func:`fpipe.get_val_dataset` builds
+    for that dataset alone (same keywords) and ``source`` describes where its samples come from
+    (a :class:`fpipe.materialize.sources.DatasetSource`: path, sample type, field map,
+    subflavors). A plain dataset folder gives one pair; a metadataset one per dataset of its
+    split, in file order.
+    """
+    from fpipe.datasets.dataset import build_val_dataset, get_val_dataset
+    from fpipe.datasets.options import DatasetOptions
+    from fpipe.storage.config.metadataset import is_metadataset, load_metadataset, resolve_mix
+
+    if not is_metadataset(path):
+        ds = get_val_dataset(path, **kwargs)
+        return [(ds, ds.materializer.sources[0])]
+    get_val_dataset(path, **kwargs)  # checks every keyword (and the split) as the one dataset
+    bound = inspect.signature(inspect.unwrap(get_val_dataset)).bind(path, **kwargs)
+    bound.apply_defaults()
+    options = DatasetOptions(**{k: v for k, v in bound.arguments.items() if k != "path"})
+    leaves = resolve_mix(load_metadataset(path), options.split, training=False).leaves
+    out = []
+    for leaf in range(len(leaves)):
+        ds = build_val_dataset(path, options, leaf=leaf)
+        out.append((ds, ds.materializer.sources[0]))
+    return out
+
+
+def edataclass(cls: type) -> type:
+    """Energon's ``@edataclass``: ``@dataclass(kw_only=True, slots=True)``."""
+    return dataclasses.dataclass(kw_only=True, slots=True)(cls)

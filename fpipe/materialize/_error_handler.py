@@ -1,0 +1,32 @@
+"""Calling Energon's error handler (``handler=`` / ``WorkerConfig.global_error_handler``).
+
+Energon calls ``handler(exception, sample, sources)``; older handlers, such as Megatron-LM's
+``print_error_handler(exc, key)``, take two arguments. The handler runs in the worker that
+materialized the sample; what it raises stops the loader (as an error of that sample).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["call_error_handler"]
+
+
+def _takes_three(handler: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(handler).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: Energon's form
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 3
+
+
+def call_error_handler(handler: Callable[..., Any], error: BaseException, key: str) -> None:
+    """``handler(error, key, None)``, or ``handler(error, key)`` for a two-argument handler
+    (``sources``: None, fpipe names the sample by its key)."""
+    if _takes_three(handler):
+        handler(error, key, None)
+    else:
+        handler(error, key)

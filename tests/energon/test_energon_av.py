@@ -1,0 +1,105 @@
+"""``megatron.energon.av`` on fpipe: Energon 7.4's decoder methods, metadata names and free
+functions (``megatron/energon/av/av_decoder.py`` and ``utils.py``), on fpipe's one decoder."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+pytest.importorskip("av")
+
+from fpipe.energon.av import (  # noqa: E402
+    AVData,
+    AVDecoder,
+    AVWebdatasetDecoder,
+    get_clips_uniform,
+    get_single_frames_uniform,
+)
+from tests.decode.av_helpers import frame_index, write_audio, write_video  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def video():
+    """3 s at 30 fps (frame i at i / 30 s, encoding i), with 3 s of 16 kHz mono audio."""
+    return write_video(None, num_frames=90, fps=30, gop=15, audio_codec="aac")
+
+
+def _indices(clip):
+    return [frame_index(f) for f in clip]
+
+
+def test_decoder_from_a_stream_and_its_video_clips(video):
+    dec = AVDecoder(io.BytesIO(video), suppress_warnings=True)  # Energon builds it on a stream
+    clips, stamps = dec.get_video_clips([(0.0, 2.0), (10.0, 11.0), (1.0, 1.0)])
+    # Energon: ends are inclusive, a range with no frame gives no clip
+    assert [c.shape[0] for c in clips] == [61, 1]
+    assert _indices(clips[0]) == list(range(61)) and _indices(clips[1]) == [30]
+    assert stamps[0] == pytest.approx((0.0, 61 / 30)) and clips[0].shape[1:] == (3, 48, 64)
+    frames, _ = dec.get_video_clips([(10, 12)], video_unit="frames", video_out_frame_size=(32, 24))
+    assert _indices(frames[0]) == [10, 11, 12] and frames[0].shape[2:] == (24, 32)
+    audio, astamps = dec.get_audio_clips([(0.5, 1.0)])
+    assert audio[0].shape == (1, 8000) and astamps[0][0] == pytest.approx(0.5)
+    assert dec.stream.read(4) == video[:4]  # Energon's `stream` attribute
+
+
+def test_get_frames_decodes_the_whole_file(video):
+    whole = AVDecoder(video).get_frames()
+    assert isinstance(whole, AVData) and len(whole.video_clips) == 1 and whole.audio_clips == []
+    assert _indices(whole.video_clips[0]) == list(range(90))
+    both = AVDecoder(video).get_frames(video_decode_audio=True)
+    assert both.audio_clips[0].shape[0] == 1 and both.audio_clips[0].shape[1] >= 47000
+    sound = AVDecoder(write_audio(None, seconds=0.5)).get_frames()  # an audio-only file
+    assert sound.video_clips == [] and sound.audio_clips[0].shape == (1, 8000)
+
+
+def test_metadata_has_energons_field_names(video):
+    dec = AVDecoder(video)
+    meta = dec.get_metadata()
+    assert meta.video_duration == pytest.approx(3.0) and meta.video_num_frames == 90
+    assert meta.video_fps == pytest.approx(30.0)
+    assert (meta.video_width, meta.video_height) == (64, 48)
+    assert meta.audio_sample_rate == 16000 and meta.audio_channels == 1
+    assert meta.audio_duration == pytest.approx(3.0, abs=0.1)
+    assert meta.audio_num_samples == round(meta.audio_duration * 16000)
+    video_only = dec.get_metadata(get_audio=False)
+    assert video_only.audio_sample_rate is None and video_only.video_num_frames == 90
+    assert dec.get_metadata(get_video=False).video_duration is None
+    assert dec.get_video_duration(get_frame_count=True) == (pytest.approx(3.0), 90)
+    assert dec.get_video_duration() == (pytest.approx(3.0), None)
+    assert dec.get_audio_duration() == pytest.approx(3.0, abs=0.1)
+    assert dec.get_video_fps() == pytest.approx(30.0)
+    assert dec.get_audio_samples_per_second() == 16000
+    assert dec.has_video_stream() and dec.has_audio_stream()
+    assert not AVDecoder(write_audio(None)).has_video_stream()
+
+
+def test_free_functions_follow_energon(video):
+    dec = AVDecoder(video)
+    # single frames on screen at linspace(0.5 / fps, duration - 0.5 / fps, n) s:
+    # 0.017, 1.006, 1.994, 2.983 s at 30 fps are frames 0, 30, 59, 89
+    frames, times = get_single_frames_uniform(dec, 4, return_timestamps=True)
+    assert frames.shape == (4, 3, 48, 64) and _indices(frames) == [0, 30, 59, 89]
+    assert times == pytest.approx([0.0, 30 / 30, 59 / 30, 89 / 30])
+    small = get_single_frames_uniform(dec, 2, video_out_frame_size=(32, 24))
+    assert small.shape == (2, 3, 24, 32)
+    # clips of 1 s starting at linspace(0, duration - 1, 3), ends inclusive
+    out = get_clips_uniform(dec, 1.0, 3, request_video=True, request_audio=True)
+    assert [c.shape[0] for c in out.video_clips] == [31, 31, 30]
+    assert [frame_index(c[0]) for c in out.video_clips] == [0, 30, 60]
+    assert [a.shape for a in out.audio_clips] == [(1, 16000)] * 3
+    with pytest.raises(ValueError, match="at least one of video or audio"):
+        get_clips_uniform(dec, 1.0, 3)
+
+
+def test_avdata_and_the_webdataset_decoder(video):
+    empty = AVData(video_clips=[], video_timestamps=[], audio_clips=[], audio_timestamps=[])
+    assert empty.video_clips == [] and empty.video_frame_times == []
+    lazy = AVWebdatasetDecoder(video_decode_audio=False)
+    assert isinstance(lazy("clip.mp4", video), AVDecoder) and lazy("txt", b"hello") is None
+    decoded = AVWebdatasetDecoder(video_decode_audio=True, av_decode="torch")("mp4", video)
+    assert isinstance(decoded, AVData) and isinstance(decoded.video_clips[0], torch.Tensor)
+    assert len(decoded.audio_clips) == 1
+    with AVWebdatasetDecoder(False, av_decode="pyav")("mp4", video) as container:
+        assert len(container.streams.video) == 1

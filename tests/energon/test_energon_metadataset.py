@@ -1,0 +1,197 @@
+"""Energon 7.4 metadatasets on fpipe: version-1 ``Metadataset`` files, per-entry
+``shuffle_over_epochs_multiplier``, ``split_config`` overrides, joiners named by
+``__function__`` (resolved only when registered), and ``aux:`` refused with the fpipe way.
+
+From Energon's ``metadataset/metadataset.py`` (V1: ``splits: {train: {datasets: [{weight, path,
+subflavor, subflavors, ...}]}}``, the default class of a file without ``__class__``; a legacy
+``subflavor`` becomes ``__subflavor__``) and ``metadataset_v2.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections import Counter
+from typing import Any
+
+import pytest
+import yaml
+
+from fpipe.core.errors import ConfigError
+from fpipe.energon import Sample, TextSample, get_loader, get_train_dataset, get_val_dataset
+from fpipe.samples import register_joiner
+from tests.energon.energon_folder import make_plain_energon_folder
+
+TEXT = {
+    "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+    "field_map": {"text": "txt"},
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mds")
+    make_plain_energon_folder(root / "ds1", TEXT)  # texts 10..15
+    make_plain_energon_folder(root / "ds2", TEXT, shards=1, per_shard=4)  # texts 10..13
+    return root
+
+
+def _write(root, name, text):
+    path = root / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def _samples(ds, n):
+    out = []
+    with get_loader(ds, num_workers=0) as loader:
+        for batch in loader:
+            out += list(zip(batch.text, batch.__subflavors__))
+            if len(out) >= n:
+                return out[:n]
+    return out
+
+
+def test_version_1_metadataset(folders):
+    path = _write(
+        folders,
+        "v1.yaml",
+        """\
+        __module__: megatron.energon
+        __class__: Metadataset
+        splits:
+          train:
+            datasets:
+              - weight: 3
+                path: ds1
+                subflavor: first
+                subflavors: {source: v1}
+              - weight: 1
+                path: ds2
+          val:
+            datasets:
+              - path: ds1
+                split_part: train
+              - path: ds2
+                split_part: train
+        """,
+    )
+    val = _samples(get_val_dataset(path, split="val", batch_size=5), 100)
+    assert [t for t, _ in val] == [str(i) for i in range(10, 16)] + ["10", "11", "12", "13"]
+    train = _samples(get_train_dataset(path, batch_size=4, max_samples_per_sequence=2), 400)
+    legacy = {"__subflavor__": "first", "source": "v1"}  # Energon's key of `subflavor:`
+    assert {tuple(sorted(s.items())) for _, s in train} == {tuple(sorted(legacy.items())), ()}
+    firsts = Counter("first" in str(s) for _, s in train)
+    assert 0.65 < firsts[True] / len(train) < 0.85  # weights 3 : 1
+    # a nested version-1 file without __class__ (Energon's default class)
+    nested = _write(
+        folders,
+        "nested.yaml",
+        """\
+        splits:
+          train:
+            datasets:
+              - path: ./v1.yaml
+                split_part: val
+        """,
+    )
+    got = _samples(get_val_dataset(nested, split="train", batch_size=5), 100)
+    assert len(got) == 10
+
+
+def test_shuffle_over_epochs_multiplier_of_an_entry(folders):
+    def first_epoch(mult):
+        path = _write(
+            folders,
+            f"m{mult}.yaml",
+            f"""\
+            splits:
+              train:
+                blend:
+                  - path: ds1
+                    shuffle_over_epochs_multiplier: {mult}
+            """,
+        )
+        ds = get_train_dataset(path, batch_size=6, max_samples_per_sequence=1, seed=3)
+        return [t for t, _ in _samples(ds, 12)]
+
+    # 1: each epoch holds every sample once; 2: samples are shuffled over two passes, so
+    # the first 12 samples still hold each sample twice, in another order
+    one, two = first_epoch(1), first_epoch(2)
+    assert sorted(one[:6]) == sorted(one[6:]) == [str(i) for i in range(10, 16)]
+    assert Counter(two) == Counter({str(i): 2 for i in range(10, 16)})
+    assert sorted(two[:6]) != [str(i) for i in range(10, 16)] or two != one
+    # null: slices in index order (no shuffle), as Energon
+    assert first_epoch("null")[:6] == [str(i) for i in range(10, 16)]
+    with pytest.raises(ConfigError, match="with replacement"):
+        first_epoch(-1)
+
+
+def test_split_config_override(folders):
+    meta = folders / "ds1" / ".nv-meta"
+    parts = {"train": ["parts/data-1.tar"], "val": ["parts/data-0.tar"]}
+    (meta / "other_split.yaml").write_text(yaml.dump({"split_parts": parts, "exclude": []}))
+    path = _write(
+        folders,
+        "split_config.yaml",
+        """\
+        splits:
+          val:
+            path: ds1
+            split_part: train
+            split_config: other_split.yaml
+        """,
+    )
+    got = _samples(get_val_dataset(path, split="val", batch_size=5), 100)
+    assert [t for t, _ in got] == ["13", "14", "15"]  # train of other_split.yaml: data-1
+    bad = _write(folders, "bad.yaml", "splits: {val: {path: ds1, split_config: nope.yaml}}\n")
+    with pytest.raises(ConfigError, match="nope.yaml"):
+        get_val_dataset(bad, split="val", batch_size=5)
+
+
+@dataclasses.dataclass
+class Pair(Sample):
+    first: Any = None
+    second: Any = None
+
+
+def join_texts(a, b):
+    return Pair(
+        **{k: getattr(a, k) for k in ("__key__", "__restore_key__", "__subflavors__")},
+        first=a.text,
+        second=b.text,
+    )
+
+
+def test_joiner_function_only_when_registered(folders):
+    path = _write(
+        folders,
+        "join.yaml",
+        f"""\
+        splits:
+          train:
+            join:
+              - path: ds2
+              - path: ds1
+            joiner:
+              __module__: {__name__}
+              __function__: join_texts
+        """,
+    )
+    with pytest.raises(ConfigError, match="register_joiner"):  # never imported from the file
+        _samples(get_val_dataset(path, split="train", batch_size=4), 4)
+    register_joiner(join_texts)
+    ds = get_val_dataset(path, split="train", batch_size=4)
+    with get_loader(ds, num_workers=0) as loader:
+        batch = next(iter(loader))
+    assert batch.first == batch.second == ["10", "11", "12", "13"]
+
+
+def test_aux_and_dataset_config_are_refused_with_the_fpipe_way(folders):
+    aux = _write(folders, "aux.yaml", "splits: {train: {path: ds1, aux: {media: ds2}}}\n")
+    with pytest.raises(ConfigError, match="'aux'.*join"):
+        get_train_dataset(aux, batch_size=2, max_samples_per_sequence=2)
+    cfg = _write(folders, "cfg.yaml", "splits: {train: {path: ds1, dataset_config: x.yaml}}\n")
+    with pytest.raises(ConfigError, match="dataset_config.*field_map"):
+        get_train_dataset(cfg, batch_size=2, max_samples_per_sequence=2)
+    assert TextSample  # the sample type of these datasets
