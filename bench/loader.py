@@ -82,7 +82,7 @@ from _peers import bare_batches, resize_crop_np, resize_then_crop_np  # noqa: E4
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions, decode_image, psnr  # noqa: E402
-from fpipe.encode._collate import pad_stack  # noqa: E402
+from fpipe.encode import pad_stack  # noqa: E402
 from fpipe.loader.state import LoaderState, encode_loader_state  # noqa: E402
 
 TARGET = 224
@@ -112,6 +112,14 @@ def collate_images(samples: list) -> dict:
 
 def collate_tokens(samples: list) -> torch.Tensor:
     return pad_stack([torch.from_numpy(s[0]) for s in samples])
+
+
+class TokenEncoder(fpipe.DefaultTaskEncoder):
+    """fpipe's side of the text rows: the peers' collate_tokens (the default batch gives
+    numpy arrays as lists, as Energon's generic_batch does)."""
+
+    def batch(self, samples: list) -> torch.Tensor:
+        return collate_tokens([(s.text,) for s in samples])
 
 
 def same_decode_ratios(small: dict, big: dict, ratio: Callable) -> dict[str, float | None]:
@@ -176,7 +184,12 @@ def bare_loop(root: Path, batch_size: int) -> Iterator[dict]:
 
 
 def fpipe_loader(
-    root: Path, batch_size: int, nw: int, decode: ImageDecodeOptions | None, mode="process"
+    root: Path,
+    batch_size: int,
+    nw: int,
+    decode: ImageDecodeOptions | None,
+    mode="process",
+    task_encoder: Any = None,
 ):
     ds = fpipe.get_train_dataset(
         root,
@@ -185,6 +198,7 @@ def fpipe_loader(
         max_samples_per_sequence=MAX_SEQ,
         seed=SEED,
         image_decode=decode,
+        task_encoder=task_encoder,
     )
     return fpipe.get_loader(ds, num_workers=nw, prefetch_factor=2, worker_mode=mode)
 
@@ -553,7 +567,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{args.text_batches} timed batches"
     )
     loaders = {
-        "fpipe nw=0": in_process(lambda: fpipe_iter(text, 256, 0), "text", 256, 2),
+        "fpipe nw=0": in_process(
+            lambda: iter(fpipe_loader(text, 256, 0, None, task_encoder=TokenEncoder())),
+            "text",
+            256,
+            2,
+        ),
         "webdataset nw=0": in_process(lambda: wds_iter(text, 256, 0, "text"), "text", 256, 2),
     }
     if energon:
