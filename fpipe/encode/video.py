@@ -34,8 +34,11 @@ __all__ = [
     "VideoTransformConfig",
     "center_crop",
     "clip_frame_indices",
+    "cover_size",
+    "crop_origin",
     "normalize",
     "random_crop",
+    "resize_crop",
     "resize_short_side",
     "sample_frame_indices",
     "stack_videos",
@@ -137,16 +140,89 @@ def resize_short_side(
     ``max(height / H, width / W)``, so both sides reach at least the target, as needed before
     a crop). Returns ``float32`` with the input's value range (no normalization).
     """
-    th, tw = (size, size) if isinstance(size, int) else size
     h, w = video.shape[-2:]
-    scale = max(th / h, tw / w)
-    nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
+    nh, nw = cover_size((h, w), size)
     x = video.float()
     if (nh, nw) == (h, w):
         return x
     kwargs = {"antialias": antialias} if mode in ("bilinear", "bicubic") else {}
     align = {"align_corners": False} if mode in ("bilinear", "bicubic") else {}
     return F.interpolate(x, size=(nh, nw), mode=mode, **align, **kwargs)
+
+
+def cover_size(shape: tuple[int, int], size: int | tuple[int, int]) -> tuple[int, int]:
+    """``(height, width)`` that :func:`resize_short_side` scales frames of ``shape``
+    ``(H, W)`` to: the aspect ratio kept, both sides at least ``size``.
+
+    >>> cover_size((360, 640), 256)
+    (256, 455)
+    """
+    th, tw = (size, size) if isinstance(size, int) else size
+    h, w = int(shape[0]), int(shape[1])
+    scale = max(th / h, tw / w)
+    return max(th, round(h * scale)), max(tw, round(w * scale))
+
+
+def crop_origin(
+    crop: Literal["center", "random"],
+    shape: tuple[int, int],
+    size: tuple[int, int],
+    rng: np.random.Generator | None = None,
+) -> tuple[int, int]:
+    """``(top, left)`` of the ``size`` window that :func:`center_crop` (``crop="center"``)
+    or :func:`random_crop` (``"random"``: the same draws from ``rng``) cuts out of frames of
+    ``shape`` ``(H, W)``."""
+    (th, tw), (h, w) = size, shape
+    if th > h or tw > w:
+        raise ValueError(f"crop {size} is larger than the frames ({h}, {w})")
+    if crop == "center":
+        return (h - th) // 2, (w - tw) // 2
+    if rng is None:
+        raise ValueError("a random crop needs the sample's rng")
+    top = int(rng.integers(0, h - th + 1))
+    return top, int(rng.integers(0, w - tw + 1))
+
+
+def resize_crop(
+    video: torch.Tensor | Sequence[torch.Tensor],
+    indices: Sequence[int] | np.ndarray,
+    resized: tuple[int, int],
+    origin: tuple[int, int],
+    size: tuple[int, int],
+    *,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """Frames ``indices`` of ``[T, C, H, W]`` frames (or of a list of ``[C, H, W]`` frames),
+    resized to ``resized`` (as :func:`resize_short_side`), cropped to ``size`` at ``origin``
+    ``(top, left)``, as a contiguous ``[C, T', h, w]`` clip: with ``normalize``, ``float32``
+    in ``[-1, 1]`` (uint8 input clamped to ``[0, 255]`` first), exactly what resize, crop,
+    :func:`normalize` and :func:`to_cthw` give one after the other; without, in the input's
+    dtype (uint8 input is scaled by torch's uint8 kernel: within 1 of the rounded float
+    result).
+
+    One frame at a time, straight into the output: no float copy of the whole clip at full
+    size, and the resize runs on contiguous frames (its fastest kernel; the same values)."""
+    (th, tw), (top, left) = size, origin
+    first = video[0]
+    uint8 = first.dtype == torch.uint8
+    floats = normalize or not uint8
+    scale = tuple(resized) != tuple(first.shape[-2:])
+    out = torch.empty(
+        (first.shape[0], len(indices), th, tw), dtype=torch.float32 if floats else first.dtype
+    )
+    for j, i in enumerate(np.asarray(indices, dtype=np.int64).tolist()):
+        x = video[i][None]
+        if scale:
+            if floats:
+                x = torch.empty(x.shape, dtype=torch.float32).copy_(x)
+            kwargs = {"align_corners": False, "antialias": True}
+            x = F.interpolate(x, size=tuple(resized), mode="bilinear", **kwargs)
+        out[:, j].copy_(x[0, :, top : top + th, left : left + tw])
+    if normalize:
+        if uint8:
+            out.clamp_(0.0, 255.0)  # bilinear/antialias can overshoot slightly
+        out.div_(127.5).sub_(1.0)
+    return out
 
 
 def center_crop(video: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -223,13 +299,18 @@ def video_transform(
     config: VideoTransformConfig,
     video: torch.Tensor,
     rng: np.random.Generator | None = None,
+    *,
+    normalize: bool = True,
 ) -> torch.Tensor:
     """The OpenSora chain: ``uint8 [T_in, 3, H_in, W_in]`` to ``float32 [3, T, H, W]`` in
     ``[-1, 1]`` with ``(T, H, W) = (num_frames, height, width)``.
 
     ``rng`` (the sample's generator) is required when ``config`` asks for a random start or
     crop; the temporal draw comes first, then the crop. Frames are sampled before resizing,
-    so only the kept frames are scaled.
+    so only the kept frames are scaled (one at a time, see :func:`resize_crop`).
+    ``normalize=False`` keeps the input's dtype: ``uint8 [3, T, H, W]`` in ``[0, 255]`` for
+    decoded video, a quarter of the bytes to move; :func:`normalize` it where you like (on
+    the GPU, after the copy).
 
     >>> cfg = VideoTransformConfig(num_frames=4, height=8, width=8, temporal="first")
     >>> video_transform(cfg, torch.zeros(10, 3, 12, 16, dtype=torch.uint8)).shape
@@ -241,13 +322,10 @@ def video_transform(
     if video.ndim != 4 or video.shape[0] < 1:
         raise ValueError(f"expected a [T, C, H, W] video with T >= 1, got {tuple(video.shape)}")
     idx = clip_frame_indices(config, video.shape[0], rng)
-    x = take_frames(video, idx)
     size = (config.height, config.width)
-    x = resize_short_side(x, size)
-    x = center_crop(x, size) if config.crop == "center" else random_crop(x, size, rng)
-    if video.dtype == torch.uint8:
-        x = x.clamp_(0.0, 255.0)  # bilinear/antialias can overshoot slightly
-    return to_cthw(normalize(x))
+    resized = cover_size(video.shape[-2:], size)
+    origin = crop_origin(config.crop, resized, size, rng)
+    return resize_crop(video, idx, resized, origin, size, normalize=normalize)
 
 
 def stack_videos(videos: Sequence[torch.Tensor]) -> torch.Tensor:

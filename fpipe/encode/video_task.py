@@ -10,7 +10,16 @@ lazy :class:`~fpipe.decode.av.AVDecoder` made while cooking), :meth:`encode_samp
    ``temporal="whole"``, spread evenly over the whole clip) over the video's frame count, and
    decodes only those frames (each from its nearest keyframe);
 3. applies the rest of :func:`~fpipe.encode.video.video_transform`: resize the short side,
-   center or random crop (``rng``), normalize to ``[-1, 1]``, layout ``[3, T, H, W]``.
+   center or random crop (``rng``), normalize to ``[-1, 1]``, layout ``[3, T, H, W]``, one
+   frame at a time straight into the output.
+
+Two options trade the exact default output for less CPU per sample (see ``docs/video.md``):
+``resize="ffmpeg"`` scales the kept frames in FFmpeg while decoding (bilinear, in the video's
+own pixel format, then converted to RGB at the small size: no full-size RGB frame, no float
+work on full-size frames; the luma within about a level of torch's antialiased bilinear),
+and ``normalize=False`` returns ``uint8 [3, T, H, W]`` in ``[0, 255]`` (a quarter of the
+bytes to move between processes and to the GPU) for :func:`~fpipe.encode.video.normalize` to
+map to ``[-1, 1]`` on the GPU. ``codec_threads`` sets FFmpeg's frame threads (same frames).
 
 The result equals ``video_transform(config, <all frames>, rng)`` (same draws from ``rng`` in the
 same order: temporal start, then crop) without decoding the frames it does not keep. Batches are
@@ -53,6 +62,9 @@ from fpipe.encode.task_encoder import TaskEncoder
 from fpipe.encode.video import (
     VideoTransformConfig,
     clip_frame_indices,
+    cover_size,
+    crop_origin,
+    resize_crop,
     stack_videos,
     video_transform,
 )
@@ -64,13 +76,15 @@ __all__ = ["EncodedVideoSample", "VideoBatch", "VideoTaskEncoder"]
 #: The frame rate OpenSora gives an image (a 1-frame clip), and a video of unknown rate.
 IMAGE_FPS, UNKNOWN_FPS = 120.0, 24.0
 BATCH_FORMATS = ("batch", "opensora")
+RESIZERS = ("torch", "ffmpeg")
 
 
 @dataclass
 class EncodedVideoSample(Sample):
     """One sample after :meth:`VideoTaskEncoder.encode_sample`."""
 
-    #: ``float32 [3, T, H, W]`` in ``[-1, 1]``.
+    #: ``float32 [3, T, H, W]`` in ``[-1, 1]`` (``uint8`` in ``[0, 255]`` with
+    #: ``normalize=False``).
     video: Any
     #: The caption (None when the sample has none).
     caption: Any = None
@@ -90,7 +104,7 @@ class EncodedVideoSample(Sample):
 class VideoBatch(Batch):
     """A batch of :class:`EncodedVideoSample`."""
 
-    #: ``float32 [B, 3, T, H, W]`` in ``[-1, 1]``.
+    #: ``float32 [B, 3, T, H, W]`` in ``[-1, 1]`` (``uint8`` with ``normalize=False``).
     video: Any
     #: One caption per sample.
     caption: list = field(default_factory=list)
@@ -125,6 +139,17 @@ class VideoTaskEncoder(TaskEncoder):
         clip's audio aligned with its frames; None (default) for video only.
       batch_format: ``"batch"`` (default): a :class:`VideoBatch`; ``"opensora"``: the dict
         OpenSora's training loop reads (see :meth:`batch`).
+      resize: ``"torch"`` (default): torch's antialiased bilinear on the decoded full-size
+        frames (the output of earlier versions, bit for bit); ``"ffmpeg"``: FFmpeg scales
+        each kept frame while decoding (bilinear), less than half the CPU per sample of
+        "torch" on 360p and 720p video (``bench/video_encode.py``); the same frames and crop,
+        the luma within about a level of "torch" on average, colour edges further off.
+        Frames given as tensors are always resized by torch.
+      normalize: True (default): ``float32`` in ``[-1, 1]``; False: ``uint8`` in ``[0, 255]``
+        (normalize on the GPU with :func:`fpipe.encode.video.normalize`).
+      codec_threads: FFmpeg frame threads per decode (``AVDecoder.get_clips``): "auto"
+        (default; only in a DataLoader worker process with spare cores) or an int (1:
+        none). The frames are the same with any setting.
 
     Randomness comes only from the ``rng`` handed to :meth:`encode_sample`, so a sample
     re-materialized after a restore, in any worker, gives the same tensor.
@@ -142,7 +167,28 @@ class VideoTaskEncoder(TaskEncoder):
         caption_field: str | None = "caption",
         audio: AudioConfig | None = None,
         batch_format: str = "batch",
+        resize: str = "torch",
+        normalize: bool = True,
+        codec_threads: int | str = "auto",
     ):
+        if resize not in RESIZERS:
+            raise ConfigError(
+                f"VideoTaskEncoder(resize=) must be 'torch' (antialiased bilinear on full-size "
+                f"frames, the default) or 'ffmpeg' (scaled while decoding), got {resize!r}"
+            )
+        if not isinstance(normalize, bool):
+            raise ConfigError(
+                f"VideoTaskEncoder(normalize=) must be True or False, got {normalize!r}"
+            )
+        if codec_threads != "auto" and (
+            isinstance(codec_threads, bool)
+            or not isinstance(codec_threads, int)
+            or codec_threads < 1
+        ):
+            raise ConfigError(
+                f"VideoTaskEncoder(codec_threads=) must be 'auto' or an int >= 1, got "
+                f"{codec_threads!r}"
+            )
         if batch_format not in BATCH_FORMATS:
             raise ConfigError(
                 f"VideoTaskEncoder(batch_format=) must be 'batch' (a VideoBatch) or 'opensora' "
@@ -160,6 +206,7 @@ class VideoTaskEncoder(TaskEncoder):
         self.caption_field = caption_field
         self.audio = audio
         self.batch_format = batch_format
+        self.resize, self.normalize, self.codec_threads = resize, normalize, codec_threads
         # after the frames are picked: no temporal sampling left, only resize/crop/normalize
         self._spatial = msgspec.structs.replace(config, stride=1, temporal="first")
         self._buckets: dict[tuple[int, ...], VideoTaskEncoder] = {}
@@ -167,7 +214,8 @@ class VideoTaskEncoder(TaskEncoder):
     def __repr__(self) -> str:
         return (
             f"VideoTaskEncoder({self.config!r}, decode_limits={self.decode_limits!r}, "
-            f"audio={self.audio!r}, batch_format={self.batch_format!r})"
+            f"audio={self.audio!r}, batch_format={self.batch_format!r}, resize={self.resize!r}, "
+            f"normalize={self.normalize!r}, codec_threads={self.codec_threads!r})"
         )
 
     def for_bucket(self, shape: tuple[int, ...]) -> VideoTaskEncoder:
@@ -186,6 +234,9 @@ class VideoTaskEncoder(TaskEncoder):
                 caption_field=self.caption_field,
                 audio=self.audio,
                 batch_format=self.batch_format,
+                resize=self.resize,
+                normalize=self.normalize,
+                codec_threads=self.codec_threads,
             )
         return enc
 
@@ -195,9 +246,25 @@ class VideoTaskEncoder(TaskEncoder):
         stride = num_available / cfg.num_frames if cfg.temporal == "whole" else cfg.stride
         return float((source_fps or UNKNOWN_FPS) // stride)
 
+    def _scaled(self, video: Any, meta: Any, idx: np.ndarray, rng: np.random.Generator | None):
+        """``(video_out_frame_size, crop origin)`` for ``resize="ffmpeg"`` (the crop drawn
+        from ``rng`` as ``video_transform`` draws it), else ``(None, None)``."""
+        if self.resize != "ffmpeg":
+            return None, None
+        shape = (meta.height, meta.width)
+        if not (meta.height and meta.width):  # metadata without the size: decode one frame
+            first = video.get_clips([(int(idx[0]), int(idx[0]))], video_unit="frames")
+            shape = first.video_clips[0].shape[-2:] if first.video_clips else (0, 0)
+            if not (shape[0] and shape[1]):
+                raise BadSampleError(video.path, video.key, "no video frame could be decoded")
+        size = (self.config.height, self.config.width)
+        nh, nw = cover_size(shape, size)
+        return (nw, nh), crop_origin(self.config.crop, (nh, nw), size, rng)
+
     def _frames(self, video: Any, sample: Any, rng: np.random.Generator | None):
-        """(``uint8 [T, 3, h, w]`` frames of the clip, their source indices, their pts, the
-        clip's audio or None, the clip's fps)."""
+        """(the ``T`` ``uint8 [3, h, w]`` frames of the clip, their source indices, their
+        pts, the clip's audio or None, the clip's fps, the crop origin when FFmpeg scaled the
+        frames (``resize="ffmpeg"``) else None)."""
         from fpipe.decode.av.decoder import check_av_limits
 
         cfg = self.config
@@ -210,11 +277,17 @@ class VideoTaskEncoder(TaskEncoder):
         idx = clip_frame_indices(cfg, meta.video_num_frames, rng)
         # one single-frame range per kept frame: the decoder seeks to the keyframe before
         # the first, decodes forward, and converts only these frames to RGB
-        out = video.get_clips([(int(i), int(i)) for i in idx], video_unit="frames")
+        out_size, origin = self._scaled(video, meta, idx, rng)
+        out = video.get_clips(
+            [(int(i), int(i)) for i in idx],
+            video_unit="frames",
+            video_out_frame_size=out_size,
+            codec_threads=self.codec_threads,
+        )
         frames, times, last = [], [], None
         for clip, t in zip(out.video_clips, out.video_frame_times):
             if clip.shape[0]:
-                last = (clip[:1], t[:1])
+                last = (clip[0], t[:1])
             if last is None:
                 continue
             frames.append(last[0])  # a frame past the end (metadata overcounts): repeat
@@ -233,10 +306,11 @@ class VideoTaskEncoder(TaskEncoder):
             span = n / (meta.video_fps or 1.0)
             audio = aligned_audio(video, t0, t0 + span, self.audio)
         fps = self._fps(meta.video_fps, meta.video_num_frames)
-        return torch.cat(frames), idx, frame_times, audio, fps
+        return frames, idx, frame_times, audio, fps, origin
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> EncodedVideoSample:
-        """Decode ``num_frames`` frames and transform them to ``float32 [3, T, H, W]``."""
+        """Decode ``num_frames`` frames and transform them to ``float32 [3, T, H, W]`` (``uint8``
+        with ``normalize=False``)."""
         video = getattr(sample, self.video_field, None)
         image = video is None or (isinstance(video, torch.Tensor) and video.ndim == 3)
         if video is None:  # an image sample: a 1-frame clip, as OpenSora treats images
@@ -248,9 +322,17 @@ class VideoTaskEncoder(TaskEncoder):
             frames = video[torch.as_tensor(idx)]
             frame_times, audio = None, None
             fps = IMAGE_FPS if image else self._fps(None, video.shape[0])
+            x = video_transform(self._spatial, frames, rng, normalize=self.normalize)
         else:
-            frames, idx, frame_times, audio, fps = self._frames(video, sample, rng)
-        x = video_transform(self._spatial, frames, rng)
+            frames, idx, frame_times, audio, fps, origin = self._frames(video, sample, rng)
+            size, shape = (self.config.height, self.config.width), tuple(frames[0].shape[-2:])
+            # what video_transform(self._spatial, torch.stack(frames), rng) gives, without
+            # stacking full-size frames; frames FFmpeg scaled are only cropped
+            resized = cover_size(shape, size) if origin is None else shape
+            if origin is None:
+                origin = crop_origin(self.config.crop, resized, size, rng)
+            n, norm = len(frames), self.normalize
+            x = resize_crop(frames, range(n), resized, origin, size, normalize=norm)
         caption = getattr(sample, self.caption_field, None) if self.caption_field else None
         return EncodedVideoSample.derive_from(
             sample,

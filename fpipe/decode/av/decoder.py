@@ -30,6 +30,8 @@ import torch
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.av import probe as av_probe
+from fpipe.decode.av._energon_methods import EnergonAVMethods
+from fpipe.decode.av._threads import CodecThreads, resolve_codec_threads
 from fpipe.decode.av.audio import audio_layout, decode_audio
 from fpipe.decode.av.probe import AVSource, av_open, probe_av
 from fpipe.decode.av.ranges import (
@@ -64,7 +66,7 @@ __all__ = [
 ]
 
 
-class AVDecoder:
+class AVDecoder(EnergonAVMethods):
     """Lazy decoder of the audio and video of one file (a video, or an audio-only file).
 
     Constructing reads nothing (not even the header). Every call opens and closes its own
@@ -109,7 +111,9 @@ class AVDecoder:
         path: str = "",
         key: str = "",
         limits: DecodeLimits = DEFAULT_LIMITS,
+        suppress_warnings: bool = False,
     ):
+        # suppress_warnings: Energon's; fpipe's frame seeks are exact and never warn
         if isinstance(data, (str, os.PathLike)) and not path:
             path = os.fspath(data)
         self._data = data
@@ -124,10 +128,10 @@ class AVDecoder:
 
     # -- metadata -------------------------------------------------------------------------
 
-    def _open(self):
+    def _open(self, video_threads: int = 1):
         if hasattr(self._data, "seek") and not isinstance(self._data, (bytes, bytearray)):
             self._data.seek(0)
-        return av_open(self._data, path=self.path, key=self.key)
+        return av_open(self._data, path=self.path, key=self.key, video_threads=video_threads)
 
     def _probe(self) -> AVMetadata:
         with self._open() as container:
@@ -158,6 +162,7 @@ class AVDecoder:
         audio_channels: int | str | None = None,
         *,
         range_end: RangeEnd = "exclusive",
+        codec_threads: CodecThreads = "auto",
     ) -> AVClips:
         """Decode the requested video and audio ranges.
 
@@ -177,13 +182,17 @@ class AVDecoder:
           range_end: "exclusive" (default) or "inclusive" (Energon's): whether a frame
             exactly at a video range's end belongs to it (see the class docstring). Audio
             ranges are always ``round((end - start) * rate)`` samples.
+          codec_threads: FFmpeg frame threads decoding the video: an int (1: none), or
+            "auto" (default): ``cores // num_workers`` in a DataLoader worker process, 1
+            elsewhere. Threads return the same frames; they only change how fast.
 
         Returns:
           An :class:`AVClips` whose lists follow the order of the requested ranges.
 
         Raises:
           BadSampleError: corrupt data, a missing stream that was asked for, or a limit hit.
-          ValueError: an unknown unit or ``range_end``, a range ending before its start.
+          ValueError: an unknown unit, ``range_end`` or ``codec_threads``, a range ending
+            before its start.
         """
         if video_unit not in ("seconds", "frames"):
             raise ValueError(f"video_unit must be 'seconds' or 'frames', got {video_unit!r}")
@@ -198,6 +207,7 @@ class AVDecoder:
         v_ranges = check_ranges(video_clip_ranges or (), "video", video_unit == "frames")
         a_ranges = check_ranges(audio_clip_ranges or (), "audio")
         layout = audio_layout(audio_channels)  # checks the argument before any decoding
+        threads = resolve_codec_threads(codec_threads)
         meta = self.metadata
         if v_ranges and meta.video_num_frames is None:
             raise self._bad("video clips requested but the file has no video stream")
@@ -214,7 +224,7 @@ class AVDecoder:
             a_ranges = [(a / sr, b / sr) for a, b in a_ranges]
         clips, stamps, times, n_video = [], [], [], 0
         a_clips, a_stamps, out_rate = [], [], None
-        with self._open() as container:
+        with self._open(threads if v_ranges else 1) as container:
             try:
                 if a_ranges:  # first: audio at the stream start decodes without a seek
                     out_rate = audio_sample_rate or meta.audio_sample_rate
@@ -341,7 +351,14 @@ class AVDecoder:
         frames = torch.cat(out.video_clips)
         times = torch.cat(out.video_frame_times)
         stamps = [(out.video_timestamps[0][0], out.video_timestamps[-1][1])]
-        return AVClips([frames], stamps, [times], [], [], None, out.video_frames_decoded)
+        return AVClips(
+            [frames],
+            stamps,
+            [],
+            [],
+            video_frame_times=[times],
+            video_frames_decoded=out.video_frames_decoded,
+        )
 
     def get_video(self, video_out_frame_size: tuple[int, int] | None = None) -> AVClips:
         """The whole video stream as one clip (no audio)."""

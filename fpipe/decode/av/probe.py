@@ -30,11 +30,14 @@ AVSource = Union[bytes, bytearray, memoryview, str, os.PathLike, BinaryIO]
 _EPS = 1e-6  # seconds; absorbs float rounding of pts * time_base
 
 
-def av_open(source: AVSource, *, path: str = "", key: str = ""):
+def av_open(source: AVSource, *, path: str = "", key: str = "", video_threads: int = 1):
     """Open a container for reading, with codec threads off. The only opener fpipe uses.
 
     Every stream's codec context gets ``thread_type = "NONE"`` and ``thread_count = 1``
-    before anything is decoded, so FFmpeg never starts decoder threads. The reasons:
+    before anything is decoded, so FFmpeg never starts decoder threads, unless
+    ``video_threads`` > 1 asks for that many frame threads in the video streams (see
+    :mod:`fpipe.decode.av._threads`: only where a process has spare cores; the threads end
+    when the container closes). The reasons for no threads by default:
 
     * fpipe decodes in forked torch DataLoader workers. A process that forks while FFmpeg
       threads hold locks (for example a decoder used once in the main process for a preview)
@@ -49,6 +52,7 @@ def av_open(source: AVSource, *, path: str = "", key: str = ""):
         position; :class:`~fpipe.decode.av.AVDecoder` rewinds it), or a filesystem path.
       path, key: the file and sample key named in errors (``path`` defaults to ``source``
         when that is a path).
+      video_threads: FFmpeg threads per video stream (1: none).
 
     Returns:
       An ``av`` input container; use it as a context manager to close it.
@@ -75,7 +79,12 @@ def av_open(source: AVSource, *, path: str = "", key: str = ""):
     try:
         for stream in container.streams:
             ctx = stream.codec_context
-            if ctx is not None:
+            if ctx is None:
+                continue
+            if video_threads > 1 and stream.type == "video":
+                ctx.thread_type = "AUTO"  # frame threads (slices too): the same frames
+                ctx.thread_count = video_threads
+            else:
                 ctx.thread_type = "NONE"
                 ctx.thread_count = 1
     except Exception:

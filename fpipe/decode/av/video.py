@@ -29,6 +29,7 @@ from typing import Literal
 import av
 import numpy as np
 import torch
+from av.video.reformatter import VideoReformatter
 
 from fpipe.decode.av.probe import seek
 from fpipe.decode.av.records import AVMetadata
@@ -168,16 +169,36 @@ def _keyframes(meta: AVMetadata, frames: bool) -> tuple[list[float], list[int]]:
     return [meta.video_start_s or 0.0], [0]
 
 
-def _to_clip(frames: list[_Item], stream, meta: AVMetadata, size):
+class _ToRGB:
+    """Frames to RGB arrays through two reused FFmpeg scalers: one scales in the frame's own
+    pixel format (bilinear), one converts to RGB. ``VideoFrame.reformat`` and ``to_ndarray``
+    make a new scaler per call, which sets swscale up again for every frame (as costly as the
+    conversion itself), and let swscale choose its own thread count; these scalers run in the
+    calling thread, as the codecs do by default (``av_open``). The pixels are the same."""
+
+    def __init__(self) -> None:
+        self.scaler, self.rgb = VideoReformatter(), VideoReformatter()
+
+    def into(self, out: np.ndarray, frame) -> None:
+        """Write ``frame`` scaled to ``out``'s ``[h, w, 3]`` size into ``out``."""
+        h, w = out.shape[:2]
+        if (frame.width, frame.height) != (w, h):
+            frame = self.scaler.reformat(
+                frame, width=w, height=h, interpolation="BILINEAR", threads=1
+            )
+        plane = self.rgb.reformat(frame, format="rgb24", threads=1).planes[0]
+        rows = np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)  # padded rows
+        out[...] = rows[:h, : w * 3].reshape(h, w, 3)
+
+
+def _to_clip(frames: list[_Item], stream, meta: AVMetadata, size, to_rgb: _ToRGB):
     if size is not None:
         w, h = int(size[0]), int(size[1])
     else:
         w, h = stream.codec_context.width, stream.codec_context.height
     arr = np.empty((len(frames), h, w, 3), np.uint8)
     for i, (_, _, frame) in enumerate(frames):
-        if size is not None or (frame.width, frame.height) != (w, h):
-            frame = frame.reformat(width=w, height=h, interpolation="BILINEAR")
-        arr[i] = frame.to_ndarray(format="rgb24")
+        to_rgb.into(arr[i], frame)
     # [T, 3, H, W] over the [T, H, W, 3] buffer: torch.channels_last memory, no copy
     clip = torch.from_numpy(arr).permute(0, 3, 1, 2)
     times = torch.tensor([t for _, t, _ in frames], dtype=torch.float64)
@@ -223,6 +244,7 @@ def decode_video(
       frames decoded (lead-ins included).
     """
     cur = _Cursor(container, meta, unit, max_frames, bad)
+    to_rgb = _ToRGB()
     inclusive = range_end == "inclusive"
     done: dict[tuple[float, float], tuple] = {}
     try:
@@ -231,7 +253,7 @@ def decode_video(
             if lo < cur.stop:  # a range starting after the last frame is empty
                 cur.position_for(lo)
                 frames = cur.select(lo, hi, inclusive)
-            done[(lo, hi)] = _to_clip(frames, cur.stream, meta, size)
+            done[(lo, hi)] = _to_clip(frames, cur.stream, meta, size, to_rgb)
     finally:
         cur.close()
     if not done:
