@@ -56,6 +56,11 @@ _LAZY = {
     **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
     "AugmentTaskEncoder": "fpipe.energon._augment",
     "SampleDecoder": "fpipe.decode",
+    "SourceInfo": "fpipe.samples",
+    "BaseWebdatasetFactory": "fpipe.energon._prepare",
+    "get_dataset_from_config": "fpipe.energon._prepare",
+    "log_exception": "fpipe.energon._errors",
+    "reraise_exception": "fpipe.energon._errors",
     "SavableDataLoader": "fpipe.energon._aliases",
     "cooker": "fpipe.energon._aliases",
 }

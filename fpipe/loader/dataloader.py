@@ -394,6 +394,20 @@ class Loader:
     def __exit__(self, *exc: Any) -> None:
         return None
 
+    def can_restore_sample(self) -> bool:
+        """Whether :meth:`restore_sample` can rebuild this loader's batches (Energon's)."""
+        from fpipe.loader._restore_sample import can_restore
+
+        return can_restore(self.dataset)
+
+    def restore_sample(self, restore_key: Any) -> Any:
+        """The batch this loader delivered with ``__restore_key__ == restore_key``, built
+        again from its recipe (Energon's ``restore_sample``; see
+        :mod:`fpipe.loader._restore_sample`). The loader's state is unchanged."""
+        from fpipe.loader._restore_sample import restore_batch
+
+        return restore_batch(self.dataset, restore_key)
+
     def stats(self) -> LoaderStats:
         """The global position (epoch, refs of the global order taken: identical on every rank
         in global mode), this rank's delivered batches and samples, skipped samples, the plan's

@@ -23,10 +23,13 @@ def _takes_three(handler: Callable[..., Any]) -> bool:
     return any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 3
 
 
-def call_error_handler(handler: Callable[..., Any], error: BaseException, key: str) -> None:
-    """``handler(error, key, None)``, or ``handler(error, key)`` for a two-argument handler
-    (``sources``: None, fpipe names the sample by its key)."""
+def call_error_handler(
+    handler: Callable[..., Any], error: BaseException, key: str, sources: list | None = None
+) -> None:
+    """``handler(error, key, sources)``, or ``handler(error, key)`` for a two-argument handler
+    (fpipe names the sample by its key; ``sources``: its :class:`fpipe.samples.SourceInfo`
+    records, or None)."""
     if _takes_three(handler):
-        handler(error, key, None)
+        handler(error, key, sources)
     else:
         handler(error, key)

@@ -44,6 +44,7 @@ from fpipe.encode.task_encoder import (
     sample_decoder_of,
 )
 from fpipe.materialize._error_handler import call_error_handler
+from fpipe.materialize._source_info import failed_sources, sample_sources
 from fpipe.materialize.join import joined_sample, prefetch_parts, read_joined
 from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
 from fpipe.samples import (
@@ -253,6 +254,8 @@ class Materializer:
         # (shard/key) still names them in errors, lineage and `fpipe plan --find`.
         own_key, shard = energon_keys(ds, index, sample_key) or (None, "")
         decode_exts = ds.decode_exts(index) if hasattr(ds, "decode_exts") else None
+        # before decoding; a typed sample is made of its field map's members
+        sources = sample_sources(ds, str(path), index, sample_key, raw, self.wanted(src))
         if is_crude(src.sample_type):
             # Energon: a cooker sees the members decoded (its task encoder's `decoder`, by
             # default by extension); `decoder = None` keeps the raw bytes.
@@ -278,6 +281,7 @@ class Materializer:
                 decode_limits=self.decode_limits,
                 decode_exts=decode_exts,
                 shard=shard,
+                sources=sources,
             )
             return self.task_encoder.cook_crude_sample(crude)
         # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
@@ -301,6 +305,7 @@ class Materializer:
             decode_exts=decode_exts,
             decoder=self.sample_decoder,
             sample_key=own_key,
+            sources=sources,
         )
 
     def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[tuple]:
@@ -459,12 +464,19 @@ class Materializer:
                 if self.error_policy is ErrorPolicy.RAISE:
                     raise
                 if self.error_handler is not None:
-                    call_error_handler(self.error_handler, err, self.key(d, i))
+                    call_error_handler(
+                        self.error_handler, err, self.key(d, i), failed_sources(self, d, i)
+                    )
                 skipped_keys.append(f"{err.path}:{err.key}")
             except MaterializeError as err:  # a hook's own failure: Energon's handler skips it
                 if self.error_handler is None:
                     raise
-                call_error_handler(self.error_handler, err.__cause__ or err, self.key(d, i))
+                call_error_handler(
+                    self.error_handler,
+                    err.__cause__ or err,
+                    self.key(d, i),
+                    failed_sources(self, d, i),
+                )
                 skipped_keys.append(f"{src.path}:{self.key(d, i)}: {err.hook} failed")
             mark(-1)
         return samples, kept, skipped_keys

@@ -48,6 +48,7 @@ from fpipe.samples.registry import (
     sample_type_from_name,
     sample_type_name,
 )
+from fpipe.samples.source_info import SourceInfo
 from fpipe.samples.tensors import PinMemoryMixin
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "PinMemoryMixin",
     "Sample",
     "SimilarityInterleavedSample",
+    "SourceInfo",
     "TextSample",
     "VQASample",
     "VidQASample",

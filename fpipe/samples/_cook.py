@@ -75,6 +75,7 @@ def cook_sample(
     decode_exts: Mapping[str, str] | None = None,
     decoder: Callable[[dict[str, Any]], Any] | None = None,
     sample_key: str | None = None,
+    sources: tuple[Any, ...] | None = None,
 ) -> Any:
     """Build a typed sample from raw members, decoding only the members ``field_map`` reads.
 
@@ -112,6 +113,7 @@ def cook_sample(
       sample_key: the sample's ``__key__`` when it is not ``key`` (samples of an Energon
         folder carry the key inside their shard, as Energon gives it); ``key`` still names the
         sample in errors.
+      sources: the sample's ``__sources__`` (:class:`~fpipe.samples.SourceInfo` records).
 
     Raises:
       BadSampleError: a required field has no member present, or a used member is undecodable.
@@ -174,6 +176,7 @@ def cook_sample(
         __key__=key if sample_key is None else sample_key,
         __restore_key__=tuple(restore_key),
         __subflavors__=dict(subflavors) if subflavors else {},
+        __sources__=sources,
         **values,
     )
 
@@ -365,12 +368,14 @@ def make_crude_sample(
     decode_limits: Any = None,
     decode_exts: Mapping[str, str] | None = None,
     shard: str = "",
+    sources: tuple[Any, ...] | None = None,
 ) -> CrudeSample:
     """Wrap raw members into a :class:`CrudeSample` (nothing is decoded). ``decode_limits``
     (the loader's :class:`fpipe.decode.DecodeLimits`) is kept as ``__decode_limits__`` and
     ``decode_exts`` (how a table's columns are decoded, see :func:`cook_sample`) as
     ``__decode_exts__``, for :meth:`CrudeSample.decode`; ``shard``: the shard's name, kept as
-    Energon's ``__shard__`` when given."""
+    Energon's ``__shard__`` when given; ``sources``: the sample's ``__sources__``
+    (:class:`~fpipe.samples.SourceInfo` records), kept when given."""
     crude = CrudeSample(raw)
     crude["__key__"] = key
     crude["__restore_key__"] = tuple(restore_key)
@@ -378,6 +383,8 @@ def make_crude_sample(
     crude["__path__"] = path
     if shard:
         crude["__shard__"] = shard
+    if sources is not None:
+        crude["__sources__"] = tuple(sources)
     if decode_limits is not None:
         crude["__decode_limits__"] = decode_limits
     if decode_exts:

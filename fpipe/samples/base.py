@@ -1,4 +1,4 @@
-"""The ``Sample`` base: a dataclass with the three keys every sample carries.
+"""The ``Sample`` base: a dataclass with the keys every sample carries.
 
 Samples are plain (not frozen) dataclasses, like Megatron-Energon's, so an Energon user's
 ``@dataclass class MySample(Sample)`` works unchanged. fpipe itself never mutates a sample: it
@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from fpipe.samples.source_info import SourceInfo
 from fpipe.samples.tensors import PinMemoryMixin
 
 __all__ = ["BASE_FIELDS", "Sample", "basic_sample_keys"]
 
 #: Names of the fields every sample (and batch) has.
-BASE_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
+BASE_FIELDS = ("__key__", "__restore_key__", "__subflavors__", "__sources__")
 
 S = TypeVar("S", bound="Sample")
 
@@ -47,6 +48,9 @@ class Sample(PinMemoryMixin):
     __restore_key__: tuple[Any, ...] = ()
     #: Subflavors from the metadataset (e.g. ``{"source": "coco"}``); used by cookers.
     __subflavors__: dict[str, Any] = field(default_factory=dict)
+    #: Where the sample was read from (:class:`~fpipe.samples.SourceInfo`, one per file; a
+    #: joined sample one per part); None for a sample built by hand.
+    __sources__: tuple[SourceInfo, ...] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Subclasses keep the concise repr (shapes and dtypes, not values): a name in the
@@ -101,9 +105,9 @@ class Sample(PinMemoryMixin):
         Energon's default joiner builds it: the keys and subflavors of the first (primary)
         sample, then the fields of every sample in order, later ones taking precedence. A
         missing part (``nonmatch: none``) is None and gives no fields; a field of ``cls``
-        that no sample gave is None. Override it (a ``staticmethod`` or ``classmethod``) in a
-        registered sample type to join otherwise; named parts (``join:`` as a mapping) come
-        as keyword arguments.
+        that no sample gave is None; ``__sources__`` holds every part's sources, in order.
+        Override it (a ``staticmethod`` or ``classmethod``) in a registered sample type to join
+        otherwise; named parts (``join:`` as a mapping) come as keyword arguments.
 
         Examples:
           >>> from dataclasses import dataclass
@@ -138,7 +142,10 @@ class Sample(PinMemoryMixin):
             )
         for name in required:
             values.setdefault(name, None)
-        return cls(**basic_sample_keys(parts[0]), **values)
+        keys = basic_sample_keys(parts[0])
+        sources = [s for p in parts if p is not None for s in (p.__sources__ or ())]
+        keys["__sources__"] = tuple(sources) if sources else None
+        return cls(**keys, **values)
 
 
 @functools.lru_cache(maxsize=256)
@@ -150,17 +157,20 @@ def _user_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def basic_sample_keys(sample: Any) -> dict[str, Any]:
-    """``{"__key__", "__restore_key__", "__subflavors__"}`` of a sample or crude sample, to
-    build another sample from it: ``TextSample(**basic_sample_keys(crude), text=...)``."""
+    """``{"__key__", "__restore_key__", "__subflavors__", "__sources__"}`` of a sample or
+    crude sample, to build another sample from it:
+    ``TextSample(**basic_sample_keys(crude), text=...)``."""
     if isinstance(sample, Mapping):
         get = sample.get
         return {
             "__key__": get("__key__", ""),
             "__restore_key__": get("__restore_key__", ()),
             "__subflavors__": get("__subflavors__") or {},
+            "__sources__": get("__sources__"),
         }
     return {
         "__key__": sample.__key__,
         "__restore_key__": sample.__restore_key__,
         "__subflavors__": sample.__subflavors__,
+        "__sources__": getattr(sample, "__sources__", None),
     }

@@ -42,6 +42,9 @@ class Batch(PinMemoryMixin):
     __restore_key__: tuple[Any, ...] = ()
     #: The ``__subflavors__`` of each sample, in batch order.
     __subflavors__: list[dict[str, Any]] = field(default_factory=list)
+    #: The ``__sources__`` of the samples, flattened in batch order (as Energon's batches);
+    #: None when no sample has any.
+    __sources__: tuple[Any, ...] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Subclasses keep the concise repr (shapes and dtypes, not values): a name in the
@@ -58,7 +61,8 @@ class Batch(PinMemoryMixin):
     @classmethod
     def from_samples(cls: type[B], samples: Sequence[Any], **fields: Any) -> B:
         """Build a batch from samples: keys are collected from ``samples``; each declared
-        field not given in ``fields`` becomes the list of that attribute of the samples."""
+        field not given in ``fields`` becomes the list of that attribute of the samples;
+        ``__sources__`` is the samples' sources in one tuple."""
         for f in dataclasses.fields(cls):
             if (
                 f.init
@@ -72,6 +76,7 @@ class Batch(PinMemoryMixin):
             __key__=[s.__key__ for s in samples],
             __restore_key__=tuple(s.__restore_key__ for s in samples),
             __subflavors__=[s.__subflavors__ for s in samples],
+            __sources__=_flat_sources(samples),
             **fields,
         )
 
@@ -82,9 +87,16 @@ class Batch(PinMemoryMixin):
             __key__=list(other.__key__),
             __restore_key__=other.__restore_key__,
             __subflavors__=list(other.__subflavors__),
+            __sources__=getattr(other, "__sources__", None),
             **fields,
         )
 
     def replace(self: B, **changes: Any) -> B:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+
+def _flat_sources(samples: Sequence[Any]) -> tuple[Any, ...] | None:
+    """Every sample's ``__sources__`` in one tuple, None when no sample has any."""
+    found = [s for sample in samples for s in (getattr(sample, "__sources__", None) or ())]
+    return tuple(found) if found else None

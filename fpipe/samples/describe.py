@@ -52,7 +52,7 @@ def describe_fields(obj: Any) -> list[tuple[str, str]]:
 
 def concise_repr(obj: Any) -> str:
     """``Name(field=description, ...)`` of a sample or batch: its key(s) first, then every
-    field's shape and dtype (or a cut text); restore keys and empty subflavors left out."""
+    field's shape and dtype (or a cut text); restore keys, sources and empty subflavors left out."""
     parts = []
     keys = getattr(obj, "__key__", None)
     if isinstance(keys, list):
@@ -61,9 +61,9 @@ def concise_repr(obj: Any) -> str:
     elif keys:
         parts.append(f"__key__={keys!r}")
     for name, text in describe_fields(obj):
-        if name in ("__key__", "__restore_key__") or (name == "__subflavors__" and not any(
-            getattr(obj, name) or ()
-        )):  # fmt: skip
+        if name in ("__key__", "__restore_key__", "__sources__") or (
+            name == "__subflavors__" and not any(getattr(obj, name) or ())
+        ):
             continue
         parts.append(f"{name}={text}")
     return f"{type(obj).__name__}({', '.join(parts)})"

@@ -107,12 +107,20 @@ def first_batch(path, **kw):
 
 out = {}
 b = first_batch(typed)
-out["typed"] = {"key": b.__key__, "label": describe(b.label), "label_name": describe(b.label_name)}
+def sources(batch_sources):
+    """(path, index, shard, file names) of each sample's sources (the path as text)."""
+    return [[[str(s.dataset_path), s.index, s.shard_name, sorted(s.file_names)] for s in ss]
+            for ss in batch_sources]
+
+
+out["typed"] = {"key": b.__key__, "label": describe(b.label), "label_name": describe(b.label_name),
+                "sources": sources(b.__sources__)}
 for name, enc in (("crude", Crude()), ("raw", RawCrude())):
     b = first_batch(crude, task_encoder=enc)
     out[name] = {
         "key": b.__key__,
         **{f: describe(getattr(b, f)) for f in ("txt", "cls", "js", "jpg_type")},
+        "sources": sources(b.__sources__),
     }
 print("RESULT " + json.dumps(out, sort_keys=True))
 '''
@@ -151,4 +159,7 @@ def test_fpipe_gives_what_energon_gives_on_an_energon_prepared_folder(folders, t
     assert energon["typed"]["label"] == [{"int": 0}, {"int": 1}, {"int": 2}]
     assert energon["crude"]["txt"] == [{"str": "10"}, {"str": "11"}, {"str": "12"}]
     assert energon["raw"]["txt"] == [{"bytes": "10"}, {"bytes": "11"}, {"bytes": "12"}]
+    assert energon["typed"]["sources"][1] == [
+        [str(folders[0]), 1, "parts/data-0.tar", ["000001.cls", "000001.jpg"]]
+    ]
     assert ours == energon

@@ -1,0 +1,173 @@
+"""Energon's Python prepare API and ``get_dataset_from_config``, over fpipe's one
+implementation (:func:`fpipe.storage.prepare_dataset`, :func:`fpipe.get_train_dataset` /
+:func:`fpipe.get_val_dataset`).
+
+``BaseWebdatasetFactory.prepare_dataset(parent_path, paths, split_parts_ratio=...)`` indexes
+the shards and writes the split Energon's call writes (the same shards in each split part, in
+the same order: Energon's seeded shuffle and cut points), as fpipe's index in ``.fpipe/``;
+Energon's ``.nv-meta`` files are not written. Keywords that would change the data fpipe has no
+counterpart for are refused.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from fpipe.core.errors import ConfigError
+
+__all__ = ["BaseWebdatasetFactory", "get_dataset_from_config"]
+
+_FACTORY = (
+    "megatron.energon.BaseWebdatasetFactory is not supported by fpipe: fpipe reads the "
+    "dataset's .nv-meta files itself and builds no dataset factories; use "
+    "fpipe.energon.get_train_dataset / get_val_dataset on the folder (its classmethod "
+    "prepare_dataset is supported)"
+)
+
+
+def _energon_split(
+    shards: list[str],
+    ratio: Sequence[tuple[str, float]] | None,
+    patterns: Sequence[tuple[str, str]] | None,
+    seed: int | None,
+) -> dict[str, list[str]]:
+    """The shards of each split part as Energon 7.4's prepare assigns them."""
+    from fpipe.storage.paths import expand_braces
+
+    if ratio is not None:
+        total = sum(r for _, r in ratio)
+        order = list(shards)
+        if seed is not None:  # Energon's own seeded shuffle (a local generator, not a global one)
+            random.Random(seed).shuffle(order)
+        parts, acc, start = {}, 0.0, 0
+        for name, r in ratio:
+            acc += r / total
+            end = int(len(order) * acc)
+            parts[name] = order[start:end]
+            start = end
+        return parts
+    if patterns is None:
+        raise ConfigError(
+            "BaseWebdatasetFactory.prepare_dataset needs split_parts_ratio or "
+            "split_parts_patterns"
+        )
+    out = {}
+    for name, pattern in patterns:
+        regexes = [re.compile(p) for p in expand_braces(pattern)]
+        out[name] = [s for s in shards if any(r.match(s) for r in regexes)]
+    return out
+
+
+def _prepare_dataset(
+    parent_path: str | os.PathLike,
+    paths: list[str],
+    *,
+    split_parts_ratio: list[tuple[str, float]] | None = None,
+    split_parts_patterns: list[tuple[str, str]] | None = None,
+    split_config: str = "split.yaml",
+    shuffle_seed: int | None = 42,
+    progress_fn: Callable[..., Any] | None = None,
+    workers: int = 32,
+    tar_index_only: bool = False,
+    media_filter: Any = None,
+    fix_duplicates: bool = False,
+    index_sqlite_tmp_path: Any = None,
+) -> set[str]:
+    """Energon's ``BaseWebdatasetFactory.prepare_dataset``: index the shards ``paths`` (relative
+    to ``parent_path``, brace patterns expanded) and write the split, as Energon assigns shards
+    to split parts (``split_parts_ratio``: shuffled with ``shuffle_seed``, cut by ratio;
+    ``split_parts_patterns``: regular expressions). Returns the member extensions found, as
+    Energon does. ``progress_fn``, ``workers`` (capped at the CPUs) and
+    ``index_sqlite_tmp_path`` change no data; ``split_config`` other than ``split.yaml``,
+    ``tar_index_only``, ``media_filter`` and ``fix_duplicates`` are refused."""
+    from fpipe.storage import SplitConfig, prepare_dataset
+    from fpipe.storage.paths import expand_braces
+
+    refused = {
+        "split_config": split_config not in ("split.yaml", "split.json"),
+        "tar_index_only": tar_index_only,
+        "media_filter": media_filter is not None,
+        "fix_duplicates": fix_duplicates,
+    }
+    bad = [k for k, v in refused.items() if v]
+    if bad:
+        raise ConfigError(
+            f"BaseWebdatasetFactory.prepare_dataset({bad[0]}=...) is not supported by fpipe: "
+            "fpipe writes one index (.fpipe/, with the split) and never rewrites shards; "
+            "media metadata are probed by fpipe.storage.prepare_dataset(probe_av=True), a "
+            "sample with a duplicate key is reported and left out"
+        )
+    shards = [q for p in paths for q in expand_braces(str(p))]
+    parts = _energon_split(shards, split_parts_ratio, split_parts_patterns, shuffle_seed)
+    report = prepare_dataset(
+        parent_path,
+        shards=tuple(shards),
+        split=SplitConfig(split_parts=parts),
+        workers=max(1, min(int(workers), os.cpu_count() or 1)),
+    )
+    return set(report.members)
+
+
+def _refuse_factory(*_args: Any, **_kwargs: Any) -> NoReturn:
+    raise ConfigError(_FACTORY)
+
+
+class BaseWebdatasetFactory:
+    """Energon's ``BaseWebdatasetFactory``: only its classmethod ``prepare_dataset`` (the
+    Python prepare API); building a factory is refused (fpipe builds none)."""
+
+    __new__ = _refuse_factory  # type: ignore[assignment]
+    prepare_dataset = staticmethod(_prepare_dataset)
+
+    def __init_subclass__(cls, **kwargs: Any) -> NoReturn:
+        raise ConfigError(_FACTORY)
+
+
+def get_dataset_from_config(
+    path: str | os.PathLike,
+    *,
+    dataset_config: str | None = None,
+    split_config: str | None = None,
+    split_part: str | None = None,
+    training: bool = True,
+    subflavors: dict[str, Any] | None = None,
+    worker_config: Any,
+    sample_type: type | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Energon's ``get_dataset_from_config``: the samples of one split of a dataset folder,
+    one at a time (``batch_size=None``), as :func:`fpipe.get_train_dataset` (``training``) or
+    :func:`fpipe.get_val_dataset` builds them, where Energon returns a factory to build that
+    stream. ``sample_type`` only checks the dataset's type, as in Energon; ``subflavors``
+    are merged over the dataset's. Other dataset.yaml / split.yaml file names are refused."""
+    for name, value, default in (
+        ("dataset_config", dataset_config, "dataset.yaml"),
+        ("split_config", split_config, "split.yaml"),
+    ):
+        if value is not None and value != default:
+            raise ConfigError(
+                f"get_dataset_from_config({name}={value!r}) is not supported by fpipe: it reads "
+                f".nv-meta/{default} (or .fpipe/); pass that folder's path"
+            )
+    from fpipe.datasets import get_train_dataset, get_val_dataset
+
+    build = get_train_dataset if training else get_val_dataset
+    split = {"split_part": split_part} if split_part is not None else {}
+    ds = build(
+        path, batch_size=None, worker_config=worker_config, subflavors=subflavors, **split,
+        **kwargs,
+    )  # fmt: skip
+    if sample_type is not None:
+        from fpipe.samples import sample_type_from_name
+
+        have = sample_type_from_name(ds.materializer.sources[0].sample_type)
+        if not (isinstance(have, type) and issubclass(have, sample_type)):
+            raise ConfigError(
+                f"get_dataset_from_config(sample_type={sample_type.__name__}): {path} holds "
+                f"{getattr(have, '__name__', have)} samples"
+            )
+    return ds
