@@ -74,8 +74,11 @@ def _mix_np(z: np.ndarray) -> np.ndarray:
 
 
 def key(seed: int) -> Key:
-    """Derive a root key from an integer seed; distinct seeds of any size and sign give
-    distinct key derivations (no truncation)."""
+    """Derive a root key from an integer seed, with no truncation: distinct seeds below 2**128
+    in magnitude give distinct key derivations, and so do distinct seeds of one sign. A negative
+    seed ``s`` is read as ``~s`` followed by a sign word, so it derives as a positive seed above
+    2**128 whose top 64-bit word equals that sign word would (seeds that large are not used in
+    practice; docs/design/rng.md)."""
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     seed = int(seed)
