@@ -9,18 +9,16 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import msgspec
-import torch.utils.data
 
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.loader._energon import DebugLog, check_worker_config
-from fpipe.loader._pack_batches import PackBatcher
-from fpipe.loader._recovery import Healer, run_task
-from fpipe.loader._workers import POLL_S, WorkerMarks, iterate, run_in_worker
+from fpipe.loader._iteration import iterate_batches
+from fpipe.loader._recovery import Healer
+from fpipe.loader._stats import loader_stats
 from fpipe.loader.state import (
     LoaderState,
     LoaderStats,
@@ -29,12 +27,7 @@ from fpipe.loader.state import (
     loader_parts,
     snapshot_bytes,
 )
-from fpipe.loader.threads import iterate_threads
-from fpipe.materialize.materializer import Materializer
-from fpipe.materialize.recipe_codec import encode_recipe
-from fpipe.plan.blend import blend_counters
-from fpipe.plan.skip import next_recipe, normalize_step_ranges
-from fpipe.plan.stats import drop_counters
+from fpipe.plan.skip import normalize_step_ranges
 
 if TYPE_CHECKING:  # planned.py imports this module to iterate a dataset
     from fpipe.loader.planned import PlannedDataset
@@ -48,47 +41,6 @@ DEFAULT_TIMEOUT_S = 300.0
 #: ``worker_mode``: DataLoader worker processes, or threads of the main process.
 WorkerMode = Literal["process", "thread"]
 WORKER_MODES: tuple[str, ...] = get_args(WorkerMode)
-
-
-def _identity(x):
-    return x
-
-
-class _RecipeDataset(torch.utils.data.Dataset):
-    """Map-style dataset whose "index" is an encoded recipe (a task of
-    :func:`fpipe.loader._recovery.run_task`); ``marks``: where workers say which sample they
-    are on."""
-
-    def __init__(self, materializer: Materializer, marks: WorkerMarks | None = None):
-        self.materializer, self.marks = materializer, marks
-
-    def __getitem__(self, task):
-        mark = None if self.marks is None else self.marks.writer()
-        return run_in_worker(lambda: run_task(self.materializer, task, mark))
-
-
-class _PlanSampler:
-    """Iterates the plan from a start state; records (state after, epoch) per recipe sent.
-    ``excluded``: step -> positions of that recipe to leave out (samples that killed their
-    worker twice)."""
-
-    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=()):
-        self.plan, self.start, self.pending, self.skip = plan, start, pending, skip
-        self.excluded: dict = {} if excluded is None else excluded
-
-    def __iter__(self):
-        state = self.start
-        while True:
-            # steps in a skip range are planned (metadata only) and passed over
-            state, recipe, _ = next_recipe(self.plan, state, self.skip)
-            if recipe is None:
-                # The end-of-stream state holds the final drop counts (a dropped remainder).
-                self.pending.append((state, None, None))
-                return
-            epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
-            self.pending.append((state, epoch, recipe))
-            excluded = self.excluded.get(recipe.step)
-            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
 
 
 class Loader:
@@ -152,75 +104,6 @@ class Loader:
 
     # --- iteration ---------------------------------------------------------------------------
 
-    def _dataloader(self, pending, start, excluded):
-        kwargs: dict = {}
-        marks = None
-        if self.num_workers > 0:
-            context = self._mp_context()
-            kwargs = dict(
-                prefetch_factor=self.prefetch_factor,
-                # short waits: fpipe.loader._workers.iterate applies self.timeout itself
-                timeout=min(POLL_S, self.timeout) if self.timeout else POLL_S,
-                multiprocessing_context=context,
-            )
-            marks = WorkerMarks(self.num_workers, context)
-        return torch.utils.data.DataLoader(
-            _RecipeDataset(self.dataset.materializer, marks),
-            batch_size=None,
-            sampler=_PlanSampler(self.plan, start, pending, excluded, self._state.skip),
-            num_workers=self.num_workers,
-            collate_fn=_identity,
-            **kwargs,
-        )
-
-    def _results(self, pending: collections.deque):
-        """Materialized results in plan order, from the loader's state on; with
-        ``recover_workers``, a failed worker pool is replaced (fpipe.loader._recovery)."""
-        if self._healer is None:
-            return self._pool(pending, self._state.plan, None)
-        healer = self._healer
-        open_pool = lambda start: self._pool(pending, start, healer.excluded)  # noqa: E731
-        return healer.results(open_pool, pending, self._state.plan)
-
-    def _pool(self, pending: collections.deque, start, excluded):
-        """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
-        workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
-        plan state."""
-        recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
-        if self.worker_mode == "thread" and self.num_workers > 0:
-            return iterate_threads(
-                _PlanSampler(self.plan, start, pending, excluded, self._state.skip),
-                self.dataset.materializer,
-                num_threads=self.num_workers,
-                in_flight=self.num_workers * self.prefetch_factor,
-                timeout=self.timeout,
-                recipe_at=recipe_at,
-                describe=self._describe,
-            )
-        return iterate(
-            self._dataloader(pending, start, excluded),
-            timeout=self.timeout,
-            recipe_at=recipe_at,
-            describe=self._describe,
-        )
-
-    def _mp_context(self):
-        if self.multiprocessing_context is not None:
-            return self.multiprocessing_context
-        from fpipe.storage.paths import is_url
-
-        sources = self.dataset.materializer.sources
-        paths = [s.path for s in sources] + [p.source.path for s in sources for p in s.join]
-        if any(is_url(p) for p in paths):
-            # Object storage: obstore's runtime does not survive fork. The fork server imports
-            # torch and the materializer once; each worker is then a cheap fork of it.
-            import multiprocessing
-
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["torch", "fpipe.materialize.materializer", "fpipe.storage"])
-            return ctx
-        return None
-
     def __iter__(self) -> Iterator[Any]:
         """Batches from the last one taken on. A loop ends at the end of the stream, after
         ``limit`` batches (a validation pass), or at the end of a virtual epoch
@@ -237,7 +120,7 @@ class Loader:
         if limit is not None and self._state.batches >= limit:
             self._finished = True
             return
-        batches = self._batches()
+        batches = iterate_batches(self)
         try:
             for batch in batches:
                 if self._debug_log:
@@ -249,59 +132,6 @@ class Loader:
             self._finished = True
         finally:
             batches.close()
-
-    def _batches(self) -> Generator[Any, None, None]:
-        """Batches from the loader's state to the end of the stream (restarting from a state
-        loaded during iteration)."""
-        encoder = self.dataset.materializer.task_encoder
-        pin = self.pin_memory and torch.cuda.is_available()
-        while True:
-            generation = self._generation
-            pending: collections.deque = collections.deque()
-            restarted = False
-            packer = self._pack_batcher()
-            results = self._results(pending)
-            for result in results:
-                if self._generation != generation:
-                    restarted = True  # load_state_dict during iteration: start over from it
-                    break
-                plan_state, epoch, _ = pending.popleft()
-                if packer is not None:  # a packing buffer: batches of packs across buffers
-                    for batch, state in packer.feed(result, plan_state, epoch, self._state):
-                        self._state = state
-                        yield encoder.pin_memory(batch) if pin else batch
-                    continue
-                s = self._state
-                self._state = LoaderState(
-                    plan_state,
-                    s.batches + 1,
-                    s.samples + result.num_samples,
-                    s.skipped + result.skipped,
-                    max(s.epoch, epoch),
-                    skip=s.skip,
-                )
-                if result.batch is None:
-                    continue  # every sample of the batch was skipped by the error policy
-                yield encoder.pin_memory(result.batch) if pin else result.batch
-            results.close()  # shuts the workers down now (on a restart, too)
-            if not restarted:
-                while pending:  # the end marker, once every batch has been taken
-                    plan_state, epoch, _ = pending.popleft()
-                    if epoch is None and packer is not None:
-                        for batch, state in packer.finish(plan_state, self._state):
-                            self._state = state
-                            if batch is not None:
-                                yield encoder.pin_memory(batch) if pin else batch
-                    elif epoch is None:
-                        self._state = msgspec.structs.replace(self._state, plan=plan_state)
-                return
-
-    def _pack_batcher(self) -> PackBatcher | None:
-        """With a packing buffer, what makes batches of packs (None otherwise)."""
-        ds = self.dataset
-        if not getattr(ds, "packing_buffer_size", None):
-            return None
-        return PackBatcher(ds.materializer.task_encoder, ds.batch_size, ds.drop_last, self._state)
 
     def _describe(self, recipe) -> tuple:
         """(step, sample keys) of a recipe, for a WorkerError's message."""
@@ -412,21 +242,7 @@ class Loader:
         """The global position (epoch, refs of the global order taken: identical on every rank
         in global mode), this rank's delivered batches and samples, skipped samples, the plan's
         counters and a blend's per-dataset counters (see :class:`LoaderStats`)."""
-        s = self._state
-        steps = self.plan.stats(s.plan)
-        dropped = drop_counters(steps)
-        if s.pack_remainder:
-            dropped["pack_remainder"] = s.pack_remainder
-        at = self.plan.position(s.plan)
-        epoch, position = (s.epoch, None) if at is None else at
-        per_dataset = blend_counters(self.plan, s.plan)
-        healer = self._healer
-        return LoaderStats(
-            s.batches, s.samples, s.skipped, epoch, dropped, steps, position, per_dataset,
-            recoveries=0 if healer is None else healer.recoveries,
-            recovered={} if healer is None else dict(healer.by_reason),
-            skip_steps=s.skip,
-        )  # fmt: skip
+        return loader_stats(self)
 
 
 def _check_skippable(dataset: Any, skip: tuple) -> None:

@@ -1,0 +1,209 @@
+"""The loader's iteration: the plan feeds recipes to a pool of workers, and their results come
+back in plan order as batches, each advancing the loader's state.
+
+The pool is torch's DataLoader (no workers, or worker processes; its "indices" are encoded
+recipes from :class:`PlanSampler`) or fpipe's thread pool (:mod:`fpipe.loader.threads`); with
+``recover_workers``, a failed pool is replaced (:mod:`fpipe.loader._recovery`).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import torch.utils.data
+
+from fpipe.loader._pack_batches import PackBatcher
+from fpipe.loader._recovery import run_task
+from fpipe.loader._workers import POLL_S, WorkerMarks, iterate, run_in_worker
+from fpipe.loader.state import LoaderState
+from fpipe.loader.threads import iterate_threads
+from fpipe.materialize.materializer import Materializer
+from fpipe.materialize.recipe_codec import encode_recipe
+from fpipe.plan.skip import next_recipe
+
+if TYPE_CHECKING:  # the loader calls these with itself
+    from fpipe.loader.dataloader import Loader
+
+__all__ = [
+    "PlanSampler",
+    "RecipeDataset",
+    "identity",
+    "iterate_batches",
+    "pack_batcher",
+    "pool",
+    "pool_results",
+    "torch_loader",
+    "worker_context",
+]
+
+
+def identity(x):
+    return x
+
+
+class RecipeDataset(torch.utils.data.Dataset):
+    """Map-style dataset whose "index" is an encoded recipe (a task of
+    :func:`fpipe.loader._recovery.run_task`); ``marks``: where workers say which sample they
+    are on."""
+
+    def __init__(self, materializer: Materializer, marks: WorkerMarks | None = None):
+        self.materializer, self.marks = materializer, marks
+
+    def __getitem__(self, task):
+        mark = None if self.marks is None else self.marks.writer()
+        return run_in_worker(lambda: run_task(self.materializer, task, mark))
+
+
+class PlanSampler:
+    """Iterates the plan from a start state; records (state after, epoch) per recipe sent.
+    ``excluded``: step -> positions of that recipe to leave out (samples that killed their
+    worker twice)."""
+
+    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=()):
+        self.plan, self.start, self.pending, self.skip = plan, start, pending, skip
+        self.excluded: dict = {} if excluded is None else excluded
+
+    def __iter__(self):
+        state = self.start
+        while True:
+            # steps in a skip range are planned (metadata only) and passed over
+            state, recipe, _ = next_recipe(self.plan, state, self.skip)
+            if recipe is None:
+                # The end-of-stream state holds the final drop counts (a dropped remainder).
+                self.pending.append((state, None, None))
+                return
+            epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
+            self.pending.append((state, epoch, recipe))
+            excluded = self.excluded.get(recipe.step)
+            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
+
+
+def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
+    """Batches from the loader's state to the end of the stream (restarting from a state
+    loaded during iteration)."""
+    encoder = loader.dataset.materializer.task_encoder
+    pin = loader.pin_memory and torch.cuda.is_available()
+    while True:
+        generation = loader._generation
+        pending: collections.deque = collections.deque()
+        restarted = False
+        packer = pack_batcher(loader)
+        results = pool_results(loader, pending)
+        for result in results:
+            if loader._generation != generation:
+                restarted = True  # load_state_dict during iteration: start over from it
+                break
+            plan_state, epoch, _ = pending.popleft()
+            if packer is not None:  # a packing buffer: batches of packs across buffers
+                for batch, state in packer.feed(result, plan_state, epoch, loader._state):
+                    loader._state = state
+                    yield encoder.pin_memory(batch) if pin else batch
+                continue
+            s = loader._state
+            loader._state = LoaderState(
+                plan_state,
+                s.batches + 1,
+                s.samples + result.num_samples,
+                s.skipped + result.skipped,
+                max(s.epoch, epoch),
+                skip=s.skip,
+            )
+            if result.batch is None:
+                continue  # every sample of the batch was skipped by the error policy
+            yield encoder.pin_memory(result.batch) if pin else result.batch
+        results.close()  # shuts the workers down now (on a restart, too)
+        if not restarted:
+            while pending:  # the end marker, once every batch has been taken
+                plan_state, epoch, _ = pending.popleft()
+                if epoch is None and packer is not None:
+                    for batch, state in packer.finish(plan_state, loader._state):
+                        loader._state = state
+                        if batch is not None:
+                            yield encoder.pin_memory(batch) if pin else batch
+                elif epoch is None:
+                    loader._state = msgspec.structs.replace(loader._state, plan=plan_state)
+            return
+
+
+def pack_batcher(loader: Loader) -> PackBatcher | None:
+    """With a packing buffer, what makes batches of packs (None otherwise)."""
+    ds = loader.dataset
+    if not getattr(ds, "packing_buffer_size", None):
+        return None
+    return PackBatcher(ds.materializer.task_encoder, ds.batch_size, ds.drop_last, loader._state)
+
+
+def pool_results(loader: Loader, pending: collections.deque):
+    """Materialized results in plan order, from the loader's state on; with
+    ``recover_workers``, a failed worker pool is replaced (fpipe.loader._recovery)."""
+    if loader._healer is None:
+        return pool(loader, pending, loader._state.plan, None)
+    healer = loader._healer
+    open_pool = lambda start: pool(loader, pending, start, healer.excluded)  # noqa: E731
+    return healer.results(open_pool, pending, loader._state.plan)
+
+
+def pool(loader: Loader, pending: collections.deque, start, excluded):
+    """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
+    workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
+    plan state."""
+    recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+    if loader.worker_mode == "thread" and loader.num_workers > 0:
+        return iterate_threads(
+            PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
+            loader.dataset.materializer,
+            num_threads=loader.num_workers,
+            in_flight=loader.num_workers * loader.prefetch_factor,
+            timeout=loader.timeout,
+            recipe_at=recipe_at,
+            describe=loader._describe,
+        )
+    return iterate(
+        torch_loader(loader, pending, start, excluded),
+        timeout=loader.timeout,
+        recipe_at=recipe_at,
+        describe=loader._describe,
+    )
+
+
+def torch_loader(loader: Loader, pending, start, excluded):
+    kwargs: dict = {}
+    marks = None
+    if loader.num_workers > 0:
+        context = worker_context(loader)
+        kwargs = dict(
+            prefetch_factor=loader.prefetch_factor,
+            # short waits: fpipe.loader._workers.iterate applies loader.timeout itself
+            timeout=min(POLL_S, loader.timeout) if loader.timeout else POLL_S,
+            multiprocessing_context=context,
+        )
+        marks = WorkerMarks(loader.num_workers, context)
+    return torch.utils.data.DataLoader(
+        RecipeDataset(loader.dataset.materializer, marks),
+        batch_size=None,
+        sampler=PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
+        num_workers=loader.num_workers,
+        collate_fn=identity,
+        **kwargs,
+    )
+
+
+def worker_context(loader: Loader):
+    if loader.multiprocessing_context is not None:
+        return loader.multiprocessing_context
+    from fpipe.storage.paths import is_url
+
+    sources = loader.dataset.materializer.sources
+    paths = [s.path for s in sources] + [p.source.path for s in sources for p in s.join]
+    if any(is_url(p) for p in paths):
+        # Object storage: obstore's runtime does not survive fork. The fork server imports
+        # torch and the materializer once; each worker is then a cheap fork of it.
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "fpipe.materialize.materializer", "fpipe.storage"])
+        return ctx
+    return None

@@ -1,0 +1,33 @@
+"""What :meth:`fpipe.loader.Loader.stats` reports: the loader's state, its plan's counters and
+a blend's per-dataset counters, and its worker recoveries."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fpipe.loader.state import LoaderStats
+from fpipe.plan.blend import blend_counters
+from fpipe.plan.stats import drop_counters
+
+if TYPE_CHECKING:  # the loader calls this with itself
+    from fpipe.loader.dataloader import Loader
+
+__all__ = ["loader_stats"]
+
+
+def loader_stats(loader: Loader) -> LoaderStats:
+    s = loader._state
+    steps = loader.plan.stats(s.plan)
+    dropped = drop_counters(steps)
+    if s.pack_remainder:
+        dropped["pack_remainder"] = s.pack_remainder
+    at = loader.plan.position(s.plan)
+    epoch, position = (s.epoch, None) if at is None else at
+    per_dataset = blend_counters(loader.plan, s.plan)
+    healer = loader._healer
+    return LoaderStats(
+        s.batches, s.samples, s.skipped, epoch, dropped, steps, position, per_dataset,
+        recoveries=0 if healer is None else healer.recoveries,
+        recovered={} if healer is None else dict(healer.by_reason),
+        skip_steps=s.skip,
+    )  # fmt: skip

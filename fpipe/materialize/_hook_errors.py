@@ -1,0 +1,59 @@
+"""Naming a failing task encoder hook: its sample keys, recipe step and position in the batch.
+
+A hook's own exception leaves the materializer as a :class:`MaterializeError` that says where it
+happened, with the original traceback; fpipe's errors and ``SkipSample`` pass unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+
+from fpipe.core.errors import FpipeError, MaterializeError
+from fpipe.encode.hooks import SkipSample
+
+__all__ = ["naming_failures", "show_keys", "wrap_error"]
+
+_MAX_KEYS = 8  # sample keys named in a MaterializeError of a batch hook
+
+
+def show_keys(keys) -> str:
+    """The first few sample keys, quoted, for a message."""
+    more = ", ..." if len(keys) > _MAX_KEYS else ""
+    return ", ".join(repr(k) for k in keys[:_MAX_KEYS]) + more
+
+
+def wrap_error(
+    err: Exception, hook: str, keys, step: int, position: int | None = None
+) -> MaterializeError:
+    """``err`` as a :class:`MaterializeError` naming the hook, sample key(s), recipe step and
+    position, with the original traceback."""
+    keys = tuple(str(k) for k in keys)
+    shown = show_keys(keys)
+    where = f"step {step}" + (f", position {position} in the batch" if position is not None else "")
+    return MaterializeError(
+        f"{hook} raised {type(err).__name__}: {err} (sample {shown}; {where})",
+        hook=hook,
+        keys=keys,
+        step=step,
+        position=position,
+        original=type(err).__name__,
+        traceback="".join(traceback.format_exception(err)),
+    )
+
+
+@contextlib.contextmanager
+def naming_failures(
+    hook: str, keys: Callable[[], Sequence], step: int, position: int | None = None
+) -> Iterator[None]:
+    """A task encoder hook's own failure inside the block leaves as a :class:`MaterializeError`
+    naming ``hook``, the sample keys (``keys()``, looked up only on failure), the recipe step
+    and the position in the batch. fpipe's errors (BadSampleError...) and SkipSample pass
+    unchanged: the error policy and the skip counting decide about them."""
+    try:
+        yield
+    except (FpipeError, SkipSample):
+        raise
+    except Exception as err:  # a hook's own failure: wrapped with where it happened
+        raise wrap_error(err, hook, keys(), step, position) from err
