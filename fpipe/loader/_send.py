@@ -12,7 +12,7 @@ becomes an error the worker returns in place of the batch.
 from __future__ import annotations
 
 import io
-import pickle
+import pickle  # dumps to a throwaway buffer only: nothing is ever unpickled here
 import traceback
 from typing import Any
 
