@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ensure_image_set", "ensure_text_set", "natural_jpeg"]
+__all__ = ["ensure_image_set", "ensure_text_set", "natural_jpeg", "write_shard"]
 
 _WORDS = (
     "a",
@@ -127,7 +127,7 @@ def _npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]]) -> None:
+def write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]]) -> None:
     tmp = path.with_suffix(".tmp")
     with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
         for key, members in samples:
@@ -241,7 +241,7 @@ def ensure_image_set(
         for i in range(s * per, min(samples, (s + 1) * per)):
             batch.append((f"s{i:07d}", {"jpg": jpegs[i % pool], "txt": _caption(rng)}))
         name = f"shard-{s:04d}.tar"
-        _write_shard(root / name, batch)
+        write_shard(root / name, batch)
         names.append(name)
     times = _prepare_both(root, names, {"image": "jpg", "caption": "txt"}, "CaptioningSample")
     (root / "bench-params.json").write_text(json.dumps(params))
@@ -279,7 +279,7 @@ def ensure_text_set(
             (f"t{s * per + j:07d}", {"npy": _npy(ids[cuts[j] : cuts[j + 1]])}) for j in range(n)
         ]
         name = f"shard-{s:04d}.tar"
-        _write_shard(root / name, batch)
+        write_shard(root / name, batch)
         names.append(name)
     times = _prepare_both(root, names, {"text": "npy"}, "TextSample")
     (root / "bench-params.json").write_text(json.dumps(params))

@@ -27,7 +27,16 @@ TARGET = 224
 
 Run = Callable[[int], tuple[float, float]]
 
-__all__ = ["close_iter", "in_process", "measure", "peer_psnr", "peer_run", "two_bare_loops"]
+__all__ = [
+    "close_iter",
+    "in_process",
+    "last_json",
+    "measure",
+    "peer_psnr",
+    "peer_run",
+    "run_together",
+    "two_bare_loops",
+]
 
 
 def close_iter(it: Any) -> None:
@@ -96,7 +105,8 @@ def _peer_cmd(python: str, loader: str, root: Path, warm: int, n: int, *extra: s
     return [python, PEERS, loader, "--root", str(root), "--warm", str(warm), "--n", str(n), *extra]
 
 
-def _last_json(proc_out: str, err: str, rc: int) -> dict:
+def last_json(proc_out: str, err: str, rc: int) -> dict:
+    """The last JSON line a benchmark process printed (its result), or its error."""
     lines = [ln for ln in proc_out.splitlines() if ln.startswith("{")]
     if rc != 0 or not lines:
         raise RuntimeError(f"rc={rc}: {err.strip().splitlines()[-1:] or proc_out[-200:]}")
@@ -113,10 +123,38 @@ def peer_run(python: str, loader: str, root: Path, warm: int, timeout: float = 6
             text=True,
             timeout=timeout,
         )
-        r = _last_json(p.stdout, p.stderr, p.returncode)
+        r = last_json(p.stdout, p.stderr, p.returncode)
         return r["rate"], r["cpu_rate"]
 
     return run
+
+
+def run_together(cmds: list[list[str]], timeout: float) -> list[dict]:
+    """Start every command, wait until each prints ``ready``, release them at the same
+    instant (``go`` on stdin), and return each one's result (its last JSON line)."""
+    procs = [
+        subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for cmd in cmds
+    ]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"bare loop did not start: {p.stderr.read()[-300:]}")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [last_json(o, e, p.returncode) for (o, e), p in zip(outs, procs)]
 
 
 def two_bare_loops(python: str, root: Path, warm: int) -> Run:
@@ -126,29 +164,9 @@ def two_bare_loops(python: str, root: Path, warm: int) -> Run:
     halves = [",".join(str(i) for i in range(k, shards, 2)) for k in (0, 1)]
 
     def run(n: int) -> tuple[float, float]:
-        procs = [
-            subprocess.Popen(
-                _peer_cmd(python, "bare", root, warm, n, "--shards", h, "--wait"),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for h in halves
-        ]
-        try:
-            for p in procs:
-                if p.stdout.readline().strip() != "ready":
-                    raise RuntimeError(f"bare loop did not start: {p.stderr.read()[-300:]}")
-            for p in procs:
-                p.stdin.write("go\n")
-                p.stdin.flush()
-            outs = [p.communicate(timeout=600) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        res = [_last_json(o, e, p.returncode) for (o, e), p in zip(outs, procs)]
+        res = run_together(
+            [_peer_cmd(python, "bare", root, warm, n, "--shards", h, "--wait") for h in halves], 600
+        )
         rate = sum(r["rate"] for r in res)
         cpu_s = sum(n * 32 / r["cpu_rate"] for r in res)
         return rate, 2 * n * 32 / cpu_s
@@ -162,7 +180,7 @@ def peer_psnr(python: str, root: Path, count: int) -> dict[str, float] | None:
         _peer_cmd(python, "psnr", root, 0, count), capture_output=True, text=True, timeout=600
     )
     try:
-        return _last_json(p.stdout, p.stderr, p.returncode)
+        return last_json(p.stdout, p.stderr, p.returncode)
     except RuntimeError:
         return None
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+from _loader_data import write_shard
 
 FPS, SECONDS, GOP = 30, 10, 60
 FRAMES, STRIDE, OUT, BATCH = 16, 4, 256, 4
@@ -127,17 +127,6 @@ def write_video(v: int, w: int, h: int) -> bytes:
     return buf.getvalue()
 
 
-def _write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tf:
-        for key, members in samples:
-            for ext, data in members.items():
-                ti = tarfile.TarInfo(f"{key}.{ext}")
-                ti.size, ti.mtime, ti.mode = len(data), 1_700_000_000, 0o644
-                tf.addfile(ti, io.BytesIO(data))
-    os.replace(tmp, path)
-
-
 def ensure_video_set(root: Path, count: int, w: int, h: int, shards: int = 4) -> dict:
     """Write (once) ``count`` videos of ``w`` x ``h`` in ``shards`` shards and prepare them for
     fpipe; reused while ``bench-params.json`` matches and fpipe's index format is current."""
@@ -164,7 +153,7 @@ def ensure_video_set(root: Path, count: int, w: int, h: int, shards: int = 4) ->
     ]
     per = -(-count // shards)
     for s in range(shards):
-        _write_shard(root / f"shard-{s:02d}.tar", videos[s * per : (s + 1) * per])
+        write_shard(root / f"shard-{s:02d}.tar", videos[s * per : (s + 1) * per])
     prepare_dataset(
         root, fields={"video": "mp4", "caption": "txt"}, sample_type="CaptionedVideoSample"
     )

@@ -50,7 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
-from _loader_data import _write_shard, natural_jpeg  # noqa: E402
+from _loader_data import natural_jpeg, write_shard  # noqa: E402
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
@@ -186,7 +186,7 @@ def write_dataset(root: Path, shards: int, per_shard: int) -> None:
                     },
                 )
             )
-        _write_shard(root / f"shard-{s:04d}.tar", samples)
+        write_shard(root / f"shard-{s:04d}.tar", samples)
 
 
 def io_figures(url: str, n: int) -> dict:

@@ -57,7 +57,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
-from _loader_runs import _cpu_seconds, close_iter, measure  # noqa: E402
+from _loader_runs import _cpu_seconds, close_iter, last_json, measure, run_together  # noqa: E402
 from _video_data import (  # noqa: E402
     BATCH,
     FRAMES,
@@ -172,13 +172,6 @@ def in_process(make: Callable[[], Iterator], check: Callable, warm: int, checked
     return run
 
 
-def _last_json(out: str, err: str, rc: int) -> dict:
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if rc != 0 or not lines:
-        raise RuntimeError(f"rc={rc}: {err.strip().splitlines()[-1:] or out[-300:]}")
-    return json.loads(lines[-1])
-
-
 def _cmd(python: str, loader: str, root: Path, warm: int, n: int, *extra: str) -> list[str]:
     return [python, PEERS, loader, "--root", str(root), "--warm", str(warm), "--n", str(n), *extra]
 
@@ -188,7 +181,7 @@ def peer_run(python: str, loader: str, root: Path, warm: int, checked: dict) -> 
         p = subprocess.run(
             _cmd(python, loader, root, warm, n), capture_output=True, text=True, timeout=900
         )
-        r = _last_json(p.stdout, p.stderr, p.returncode)
+        r = last_json(p.stdout, p.stderr, p.returncode)
         checked["n"] += r["checked"]
         return r["rate"], r["cpu_rate"]
 
@@ -201,29 +194,9 @@ def two_bare_loops(python: str, root: Path, warm: int, checked: dict) -> Run:
 
     def run(n: int) -> tuple[float, float]:
         n = max(1, n // 2)
-        procs = [
-            subprocess.Popen(
-                _cmd(python, "bare", root, warm, n, "--half", str(k), "--wait"),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for k in (0, 1)
-        ]
-        try:
-            for p in procs:
-                if p.stdout.readline().strip() != "ready":
-                    raise RuntimeError(f"bare loop did not start: {p.stderr.read()[-300:]}")
-            for p in procs:
-                p.stdin.write("go\n")
-                p.stdin.flush()
-            outs = [p.communicate(timeout=900) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        res = [_last_json(o, e, p.returncode) for (o, e), p in zip(outs, procs)]
+        res = run_together(
+            [_cmd(python, "bare", root, warm, n, "--half", str(k), "--wait") for k in (0, 1)], 900
+        )
         checked["n"] += sum(r["checked"] for r in res)
         cpu_s = sum(n * BATCH / r["cpu_rate"] for r in res)
         return sum(r["rate"] for r in res), 2 * n * BATCH / cpu_s
