@@ -13,6 +13,7 @@ order, no shuffle, no repetition, cut at ``limit``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -71,6 +72,13 @@ def dataset_view(
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
     source = _source(path, ds, options, extra_subflavors)
+    if join is not None and join.aux:
+        if not is_crude(source.sample_type):
+            raise ConfigError(
+                f"{join.where}: aux applies to crude datasets (sample_type CrudeSample), whose "
+                f"cookers read from it; {path} is read as {source.sample_type}"
+            )
+        source = dataclasses.replace(source, aux=join.aux)
     source_id = f"{_dataset_name(path)}#{split}#{len(ds)}"
     if join is not None and join.join:
         source, tag = _joined(join, source, options.open_kwargs)

@@ -206,8 +206,10 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
         so it is reproduced on a restore and by any worker)."""
         return current_position()[1]
 
-    def cook_crude_sample(self, crude: Any) -> Any:
-        """Turn a :class:`~fpipe.samples.CrudeSample` into a typed sample (via ``cookers``)."""
+    def cook_crude_sample(self, crude: Any, aux: dict[str, Any] | None = None) -> Any:
+        """Turn a :class:`~fpipe.samples.CrudeSample` into a typed sample (via ``cookers``);
+        ``aux``: the file stores a cooker gets as keywords (a metadataset's ``aux:`` and, for
+        ``@cooker(need_primary=True)``, ``primary``), passed only when there are some."""
         if not self.cookers:
             raise ConfigError(
                 f"{type(self).__name__} got a crude sample ({crude.get('__key__')!r}) but defines "
@@ -215,7 +217,7 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
             )
         from fpipe.samples import cook_crude_sample
 
-        return cook_crude_sample(crude, self.cookers)
+        return cook_crude_sample(crude, self.cookers, aux)
 
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> Any:
         """Per-sample transform (tokenize, augment...). Default: preencode then postencode

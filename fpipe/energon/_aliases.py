@@ -15,14 +15,21 @@ SavableDataLoader = Loader
 
 def cooker(fn: Any = None, *, need_cache: bool = False, need_primary: bool = False) -> Any:
     """Energon's ``@cooker`` (also ``@cooker()``): marks a function that turns a crude sample
-    into a typed one, for ``Cooker(fn)`` in a task encoder's ``cookers``. ``need_cache`` and
-    ``need_primary`` (auxiliary file stores and cache pools) are refused: fpipe has neither."""
-    if need_cache or need_primary:
+    into a typed one, for ``Cooker(fn)`` in a task encoder's ``cookers``. The cooker gets the
+    metadataset's ``aux:`` file stores as keywords and, with ``need_primary=True``, its own
+    dataset as ``primary`` (files by ``<sample key>.<member>``). ``need_cache`` (cache pools)
+    is refused: fpipe has none."""
+    if need_cache:
         raise ConfigError(
-            "cooker(need_cache=/need_primary=): fpipe has no cache pools or auxiliary file "
-            "stores; read every member a cooker needs from the sample (a metadataset join: "
-            "combines datasets by key)"
+            "cooker(need_cache=True): fpipe has no cache pools; read the files a cooker needs "
+            "from its file stores (`primary`, the metadataset's aux:) while cooking"
         )
+
+    def mark(f: Any) -> Any:
+        if need_primary:
+            f.__cooker_need_primary__ = True
+        return f
+
     if fn is None:
-        return lambda f: f
-    return fn
+        return mark
+    return mark(fn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fpipe.materialize._aux import aux_stores, primary_store
 from fpipe.materialize._source_info import sample_sources
 from fpipe.materialize.sources import DatasetSource
 from fpipe.samples import cook_sample, decode_members, decode_whole_sample, make_crude_sample
@@ -17,6 +18,20 @@ if TYPE_CHECKING:  # the materializer calls these with itself
 __all__ = ["COOK", "ENCODE", "cook"]
 
 COOK, ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
+
+
+def needs_primary(task_encoder, crude) -> bool:
+    """Whether the cooker that will cook ``crude`` asks for its own dataset as ``primary``
+    (Energon's ``@cooker(need_primary=True)``)."""
+    from fpipe.samples import Cooker
+
+    for c in getattr(task_encoder, "cookers", None) or ():
+        if isinstance(c, Cooker):
+            if c.is_match(crude):
+                return bool(getattr(c.cook, "__cooker_need_primary__", False))
+        else:
+            return bool(getattr(c, "__cooker_need_primary__", False))
+    return False
 
 
 def cook(
@@ -64,7 +79,12 @@ def cook(
             shard=shard,
             sources=sources,
         )
-        return mat.task_encoder.cook_crude_sample(crude)
+        aux = aux_stores(mat, src.aux) if src.aux else {}
+        if needs_primary(mat.task_encoder, crude):
+            aux["primary"] = primary_store(mat, str(path))
+        if not aux:
+            return mat.task_encoder.cook_crude_sample(crude)
+        return mat.task_encoder.cook_crude_sample(crude, aux=aux)
     # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
     # let the lazy AVDecoder seek without probing the file; a task encoder with
     # `probe_av = True` (the video/audio ones) has the others probed while cooking.

@@ -62,3 +62,6 @@ class DatasetSource:
     join: tuple = ()
     joiner: str | None = None
     join_name: str = ""
+    #: Energon's ``aux:``: the auxiliary file stores (:class:`~fpipe.storage.config.AuxRef`)
+    #: passed to the cookers of a crude dataset.
+    aux: tuple = ()

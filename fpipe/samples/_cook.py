@@ -417,9 +417,12 @@ class Cooker:
 
 
 def cook_crude_sample(
-    crude: CrudeSample, cookers: Sequence[Cooker | Callable[[CrudeSample], Any]]
+    crude: CrudeSample,
+    cookers: Sequence[Cooker | Callable[[CrudeSample], Any]],
+    aux: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Cook ``crude`` with the first matching cooker (a bare function always matches).
+    """Cook ``crude`` with the first matching cooker (a bare function always matches);
+    ``aux``: file stores passed to it as keywords (Energon's ``cook(sample, **aux)``).
 
     Raises:
       ConfigError: no cooker matches (the message names the key and subflavors).
@@ -427,9 +430,9 @@ def cook_crude_sample(
     for c in cookers:
         if isinstance(c, Cooker):
             if c.is_match(crude):
-                return c.cook(crude)
+                return c.cook(crude, **(aux or {}))
         else:
-            return c(crude)
+            return c(crude, **(aux or {}))
     raise ConfigError(
         f"no cooker matches crude sample {crude.get('__key__', '')!r} of "
         f"{crude.get('__path__', '')!r} with subflavors {crude.get('__subflavors__')}; "

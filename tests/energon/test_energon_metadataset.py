@@ -1,6 +1,6 @@
 """Energon 7.4 metadatasets on fpipe: version-1 ``Metadataset`` files, per-entry
 ``shuffle_over_epochs_multiplier``, ``split_config`` overrides, joiners named by
-``__function__`` (resolved only when registered), and ``aux:`` refused with the fpipe way.
+``__function__`` (resolved only when registered), and ``aux:`` on a typed dataset refused.
 
 From Energon's ``metadataset/metadataset.py`` (V1: ``splits: {train: {datasets: [{weight, path,
 subflavor, subflavors, ...}]}}``, the default class of a file without ``__class__``; a legacy
@@ -187,9 +187,10 @@ def test_joiner_function_only_when_registered(folders):
     assert batch.first == batch.second == ["10", "11", "12", "13"]
 
 
-def test_aux_and_dataset_config_are_refused_with_the_fpipe_way(folders):
+def test_aux_of_a_typed_dataset_and_dataset_config_are_refused_with_the_fpipe_way(folders):
+    # aux: feeds cookers (tests/energon/test_energon_aux.py); a typed dataset has none
     aux = _write(folders, "aux.yaml", "splits: {train: {path: ds1, aux: {media: ds2}}}\n")
-    with pytest.raises(ConfigError, match="'aux'.*join"):
+    with pytest.raises(ConfigError, match="aux applies to crude datasets"):
         get_train_dataset(aux, batch_size=2, max_samples_per_sequence=2)
     cfg = _write(folders, "cfg.yaml", "splits: {train: {path: ds1, dataset_config: x.yaml}}\n")
     with pytest.raises(ConfigError, match="dataset_config.*field_map"):

@@ -35,9 +35,11 @@ from fpipe.storage.config.metadataset_entries import (
     BLEND_ENTRY_KEYS,
     EPOCH_ENTRY_KEYS,
     JOIN_KEYS,
+    AuxRef,
     JoinPart,
     Leaf,
     MixSchedule,
+    aux_refs,
     combine_multipliers,
     config_name,
     dataset_config_refused,
@@ -53,6 +55,7 @@ from fpipe.storage.config.metadataset_entries import (
 from fpipe.storage.paths import is_url
 
 __all__ = [
+    "AuxRef",
     "JoinPart",
     "Leaf",
     "Metadataset",
@@ -323,19 +326,11 @@ def _reference(node, base, split, entry, subflavors, stack):
     if node.get("dataset_config") is not None:
         raise ConfigError(dataset_config_refused(where, entry))
     split_config = config_name(node.get("split_config"), where, entry, "split_config")
-    if node.get("aux") is not None:
-        raise ConfigError(
-            f"{where}: {entry}: 'aux' (auxiliary datasets a cooker reads files from by name) "
-            "is not supported: fpipe reads each sample's members from its own dataset and its "
-            "join parts only. Join the auxiliary dataset by sample key instead (a 'join:' of "
-            "crude datasets gives the cooker every part's members), or add its files to the "
-            "dataset's samples"
-        )
+    aux = aux_refs(node, base, where, entry)
     if not is_url(raw) and is_metadataset(path):
-        if split_config is not None:
-            raise ConfigError(
-                f"{where}: {entry}: split_config applies to a dataset, not a metadataset"
-            )
+        if split_config is not None or aux:
+            key = "split_config" if split_config is not None else "aux"
+            raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
         inner = _load(path, stack)
         if split_part not in inner.splits:
             raise ConfigError(
@@ -369,5 +364,6 @@ def _reference(node, base, split, entry, subflavors, stack):
         where=f"{where}: {entry}",
         shuffle_over_epochs_multiplier=mult,
         split_config=split_config,
+        aux=aux,
     )
     return "single", [leaf], None

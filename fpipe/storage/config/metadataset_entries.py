@@ -15,6 +15,7 @@ from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import is_url
 
 __all__ = [
+    "AuxRef",
     "BLEND_ENTRY_KEYS",
     "EPOCH_ENTRY_KEYS",
     "JOINER_FUNCTION",
@@ -22,6 +23,7 @@ __all__ = [
     "JoinPart",
     "Leaf",
     "MixSchedule",
+    "aux_refs",
     "combine_multipliers",
     "config_name",
     "dataset_config_refused",
@@ -74,6 +76,52 @@ class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
 
 
+class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
+    """An auxiliary file store of a crude dataset (Energon's ``aux:``): cookers get it as the
+    keyword ``name`` and read files from it by name. ``kind``: ``"filesystem"`` (a folder,
+    ``filesystem://dir``) or ``"dataset"`` (a prepared dataset, files named
+    ``<sample key>.<member>``); ``path``: absolute."""
+
+    name: str
+    path: str
+    kind: str
+
+
+def aux_refs(node: dict, base: Path, where: str, entry: str) -> tuple[AuxRef, ...]:
+    """The ``aux:`` mapping of a reference as records (``()`` without one): a plain path is a
+    prepared dataset, ``filesystem://path`` a folder; relative paths are relative to the file
+    that names them. Raises ConfigError naming the file, the entry and the name."""
+    raw = node.get("aux")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: {entry}: 'aux' must map names to paths, got {raw!r}")
+    out = []
+    for name, ref in raw.items():
+        at = f"{where}: {entry}: aux {name!r}"
+        if not isinstance(name, str) or not name.isidentifier() or name in ("primary", "cache"):
+            raise ConfigError(
+                f"{at}: the name must be a Python identifier other than "
+                "'primary' and 'cache' (cookers get it as a keyword)"
+            )
+        if not isinstance(ref, str) or not ref:
+            raise ConfigError(f"{at}: must be a non-empty path string, got {ref!r}")
+        kind, target = "dataset", ref
+        if ref.startswith("filesystem://"):
+            kind, target = "filesystem", ref[len("filesystem://") :]
+        if is_url(target) or "://" in target:
+            raise ConfigError(
+                f"{at}: {ref!r}: only local folders (filesystem://dir) and local prepared "
+                "datasets are supported as auxiliary stores; copy the files locally"
+            )
+        path = Path(target) if os.path.isabs(target) else base.parent / target
+        path = path.resolve()
+        if not path.is_dir():
+            raise ConfigError(f"{at}: {ref!r} is not a folder ({path})")
+        out.append(AuxRef(name=name, path=str(path), kind=kind))
+    return tuple(out)
+
+
 class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     """One dataset of a resolved split.
 
@@ -86,7 +134,8 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     registered joiner function); ``join_name``: the primary's key when ``join:`` is a mapping;
     ``shuffle_over_epochs_multiplier``: this dataset's factor of Energon's multiplier (the
     product down the levels; None: slices in index order); ``split_config``: the dataset's
-    split file to read instead of ``split.yaml``.
+    split file to read instead of ``split.yaml``; ``aux``: auxiliary file stores passed to the
+    cookers of a crude dataset (:class:`AuxRef`).
     """
 
     name: str
@@ -101,6 +150,7 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     join_name: str = ""
     shuffle_over_epochs_multiplier: int | None = 1
     split_config: str | None = None
+    aux: tuple[AuxRef, ...] = ()
 
 
 class MixSchedule(msgspec.Struct, frozen=True, kw_only=True):

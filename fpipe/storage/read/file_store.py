@@ -1,0 +1,70 @@
+"""Read-only files by name for cookers (Energon's auxiliary ``FileStore``): a local folder, or
+a prepared dataset whose files are named ``<sample key>.<member>``.
+
+Names come from sample data, so they are not trusted: a folder's names are confined to it
+(no absolute path, no ``..``, no symbolic link leading out). Reading is pure: the same name
+gives the same bytes in every worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fpipe.core.errors import ConfigError
+from fpipe.storage.read._validate import confined
+
+__all__ = ["DatasetFiles", "FolderFiles"]
+
+
+class FolderFiles:
+    """The files under ``root``, read by relative name."""
+
+    def __init__(self, root: str):
+        self.root = str(root)
+
+    def read(self, name: str) -> tuple[bytes, str]:
+        """``(bytes, path)`` of file ``name``; ConfigError for a name leaving the folder,
+        KeyError for a missing file."""
+        path = confined(self.root, name, f"auxiliary folder {self.root}")
+        try:
+            return Path(path).read_bytes(), path
+        except (FileNotFoundError, IsADirectoryError):
+            raise KeyError(f"{self.root}: no file {name!r}") from None
+
+
+class DatasetFiles:
+    """The members of a prepared dataset, read as ``<sample key>.<member>`` (the sample's key
+    inside its shard, as Energon names it, or fpipe's ``shard/key``)."""
+
+    def __init__(self, root: str):
+        self.root = str(root)
+        self._ds = None
+        self._keys: dict[str, int] | None = None
+
+    def _open(self):
+        if self._ds is None:
+            from fpipe.storage.read.keys import member_key
+            from fpipe.storage.read.layouts import open_dataset
+
+            ds = open_dataset(self.root)
+            keys: dict[str, int] = {}
+            for i in range(len(ds)):
+                keys.setdefault(member_key(ds, i), i)
+                keys[ds.key(i)] = i
+            self._ds, self._keys = ds, keys
+        return self._ds, self._keys
+
+    def read(self, name: str) -> tuple[bytes, int, str]:
+        """``(bytes, sample index, member)`` of file ``name``; KeyError when no sample has the
+        key or the sample has no such member."""
+        if not isinstance(name, str) or "." not in name:
+            raise ConfigError(f"{self.root}: file name {name!r} is not '<sample key>.<member>'")
+        ds, keys = self._open()
+        key, ext = name.split(".", 1)
+        i = keys.get(key)
+        if i is None:
+            raise KeyError(f"{self.root}: no sample with key {key!r} (file {name!r})")
+        raw = ds.read(i, frozenset([ext]))
+        if ext not in raw:
+            raise KeyError(f"{self.root}: sample {key!r} has no member {ext!r}")
+        return raw[ext], i, ext
