@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _peers import drain_buffered
+from _peers import cpu_seconds, drain_buffered
 
 PEERS = str(Path(__file__).resolve().parent / "_peers.py")
 TARGET = 224
@@ -60,20 +60,6 @@ def _check(batch: Any, kind: str, batch_size: int) -> None:
     assert img.dtype == torch.uint8 and len(cap) == batch_size
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process and its live children (DataLoader workers)."""
-    t = time.process_time()
-    try:
-        import psutil
-    except ImportError:
-        return t
-    for c in psutil.Process().children(recursive=True):
-        with contextlib.suppress(Exception):
-            ct = c.cpu_times()
-            t += ct.user + ct.system
-    return t
-
-
 def in_process(make: Callable[[], Iterator], kind: str, bs: int, warm: int) -> Run:
     """(samples per wall second, samples per CPU second of this process and its workers) over
     ``n`` batches after ``warm`` batches of a fresh iterator and, for images, the batches it
@@ -88,12 +74,12 @@ def in_process(make: Callable[[], Iterator], kind: str, bs: int, warm: int) -> R
                     _check(b, kind, bs)
             if kind == "images":
                 drain_buffered(it)
-            c0 = _cpu_seconds()
+            c0 = cpu_seconds()
             t0 = time.perf_counter()
             for _ in range(n):
                 next(it)
             dt = time.perf_counter() - t0
-            dc = _cpu_seconds() - c0
+            dc = cpu_seconds() - c0
         finally:
             close_iter(it)
         return n * bs / dt, n * bs / dc

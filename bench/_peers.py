@@ -270,7 +270,8 @@ def ffmpeg_psnr(root: str, count: int) -> dict[str, float]:
     return {"mean": float(np.mean(vals)), "min": float(np.min(vals)), "images": len(vals)}
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
+    """CPU time of this process and its live children (DataLoader workers)."""
     t = time.process_time()
     with contextlib.suppress(ImportError):
         import psutil
@@ -318,10 +319,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.wait:
         print("ready", flush=True)
         sys.stdin.readline()
-    c0, t0 = _cpu_seconds(), time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     for _ in range(a.n):
         next(it)
-    dt, dc = time.perf_counter() - t0, _cpu_seconds() - c0
+    dt, dc = time.perf_counter() - t0, cpu_seconds() - c0
     print(json.dumps({"rate": a.n * a.bs / dt, "cpu_rate": a.n * a.bs / dc}), flush=True)
     with contextlib.suppress(Exception):
         it.close()

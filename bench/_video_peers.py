@@ -31,7 +31,6 @@ shards by offset (``_video_data.mp4_index``), in a seeded shuffled order per pas
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import os
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _peers import cpu_seconds  # noqa: E402
 from _video_data import BATCH, FPS, GOP, OUT, SEED, STRIDE, clip_indices, mp4_index, read_index  # noqa: E402
 
 #: a batch handed over faster than this was decoded before it was asked for (4 clips take
@@ -209,19 +209,6 @@ def drain_buffered(it: Iterator, limit: int = 16) -> int:
         if time.perf_counter() - t0 > BUFFERED_S:
             return k + 1
     return limit
-
-
-def cpu_seconds() -> float:
-    """CPU time of this process and its live children."""
-    t = time.process_time()
-    with contextlib.suppress(ImportError):
-        import psutil
-
-        for c in psutil.Process().children(recursive=True):
-            with contextlib.suppress(Exception):
-                ct = c.cpu_times()
-                t += ct.user + ct.system
-    return t
 
 
 def main(argv: list[str] | None = None) -> None:

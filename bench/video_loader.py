@@ -57,7 +57,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
-from _loader_runs import _cpu_seconds, close_iter, last_json, measure, run_together  # noqa: E402
+from _loader_runs import close_iter, last_json, measure, run_together  # noqa: E402
+from _peers import cpu_seconds  # noqa: E402
 from _video_data import (  # noqa: E402
     BATCH,
     FRAMES,
@@ -161,10 +162,10 @@ def in_process(make: Callable[[], Iterator], check: Callable, warm: int, checked
             for _ in range(warm):
                 checked["n"] += check(next(it))
             drain_buffered(it)
-            c0, t0 = _cpu_seconds(), time.perf_counter()
+            c0, t0 = cpu_seconds(), time.perf_counter()
             for _ in range(n):
                 next(it)
-            dt, dc = time.perf_counter() - t0, _cpu_seconds() - c0
+            dt, dc = time.perf_counter() - t0, cpu_seconds() - c0
         finally:
             close_iter(it)
         return n * BATCH / dt, n * BATCH / dc

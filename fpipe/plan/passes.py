@@ -73,6 +73,17 @@ def _parametrize(generic: Any, arg: Any) -> Any:
     return generic[arg]
 
 
+def _take(inner: Source, state: PassState, limit: int) -> tuple[PassState, Any] | None:
+    """Up to ``limit`` recipes of the current pass, renumbered, with the counters advanced;
+    None when the inner stream has ended."""
+    st, chunk = inner.next(state.inner, limit)
+    if not len(chunk):
+        return None
+    out = _renumber(chunk, state.emitted)
+    m = len(out)
+    return PassState(state.key, st, state.passes, state.index + m, state.emitted + m), out
+
+
 def _renumber(chunk: Any, first: int) -> tuple:
     return tuple(msgspec.structs.replace(r, step=first + i) for i, r in enumerate(chunk))
 
@@ -123,13 +134,9 @@ def repeat_passes(
             if whole is not None and state.passes == whole:  # the fractional last pass
                 limit = min(n, stop_last - state.index)
             if limit > 0:
-                st, chunk = inner.next(state.inner, limit)
-                if len(chunk):
-                    out = _renumber(chunk, state.emitted)
-                    m = len(out)
-                    return PassState(
-                        state.key, st, state.passes, state.index + m, state.emitted + m
-                    ), out
+                taken = _take(inner, state, limit)
+                if taken is not None:
+                    return taken
                 if state.index == 0 and repeats is None:
                     raise ConfigError(
                         f"{name}: the wrapped stream has no batches, so repeating it forever "
@@ -170,13 +177,9 @@ def limit_passes(inner: Source, length: int, *, name: str = "limit_dataset") -> 
     def next_(state: PassState, n: int):
         take = min(n, length - state.index)
         if take > 0:
-            st, chunk = inner.next(state.inner, take)
-            if len(chunk):
-                out = _renumber(chunk, state.emitted)
-                m = len(out)
-                return PassState(
-                    state.key, st, state.passes, state.index + m, state.emitted + m
-                ), out
+            taken = _take(inner, state, take)
+            if taken is not None:
+                return taken
         # The pass ends: the stream stops here, and the next iteration starts from its start.
         return PassState(state.key, inner.init(state.key), state.passes + 1, 0, state.emitted), ()
 

@@ -10,6 +10,7 @@ chosen share of GETs: latency, 503/500 errors, reset connections, stalls (``Flak
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import http.client
 import os
@@ -351,3 +352,16 @@ def restore_env(old: dict[str, str | None]) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@contextlib.contextmanager
+def serving_s3(cache_dir: Path):
+    """A local S3 server with fpipe's environment pointed at it (index cache in ``cache_dir``),
+    stopped and the environment restored on exit."""
+    server = LocalS3()
+    old = set_env({**server.env(), "FPIPE_CACHE": str(cache_dir)})
+    try:
+        yield server
+    finally:
+        restore_env(old)
+        server.stop()

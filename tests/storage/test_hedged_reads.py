@@ -16,7 +16,7 @@ from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402
 from fpipe.storage.read import remote  # noqa: E402
 from fpipe.storage.read._hedge import Hedger  # noqa: E402
 from tests.storage.helpers import make_image_caption_dataset  # noqa: E402
-from tests.storage.s3_server import FaultProxy, LocalS3, restore_env, set_env  # noqa: E402
+from tests.storage.s3_server import FaultProxy, restore_env, serving_s3, set_env  # noqa: E402
 
 FIELDS = {"image": "jpg", "caption": "txt"}
 SLOW_S = 0.6
@@ -24,11 +24,8 @@ SLOW_S = 0.6
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    server = LocalS3()
-    old = set_env({**server.env(), "FPIPE_CACHE": str(tmp_path_factory.mktemp("cache"))})
-    yield server
-    restore_env(old)
-    server.stop()
+    with serving_s3(tmp_path_factory.mktemp("cache")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

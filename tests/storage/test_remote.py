@@ -17,18 +17,15 @@ from fpipe.storage import open_dataset, paths, prepare_dataset  # noqa: E402
 from fpipe.storage.read import remote  # noqa: E402
 from tests.loader.helpers import build, digest, take  # noqa: E402
 from tests.storage.helpers import make_image_caption_dataset, write_tar  # noqa: E402
-from tests.storage.s3_server import FlakyProxy, LocalS3, restore_env, set_env  # noqa: E402
+from tests.storage.s3_server import FlakyProxy, restore_env, serving_s3, set_env  # noqa: E402
 
 FIELDS = {"image": "jpg", "caption": "txt"}
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    server = LocalS3()
-    old = set_env({**server.env(), "FPIPE_CACHE": str(tmp_path_factory.mktemp("cache"))})
-    yield server
-    restore_env(old)
-    server.stop()
+    with serving_s3(tmp_path_factory.mktemp("cache")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
