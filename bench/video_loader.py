@@ -11,7 +11,11 @@ batches of 4; 2 workers, processes or threads. Rows, per set:
 - **fpipe get_clips, processes / threads**: ``fpipe.get_train_dataset`` with a user
   ``DefaultTaskEncoder`` whose ``encode_sample`` calls ``sample.video.get_clips([(i, i), ...],
   video_unit="frames", video_out_frame_size=(256, 256))``; ``get_loader(num_workers=2)`` with
-  ``worker_mode="process"`` and ``"thread"``.
+  ``worker_mode="process"`` and ``"thread"``. ``get_clips`` passes over the H.264
+  non-reference frames no kept frame needs without decoding them (the same frames come out);
+  the row **fpipe get_clips, every frame decoded** (``skip_unneeded_frames=False``, processes)
+  decodes every frame from the keyframe on, as the bare loops, SPDL and Energon do: the
+  same-decode figures ``processes_all_frames_vs_2x_bare`` and ``vs_spdl_all_frames``.
 - **fpipe VideoTaskEncoder (stock), processes**: ``VideoTaskEncoder(VideoTransformConfig(
   num_frames=16, height=256, width=256, stride=4), resize="ffmpeg", normalize=False)``: start
   drawn from the sample's generator, short side scaled while decoding and center cropped, uint8
@@ -35,8 +39,9 @@ Usage::
 
 The last line is one JSON object: per set (``s360_``, ``s720_``) ``stock_vs_2x_bare``,
 ``processes_vs_2x_bare``, ``threads_vs_2x_bare``, ``vs_spdl`` and ``vs_energon`` (fpipe's faster
-get_clips mode over the peer) on wall rates, the same under ``cpu_ratios`` on samples per
-CPU-second (steadier on a shared machine), and the rates behind them.
+get_clips mode over the peer), ``processes_all_frames_vs_2x_bare`` and ``vs_spdl_all_frames``
+(every frame decoded) on wall rates, the same under ``cpu_ratios`` on samples per CPU-second
+(steadier on a shared machine), and the rates behind them.
 """
 
 from __future__ import annotations
@@ -80,10 +85,11 @@ from fpipe.encode.video_task import VideoTaskEncoder  # noqa: E402
 
 PEERS = str(Path(__file__).resolve().parent / "_video_peers.py")
 SETS = {"s360": (640, 360), "s720": (1280, 720)}
-BARE, PROCS, THREADS, STOCK, STOCK_DEFAULT = (
+BARE, PROCS, THREADS, ALL_FRAMES, STOCK, STOCK_DEFAULT = (
     "2 bare PyAV loops",
     "fpipe get_clips processes=2",
     "fpipe get_clips threads=2",
+    "fpipe get_clips every frame decoded processes=2",
     "fpipe VideoTaskEncoder processes=2",
     "fpipe VideoTaskEncoder default processes=2",
 )
@@ -93,12 +99,20 @@ Run = Callable[[int], tuple[float, float]]
 
 
 class ClipEncoder(DefaultTaskEncoder):
-    """The user's encoder: the shared clip of each video through ``AVDecoder.get_clips``."""
+    """The user's encoder: the shared clip of each video through ``AVDecoder.get_clips``
+    (``skip=False``: every frame decoded, the peers' decode work)."""
+
+    def __init__(self, skip: bool = True):
+        super().__init__()
+        self.skip = skip
 
     def encode_sample(self, sample, rng):
         idx = clip_indices(video_number(sample.__key__))
         out = sample.video.get_clips(
-            [(int(i), int(i)) for i in idx], video_unit="frames", video_out_frame_size=(OUT, OUT)
+            [(int(i), int(i)) for i in idx],
+            video_unit="frames",
+            video_out_frame_size=(OUT, OUT),
+            skip_unneeded_frames=self.skip,
         )
         return sample.replace(video=torch.cat(out.video_clips))
 
@@ -220,6 +234,9 @@ def ratios(prefix: str, rates: dict[str, float]) -> dict[str, float | None]:
         f"{prefix}_threads_vs_2x_bare": _ratio(rates.get(THREADS), ceiling),
         f"{prefix}_vs_spdl": _ratio(best, rates.get(SPDL)),
         f"{prefix}_vs_energon": _ratio(best, rates.get(ENERGON)),
+        # every frame decoded, as the peers do: the same-decode figures
+        f"{prefix}_processes_all_frames_vs_2x_bare": _ratio(rates.get(ALL_FRAMES), ceiling),
+        f"{prefix}_vs_spdl_all_frames": _ratio(rates.get(ALL_FRAMES), rates.get(SPDL)),
         f"{prefix}_spdl_vs_2x_bare": _ratio(rates.get(SPDL), ceiling),
         f"{prefix}_energon_vs_2x_bare": _ratio(rates.get(ENERGON), ceiling),
     }
@@ -237,7 +254,8 @@ TARGETS = (
 def run_set(name: str, root: Path, a: argparse.Namespace, n: int, repeats: int, log) -> dict:
     """Every loader on one set, interleaved; medians, checks and ratios."""
     w, h = SETS[name]
-    checked = {k: {"n": 0} for k in (BARE, PROCS, THREADS, STOCK, STOCK_DEFAULT, SPDL, ENERGON)}
+    names = (BARE, PROCS, THREADS, ALL_FRAMES, STOCK, STOCK_DEFAULT, SPDL, ENERGON)
+    checked = {k: {"n": 0} for k in names}
     py, warm = a.peers_python, a.warm
     loaders = {
         BARE: two_bare_loops(py, root, warm, checked[BARE]),
@@ -252,6 +270,12 @@ def run_set(name: str, root: Path, a: argparse.Namespace, n: int, repeats: int, 
             check_clips,
             warm,
             checked[THREADS],
+        ),
+        ALL_FRAMES: in_process(
+            functools.partial(fpipe_iter, root, ClipEncoder(skip=False), "process"),
+            check_clips,
+            warm,
+            checked[ALL_FRAMES],
         ),
         STOCK: in_process(
             functools.partial(fpipe_iter, root, stock_encoder(), "process"),

@@ -87,6 +87,8 @@ class AVDecoder(EnergonAVMethods):
 
     Attributes:
       frames_decoded: video frames decoded by this decoder so far (all calls).
+      frames_skipped: video frames passed over undecoded so far (non-reference frames that
+        no requested frame needs).
       audio_frames_decoded: audio frames (codec packets' worth of samples) decoded so far.
 
     Example:
@@ -122,6 +124,7 @@ class AVDecoder(EnergonAVMethods):
         self.key = key
         self.limits = limits
         self.frames_decoded = 0
+        self.frames_skipped = 0
         self.audio_frames_decoded = 0
         if metadata is not None:
             check_av_limits(metadata, limits, path=path, key=key)
@@ -163,6 +166,7 @@ class AVDecoder(EnergonAVMethods):
         *,
         range_end: RangeEnd = "exclusive",
         codec_threads: CodecThreads = "auto",
+        skip_unneeded_frames: bool = True,
     ) -> AVClips:
         """Decode the requested video and audio ranges.
 
@@ -185,6 +189,9 @@ class AVDecoder(EnergonAVMethods):
           codec_threads: FFmpeg frame threads decoding the video: an int (1: none), or
             "auto" (default): ``cores // num_workers`` in a DataLoader worker process, 1
             elsewhere. Threads return the same frames; they only change how fast.
+          skip_unneeded_frames: pass over H.264/HEVC non-reference frames that no range
+            needs without decoding them (default; the frames returned are those of a full
+            decode); False decodes every frame from each seek on.
 
         Returns:
           An :class:`AVClips` whose lists follow the order of the requested ranges.
@@ -222,7 +229,7 @@ class AVDecoder(EnergonAVMethods):
         if audio_unit == "samples" and a_ranges:
             sr = meta.audio_sample_rate
             a_ranges = [(a / sr, b / sr) for a, b in a_ranges]
-        clips, stamps, times, n_video = [], [], [], 0
+        clips, stamps, times, n_video, n_skipped = [], [], [], 0, 0
         a_clips, a_stamps, out_rate = [], [], None
         with self._open(threads if v_ranges else 1) as container:
             try:
@@ -239,7 +246,7 @@ class AVDecoder(EnergonAVMethods):
                     )
                     self.audio_frames_decoded += n_audio
                 if v_ranges:
-                    clips, stamps, times, n_video = decode_video(
+                    clips, stamps, times, n_video, n_skipped = decode_video(
                         container,
                         meta,
                         v_ranges,
@@ -248,8 +255,10 @@ class AVDecoder(EnergonAVMethods):
                         size=video_out_frame_size,
                         max_frames=self.limits.max_video_frames,
                         bad=self._bad,
+                        skip_unneeded=skip_unneeded_frames,
                     )
                     self.frames_decoded += n_video
+                    self.frames_skipped += n_skipped
             except av.error.FFmpegError as e:
                 raise self._bad(f"corrupt audio/video data: {e}") from e
         return AVClips(
@@ -260,6 +269,7 @@ class AVDecoder(EnergonAVMethods):
             audio_timestamps=a_stamps,
             audio_sample_rate=out_rate,
             video_frames_decoded=n_video,
+            video_frames_skipped=n_skipped,
         )
 
     def _clip_ranges(self, make, request_video: bool, request_audio: bool, what: str):

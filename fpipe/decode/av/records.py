@@ -119,6 +119,8 @@ class AVClips:
       audio_sample_rate: sample rate of ``audio_clips`` (None if no audio was requested).
       video_frames_decoded: video frames this call decoded (including frames decoded only to
         reach a clip start from its keyframe).
+      video_frames_skipped: video frames this call passed over without decoding them
+        (non-reference frames outside every clip, which no kept frame depends on).
 
     The first four are Energon's ``AVData`` (``AVClips(video_clips=..., video_timestamps=...,
     audio_clips=..., audio_timestamps=...)`` builds one); the others are keyword-only with
@@ -132,3 +134,4 @@ class AVClips:
     video_frame_times: list[torch.Tensor] = field(default_factory=list, kw_only=True)
     audio_sample_rate: int | None = field(default=None, kw_only=True)
     video_frames_decoded: int = field(default=0, kw_only=True)
+    video_frames_skipped: int = field(default=0, kw_only=True)

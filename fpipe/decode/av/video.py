@@ -31,6 +31,12 @@ import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
+from fpipe.decode.av._skipping import (
+    SKIPPING_CODECS,
+    SKIPPING_FORMATS,
+    SkipUnsafe,
+    frames_skipping,
+)
 from fpipe.decode.av.probe import seek
 from fpipe.decode.av.records import AVMetadata
 from fpipe.decode.limits import limit_hint
@@ -55,7 +61,9 @@ class _Cursor:
     ``pending`` a frame pulled but not consumed (it lies after the last range's end).
     """
 
-    def __init__(self, container, meta: AVMetadata, unit: VideoUnit, max_frames, bad):
+    def __init__(
+        self, container, meta: AVMetadata, unit: VideoUnit, max_frames, bad, ranges, skip: bool
+    ):
         self.container, self.stream, self.meta = container, container.streams.video[0], meta
         self.max_frames, self.bad = max_frames, bad
         self.frames = unit == "frames"
@@ -66,7 +74,11 @@ class _Cursor:
             self.stop = float(meta.video_num_frames or 0)
         else:
             self.stop = (meta.video_start_s or 0.0) + (meta.video_duration_s or 0.0) - _EPS
-        self.decoded = 0
+        self.decoded = self.skipped = 0
+        self.windows = _windows(ranges) if skip else None
+        formats = set(container.format.name.split(","))
+        if self.stream.codec_context.name not in SKIPPING_CODECS or not formats & SKIPPING_FORMATS:
+            self.windows = None
         self.it: Iterator[_Item] | None = None
         self.pending: _Item | None = None
         self.prev: _Item | None = None
@@ -98,14 +110,20 @@ class _Cursor:
         stream, meta = self.stream, self.meta
         seek(self.container, stream, key_s, meta.video_start_s or 0.0)
         n, prev_t, started = number, None, False
-        for frame in self.container.decode(stream):
-            self.decoded += 1
+        if self.windows is None:
+            source = ((frame.time, frame) for frame in self.container.decode(stream))
+        else:
+            source = frames_skipping(self.container, stream, key_s, self._unneeded(number))
+        for t, frame in source:
+            if frame is None:
+                self.skipped += 1
+            else:
+                self.decoded += 1
             if self.max_frames is not None and self.decoded > self.max_frames:
                 raise self.bad(
                     f"decoded more than max_video_frames={self.max_frames} video frames "
                     f"({limit_hint('max_video_frames')})"
                 )
-            t = frame.time
             if t is None:  # no pts: one frame period after the previous one
                 t = key_s if prev_t is None else prev_t + 1.0 / (meta.video_fps or 1.0)
             prev_t = t
@@ -120,6 +138,25 @@ class _Cursor:
                 started = True
             yield n, t, frame
             n += 1
+
+    def _unneeded(self, number: int):
+        """``unneeded(t, offset, next_t)`` of :func:`frames_skipping` for a decode from the
+        keyframe numbered ``number``: a frame is needed inside a range's window, or where it is
+        the frame on screen at a window's start (the next frame comes after that start)."""
+        starts, ends = self.windows
+        eps = self.eps
+
+        def unneeded(t: float, offset: int, next_t: float) -> bool:
+            if self.frames:
+                pos, next_pos = float(number + offset), float(number + offset + 1)
+            else:
+                pos, next_pos = t, next_t
+            i = bisect.bisect_right(starts, pos + eps)  # the first window starting after pos
+            if i and pos <= ends[i - 1] + eps:
+                return False
+            return not (i < len(starts) and next_pos > starts[i] + eps)
+
+        return unneeded
 
     def next(self) -> _Item | None:
         if self.pending is not None:
@@ -155,6 +192,19 @@ class _Cursor:
             elif (inclusive or not out) and before is not None:
                 out = [before, *out]  # the frame on screen at `start`
         return out
+
+
+def _windows(ranges) -> tuple[list[float], list[float]]:
+    """Overlapping ranges merged, as ``(starts, ends)``."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for lo, hi in sorted(ranges):
+        if starts and lo <= ends[-1]:
+            ends[-1] = max(ends[-1], hi)
+        else:
+            starts.append(lo)
+            ends.append(hi)
+    return starts, ends
 
 
 def _keyframes(meta: AVMetadata, frames: bool) -> tuple[list[float], list[int]]:
@@ -222,7 +272,8 @@ def decode_video(
     size: tuple[int, int] | None = None,
     max_frames: int | None = None,
     bad=ValueError,
-) -> tuple[list, list, list, int]:
+    skip_unneeded: bool = True,
+) -> tuple[list, list, list, int, int]:
     """Decode ``ranges`` (checked ``(start, end)`` pairs in ``unit``) from the first video stream.
 
     Ranges are decoded in start order (identical ranges once) and returned in the given order.
@@ -237,26 +288,45 @@ def decode_video(
       size: ``(width, height)`` to scale frames to, or None.
       max_frames: raise ``bad(reason)`` after decoding more frames than this in this call.
       bad: the exception factory for data errors (the caller's, naming its file and key).
+      skip_unneeded: pass over the non-reference frames no range needs (see below).
+
+    Frames no kept frame depends on (non-reference H.264/HEVC frames more than two frames
+    from every range) are passed over undecoded (:mod:`fpipe.decode.av._skipping`); the kept
+    frames are those of a full decode.
 
     Returns:
-      ``(clips, stamps, frame_times, frames_decoded)``: per range a ``uint8 [T, 3, H, W]``
-      tensor, ``(start, end)`` seconds it covers and ``float64 [T]`` pts; then the number of
-      frames decoded (lead-ins included).
+      ``(clips, stamps, frame_times, frames_decoded, frames_skipped)``: per range a ``uint8
+      [T, 3, H, W]`` tensor, ``(start, end)`` seconds it covers and ``float64 [T]`` pts; then
+      the number of frames decoded (lead-ins included) and of frames passed over.
     """
-    cur = _Cursor(container, meta, unit, max_frames, bad)
-    to_rgb = _ToRGB()
-    inclusive = range_end == "inclusive"
+    wanted = sorted(set(ranges))
+    decoded = skipped = 0
     done: dict[tuple[float, float], tuple] = {}
-    try:
-        for lo, hi in sorted(set(ranges)):
-            frames: list[_Item] = []
-            if lo < cur.stop:  # a range starting after the last frame is empty
-                cur.position_for(lo)
-                frames = cur.select(lo, hi, inclusive)
-            done[(lo, hi)] = _to_clip(frames, cur.stream, meta, size, to_rgb)
-    finally:
-        cur.close()
+    for skip in (True, False) if skip_unneeded else (False,):  # False: where unsafe
+        cur = _Cursor(container, meta, unit, max_frames, bad, wanted, skip)
+        cur.decoded, cur.skipped = decoded, skipped
+        try:
+            done = _decode_ranges(cur, wanted, inclusive=range_end == "inclusive", size=size)
+            break
+        except SkipUnsafe:
+            decoded, skipped = cur.decoded, cur.skipped
+        finally:
+            cur.close()
     if not done:
-        return [], [], [], 0
+        return [], [], [], 0, 0
     clips, stamps, times = zip(*(done[r] for r in ranges))
-    return list(clips), list(stamps), list(times), cur.decoded
+    return list(clips), list(stamps), list(times), cur.decoded, cur.skipped
+
+
+def _decode_ranges(cur: _Cursor, wanted, *, inclusive: bool, size) -> dict:
+    to_rgb = _ToRGB()
+    done: dict[tuple[float, float], tuple] = {}
+    for lo, hi in wanted:
+        frames: list[_Item] = []
+        if lo < cur.stop:  # a range starting after the last frame is empty
+            cur.position_for(lo)
+            frames = cur.select(lo, hi, inclusive)
+        if any(frame is None for _, _, frame in frames):
+            raise SkipUnsafe(f"a skipped frame is in range {(lo, hi)}")
+        done[(lo, hi)] = _to_clip(frames, cur.stream, cur.meta, size, to_rgb)
+    return done
