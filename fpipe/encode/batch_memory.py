@@ -15,8 +15,10 @@ The copy saved is the small part: the kernel's work for a fresh segment (allocat
 ``madvise(MADV_POPULATE_WRITE)`` call (Linux 5.14+; elsewhere the writes fault them in) instead
 of one fault per page is most of what this saves (``bench/batch_hop.py``).
 
-Each batch gets its own segment: it lives as long as anyone holds the batch (the consumer may
-also pass it on to another process), so nothing is reused across batches.
+In fpipe's own loader the segment is a slot the worker reuses (:mod:`fpipe.encode.batch_slots`:
+the main process copies the batch out and frees the slot), which removes the kernel's part as
+well; without slots (or when a batch does not fit its slot), each batch gets its own segment,
+which lives as long as anyone holds the batch.
 """
 
 from __future__ import annotations
@@ -96,10 +98,16 @@ def in_worker_process() -> bool:
 
 
 def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialized contiguous CPU tensor in shared memory (``is_shared()``): pickling it to
-    another process sends only its handle."""
+    """An uninitialized contiguous CPU tensor in shared memory: in a slot the worker reuses
+    batch after batch where the loader set slots up (:mod:`fpipe.encode.batch_slots`), else a
+    fresh segment (``is_shared()``); pickling it to another process sends only where it is."""
     import torch
 
+    from fpipe.encode import batch_slots
+
+    reused = batch_slots.take(shape, dtype)  # the worker's reused slot, where the loader set one
+    if reused is not None:
+        return reused
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     storage = torch.UntypedStorage._new_shared(nbytes)
     if nbytes >= _POPULATE_MIN_BYTES:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import torch.utils.data
 
+from fpipe.encode import batch_slots
 from fpipe.loader._pack_batches import PackBatcher
 from fpipe.loader._recovery import run_task
-from fpipe.loader._workers import POLL_S, WorkerMarks, iterate, run_in_worker
+from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState
 from fpipe.loader.threads import iterate_threads
 from fpipe.materialize.materializer import Materializer
@@ -47,14 +48,25 @@ def identity(x):
 class RecipeDataset(torch.utils.data.Dataset):
     """Map-style dataset whose "index" is an encoded recipe (a task of
     :func:`fpipe.loader._recovery.run_task`); ``marks``: where workers say which sample they
-    are on."""
+    are on; ``slots``: the shared-memory slots worker processes send batches in
+    (:mod:`fpipe.encode.batch_slots`)."""
 
-    def __init__(self, materializer: Materializer, marks: WorkerMarks | None = None):
-        self.materializer, self.marks = materializer, marks
+    def __init__(
+        self,
+        materializer: Materializer,
+        marks: WorkerMarks | None = None,
+        slots: batch_slots.SlotConfig | None = None,
+    ):
+        self.materializer, self.marks, self.slots = materializer, marks, slots
 
     def __getitem__(self, task):
         mark = None if self.marks is None else self.marks.writer()
-        return run_in_worker(lambda: run_task(self.materializer, task, mark))
+        if self.slots is not None and torch.utils.data.get_worker_info() is not None:
+            batch_slots.begin_task(self.slots)
+        result = run_in_worker(lambda: run_task(self.materializer, task, mark))
+        if isinstance(result, RemoteFailure):
+            batch_slots.release_unsent()
+        return result
 
 
 class PlanSampler:
@@ -171,7 +183,7 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
 
 def torch_loader(loader: Loader, pending, start, excluded):
     kwargs: dict = {}
-    marks = None
+    marks = slots = None
     if loader.num_workers > 0:
         context = worker_context(loader)
         kwargs = dict(
@@ -181,8 +193,10 @@ def torch_loader(loader: Loader, pending, start, excluded):
             multiprocessing_context=context,
         )
         marks = WorkerMarks(loader.num_workers, context)
+        # the batches a worker may have in flight, the one it builds, and one spare
+        slots = batch_slots.new_config(loader.prefetch_factor + 2)
     return torch.utils.data.DataLoader(
-        RecipeDataset(loader.dataset.materializer, marks),
+        RecipeDataset(loader.dataset.materializer, marks, slots),
         batch_size=None,
         sampler=PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
         num_workers=loader.num_workers,

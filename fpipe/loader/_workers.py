@@ -39,6 +39,7 @@ from typing import Any
 import torch.utils.data
 
 from fpipe.core.errors import FpipeError, MaterializeError, WorkerError
+from fpipe.encode import batch_slots
 from fpipe.loader._recovery import out_of_memory
 from fpipe.loader._send import check_sendable
 from fpipe.materialize.materializer import show_keys
@@ -307,3 +308,6 @@ def iterate(
             yield result
     finally:
         _shutdown(it, kill=failed)
+        slots = getattr(dataloader.dataset, "slots", None)
+        if slots is not None:
+            batch_slots.detach(slots)

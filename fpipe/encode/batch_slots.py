@@ -1,0 +1,241 @@
+"""Reused shared-memory slots that carry collated batches from worker processes.
+
+Sending a batch the way torch does costs a fresh shared-memory segment per batch: the worker
+allocates and maps its pages (~1,200 for a 4.8 MB image batch), torch passes its file
+descriptor over a socket, the main process maps it and later unmaps it. That is 4-5 ms of CPU
+per batch, as much as decoding three or four small images. Here each worker process keeps a
+few slots in one shared file instead (an arena, in ``/dev/shm``), reused batch after batch:
+
+* collate in a worker (:func:`fpipe.encode.batch_memory.shared_empty`) takes its tensors from
+  the worker's free slot (:func:`take`), whose pages are mapped after the first use;
+* pickling such a tensor (the worker's result queue) sends only where it lies: the arena's
+  name, the slot, the offset, dtype, shape and strides;
+* the main process maps the arena once (and removes its file name, so nothing is left behind),
+  copies the tensors out into ordinary memory as it unpickles them, and marks the slot free
+  in the arena's first page once the whole result is read.
+
+A batch the consumer holds is then its own memory, never a slot a worker will write again. A
+batch that does not fit (the first one of a worker, which sizes the arena; a larger one, after
+which the next arena is 25% larger), or a moment with no free slot, takes the fresh-segment
+path as before. The loader turns slots on for its worker processes (:class:`SlotConfig`) and
+off at the end of each pass (:func:`detach`); elsewhere nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import mmap
+import os
+import secrets
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["SlotConfig", "begin_task", "detach", "new_config", "release_unsent", "take"]
+
+_DIR = "/dev/shm"
+_PAGE = 4096  # the arena's first page holds one flag byte per slot (1: in use)
+_ALIGN = 64
+_GROWTH = 1.25
+
+
+class SlotConfig(msgspec.Struct, frozen=True):
+    """What a loader's worker processes use: arena names start with ``fpipe-slots-{token}``;
+    ``count`` slots per worker (the batches a worker may have in flight, plus one)."""
+
+    token: str
+    count: int
+
+
+def new_config(slots_per_worker: int) -> SlotConfig | None:
+    """A config for one pool of worker processes (None where there is no ``/dev/shm``)."""
+    if not os.path.isdir(_DIR) or not os.access(_DIR, os.W_OK):
+        return None
+    return SlotConfig(f"{os.getpid()}-{secrets.token_hex(4)}", max(2, slots_per_worker))
+
+
+class _Arena:
+    """``count`` slots of ``slot_bytes`` after a page of flags, in one shared file."""
+
+    def __init__(self, name: str, count: int, slot_bytes: int, create: bool):
+        import torch
+
+        self.name, self.count, self.slot_bytes = name, count, slot_bytes
+        size = _PAGE + count * slot_bytes
+        path = os.path.join(_DIR, name)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.bytes = torch.frombuffer(self.mm, dtype=torch.uint8)
+        self.base = self.bytes.data_ptr()
+
+
+# -- in a worker process --------------------------------------------------------------------
+
+_config: SlotConfig | None = None
+_arena: _Arena | None = None
+_arenas: dict[int, _Arena] = {}  # by base address: every arena this worker made
+_tickets: dict[tuple[int, int], _Ticket] = {}  # (arena base, slot) -> the batch's ticket
+_made = 0
+_largest = 0  # the most bytes one batch asked for so far
+_slot: int | None = None  # the slot of the batch being collated, and the bytes used in it
+_used = 0
+_asked = 0
+_taken: list[tuple[_Arena, int]] = []  # slots this task took (freed if it sends nothing)
+
+
+class _Ticket:
+    """A slot's batch in flight; pickled once per result (pickle's memo), it becomes the main
+    process's :class:`_Claim` on that slot."""
+
+    def __init__(self, arena: _Arena, slot: int):
+        self.args = (arena.name, arena.count, arena.slot_bytes, slot)
+
+    def __reduce__(self):
+        return _claim, self.args
+
+
+def begin_task(config: SlotConfig | None) -> None:
+    """In a worker process, before materializing one task: use ``config``'s slots (None:
+    none). The first batch measures; an arena is made (or replaced by a larger one) here,
+    between batches."""
+    global _config, _arena, _made, _slot, _used, _asked
+    if config != _config:
+        _config, _arena = config, None
+        if config is not None:
+            _register_reducer()
+    if _config is not None and _largest and (_arena is None or _arena.slot_bytes < _largest):
+        _arena = _new_arena(_config, _largest)
+    _taken.clear()
+    _slot, _used, _asked = None, 0, 0
+
+
+def release_unsent() -> None:
+    """In a worker whose task sends no batch (it failed): free the slots it took."""
+    for arena, slot in _taken:
+        arena.mm[slot] = 0
+    _taken.clear()
+
+
+def take(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
+    """An uninitialized contiguous tensor in this worker's slot for the batch being collated,
+    or None (no slots configured, no free slot, or the batch outgrew its slot)."""
+    global _slot, _used, _asked, _largest
+    if _config is None:
+        return None
+    import torch
+
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = -(-size // _ALIGN) * _ALIGN
+    _asked += nbytes
+    _largest = max(_largest, _asked)
+    arena = _arena
+    if arena is None:
+        return None
+    if _slot is None:
+        free = [s for s in range(arena.count) if arena.mm[s] == 0]
+        if not free:
+            return None
+        _slot, _used = free[0], 0
+        arena.mm[_slot] = 1
+        _taken.append((arena, _slot))
+        _tickets[(arena.base, _slot)] = _Ticket(arena, _slot)
+    if _used + nbytes > arena.slot_bytes:
+        return None
+    start = _PAGE + _slot * arena.slot_bytes + _used
+    _used += nbytes
+    return arena.bytes[start : start + size].view(dtype).view(tuple(shape))
+
+
+def _new_arena(config: SlotConfig, largest: int) -> _Arena:
+    global _made
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    _made += 1
+    name = f"fpipe-slots-{config.token}-{info.id if info is not None else 0}-{_made}"
+    slot_bytes = -(-int(largest * _GROWTH) // _PAGE) * _PAGE
+    arena = _Arena(name, config.count, slot_bytes, create=True)
+    _arenas[arena.base] = arena
+    return arena
+
+
+def _reduce_tensor(t):
+    """The worker's pickling of a tensor: a slot's tensor as where it lies; any other as torch
+    sends it."""
+    arena = _arenas.get(t.untyped_storage().data_ptr()) if t.device.type == "cpu" else None
+    if arena is None:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        return reduce_tensor(t)
+    offset = t.data_ptr() - arena.base
+    ticket = _tickets[(arena.base, (offset - _PAGE) // arena.slot_bytes)]
+    return _copy_out, (ticket, offset, t.dtype, tuple(t.shape), tuple(t.stride()))
+
+
+def _register_reducer() -> None:
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    import torch.multiprocessing  # noqa: F401 - torch's reductions first, then this one over it
+
+    ForkingPickler.register(torch.Tensor, _reduce_tensor)
+
+
+# -- in the main process --------------------------------------------------------------------
+
+_attached: dict[str, _Arena] = {}
+_lock = threading.Lock()
+
+
+class _Claim:
+    """The main process's hold on a slot while one result is unpickled: once the result is
+    read (the unpickler drops its memo), the slot is free for its worker again."""
+
+    def __init__(self, arena: _Arena, slot: int):
+        self.arena, self.slot = arena, slot
+
+    def __del__(self):
+        self.arena.mm[self.slot] = 0
+
+
+def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:
+    with _lock:
+        arena = _attached.get(name)
+        if arena is None:
+            arena = _attached[name] = _Arena(name, count, slot_bytes, create=False)
+            os.unlink(os.path.join(_DIR, name))  # mapped now: no file needs to stay
+    return _Claim(arena, slot)
+
+
+def _copy_out(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple):
+    """A slot's tensor, copied into ordinary memory of this process."""
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    span = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * itemsize if all(shape) else 0
+    flat = claim.arena.bytes[offset : offset + span].view(dtype)
+    return torch.as_strided(flat, shape, stride).clone()
+
+
+def detach(config: SlotConfig) -> None:
+    """In the main process, after a pool of workers ends: unmap its arenas (once no result
+    holds them) and remove any arena file it never read."""
+    prefix = f"fpipe-slots-{config.token}-"
+    with _lock:
+        for name in [n for n in _attached if n.startswith(prefix)]:
+            del _attached[name]
+    for path in glob.glob(os.path.join(_DIR, prefix + "*")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

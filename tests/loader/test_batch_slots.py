@@ -1,0 +1,101 @@
+"""Worker processes send collated batches in reused shared-memory slots
+(``fpipe.encode.batch_slots``): the batches are those of thread workers, bit for bit; after each
+worker's first batch (which sizes its slots) the batches arrive through a slot, copied into the
+main process's own memory; a slot is freed once its batch is read (or when its task fails), and
+no file is left in ``/dev/shm``."""
+
+from __future__ import annotations
+
+import glob
+import pickle
+import types
+import zlib
+from multiprocessing.reduction import ForkingPickler
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fpipe.encode import DefaultTaskEncoder, batch_slots
+from tests.loader.helpers import build, digest
+
+pytestmark = pytest.mark.skipif(batch_slots.new_config(2) is None, reason="no /dev/shm")
+
+
+def _files() -> set[str]:
+    return set(glob.glob("/dev/shm/fpipe-slots-*"))
+
+
+class FixedSize(DefaultTaskEncoder):
+    """Every image cropped or padded to 24 x 24: batches of one size, fpipe's own batch hooks."""
+
+    def encode_sample(self, sample, rng):
+        image = sample.image[:, :24, :24]
+        image = F.pad(image, (0, 24 - image.shape[2], 0, 24 - image.shape[1]))
+        return sample.replace(image=image)
+
+
+class GrowingSize(DefaultTaskEncoder):
+    """Images of 8 to 40 pixels a side by key: padded batches of changing sizes (a batch may
+    outgrow its slot; the next slots are larger)."""
+
+    def encode_sample(self, sample, rng):
+        side = 8 + zlib.crc32(sample.__key__.encode()) % 33
+        image = sample.image[:, :side, :side]
+        pad = (0, side - image.shape[2], 0, side - image.shape[1])
+        return sample.replace(image=F.pad(image, pad))
+
+
+def _run(path, encoder, mode):
+    loader = build(path, encoder=encoder, num_workers=2, worker_mode=mode, num_epochs=1)
+    return [(digest(b), b.image.is_shared()) for b in loader]
+
+
+@pytest.mark.parametrize("encoder", [FixedSize, GrowingSize])
+def test_process_batches_come_through_slots_and_equal_thread_batches(image_dataset, encoder):
+    before = _files()
+    procs = _run(image_dataset, encoder(), "process")
+    threads = _run(image_dataset, encoder(), "thread")
+    assert [d for d, _ in procs] == [d for d, _ in threads] and len(procs) > 10
+    through_slots = [not shared for _, shared in procs]
+    assert sum(through_slots) >= len(procs) - (2 if encoder is FixedSize else 8)
+    assert _files() == before  # every arena's file removed
+
+
+def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch, tmp_path):
+    """The worker and main-process halves in one process: take, pickle as the worker's queue
+    does, unpickle as the main process does."""
+    for name, value in dict(
+        _config=None, _arena=None, _arenas={}, _tickets={}, _made=0, _largest=0, _taken=[]
+    ).items():
+        monkeypatch.setattr(batch_slots, name, value)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
+    monkeypatch.setitem(ForkingPickler._extra_reducers, torch.Tensor, None)  # restored after
+    config = batch_slots.new_config(2)
+    before = _files()
+
+    batch_slots.begin_task(config)
+    assert batch_slots.take((4, 8), torch.int16) is None  # the first batch sizes the slots
+    batch_slots.begin_task(config)
+    arena = batch_slots._arena
+    a = batch_slots.take((4, 8), torch.int16)
+    a.copy_(torch.arange(32, dtype=torch.int16).view(4, 8))
+    assert arena.mm[0] == 1 and arena.mm[1] == 0
+    sent = bytes(ForkingPickler.dumps({"a": a, "t": a.t()}))
+    assert len(sent) < 1000  # where the tensors lie, not their bytes
+    got = pickle.loads(sent)  # the main process: copied out, then the slot is free
+    assert torch.equal(got["a"], a) and torch.equal(got["t"], a.t()) and not got["a"].is_shared()
+    assert got["a"].data_ptr() != a.data_ptr()
+    assert arena.mm[0] == 0
+
+    batch_slots.begin_task(config)  # a task that fails after collate frees its slot
+    assert batch_slots.take((2, 2), torch.float32) is not None and arena.mm[0] == 1
+    batch_slots.release_unsent()
+    assert arena.mm[0] == 0
+
+    batch_slots.begin_task(config)  # a batch larger than the slot: ordinary path, then larger
+    assert batch_slots.take((64, 64), torch.float64) is None
+    batch_slots.begin_task(config)
+    assert batch_slots._arena is not arena and batch_slots.take((64, 64), torch.float64) is not None
+    batch_slots.detach(config)
+    assert _files() == before
