@@ -13,15 +13,19 @@ patched to False (workers fork, so they inherit the patch).
    old, and what collating into shared memory regardless of the hooks would cost.
 2. **Hop** (synthetic): a torch DataLoader, 2 workers, each batch collated from pre-made
    tensors (no decode), so the hop is most of the work; the main process copies each batch
-   once into a preallocated buffer (as a host-to-device copy would read it).
+   once into a preallocated buffer (as a host-to-device copy would read it). Three ways: old,
+   new (a fresh shared segment per batch), and slots (``fpipe.encode.batch_slots``: collated
+   into a slot the worker reuses, copied out in the main process as it arrives).
 3. **fpipe** on the quick image set of ``bench/loader.py`` (640 JPEGs 128-512 px, decode +
-   resize + crop to 224, ``draft=False``, batch 32): ``get_loader(num_workers=2)`` old vs new.
+   resize + crop to 224, ``draft=False``, batch 32): ``get_loader(num_workers=2)`` old, new
+   with slots turned off (``batch_slots.new_config`` patched to None), and as it ships (slots).
 
 Rates are samples per wall second and per CPU-second of the main process and its workers
 (``_loader_runs.measure``: medians of interleaved repeats).
 
 Usage: ``python bench/batch_hop.py [--repeats 5] [--batches 40] [--image-batches 16]``.
-The last line of output is one JSON object (``hop_new_vs_old``, ``fpipe_new_vs_old``, ...).
+The last line of output is one JSON object (``hop_new_vs_old``, ``fpipe_new_vs_old``,
+``hop_slots_vs_new``, ``fpipe_slots_vs_new``, ...).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from _loader_runs import in_process, measure  # noqa: E402
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
-from fpipe.encode import batch_memory  # noqa: E402
+from fpipe.encode import batch_memory, batch_slots  # noqa: E402
 from fpipe.encode._collate import collate_samples  # noqa: E402
 
 BATCH = 32
@@ -110,15 +114,17 @@ def worker_side(repeats: int) -> dict[str, float]:
 
 
 class _Synthetic(torch.utils.data.Dataset):
-    """Batch ``i``: 32 pre-made images (a pool of 64) collated by fpipe."""
+    """Batch ``i``: 32 pre-made images (a pool of 64) collated by fpipe; with ``slots``, into
+    the worker's reused slots (as fpipe's loader sets them up)."""
 
-    def __init__(self):
-        self.pool = _images(64, seed=1)
+    def __init__(self, slots: batch_slots.SlotConfig | None = None):
+        self.pool, self.slots = _images(64, seed=1), slots
 
     def __len__(self):
         return 1 << 30
 
     def __getitem__(self, i: int) -> dict:
+        batch_slots.begin_task(self.slots)
         with batch_memory.sent_as_collated():  # as the materializer does with its own hooks
             return collate_samples(_samples(self.pool, i))
 
@@ -140,23 +146,34 @@ def _started(it: Iterator, old: bool) -> Iterator:
     yield from it
 
 
-def hop_iter(old: bool) -> Iterator:
+def hop_iter(old: bool, slots: bool = False) -> Iterator:
+    config = batch_slots.new_config(4) if slots else None
     loader = torch.utils.data.DataLoader(
-        _Synthetic(),
+        _Synthetic(config),
         batch_size=None,
         sampler=itertools.count(),
         num_workers=2,
         prefetch_factor=2,
         collate_fn=_identity,
     )
-    return _consumed(_started(iter(loader), old))
+    it = _consumed(_started(iter(loader), old))
+    if config is None:
+        return it
+    return _detaching(it, config)
+
+
+def _detaching(it: Iterator, config: batch_slots.SlotConfig) -> Iterator:
+    try:
+        yield from it
+    finally:
+        batch_slots.detach(config)
 
 
 def _identity(x):
     return x
 
 
-def fpipe_iter(root: Path, old: bool) -> Iterator:
+def fpipe_iter(root: Path, old: bool, slots: bool = True) -> Iterator:
     ds = fpipe.get_train_dataset(
         root,
         batch_size=BATCH,
@@ -165,7 +182,17 @@ def fpipe_iter(root: Path, old: bool) -> Iterator:
         seed=1,
         image_decode=ImageDecodeOptions(target_size=224, draft=False),
     )
-    return _started(iter(fpipe.get_loader(ds, num_workers=2, prefetch_factor=2)), old)
+    loader = fpipe.get_loader(ds, num_workers=2, prefetch_factor=2)
+    # slots are set up when the first batch starts the workers
+    no_slots = mock.patch.object(batch_slots, "new_config", lambda n: None)
+    with contextlib.nullcontext() if slots else no_slots:
+        return _started_now(_started(iter(loader), old))
+
+
+def _started_now(it: Iterator) -> Iterator:
+    """``it`` with its first item taken now (inside the caller's patches)."""
+    first = next(it)
+    return itertools.chain([first], it)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -191,6 +218,9 @@ def main(argv: list[str] | None = None) -> dict:
             "new (collate into shared memory)": in_process(
                 lambda: hop_iter(False), "images", 32, 4
             ),
+            "slots (collate into a reused slot, copied out)": in_process(
+                lambda: hop_iter(False, slots=True), "images", 32, 4
+            ),
         },
         args.batches,
         args.repeats,
@@ -202,17 +232,18 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"\n## 3. fpipe nw=2 draft=False, quick image set, {args.image_batches} timed batches")
     img, img_cpu = measure(
         {
-            "fpipe old": in_process(lambda: fpipe_iter(root, True), "images", 32, 4),
-            "fpipe new": in_process(lambda: fpipe_iter(root, False), "images", 32, 4),
+            "fpipe old": in_process(lambda: fpipe_iter(root, True, False), "images", 32, 4),
+            "fpipe new": in_process(lambda: fpipe_iter(root, False, False), "images", 32, 4),
+            "fpipe slots": in_process(lambda: fpipe_iter(root, False), "images", 32, 4),
         },
         args.image_batches,
         args.repeats,
         log,
     )
 
-    def ratio(rates: dict) -> float:
-        old, new = rates.values()
-        return round(new / old, 3)
+    def ratio(rates: dict, i: int = 1, j: int = 0) -> float:
+        values = list(rates.values())
+        return round(values[i] / values[j], 3)
 
     result = {
         "worker_side_ms": side,
@@ -224,6 +255,10 @@ def main(argv: list[str] | None = None) -> dict:
         "fpipe_samples_per_cpu_s": {k: round(v, 1) for k, v in img_cpu.items()},
         "fpipe_new_vs_old": ratio(img),
         "fpipe_new_vs_old_cpu": ratio(img_cpu),
+        "hop_slots_vs_new": ratio(hop, 2, 1),
+        "hop_slots_vs_new_cpu": ratio(hop_cpu, 2, 1),
+        "fpipe_slots_vs_new": ratio(img, 2, 1),
+        "fpipe_slots_vs_new_cpu": ratio(img_cpu, 2, 1),
         "repeats": args.repeats,
         "loadavg": [round(v, 2) for v in os.getloadavg()],
         "wall_s": round(time.perf_counter() - t_start, 1),

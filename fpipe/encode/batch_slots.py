@@ -207,7 +207,8 @@ class _Claim:
         self.arena, self.slot = arena, slot
 
     def __del__(self):
-        self.arena.mm[self.slot] = 0
+        with contextlib.suppress(ValueError):  # an arena unmapped at interpreter exit
+            self.arena.mm[self.slot] = 0
 
 
 def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:

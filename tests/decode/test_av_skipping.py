@@ -12,6 +12,7 @@ from __future__ import annotations
 from unittest import mock
 
 import av
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,6 +20,9 @@ from hypothesis import strategies as st
 
 import fpipe.decode.av.video as av_video
 from fpipe.decode.av.decoder import AVDecoder, probe_av
+from fpipe.encode.video import VideoTransformConfig
+from fpipe.encode.video_task import VideoTaskEncoder
+from fpipe.samples import CaptionedVideoSample
 from tests.decode.av_helpers import frame_index, write_video
 
 N, FPS, GOP = 72, 24, 24
@@ -108,3 +112,25 @@ def test_a_skipped_frame_that_is_needed_means_a_decode_without_skipping(media):
         out = _get(data, meta, ranges, video_unit="frames")
     _assert_same(out, full)
     assert out.video_frames_decoded >= full.video_frames_decoded
+
+
+def test_the_stock_video_encoder_gives_the_same_clips(media):
+    """``VideoTaskEncoder`` (16 frames at stride 3, OpenSora's defaults otherwise) returns the
+    same tensors whether or not frames are passed over."""
+    _, data, meta = media
+    enc = VideoTaskEncoder(VideoTransformConfig(num_frames=16, height=32, width=32, stride=3))
+
+    def encode(seed):
+        video = AVDecoder(data, metadata=meta, key="k")
+        sample = CaptionedVideoSample(__key__="k", __restore_key__=(), video=video, caption="c")
+        return enc.encode_sample(sample, np.random.default_rng(seed)), video.frames_skipped
+
+    skipped = 0
+    for seed in range(3):
+        got, n = encode(seed)
+        with mock.patch.object(av_video, "SKIPPING_CODECS", frozenset()):
+            want, none = encode(seed)
+        assert torch.equal(got.video, want.video) and none == 0
+        assert got.frame_indices.tolist() == want.frame_indices.tolist()
+        skipped += n
+    assert skipped > 0 or media[0] == "avi"
