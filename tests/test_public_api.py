@@ -70,7 +70,8 @@ def test_energon_hook_names_are_exported_at_top_level_and_by_encode():
     import fpipe.encode.hooks as hooks
 
     # using_sample_rng is the loader's side of sample_rng, not a user hook
-    user_hooks = set(hooks.__all__) - {"current_position", "using_position", "using_sample_rng"}
+    loaders = {"current_position", "using_position", "using_sample", "using_sample_rng"}
+    user_hooks = set(hooks.__all__) - loaders
     assert user_hooks <= set(fpipe.encode.__all__)
     assert user_hooks | {"DefaultTaskEncoder", "TaskEncoder"} <= set(fpipe.__all__)
     for name in user_hooks:

@@ -12,6 +12,7 @@ defines them, so DataLoader workers (forked or spawned) see them too.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +70,7 @@ _BUILTINS: dict[str, Decoder] = _builtins()
 _REGISTRY: dict[str, Decoder] = dict(_BUILTINS)
 
 
+@functools.lru_cache(maxsize=1024)  # twice for every member decoded, with few extensions
 def _norm(ext: str) -> str:
     ext = ext.lower()
     return ext[1:] if ext.startswith(".") else ext

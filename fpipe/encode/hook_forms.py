@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
+from types import GeneratorType
 from typing import Any
 
 from fpipe.core.errors import ConfigError
@@ -28,6 +29,9 @@ __all__ = ["check_hook_forms", "drain", "is_generator_hook", "outputs", "then"]
 
 #: Hooks that may be generators; they run once per sample.
 _SAMPLE_HOOKS = ("encode_sample", "preencode_sample", "postencode_sample")
+
+# What a hook returned is tested with isinstance(out, GeneratorType), which is all that
+# inspect.isgenerator does, without its call: these run several times for every sample.
 
 
 def is_generator_hook(fn: Any) -> bool:
@@ -47,14 +51,14 @@ def drain(out: Any) -> Any:
     """``out`` unchanged, or, if it is a generator, a generator over its values, all computed
     now (so the hook's body runs inside the caller's context: the sample's rng, seeded global
     generators)."""
-    if inspect.isgenerator(out):
+    if isinstance(out, GeneratorType):
         return _replay(list(out))
     return out
 
 
 def outputs(out: Any) -> list:
     """The samples a sample hook returned: its values if it is a generator, else ``[out]``."""
-    if inspect.isgenerator(out):
+    if isinstance(out, GeneratorType):
         return list(out)
     return [out]
 
@@ -62,7 +66,7 @@ def outputs(out: Any) -> list:
 def then(out: Any, fn: Callable[[Any], Any]) -> Any:
     """``fn`` applied to what a hook returned: to each yielded value if it is a generator (the
     result is a generator over every value ``fn`` returns or yields), else to ``out``."""
-    if not inspect.isgenerator(out):
+    if not isinstance(out, GeneratorType):
         return fn(out)
     return _replay([v for item in out for v in outputs(fn(item))])
 

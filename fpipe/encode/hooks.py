@@ -41,6 +41,7 @@ __all__ = [
     "sample_rng",
     "stateless",
     "using_position",
+    "using_sample",
     "using_sample_rng",
 ]
 
@@ -83,14 +84,26 @@ def sample_rng() -> Any:
     return rng
 
 
-@contextlib.contextmanager
-def using_sample_rng(rng: Any) -> Iterator[None]:
+class _Using:
+    """``with``: ``var`` set to ``value`` inside the block, restored after it. A class rather
+    than ``@contextlib.contextmanager``: the loader enters one around every sample, where a
+    generator-based context manager costs several times more."""
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: contextvars.ContextVar[Any], value: Any):
+        self._var, self._value = var, value
+
+    def __enter__(self) -> None:
+        self._token = self._var.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        self._var.reset(self._token)
+
+
+def using_sample_rng(rng: Any) -> contextlib.AbstractContextManager[None]:
     """Make ``rng`` what :func:`sample_rng` returns inside the block (used by the loader)."""
-    token = _RNG.set(rng)
-    try:
-        yield
-    finally:
-        _RNG.reset(token)
+    return _Using(_RNG, rng)
 
 
 def current_position() -> tuple[int, int]:
@@ -112,15 +125,30 @@ def current_position() -> tuple[int, int]:
     return pos
 
 
-@contextlib.contextmanager
-def using_position(batch_index: int, sample_index: int) -> Iterator[None]:
+def using_position(batch_index: int, sample_index: int) -> contextlib.AbstractContextManager[None]:
     """Make ``(batch_index, sample_index)`` what :func:`current_position` returns inside the
     block (used by the loader)."""
-    token = _POSITION.set((batch_index, sample_index))
-    try:
-        yield
-    finally:
-        _POSITION.reset(token)
+    return _Using(_POSITION, (batch_index, sample_index))
+
+
+class using_sample:  # lower case: called like a function, as contextlib.suppress
+    """``with using_sample(rng, batch_index, sample_index):`` is ``using_sample_rng(rng)`` and
+    ``using_position(batch_index, sample_index)`` together: the context of the sample whose
+    hooks run inside the block (used by the loader, for every sample: one class-based context
+    manager, see :class:`_Using`)."""
+
+    __slots__ = ("_position", "_rng", "_tokens")
+
+    def __init__(self, rng: Any, batch_index: int, sample_index: int):
+        self._rng, self._position = rng, (batch_index, sample_index)
+
+    def __enter__(self) -> None:
+        self._tokens = (_RNG.set(self._rng), _POSITION.set(self._position))
+
+    def __exit__(self, *exc: object) -> None:
+        rng_token, position_token = self._tokens
+        _POSITION.reset(position_token)
+        _RNG.reset(rng_token)
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Sequence
+from types import GeneratorType
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -144,7 +145,7 @@ def sample_decoder_of(task_encoder: Any) -> Any:
         return decoder
     raise ConfigError(
         f"{type(task_encoder).__name__}.decoder = {decoder!r}: expected a SampleDecoder "
-        "(e.g. SampleDecoder(image_decode=\"torchrgb\")), a callable "
+        '(e.g. SampleDecoder(image_decode="torchrgb")), a callable '
         "decoder(sample: dict) -> dict, or None for raw bytes (as in Energon)"
     )
 
@@ -222,7 +223,10 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     def encode_sample(self, sample: Any, rng: np.random.Generator) -> Any:
         """Per-sample transform (tokenize, augment...). Default: preencode then postencode
         (on each sample a generator ``preencode_sample`` yields)."""
-        return then(self.preencode_sample(sample, rng), lambda s: self.postencode_sample(s, rng))
+        out = self.preencode_sample(sample, rng)
+        if isinstance(out, GeneratorType):
+            return then(out, lambda s: self.postencode_sample(s, rng))
+        return self.postencode_sample(out, rng)  # what then() does, without its calls
 
     def preencode_sample(self, sample: Any, rng: np.random.Generator) -> Any:
         """Part of encoding done before packing (default: unchanged)."""
@@ -317,7 +321,14 @@ class DefaultTaskEncoder(
         """Preencode then postencode, then convert to ``encoded_sample_type`` if set (each
         sample, when the hooks are generators)."""
         target = getattr(self, "_encoded_sample_type", None)
-        out = then(self.preencode_sample(sample, rng), lambda s: self.postencode_sample(s, rng))
+        # then() spelled out where no generator is involved: this runs for every sample
+        out = self.preencode_sample(sample, rng)
+        if isinstance(out, GeneratorType):
+            out = then(out, lambda s: self.postencode_sample(s, rng))
+        else:
+            out = self.postencode_sample(out, rng)
+        if target is None and not isinstance(out, GeneratorType):
+            return out
         return then(out, lambda s: _convert(s, target))
 
     def batch(self, samples: list[Any]) -> Any:

@@ -3,14 +3,14 @@ sample), read and decoded as its dataset source says; the sample rngs' fold_in t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from fpipe.materialize._aux import aux_stores, primary_store
-from fpipe.materialize._source_info import sample_sources
+from fpipe.materialize._source_info import ShardNames
 from fpipe.materialize.sources import DatasetSource
 from fpipe.samples import cook_sample, decode_members, decode_whole_sample, make_crude_sample
 from fpipe.storage.config.dataset_yaml import is_crude
-from fpipe.storage.read.keys import energon_keys
 
 if TYPE_CHECKING:  # the materializer calls these with itself
     from fpipe.materialize.materializer import Materializer
@@ -18,6 +18,44 @@ if TYPE_CHECKING:  # the materializer calls these with itself
 __all__ = ["COOK", "ENCODE", "cook"]
 
 COOK, ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cooking:
+    """What cooking a sample of ``src`` (opened as ``ds``) takes that is the same for all its
+    samples. Cooking runs for every sample, so this is worked out once per process
+    (:func:`_new_cooking`), not per sample."""
+
+    src: DatasetSource
+    ds: Any
+    path: str  #: the dataset's path, named in errors and ``__sources__``
+    names: ShardNames
+    crude: bool
+    wanted: frozenset[str] | None  #: the members a sample is made of (None: all)
+    field_map: Any  #: the compiled field map (None for crude samples)
+    decode_exts: bool  #: whether ``ds`` tells how its members are decoded (a table's columns)
+    av_metadata: bool  #: whether ``ds`` holds stored audio/video metadata
+
+
+def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
+    """The :class:`_Cooking` of ``src`` opened as ``ds``, kept by the materializer under
+    ``id(ds)`` (the materializer holds each opened dataset for the life of the process; the
+    entry holds it too, so that its id stays its own)."""
+    path = str(getattr(ds, "path", src.path))
+    names = ShardNames(ds, path)
+    crude = is_crude(src.sample_type)
+    how = mat._cooking[id(ds)] = _Cooking(
+        src=src,
+        ds=ds,
+        path=path,
+        names=names,
+        crude=crude,
+        wanted=mat.wanted(src),
+        field_map=None if crude else mat.field_map(src),
+        decode_exts=hasattr(ds, "decode_exts"),
+        av_metadata=hasattr(ds, "av_metadata"),
+    )
+    return how
 
 
 def needs_primary(task_encoder, crude) -> bool:
@@ -47,22 +85,25 @@ def cook(
     """Sample ``index`` of ``ds`` (read and cooked as ``src`` says) from its raw members
     (``key``: its key when known, else ``ds.key(index)``)."""
     sample_key = ds.key(index) if key is None else key
-    path = getattr(ds, "path", src.path)
+    how = mat._cooking.get(id(ds))
+    if how is None or how.ds is not ds or how.src is not src:
+        how = _new_cooking(mat, src, ds)
+    path = how.path
+    # before decoding; a typed sample is made of its field map's members
+    shard, inner, sources = how.names.locate(index, sample_key, raw, how.wanted)
     # An Energon folder's samples carry Energon's key (inside the shard); fpipe's key
     # (shard/key) still names them in errors, lineage and `fpipe plan --find`.
-    own_key, shard = energon_keys(ds, index, sample_key) or (None, "")
-    decode_exts = ds.decode_exts(index) if hasattr(ds, "decode_exts") else None
-    # before decoding; a typed sample is made of its field map's members
-    sources = sample_sources(ds, str(path), index, sample_key, raw, mat.wanted(src))
-    if is_crude(src.sample_type):
+    own_key, energon_shard = (inner, shard) if how.names.energon else (None, "")
+    decode_exts = ds.decode_exts(index) if how.decode_exts else None
+    if how.crude:
         # Energon: a cooker sees the members decoded (its task encoder's `decoder`, by
         # default by extension); `decoder = None` keeps the raw bytes.
         if mat.sample_decoder is not None:
-            raw = decode_whole_sample(mat.sample_decoder, raw, str(path), sample_key, own_key)
+            raw = decode_whole_sample(mat.sample_decoder, raw, path, sample_key, own_key)
         else:
             raw = decode_members(
                 raw,
-                path=str(path),
+                path=path,
                 key=sample_key,
                 image_options=mat.image_decode,
                 limits=mat.decode_limits,
@@ -73,23 +114,23 @@ def cook(
             key=sample_key if own_key is None else own_key,
             restore_key=restore_key,
             subflavors=src.subflavors,
-            path=str(path),
+            path=path,
             decode_limits=mat.decode_limits,
             decode_exts=decode_exts,
-            shard=shard,
+            shard=energon_shard,
             sources=sources,
         )
         aux = aux_stores(mat, src.aux) if src.aux else {}
         if needs_primary(mat.task_encoder, crude):
-            aux["primary"] = primary_store(mat, str(path))
+            aux["primary"] = primary_store(mat, path)
         if not aux:
             return mat.task_encoder.cook_crude_sample(crude)
         return mat.task_encoder.cook_crude_sample(crude, aux=aux)
     # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
     # let the lazy AVDecoder seek without probing the file; a task encoder with
     # `probe_av = True` (the video/audio ones) has the others probed while cooking.
-    fmap = mat.field_map(src)
-    av_metadata = ds.av_metadata(index) if hasattr(ds, "av_metadata") else None
+    fmap = how.field_map
+    av_metadata = ds.av_metadata(index) if how.av_metadata else None
     return cook_sample(
         raw,
         sample_type=fmap.sample_type,
@@ -97,7 +138,7 @@ def cook(
         key=sample_key,
         restore_key=restore_key,
         subflavors=src.subflavors,
-        path=str(path),
+        path=path,
         image_decode_options=mat.image_decode,
         rng=rng,
         av_metadata=av_metadata,

@@ -1,8 +1,8 @@
 """Phase one of a recipe: read, cook and encode each of its samples, under the error policy.
 
 Each sample runs under its own rng (``fpipe.sample_rng()``) and position; a hook's failure is
-named (:func:`fpipe.materialize._hook_errors.naming_failures`); a ``SkipSample`` or a bad sample
-the error policy skips is counted by the key that names it.
+named (as :func:`fpipe.materialize._hook_errors.naming_failures` does); a ``SkipSample`` or
+a bad sample the error policy skips is counted by the key that names it.
 """
 
 from __future__ import annotations
@@ -14,22 +14,23 @@ from fpipe.core.errors import BadSampleError, ErrorPolicy, MaterializeError
 from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator
 from fpipe.encode.hook_forms import outputs
-from fpipe.encode.hooks import SkipSample, using_position, using_sample_rng
+from fpipe.encode.hooks import SkipSample, using_sample
 from fpipe.encode.packing import pre_pack_encoder
 from fpipe.materialize._cook import ENCODE
 from fpipe.materialize._error_handler import call_error_handler
-from fpipe.materialize._hook_errors import naming_failures
+from fpipe.materialize._hook_errors import PASSING, wrap_error
 from fpipe.materialize._source_info import failed_sources
 from fpipe.storage.config.dataset_yaml import is_crude
 
 if TYPE_CHECKING:  # the materializer calls this with itself
     from fpipe.materialize.materializer import Materializer
 
-__all__ = ["encode_samples", "no_mark"]
+__all__ = ["encode_samples"]
 
 
-def no_mark(position: int) -> None:
-    pass
+def _read_hook(src) -> str:
+    """What names the reading and cooking of a sample of ``src`` in a MaterializeError."""
+    return "cook_crude_sample" if is_crude(src.sample_type) else "read/cook"
 
 
 def encode_samples(
@@ -38,7 +39,7 @@ def encode_samples(
     recipe: Recipe,
     skeys: list[int],
     exclude: frozenset[int] = frozenset(),
-    mark: Callable[[int], None] = no_mark,
+    mark: Callable[[int], None] | None = None,
 ) -> tuple[list, list[int], list[str]]:
     """Phase one: read, cook and encode each sample of ``recipe`` (``encode_sample``, or
     the hooks before selection with a packing buffer). Returns the encoded samples, the
@@ -62,32 +63,37 @@ def encode_samples(
     samples: list = []
     kept: list[int] = []  # per encoded sample: the recipe position it was encoded from
     skipped_keys: list[str] = []
+    first = step * (mat.recipe_size or len(refs))  # current_sample_index of position 0
+    sources = mat.sources
+    # This is the loader's hottest loop: one class-based context manager per sample, a hook's
+    # failure named by one try (what naming_failures does), and what names a sample (its key,
+    # its read hook) looked up only when it fails.
     for pos, (d, i, e, skey, read) in enumerate(ids):
-        src = mat.sources[d]
-        read_hook = "cook_crude_sample" if is_crude(src.sample_type) else "read/cook"
-
-        def keys(d=d, i=i) -> tuple[str, ...]:
-            return (mat.key(d, i),)
-
         if pos in exclude:
-            skipped_keys.append(f"{src.path}:{mat.key(d, i)}: killed its worker")
+            skipped_keys.append(f"{sources[d].path}:{mat.key(d, i)}: killed its worker")
             continue
-        mark(pos)
+        if mark is not None:
+            mark(pos)
         try:
-            with (
-                using_sample_rng(LazyGenerator(skey, ENCODE)),  # fpipe.sample_rng()
-                using_position(step, step * (mat.recipe_size or len(refs)) + pos),
-            ):
-                with naming_failures(read_hook, keys, step, pos):
+            encoding = False  # which hook a failure names: reading/cooking, then encoding
+            try:
+                # fpipe.sample_rng(), current_batch_index / current_sample_index
+                with using_sample(LazyGenerator(skey, ENCODE), step, first + pos):
                     sample, rng = mat.sample(d, i, e, skey, read)
-                # Lazy fields (video frames) are decoded inside the encoder: their failures
-                # are bad input too, and go through the same policy.
-                with naming_failures(encode_hook, keys, step, pos):
+                    encoding = True
+                    # Lazy fields (video frames) are decoded inside the encoder: their
+                    # failures are bad input too, and go through the same policy.
                     encoded = outputs(encode(sample, rng))  # a generator: all it yields
+            except PASSING:
+                raise
+            except Exception as err:  # a hook's own failure: wrapped with where it happened
+                hook = encode_hook if encoding else _read_hook(sources[d])
+                raise wrap_error(err, hook, (mat.key(d, i),), step, pos) from err
             samples.extend(encoded)
             kept.extend([pos] * len(encoded))
         except SkipSample as err:  # the task encoder's (or a join's): skipped, counted
-            skipped_keys.append(getattr(err, "where", "") or f"{src.path}:#{i}: SkipSample")
+            where = getattr(err, "where", "")
+            skipped_keys.append(where or f"{sources[d].path}:#{i}: SkipSample")
         except BadSampleError as err:
             if mat.error_policy is ErrorPolicy.RAISE:
                 raise
@@ -103,6 +109,7 @@ def encode_samples(
                 mat.key(d, i),
                 failed_sources(mat, d, i),
             )
-            skipped_keys.append(f"{src.path}:{mat.key(d, i)}: {err.hook} failed")
-        mark(-1)
+            skipped_keys.append(f"{sources[d].path}:{mat.key(d, i)}: {err.hook} failed")
+        if mark is not None:
+            mark(-1)
     return samples, kept, skipped_keys

@@ -13,7 +13,11 @@ from collections.abc import Callable, Iterator, Sequence
 from fpipe.core.errors import FpipeError, MaterializeError
 from fpipe.encode.hooks import SkipSample
 
-__all__ = ["naming_failures", "show_keys", "wrap_error"]
+__all__ = ["PASSING", "naming_failures", "show_keys", "wrap_error"]
+
+#: What a hook may raise that is not named: fpipe's errors (BadSampleError...) and SkipSample,
+#: which the error policy and the skip counting decide about.
+PASSING = (FpipeError, SkipSample)
 
 _MAX_KEYS = 8  # sample keys named in a MaterializeError of a batch hook
 
@@ -53,7 +57,7 @@ def naming_failures(
     unchanged: the error policy and the skip counting decide about them."""
     try:
         yield
-    except (FpipeError, SkipSample):
+    except PASSING:
         raise
     except Exception as err:  # a hook's own failure: wrapped with where it happened
         raise wrap_error(err, hook, keys(), step, position) from err

@@ -27,7 +27,7 @@ from fpipe.encode.packing import check_packing_hooks
 from fpipe.encode.task_encoder import decode_limits_of, image_options, sample_decoder_of
 from fpipe.materialize._assemble import assemble
 from fpipe.materialize._cook import COOK, ENCODE, cook
-from fpipe.materialize._encode import encode_samples, no_mark
+from fpipe.materialize._encode import encode_samples
 from fpipe.materialize._hook_errors import naming_failures, show_keys, wrap_error
 from fpipe.materialize.join import joined_sample, prefetch_parts, read_joined
 from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
@@ -98,12 +98,15 @@ class Materializer:
         self.sample_decoder = sample_decoder_of(task_encoder)
         self._datasets: dict[int, Any] = {}
         self._field_maps: dict[int, Any] = {}
+        #: per opened dataset (by id): what cooking its samples takes (see _cook.py)
+        self._cooking: dict[int, Any] = {}
         self.joins: dict[Any, Any] = {}  #: per-process state of joins (fpipe.materialize.join)
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_datasets"] = {}  # reopen in the worker
         state["_field_maps"] = {}
+        state["_cooking"] = {}
         state["joins"] = {}
         return state
 
@@ -146,20 +149,20 @@ class Materializer:
         ``read``: the sample's ``(key, members)`` from :meth:`reads` (members may be the
         exception reading raised); None: read here."""
         restore_key = (dataset, index, epoch)
-        if self.sources[dataset].join:
+        src = self.sources[dataset]
+        if src.join:
             sample = joined_sample(self, dataset, index, restore_key, skey, read)
         else:
             ds = self.dataset(dataset)
             key = None
             if read is None:
-                raw = ds.read(index, self.wanted(self.sources[dataset]), limits=self.decode_limits)
+                raw = ds.read(index, self.wanted(src), limits=self.decode_limits)
             else:
                 key, raw = read
                 if isinstance(raw, Exception):
                     raise raw
-            sample = self.cook(
-                self.sources[dataset], ds, index, raw, restore_key, LazyGenerator(skey, COOK), key
-            )
+            rng = LazyGenerator(skey, COOK)
+            sample = cook(self, src, ds, index, raw, restore_key, rng, key)  # = self.cook(...)
         return sample, LazyGenerator(skey, ENCODE)
 
     def cook(
@@ -250,9 +253,7 @@ class Materializer:
         # Each sample's key, for the whole recipe at once: fold_in(recipe.key, dataset, index,
         # epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
-        samples, kept, skipped_keys = encode_samples(
-            self, enc, recipe, skeys, exclude, mark or no_mark
-        )
+        samples, kept, skipped_keys = encode_samples(self, enc, recipe, skeys, exclude, mark)
         out = assemble(self, enc, recipe, samples, kept, skeys)
         skipped_keys += out.skipped_keys
         return MaterializedBatch(

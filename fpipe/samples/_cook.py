@@ -170,8 +170,9 @@ def cook_sample(
                     f"missing field {spec.name!r}: no value at {tried} (members: {present})",
                 )
             continue
-        text = spec.text and decoder is None
-        values[spec.name] = _as_text(value, spec.name, path, key) if text else value
+        if spec.text and decoder is None and isinstance(value, _TEXT_SOURCES):
+            value = _as_text(value, spec.name, path, key)
+        values[spec.name] = value
     return sample_type(
         __key__=key if sample_key is None else sample_key,
         __restore_key__=tuple(restore_key),
@@ -246,15 +247,33 @@ def decode_members(
     }
 
 
-def _decode_member(name: str, ext: str, data: bytes, **kwargs: Any) -> Any:
-    """Member ``name`` decoded as extension ``ext``; an error names both when they differ."""
+def _decode_member(
+    name: str,
+    ext: str,
+    data: bytes,
+    *,
+    path: str = "",
+    key: str = "",
+    image_options: Any = None,
+    rng: np.random.Generator | None = None,
+    limits: Any = None,
+) -> Any:
+    """Member ``name`` decoded as extension ``ext``; an error names both when they differ.
+    (Keywords spelled out, not ``**kwargs``: this runs for every member the loader decodes.)"""
     try:
-        return decode_field(ext, data, **kwargs)
+        return decode_field(
+            ext, data, path=path, key=key, image_options=image_options, rng=rng, limits=limits
+        )
     except BadSampleError as e:
         if ext == name:
             raise
         reason = f"member {name!r} (decoded as {ext!r}): {e.reason}"
         raise BadSampleError(e.path, e.key, reason) from e
+
+
+#: The values :func:`_as_text` changes (others it returns as they are): tested before calling
+#: it, as most text fields hold text already.
+_TEXT_SOURCES = (bytes, bytearray, memoryview, int, float)
 
 
 def _as_text(value: Any, field: str, path: str, key: str) -> Any:
@@ -271,14 +290,12 @@ def _as_text(value: Any, field: str, path: str, key: str) -> Any:
     return value
 
 
-def _av_member(
-    name: str, ext: str, av_metadata: Mapping[str, Any] | None, probe_av: bool
-) -> bool:
+def _av_member(name: str, ext: str, av_metadata: Mapping[str, Any] | None, probe_av: bool) -> bool:
     """Whether member ``name``, decoded as extension ``ext``, gets the video branch: stored
     metadata applies to it (or ``probe_av``) and it is audio/video (a built-in AV extension,
     or named in ``av_metadata`` and without a registered decoder). A custom decoder
     registered for the extension keeps precedence."""
-    if is_gz(ext) or not (probe_av or (av_metadata and name in av_metadata)):
+    if not (probe_av or (av_metadata and name in av_metadata)) or is_gz(ext):
         return False
     from fpipe.decode import fields
     from fpipe.decode.registry import get_decoder

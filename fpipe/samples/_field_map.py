@@ -68,7 +68,7 @@ class FieldMap:
     #: One spec per mapped field, in field_map order.
     fields: tuple[FieldSpec, ...]
 
-    @property
+    @functools.cached_property  # asked for each sample read
     def extensions(self) -> frozenset[str]:
         """The member extensions this map may read (nothing else is decoded)."""
         return frozenset(s.ext for f in self.fields for s in f.sources)

@@ -14,7 +14,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.storage.read.webdataset import shard_stem
 
-__all__ = ["KeyLookup", "energon_keys", "member_key", "member_keys", "packed_keys"]
+__all__ = ["KeyLookup", "member_key", "member_keys", "packed_keys"]
 
 _CHUNK = 1 << 16  # rows packed at once (bounds the temporary index matrix)
 
@@ -51,30 +51,6 @@ def member_key(ds, i: int) -> str:
         stem = shard_stem(ds.record.shards[int(ds.column("shard_id")[i])].name)
         return key[len(stem) + 1 :]
     return key.split("/", 1)[-1]
-
-
-def energon_keys(ds, i: int, key: str) -> tuple[str, str] | None:
-    """``(__key__, __shard__)`` as Energon gives them for sample ``i`` of ``ds`` whose fpipe
-    key is ``key``: the key inside its shard (``000123``) and the shard's name
-    (``parts/data-0.tar``), for a dataset indexed from an Energon folder (read as it is, or
-    converted by ``fpipe prepare``); None for other datasets, whose samples keep ``key``
-    (``parts/data-0/000123``, unique across shards).
-
-    Example:
-        >>> class _Rec:
-        ...     source, shards = "webdataset", ()
-        >>> class _Ds:
-        ...     record = _Rec()
-        >>> energon_keys(_Ds(), 0, "parts/data-0/000123") is None
-        True
-    """
-    record = ds.record
-    if not str(record.source).endswith("energon") or not record.shards:
-        return None
-    name = record.shards[int(ds.column("shard_id")[i])].name
-    stem = shard_stem(name)
-    inner = key[len(stem) + 1 :] if key.startswith(stem + "/") else key
-    return inner, name
 
 
 def member_keys(ds, indices: np.ndarray) -> np.ndarray:
