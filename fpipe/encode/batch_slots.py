@@ -17,8 +17,10 @@ few slots in one shared file instead (an arena, in ``/dev/shm``), reused batch a
 A batch the consumer holds is then its own memory, never a slot a worker will write again. A
 batch that does not fit (the first one of a worker, which sizes the arena; a larger one, after
 which the next arena is 25% larger), or a moment with no free slot, takes the fresh-segment
-path as before. The loader turns slots on for its worker processes (:class:`SlotConfig`) and
-off at the end of each pass (:func:`detach`); elsewhere nothing changes.
+path as before. An arena's pages are reserved when it is made: where ``/dev/shm`` has no room
+for them, the worker sends every batch the fresh-segment way. The loader turns slots on for its
+worker processes (:class:`SlotConfig`) and off at the end of each pass (:func:`detach`);
+elsewhere nothing changes.
 """
 
 from __future__ import annotations
@@ -74,7 +76,15 @@ class _Arena:
         try:
             if create:
                 os.ftruncate(fd, size)
+                # Reserve the pages now: a /dev/shm too small for them (a container's 64 MB
+                # default) refuses here, instead of a SIGBUS when a batch is written.
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, size)
             self.mm = mmap.mmap(fd, size)
+        except OSError:
+            if create:
+                os.unlink(path)
+            raise
         finally:
             os.close(fd)
         self.bytes = torch.frombuffer(self.mm, dtype=torch.uint8)
@@ -88,6 +98,7 @@ _arena: _Arena | None = None
 _arenas: dict[int, _Arena] = {}  # by base address: every arena this worker made
 _tickets: dict[tuple[int, int], _Ticket] = {}  # (arena base, slot) -> the batch's ticket
 _made = 0
+_refused: SlotConfig | None = None  # a config whose arena could not be made
 _largest = 0  # the most bytes one batch asked for so far
 _slot: int | None = None  # the slot of the batch being collated, and the bytes used in it
 _used = 0
@@ -110,13 +121,18 @@ def begin_task(config: SlotConfig | None) -> None:
     """In a worker process, before materializing one task: use ``config``'s slots (None:
     none). The first batch measures; an arena is made (or replaced by a larger one) here,
     between batches."""
-    global _config, _arena, _made, _slot, _used, _asked
+    global _config, _arena, _refused, _slot, _used, _asked
+    if config is not None and config == _refused:
+        config = None  # no room for its slots in /dev/shm: fresh segments, as torch sends
     if config != _config:
         _config, _arena = config, None
         if config is not None:
             _register_reducer()
     if _config is not None and _largest and (_arena is None or _arena.slot_bytes < _largest):
-        _arena = _new_arena(_config, _largest)
+        try:
+            _arena = _new_arena(_config, _largest)
+        except OSError:
+            _refused, _config, _arena = _config, None, None
     _taken.clear()
     _slot, _used, _asked = None, 0, 0
 

@@ -62,15 +62,42 @@ def test_process_batches_come_through_slots_and_equal_thread_batches(image_datas
     assert _files() == before  # every arena's file removed
 
 
-def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch, tmp_path):
-    """The worker and main-process halves in one process: take, pickle as the worker's queue
-    does, unpickle as the main process does."""
+def _fresh_worker_state(monkeypatch):
+    """This process as a new worker process would be, restored after the test."""
     for name, value in dict(
-        _config=None, _arena=None, _arenas={}, _tickets={}, _made=0, _largest=0, _taken=[]
+        _config=None,
+        _arena=None,
+        _arenas={},
+        _tickets={},
+        _made=0,
+        _largest=0,
+        _taken=[],
+        _refused=None,
     ).items():
         monkeypatch.setattr(batch_slots, name, value)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
     monkeypatch.setitem(ForkingPickler._extra_reducers, torch.Tensor, None)  # restored after
+
+
+def test_no_room_in_dev_shm_means_batches_as_torch_sends_them(monkeypatch):
+    _fresh_worker_state(monkeypatch)
+
+    def full(fd, offset, size):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(batch_slots.os, "posix_fallocate", full)
+    config = batch_slots.new_config(2)
+    before = _files()
+    for _ in range(3):
+        batch_slots.begin_task(config)
+        assert batch_slots.take((4, 8), torch.int16) is None
+    assert batch_slots._arena is None and _files() == before  # no arena file left behind
+
+
+def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch):
+    """The worker and main-process halves in one process: take, pickle as the worker's queue
+    does, unpickle as the main process does."""
+    _fresh_worker_state(monkeypatch)
     config = batch_slots.new_config(2)
     before = _files()
 
