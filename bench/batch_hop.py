@@ -137,10 +137,15 @@ def _consumed(it: Iterator) -> Iterator:
         yield batch
 
 
-def _started(it: Iterator, old: bool) -> Iterator:
-    """``it`` with its workers forked under the old way's patch (or not); the first ``next``
-    of a loader starts torch's iterator, which forks the workers."""
-    with _old_way() if old else contextlib.nullcontext():
+def _started(it: Iterator, old: bool, slots: bool = True) -> Iterator:
+    """``it`` with its workers forked under the old way's patch (or not), and with fpipe's
+    slots turned off (or not); the first ``next`` of a loader starts torch's iterator, which
+    forks the workers (fpipe's loader sets its slots up then)."""
+    no_slots = mock.patch.object(batch_slots, "new_config", lambda n: None)
+    with (
+        _old_way() if old else contextlib.nullcontext(),
+        contextlib.nullcontext() if slots else no_slots,
+    ):
         first = next(it)
     yield first
     yield from it
@@ -182,17 +187,7 @@ def fpipe_iter(root: Path, old: bool, slots: bool = True) -> Iterator:
         seed=1,
         image_decode=ImageDecodeOptions(target_size=224, draft=False),
     )
-    loader = fpipe.get_loader(ds, num_workers=2, prefetch_factor=2)
-    # slots are set up when the first batch starts the workers
-    no_slots = mock.patch.object(batch_slots, "new_config", lambda n: None)
-    with contextlib.nullcontext() if slots else no_slots:
-        return _started_now(_started(iter(loader), old))
-
-
-def _started_now(it: Iterator) -> Iterator:
-    """``it`` with its first item taken now (inside the caller's patches)."""
-    first = next(it)
-    return itertools.chain([first], it)
+    return _started(iter(fpipe.get_loader(ds, num_workers=2, prefetch_factor=2)), old, slots)
 
 
 def main(argv: list[str] | None = None) -> dict:

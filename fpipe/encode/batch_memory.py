@@ -108,7 +108,7 @@ def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     reused = batch_slots.take(shape, dtype)  # the worker's reused slot, where the loader set one
     if reused is not None:
         return reused
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     storage = torch.UntypedStorage._new_shared(nbytes)
     if nbytes >= _POPULATE_MIN_BYTES:
         _populate(storage.data_ptr(), nbytes)

@@ -150,9 +150,8 @@ def take(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
     global _slot, _used, _asked, _largest
     if _config is None:
         return None
-    import torch
 
-    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    size = math.prod(shape) * dtype.itemsize
     nbytes = -(-size // _ALIGN) * _ALIGN
     _asked += nbytes
     _largest = max(_largest, _asked)
@@ -240,7 +239,7 @@ def _copy_out(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple):
     """A slot's tensor, copied into ordinary memory of this process."""
     import torch
 
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     span = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * itemsize if all(shape) else 0
     flat = claim.arena.bytes[offset : offset + span].view(dtype)
     return torch.as_strided(flat, shape, stride).clone()

@@ -85,20 +85,26 @@ def sample_rng() -> Any:
 
 
 class _Using:
-    """``with``: ``var`` set to ``value`` inside the block, restored after it. A class rather
-    than ``@contextlib.contextmanager``: the loader enters one around every sample, where a
-    generator-based context manager costs several times more."""
+    """``with``: one or two context variables set to their values inside the block, restored
+    after it. A class rather than ``@contextlib.contextmanager``, and two variables without a
+    loop: the loader enters one around every sample, where a generator-based context manager
+    costs several times more."""
 
-    __slots__ = ("_token", "_value", "_var")
+    __slots__ = ("_tokens", "_value", "_value2", "_var", "_var2")
 
-    def __init__(self, var: contextvars.ContextVar[Any], value: Any):
-        self._var, self._value = var, value
+    def __init__(self, var: contextvars.ContextVar, value: Any, var2=None, value2: Any = None):
+        self._var, self._value, self._var2, self._value2 = var, value, var2, value2
 
     def __enter__(self) -> None:
-        self._token = self._var.set(self._value)
+        var2 = self._var2
+        second = None if var2 is None else var2.set(self._value2)
+        self._tokens = (self._var.set(self._value), second)
 
     def __exit__(self, *exc: object) -> None:
-        self._var.reset(self._token)
+        first, second = self._tokens
+        self._var.reset(first)
+        if second is not None:
+            self._var2.reset(second)
 
 
 def using_sample_rng(rng: Any) -> contextlib.AbstractContextManager[None]:
@@ -131,24 +137,13 @@ def using_position(batch_index: int, sample_index: int) -> contextlib.AbstractCo
     return _Using(_POSITION, (batch_index, sample_index))
 
 
-class using_sample:  # lower case: called like a function, as contextlib.suppress
-    """``with using_sample(rng, batch_index, sample_index):`` is ``using_sample_rng(rng)`` and
-    ``using_position(batch_index, sample_index)`` together: the context of the sample whose
-    hooks run inside the block (used by the loader, for every sample: one class-based context
-    manager, see :class:`_Using`)."""
-
-    __slots__ = ("_position", "_rng", "_tokens")
-
-    def __init__(self, rng: Any, batch_index: int, sample_index: int):
-        self._rng, self._position = rng, (batch_index, sample_index)
-
-    def __enter__(self) -> None:
-        self._tokens = (_RNG.set(self._rng), _POSITION.set(self._position))
-
-    def __exit__(self, *exc: object) -> None:
-        rng_token, position_token = self._tokens
-        _POSITION.reset(position_token)
-        _RNG.reset(rng_token)
+def using_sample(
+    rng: Any, batch_index: int, sample_index: int
+) -> contextlib.AbstractContextManager[None]:
+    """``using_sample_rng(rng)`` and ``using_position(batch_index, sample_index)`` in one
+    context: the sample whose hooks run inside the block (used by the loader, for every
+    sample)."""
+    return _Using(_RNG, rng, _POSITION, (batch_index, sample_index))
 
 
 @contextlib.contextmanager
