@@ -27,9 +27,11 @@ This module is the one place that reads private attributes of torch's multiproce
 
 from __future__ import annotations
 
+import bdb
 import contextlib
 import dataclasses
 import multiprocessing
+import os
 import signal
 import time
 import traceback
@@ -48,6 +50,7 @@ __all__ = [
     "RemoteFailure",
     "RemoteTraceback",
     "WorkerMarks",
+    "from_workers",
     "iterate",
     "run_in_worker",
 ]
@@ -253,6 +256,51 @@ class _Watch:
         )
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Folders of the code between the wait for a batch and a worker-side failure: the
+    standard library (without site-packages), torch, numpy (arrays in batches) and fpipe."""
+    import sysconfig
+
+    import numpy
+
+    import fpipe
+
+    paths = sysconfig.get_paths()
+    site = {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
+    stdlib = os.path.realpath(paths["stdlib"])
+    dirs = [stdlib + os.sep]
+    dirs += [os.path.dirname(os.path.realpath(m.__file__)) + os.sep for m in (torch, numpy, fpipe)]
+    # site-packages may lie under the standard library's folder: it is no part of it
+    return tuple(d for d in dirs if d.rstrip(os.sep) not in site)
+
+
+_LIBRARY_DIRS: tuple[str, ...] | None = None
+
+
+def from_workers(err: BaseException) -> bool:
+    """Whether ``err``, raised out of torch's DataLoader iterator while waiting for a batch, is
+    a failure on the workers' side (torch's report of a dead or failed worker, a broken queue,
+    a batch that cannot be received) rather than the user's.
+
+    An exception raised in the training process while it waits (a signal handler's, one sent
+    by ``_thread.interrupt_main``, a debugger's) is raised in a frame of the user's code, the
+    handler, on top of the wait; every frame of a worker-side failure is library code. So the
+    exception is the user's when any frame it passed through is not the standard library's,
+    torch's, numpy's or fpipe's (a debugger's ``BdbQuit`` always is)."""
+    global _LIBRARY_DIRS
+    if isinstance(err, bdb.BdbQuit):
+        return False
+    if _LIBRARY_DIRS is None:
+        _LIBRARY_DIRS = _library_dirs()
+    tb = err.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not os.path.realpath(filename).startswith(_LIBRARY_DIRS):
+            return False
+        tb = tb.tb_next
+    return True
+
+
 def iterate(
     dataloader: torch.utils.data.DataLoader,
     *,
@@ -288,19 +336,18 @@ def iterate(
                     break
                 except StopIteration:
                     return
-                except RuntimeError as err:
-                    if not str(err).startswith(_TORCH_TIMEOUT):
-                        failed = True
+                except Exception as err:
+                    failed = True  # the pool is shut down at once, whoever raised
+                    if not from_workers(err):
+                        raise  # the user's (a signal handler's, a debugger's): unchanged
+                    if not str(err).startswith(_TORCH_TIMEOUT):  # a broken connection, for one
                         raise watch.error("failed", _dead_workers(it, 1.0), taken, err) from err
                     dead = _dead_workers(it, 0.0)
                     if dead or (timeout and time.monotonic() - since >= timeout):
-                        failed = True
                         raise watch.error(
                             f"produced nothing for {timeout:g} s (timeout)", dead, taken, None
                         ) from None
-                except Exception as err:  # a broken connection to a dying worker, for one
-                    failed = True
-                    raise watch.error("failed", _dead_workers(it, 1.0), taken, err) from err
+                    failed = False
             taken += 1
             if isinstance(result, RemoteFailure):
                 failed = True

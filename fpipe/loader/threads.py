@@ -140,10 +140,12 @@ def iterate_threads(
             submit()
         while waiting:
             task = waiting[0]
-            try:
-                result = task.result(timeout=timeout or None)
-            except concurrent.futures.TimeoutError:
-                raise _timeout_error(task, timeout, recipe_at(0), describe) from None
+            # wait() tells a timeout by its return value: a TimeoutError raised while waiting
+            # (by a signal handler, say) is the user's and propagates as it is
+            done, _ = concurrent.futures.wait((task,), timeout=timeout or None)
+            if not done:
+                raise _timeout_error(task, timeout, recipe_at(0), describe)
+            result = task.result()
             waiting.popleft()
             submit()
             yield result
