@@ -11,6 +11,7 @@ from fpipe.core.compose import Lifted, chain
 from fpipe.core.errors import (
     BadSampleError,
     ConfigError,
+    EmptyIndexError,
     ErrorPolicy,
     FpipeError,
     MaterializeError,
@@ -27,6 +28,7 @@ __all__ = [
     "BadSampleError",
     "Config",
     "ConfigError",
+    "EmptyIndexError",
     "ErrorPolicy",
     "FpipeError",
     "Lifted",

@@ -13,6 +13,7 @@ import re
 __all__ = [
     "BadSampleError",
     "ConfigError",
+    "EmptyIndexError",
     "ErrorPolicy",
     "FpipeError",
     "MaterializeError",
@@ -45,6 +46,18 @@ class FpipeError(Exception):
 
 class ConfigError(FpipeError, ValueError):
     """A pipeline or dataset configuration is invalid; raised when it is built, not on use."""
+
+
+class EmptyIndexError(ConfigError):
+    """Preparing a dataset indexed no sample (every one was left out, or there were none).
+    ``report``: the prepare report, whose ``problems`` say why (None once pickled)."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+    def __reduce__(self):  # the report stays behind: the message names the reasons
+        return _rebuild, (type(self), self.args, {"report": None})
 
 
 class SnapshotError(FpipeError, ValueError):

@@ -263,13 +263,12 @@ def _library_dirs() -> tuple[str, ...]:
 
     import numpy
 
-    import fpipe
-
     paths = sysconfig.get_paths()
     site = {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
     stdlib = os.path.realpath(paths["stdlib"])
-    dirs = [stdlib + os.sep]
-    dirs += [os.path.dirname(os.path.realpath(m.__file__)) + os.sep for m in (torch, numpy, fpipe)]
+    fpipe_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    dirs = [stdlib + os.sep, fpipe_dir + os.sep]
+    dirs += [os.path.dirname(os.path.realpath(m.__file__)) + os.sep for m in (torch, numpy)]
     # site-packages may lie under the standard library's folder: it is no part of it
     return tuple(d for d in dirs if d.rstrip(os.sep) not in site)
 

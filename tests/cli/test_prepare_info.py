@@ -97,7 +97,8 @@ def test_energon_info_and_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Energon .tar.idx" in out and "samples: 4" in out and "train=4" in out
     (tmp_path / "t.csv").write_text("path,text\nmissing.mp4,hi\n")
-    assert main(["prepare", str(tmp_path / "t.csv"), "--no-progress"]) == 0
+    # its only row is left out: an empty index is an error naming the row
+    assert main(["prepare", str(tmp_path / "t.csv"), "--no-progress"]) == 2
     assert "missing.mp4" in capsys.readouterr().err
 
 
@@ -127,3 +128,26 @@ def test_prompts_on_terminal_fill_missing_settings(tmp_path, monkeypatch, capsys
     assert ds.config.sample_type == "CaptioningSample"
     assert ds.split_names == ("train", "val")
     assert "jpg" in capsys.readouterr().out
+
+
+def test_prepare_that_indexes_no_sample_fails_naming_why(tmp_path, capsys):
+    """Every sample left out (a misspelt JSON key) is an error, not an empty index: exit 2, the
+    reason and the first samples named. A partial index still succeeds (tests above)."""
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=3)
+    args = ["prepare", str(tmp_path), "--field", "image=jpg", "--field", "caption=json[captoin]"]
+    assert main([*args, "--no-progress", "--no-probe-av"]) == 2
+    err = capsys.readouterr().err
+    assert "indexed 0 samples" in err and "every sample was left out" in err
+    assert "left out 6 samples" in err and "captoin" in err
+    assert "shard-0000.tar: shard-0000/" in err  # the first samples, by shard and key
+
+
+def test_prepare_api_refuses_an_empty_index(tmp_path):
+    import pytest
+
+    from fpipe.core.errors import ConfigError
+    from fpipe.storage import prepare_dataset
+
+    make_image_caption_dataset(tmp_path, shards=1, per_shard=2)
+    with pytest.raises(ConfigError, match="indexed 0 samples"):
+        prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "json[nope]"})

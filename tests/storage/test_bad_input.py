@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.core.errors import BadSampleError, ConfigError, EmptyIndexError
 from fpipe.storage import open_dataset, prepare_dataset
 from tests.storage.helpers import jpeg_bytes, make_image_caption_dataset, write_tar
 
@@ -42,7 +42,9 @@ def test_corrupt_shard_header(tmp_path):
     data[1024:1100] = b"\x01" * 76  # garbage over b's header name
     (tmp_path / "c.tar").write_bytes(bytes(data))
     (tmp_path / "empty.tar").write_bytes(b"garbage, not a tar" * 40)
-    rep = prepare_dataset(tmp_path)
+    with pytest.raises(EmptyIndexError) as raised:  # 'a' was still open when the shard broke
+        prepare_dataset(tmp_path)
+    rep = raised.value.report
     by_path = {p.path: p for p in rep.problems}
     assert "corrupt tar header" in by_path["c.tar"].reason and by_path["c.tar"].key == "c/a"
     assert "corrupt tar header" in by_path["empty.tar"].reason
@@ -75,8 +77,9 @@ def test_alternatives_and_json_path_missing(tmp_path):
             ("c", {"jpg": jpeg_bytes(3, 2), "json": b"{broken"}),
         ],
     )
-    rep = prepare_dataset(tmp_path, fields={"image": "jpg,png", "caption": "json[c]"})
-    reasons = {p.key: p.reason for p in rep.problems}
+    with pytest.raises(EmptyIndexError) as raised:
+        prepare_dataset(tmp_path, fields={"image": "jpg,png", "caption": "json[c]"})
+    reasons = {p.key: p.reason for p in raised.value.report.problems}
     assert "undecodable image header" in reasons["j/a"]  # png alternative chosen, bad header
     assert reasons["j/b"] == "missing field 'caption' (json[c])"
     assert "not valid JSON" in reasons["j/c"]
@@ -181,7 +184,9 @@ def test_corrupt_tar_gz_is_a_bad_sample_and_leaves_no_partial_copy(tmp_path):
         ds.read(0)
     left = list((tmp_path / ".fpipe").rglob("*.tmp-*"))
     assert not left, left
-    rep = prepare_dataset(tmp_path, fields={"text": "txt"})  # no zlib.error escapes prepare
+    with pytest.raises(EmptyIndexError) as raised:  # no zlib.error escapes prepare
+        prepare_dataset(tmp_path, fields={"text": "txt"})
+    rep = raised.value.report
     assert rep.problems and rep.problems[0].path == "z.tar.gz"
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from fpipe.core.errors import ConfigError
+from fpipe.core.errors import ConfigError, EmptyIndexError
 from fpipe.storage.config.dataset_yaml import (
     CRUDE,
     DatasetConfig,
@@ -333,8 +333,13 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
     Returns:
       A :class:`PrepareReport`.
     """
-    t0 = time.perf_counter()
-    opts = make_options(**options)
+    report = _prepare(path, make_options(**options), time.perf_counter())
+    if report.num_samples == 0 and report.part is None:
+        raise EmptyIndexError(_nothing_indexed(report), report)
+    return report
+
+
+def _prepare(path: str | os.PathLike, opts: PrepareOptions, t0: float) -> PrepareReport:
     if is_url(path):
         return _prepare_remote(str(path), opts, t0)
     p = Path(path)
@@ -348,3 +353,17 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
     if opts.part is not None:
         return _prepare_part(p, src, opts, t0)
     return _prepare_full(p, src, opts, t0)
+
+
+def _nothing_indexed(report: PrepareReport) -> str:
+    """Why an index without a sample is refused: what was left out, and the first reasons.
+    (A part of a split prepare may be empty; the merged index may not.)"""
+    text = f"{report.path}: indexed 0 samples, so the dataset cannot be loaded"
+    if not report.problems:
+        return text + " (its shards hold no sample)"
+    first = "; ".join(f"{p.path}: {p.key or '(shard)'}: {p.reason}" for p in report.problems[:3])
+    return (
+        f"{text}: every sample was left out. {report.left_out_summary()}. First reasons: "
+        f"{first}. Fix what they name (a field such as json[caption] must name a key the "
+        "samples have) and prepare again"
+    )
