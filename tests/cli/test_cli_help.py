@@ -95,3 +95,21 @@ def test_closed_output_pipe_ends_quietly(tmp_path, argv):
         os.close(write_end)
     assert proc.returncode == 141, proc.stderr.decode()
     assert proc.stderr == b""
+
+
+def test_python_dash_m_fpipe_runs_the_command():
+    """``python -m fpipe`` is the ``fpipe`` command (where the script is not on PATH)."""
+    import subprocess
+
+    from fpipe._version import __version__
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fpipe", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"fpipe {__version__}"
+    bad = subprocess.run(
+        [sys.executable, "-m", "fpipe", "no-such-command"], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
