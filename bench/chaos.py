@@ -13,7 +13,10 @@ text samples (1,000 samples in 4 shards, read as ``TextSample``: one small range
    on, ``timeout=5``): 5% of GETs delayed ``--slow-s`` (2 s) and 1% answered 503; a random
    worker SIGKILLed every 25-75 batches (50 on average); once, halfway, a worker SIGSTOPped
    (hung). Every batch's digest is compared with an uninterrupted run of the same shards on
-   local disk (no faults): ``batches_mismatched`` must be 0. ``rss_growth_ratio``: this
+   local disk (no faults): ``batches_mismatched`` must be 0. The digest
+   (``tests/loader/helpers.py``) covers every key, tensor byte and value training sees, and
+   sources by shard and key (the reference's dataset root is a local folder, the soak's an
+   ``s3://`` URL). ``rss_growth_ratio``: this
    process's resident memory after all batches over after ``--first`` (<= 1.05).
 2. **Batch times** (``--latency-batches`` per mode after 10 warm-up batches, same loader, no
    kills): 5% of GETs delayed 2 s, with hedged reads (the default) and without
@@ -30,7 +33,6 @@ Prints readable lines, then ONE JSON object as the last line.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import hashlib
 import json
@@ -49,17 +51,10 @@ from soak import rss_mb, write_dataset  # noqa: E402
 import fpipe  # noqa: E402
 from fpipe.storage import prepare_dataset  # noqa: E402
 from fpipe.storage.read.remote import StorageOptions  # noqa: E402
+from tests.loader.helpers import digest  # noqa: E402  (what training sees; not dataset roots)
 from tests.storage.s3_server import FaultProxy, LocalS3, restore_env, set_env  # noqa: E402
 
 BATCH = 8
-
-
-def digest(batch) -> str:
-    h = hashlib.sha256()
-    for f in dataclasses.fields(batch):
-        h.update(f.name.encode())
-        h.update(json.dumps(getattr(batch, f.name), default=repr).encode())
-    return h.hexdigest()
 
 
 def _children() -> dict[int, list[int]]:

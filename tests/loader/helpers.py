@@ -1,13 +1,16 @@
 """Build loaders from plain arguments (so a fresh process can build the same one)."""
 
+import dataclasses
 import hashlib
 import json
 
+import numpy as np
 import torch
 
 import fpipe
 from fpipe.decode.image import ImageDecodeOptions
 from fpipe.loader import Topology
+from fpipe.samples.source_info import SourceInfo
 
 
 def prepared_images(root, *, shards, per_shard, split="1,0,0") -> str:
@@ -71,22 +74,44 @@ def build(
 
 
 def digest(batch) -> str:
-    """A hash of every tensor's bytes and every key in a batch (bit-exact comparison)."""
+    """A hash of what training sees in a batch, for bit-exact comparisons (also the chaos and
+    recovery benchmarks'): every tensor's and array's dtype, shape and bytes, every field name,
+    key and plain value. A sample's source (``SourceInfo``) counts by shard, index and file
+    names, not by dataset root, so a local copy and the same shards on object storage agree.
+    A value it cannot see into is a TypeError (a ``repr`` would hide a tensor's middle)."""
     h = hashlib.sha256()
 
     def go(v):
         if isinstance(v, torch.Tensor):
-            h.update(str((v.dtype, tuple(v.shape))).encode())
-            h.update(v.contiguous().numpy().tobytes())
+            h.update(f"T{v.dtype}{tuple(v.shape)}".encode())
+            h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(v, np.ndarray) and v.dtype != object:
+            h.update(f"A{v.dtype.str}{v.shape}".encode())
+            h.update(np.ascontiguousarray(v).tobytes())
+        elif isinstance(v, np.ndarray):
+            go(v.tolist())
+        elif isinstance(v, SourceInfo):
+            go(("SourceInfo", v.shard_name, v.index, tuple(v.file_names)))
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            h.update(f"D{type(v).__name__}".encode())
+            for f in dataclasses.fields(v):
+                h.update(f.name.encode())
+                go(getattr(v, f.name))
         elif isinstance(v, dict):
-            for k in sorted(v):
-                h.update(k.encode())
+            h.update(b"{%d" % len(v))
+            for k in sorted(v, key=str):
+                h.update(str(k).encode())
                 go(v[k])
         elif isinstance(v, (list, tuple)):
+            h.update(b"[%d" % len(v))
             for x in v:
                 go(x)
+        elif isinstance(v, (bytes, bytearray)):
+            h.update(b"B%d:" % len(v) + bytes(v))
+        elif v is None or isinstance(v, (str, int, float, bool, np.generic)):
+            h.update(json.dumps(v.item() if isinstance(v, np.generic) else v).encode())
         else:
-            h.update(json.dumps(v, default=str).encode())
+            raise TypeError(f"digest: cannot compare a {type(v).__name__} by value")
 
     go(batch)
     return h.hexdigest()
