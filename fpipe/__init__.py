@@ -15,8 +15,11 @@ Example::
     ckpt = loader.state_dict()
 """
 
+from fpipe import _moved
 from fpipe._lazy import lazy_exports
 from fpipe._version import __version__
+
+_moved.install()  # documented former module paths stay importable
 
 # Torch-facing names load on first use, so `import fpipe` stays fast.
 _SAMPLES = (
