@@ -141,3 +141,14 @@ def test_plan_packing_with_a_parquet_column_as_budget(hub):
     keys = [k for p in packs for k in p]
     assert len(keys) == len(set(keys))
     assert np.mean([len(p) for p in packs]) > 1.5
+
+
+def test_slices_of_row_group_size_decode_each_row_group_once(tmp_path):
+    root = write_hub_dataset(tmp_path / "aligned", train=(14, 14, 14), val=(7,), row_group=7)
+    prepare_dataset(root)
+    ds = _train(str(root), batch_size=3, shuffle_buffer_size=14, num_epochs=1)
+    source = ds.materializer.sources[0]
+    assert source.open_kwargs["row_group_cache"] == 4  # 14 / 7 slices in a window, plus 2
+    keys = [k for b in fpipe.get_loader(ds) for k in b.__key__]
+    assert len(keys) == 42 and len(set(keys)) == 42
+    assert ds.materializer.dataset(0).reader.decoded_row_groups == 6  # 42 rows, 7 per group
