@@ -137,7 +137,8 @@ class ParquetIndex:
         self.parts: dict[str, list[np.ndarray]] = {}
         self.problems: list[tuple[str, str, str]] = []
 
-    def add(self, name: str, values: Mapping[str, np.ndarray]) -> None:
+    def add(self, values: Mapping[str, np.ndarray]) -> None:
+        """Append the arrays of one row group (by relative file name)."""
         for k, v in values.items():
             self.parts.setdefault(k, []).append(v)
 
@@ -217,12 +218,13 @@ def _scan_group(
         paths = arr.field("path").to_pylist() if "path" in names else [None] * n
         valid = arr.is_valid().to_numpy(zero_copy_only=False)
         size = _lengths(data, pc.binary_length)
+        blobs = data.to_pylist()  # one conversion per row group, not a scalar per row
         image = ext_kind(exts.get(c) or "") == "image"
         width, height = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         for j in range(n):
             if not valid[j]:
                 continue  # a null cell: a missing value (required fields checked below)
-            blob = data[j].as_py() if size[j] >= 0 else None
+            blob = blobs[j]
             if blob is None:
                 if paths[j] is None:
                     why.setdefault(j, f"column {c!r}: the struct has neither bytes nor path")
@@ -336,7 +338,6 @@ def index_parquet(
                 continue
             out.problems.extend((name, k, r) for k, r in bad)
             out.add(
-                name,
                 {
                     "shard_id.npy": np.full(len(idx), sid, np.int32),
                     "parquet/row_group.npy": np.full(len(idx), rg, np.int32),

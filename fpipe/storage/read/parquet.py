@@ -194,8 +194,10 @@ class ParquetReader:
 
         path = self.file_path(sid)
         size = self._record.shards[sid].bytes
-        if size < 0 or not hasattr(self._files, "size"):  # a local file: its size now
-            size = self._files.size(path) if hasattr(self._files, "size") else os.path.getsize(path)
+        if not hasattr(self._files, "size"):  # a local file: its size now (one stat)
+            size = os.path.getsize(path)
+        elif size < 0:  # an object whose size the index lacks: ask the store
+            size = self._files.size(path)
         pf = pq.ParquetFile(PreadFile(self._files, path, size))
         self._opened[sid] = pf
         while len(self._opened) > 8:
