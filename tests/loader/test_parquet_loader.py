@@ -152,3 +152,20 @@ def test_slices_of_row_group_size_decode_each_row_group_once(tmp_path):
     keys = [k for b in fpipe.get_loader(ds) for k in b.__key__]
     assert len(keys) == 42 and len(set(keys)) == 42
     assert ds.materializer.dataset(0).reader.decoded_row_groups == 6  # 42 rows, 7 per group
+
+
+def test_a_file_broken_after_prepare_is_skipped_and_counted_not_a_crash(tmp_path):
+    root = write_hub_dataset(tmp_path / "broken", train=(7, 7), val=(), row_group=7)
+    prepare_dataset(root)
+    bad = root / "data" / "train-00001-of-00002.parquet"
+    bad.write_bytes(bad.read_bytes()[:100])  # truncated after prepare
+    ds = _train(
+        str(root), num_epochs=1, batch_size=1, error_policy="skip",
+        open_kwargs={"shard_check": "off"},
+    )  # fmt: skip
+    loader = fpipe.get_loader(ds)
+    keys = [k for b in loader for k in b.__key__]
+    assert sorted(keys) == sorted(f"data/train-00000-of-00002/{j}" for j in range(7))
+    assert loader.stats().skipped == 7  # the other file's rows: skipped and counted
+    with pytest.raises(Exception, match="train-00001-of-00002"):
+        list(fpipe.get_loader(_train(str(root), num_epochs=1, open_kwargs={"shard_check": "off"})))
