@@ -29,6 +29,7 @@ from fpipe.core.errors import error_text
 from fpipe.decode.extensions import ext_kind, last_part
 from fpipe.storage.config.field_spec import parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
+from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.read.parquet import PreadFile, file_stem
 from fpipe.storage.read.record import ParquetLayout
 
@@ -167,7 +168,7 @@ class ParquetIndex:
         return out, dtypes
 
 
-def _column_values(col, n: int) -> np.ndarray:
+def _column_values(col) -> np.ndarray:
     """A numeric pyarrow column as float64 with NaN for nulls (int64 kept when no null)."""
     import pyarrow as pa
 
@@ -202,7 +203,7 @@ def _scan_group(
     total = np.zeros(n, np.int64)
     for c in layout.numeric:
         if c not in _RESERVED and "/" not in c and not c.startswith("."):
-            cols[c] = _column_values(table.column(c).combine_chunks(), n)
+            cols[c] = _column_values(table.column(c).combine_chunks())
     for c in (*layout.strings, *layout.binary):
         col = table.column(c).combine_chunks()
         size = _lengths(col, pc.binary_length)
@@ -294,7 +295,9 @@ def index_parquet(
         with open(os.path.join(root, rel), "rb") as f:
             return f.read()
 
+    bar = progress_bar(len(names), "indexing", unit="file", enabled=progress)
     for name in names:
+        bar.update(1)
         path = os.path.join(root, name)
         stem = file_stem(name)
         size, mtime = sizes[name]
@@ -349,10 +352,7 @@ def index_parquet(
             kept += len(idx)
             first += n
         out.shards.append({"name": name, "samples": kept, "bytes": size, "mtime_ns": mtime})
-        if progress:
-            print(f"\r{len(out.shards)}/{len(names)} files", end="", flush=True)
-    if progress:
-        print()
+    bar.close()
     if out.layout is not None:
         import msgspec
 
