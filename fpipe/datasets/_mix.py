@@ -43,6 +43,13 @@ from fpipe.storage.config.metadataset import (
 __all__ = ["eval_head", "train_head"]
 
 
+def row_group_cache_for(shuffle_buffer_size, max_samples_per_sequence) -> int:
+    """:func:`fpipe.storage.read.parquet.row_group_cache_for`, imported when first needed."""
+    from fpipe.storage.read.parquet import row_group_cache_for as size
+
+    return size(shuffle_buffer_size, max_samples_per_sequence)
+
+
 def _open(path, open_kwargs):
     from fpipe.storage.read.layouts import open_dataset
 
@@ -126,12 +133,19 @@ def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSourc
         )
     sub = dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {}))
     sub.update(extra_subflavors or {})
+    open_kwargs = dict(open_kwargs or {})
+    if getattr(ds, "layout", "") == "parquet" and "row_group_cache" not in open_kwargs:
+        # Workers keep the row groups of the slices a shuffle window interleaves, so a
+        # slice read in order decodes each of its row groups once.
+        open_kwargs["row_group_cache"] = row_group_cache_for(
+            options.shuffle_buffer_size, options.max_samples_per_sequence
+        )
     return DatasetSource(
         path=str(path),
         sample_type=st,
         field_map=dict(field_map if field_map is not None else cfg.field_map),
         subflavors=sub,
-        open_kwargs=dict(open_kwargs or {}),
+        open_kwargs=open_kwargs,
     )
 
 

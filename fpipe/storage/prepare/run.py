@@ -4,6 +4,8 @@
 a small function of this module:
 
 - :func:`_prepare_table`: a ``.jsonl`` / ``.csv`` table (:mod:`.prepare_table`);
+- :func:`_prepare_parquet`: Parquet files (a folder, a glob or a prefix on object storage),
+  indexed in place (:mod:`._parquet_dataset`);
 - :func:`_prepare_part`: one slice of the shards of a cluster run (``part=(i, n)``);
 - :func:`_prepare_full`: every shard of a WebDataset or Energon folder, or the merged parts
   (``merge=True``), written to ``DIR/.fpipe/`` with ``dataset.yaml`` and ``split.yaml``.
@@ -43,6 +45,15 @@ from fpipe.storage.prepare._options import (
     Problem,
     make_options,
 )
+from fpipe.storage.prepare._parquet_dataset import (
+    field_map_from_columns,
+    glob_root,
+    hub_split,
+    list_parquet,
+    parquet_info,
+    remote_parquet,
+    scan_parquet,
+)
 from fpipe.storage.prepare._table import write_table_index
 from fpipe.storage.prepare.scan import ScanOptions
 from fpipe.storage.prepare.shards import (
@@ -61,11 +72,12 @@ from fpipe.storage.read.energon import (
     read_energon_meta,
     read_energon_yaml,
 )
+from fpipe.storage.read.parquet import PARQUET_SUFFIX
 from fpipe.storage.read.remote import StorageOptions
 from fpipe.storage.read.remote_index import remote_shards, upload_index
 from fpipe.storage.read.tables import is_table
-from fpipe.storage.read.tar.index import INDEX_DIR, IndexData
-from fpipe.storage.read.webdataset import list_shards
+from fpipe.storage.read.tar.index import INDEX_DIR, IndexData, write_folder
+from fpipe.storage.read.webdataset import SHARD_SUFFIXES, list_shards
 
 __all__ = ["PARTS_DIR", "PrepareOptions", "PrepareReport", "Problem", "prepare_dataset"]
 
@@ -210,6 +222,107 @@ def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
     )
 
 
+def _prepare_parquet(root: str, names: list[str], opts: PrepareOptions, t0: float) -> PrepareReport:
+    """Index Parquet files ``names`` under ``root`` (a folder or a URL) in place."""
+    if opts.part is not None or opts.merge:
+        raise ConfigError(f"{root}: part/merge runs are for tar shards")
+    local = not is_url(root)
+    index_dir = Path(opts.index_dir) if opts.index_dir is not None else None
+    kept = index_dir or (Path(root) / INDEX_DIR if local else None)
+    existing = load_dataset_config(kept / "dataset.yaml") if kept else DatasetConfig()
+    old_split = load_split_config(kept / "split.yaml") if kept else None
+
+    def fields_for(layout) -> dict:
+        if opts.fields is not None:
+            return dict(opts.fields)
+        return dict(existing.field_map) or field_map_from_columns(layout)
+
+    index, fmap = scan_parquet(
+        root, names, storage=opts.storage, field_map=fields_for, progress=opts.progress
+    )
+    config = _dataset_config(
+        DatasetConfig(
+            sample_type=existing.sample_type,
+            field_map=fmap,
+            subflavors=dict(existing.subflavors),
+            sample_loader=existing.sample_loader,
+        ),
+        msgspec.structs.replace(opts, fields=fmap),
+    )
+    files = [s["name"] for s in index.shards]
+    if opts.split is None and not opts.exclude:
+        split = old_split if old_split is not None else hub_split(files)
+    else:
+        split = build_split_config(opts.split, files, opts.exclude, opts.split_seed)
+    arrays, info = parquet_info(index, fmap)
+    info["aliases"] = _aliases(info["columns"], fmap)
+
+    def write(out: Path) -> None:
+        write_folder(out, arrays, info, index.problems)
+        dump_yaml(out / "dataset.yaml", config)
+        if split is not None:
+            dump_yaml(out / "split.yaml", split)
+        elif (out / "split.yaml").exists():
+            (out / "split.yaml").unlink()
+
+    if kept is not None:
+        write(kept)
+        where = str(kept)
+    else:
+        with tempfile.TemporaryDirectory(prefix="fpipe-index-") as tmp:
+            write(Path(tmp))
+            where = upload_index(Path(tmp), root, opts.storage or StorageOptions())
+    return PrepareReport(
+        path=root,
+        index_dir=where,
+        kind="parquet",
+        source="parquet",
+        num_samples=int(info["num_samples"]),
+        num_shards=len(files),
+        problems=tuple(Problem(*q) for q in index.problems),
+        columns=tuple(info["columns"]),
+        members=tuple(info["parquet"]["columns"]),
+        splits={k: len(v) for k, v in (split.split_parts if split else {}).items()},
+        elapsed_s=time.perf_counter() - t0,
+        sample_type=config.sample_type,
+        field_map=dict(config.field_map),
+    )
+
+
+def _parquet_files(path: str, opts: PrepareOptions) -> tuple[str, list[str]] | None:
+    """(root, Parquet files under it) when ``path`` names Parquet files: a ``.parquet`` file,
+    a glob (``data/train-*.parquet``), a folder (or prefix on object storage) holding
+    ``.parquet`` files and no tar shards, or ``shards=`` patterns ending in ``.parquet``;
+    None otherwise."""
+    pats = list(opts.shards)
+    wants = bool(pats) and all(q.endswith(PARQUET_SUFFIX) for q in pats)
+    if is_url(path):
+        from fpipe.storage.read.remote import list_objects
+
+        if not wants:
+            listed = [rel for rel, _ in list_objects(path, opts.storage)]
+            tars = any(r.endswith(SHARD_SUFFIXES) for r in listed)
+            if tars or not any(r.endswith(PARQUET_SUFFIX) for r in listed):
+                return None
+        return path, remote_parquet(path, pats, opts.storage)
+    p = Path(path)
+    if not p.exists():
+        found = glob_root(path)
+        if found is None:
+            return None
+        root, pattern = found
+        names = list_parquet(root, [pattern])
+        if not names:
+            raise ConfigError(f"{path}: no Parquet files match")
+        return root, names
+    if p.is_file():
+        return (str(p.parent), [p.name]) if p.name.endswith(PARQUET_SUFFIX) else None
+    if is_energon(p) or (not wants and list_shards(p, pats)):
+        return None
+    names = list_parquet(p, pats)
+    return (str(p), names) if names else None
+
+
 def _prepare_part(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:
     assert opts.part is not None
     fmap = _dataset_config(src.config, opts).field_map
@@ -293,11 +406,15 @@ def _prepare_remote(url: str, opts: PrepareOptions, t0: float) -> PrepareReport:
 
 
 def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
-    """Index a WebDataset folder, an Energon-prepared folder, or a JSONL/CSV table.
+    """Index a WebDataset folder, an Energon-prepared folder, a JSONL/CSV table, or Parquet
+    files (indexed in place, see ``docs/parquet.md``).
 
     Args:
-      path: dataset folder, a ``.jsonl`` / ``.csv`` table, or the URL of a folder of shards on
-        object storage (``s3://bucket/prefix``; see :mod:`fpipe.storage.read.remote`).
+      path: dataset folder, a ``.jsonl`` / ``.csv`` table, the URL of a folder of shards on
+        object storage (``s3://bucket/prefix``; see :mod:`fpipe.storage.read.remote`), or
+        Parquet files: a folder or prefix holding them, a glob (``data/train-*.parquet``) or
+        one ``.parquet`` file; the index goes to the folder above the files
+        (``<folder>/.fpipe``).
       **options: keyword arguments, checked by :func:`.prepare_options.make_options` into a
         :class:`PrepareOptions` before any file is read (an unknown name is a TypeError):
       fields: field map, ``{"image": "jpg", "caption": "json[caption]"}`` or
@@ -340,6 +457,9 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
 
 
 def _prepare(path: str | os.PathLike, opts: PrepareOptions, t0: float) -> PrepareReport:
+    parquet = _parquet_files(os.fspath(path), opts)
+    if parquet is not None:
+        return _prepare_parquet(*parquet, opts, t0)
     if is_url(path):
         return _prepare_remote(str(path), opts, t0)
     p = Path(path)

@@ -92,7 +92,7 @@ def check_shards_unchanged(root: str | Path, record: IndexRecord, mode: ShardChe
         raise ConfigError(f"shard check must be 'mtime', 'size' or 'off', got {mode!r}")
     if mode == "mtime" and record.layout == "energon":
         _check_energon_mtimes(root, record)
-    if mode == "off" or record.layout != "tar":
+    if mode == "off" or record.layout not in ("tar", "parquet"):
         return
     for s in record.shards:
         path = os.path.join(root, s.name)
@@ -162,6 +162,8 @@ def _expected(record: IndexRecord, name: str) -> tuple[int, str] | None:
         return n, "iu"
     if name.startswith("columns/"):
         return n, "iufb"
+    if name.startswith("parquet/"):  # file row group, place in it, row number (Parquet layout)
+        return n, "iu"
     return None
 
 

@@ -10,6 +10,7 @@ layout         index record from                           reader
 ``"energon"``  ``DIR/.nv-meta`` (``energon prepare``)        :class:`~.energon.EnergonReader`
 ``"table"``    ``.fpipe/info.yaml`` of a prepared table, or  :class:`~.tables.TableReader`
                the ``.jsonl`` / ``.csv`` file itself
+``"parquet"``  ``DIR/.fpipe/info.yaml`` (Parquet files)      :class:`~.parquet.ParquetReader`
 =============  ==========================================  =====================================
 
 Everything but the bytes of a sample (length, columns, aliases, splits, keys, audio/video
@@ -112,7 +113,7 @@ class Dataset:
 
     @property
     def layout(self) -> str:
-        """``"tar"``, ``"energon"`` or ``"table"``."""
+        """``"tar"``, ``"energon"``, ``"table"`` or ``"parquet"``."""
         return self.record.layout
 
     @property

@@ -2,7 +2,8 @@
 
 ``open_dataset(path)`` picks the layout from what is there (see :mod:`fpipe.storage.read.dataset`
 for the table of layouts): an object-storage URL, a ``.jsonl`` / ``.csv`` table file, a folder
-prepared by ``fpipe prepare`` (``.fpipe/``) or by ``energon prepare`` (``.nv-meta/``). Each
+prepared by ``fpipe prepare`` (``.fpipe/``: tar shards, a table, or Parquet files) or by
+``energon prepare`` (``.nv-meta/``). Each
 opener checks the index against the shards (``shard_check``) before the first read, and builds
 the layout's reader; :class:`~.dataset.Dataset` does the rest.
 """
@@ -31,6 +32,7 @@ from fpipe.storage.read.energon import (
     energon_record,
     read_energon_meta,
 )
+from fpipe.storage.read.parquet import ParquetReader
 from fpipe.storage.read.reader import FileCache
 from fpipe.storage.read.record import ArrayStore, read_record
 from fpipe.storage.read.remote import RemoteFiles, StorageOptions
@@ -42,7 +44,12 @@ from fpipe.storage.read.webdataset import is_gzip_shard
 __all__ = ["open_dataset"]
 
 
-def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
+def _open_prepared(
+    p: Path,
+    max_open_files: int = 64,
+    shard_check: ShardCheck = "mtime",
+    row_group_cache: int | None = None,
+) -> Dataset:
     index_dir = p / INDEX_DIR
     record = read_record(index_dir)
     where = str(index_dir)
@@ -56,6 +63,8 @@ def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = 
         t = record.table
         aux = None if t is None or t.aux is None else os.path.join(p, t.aux)
         reader: Reader = TableReader(record, os.path.join(p, t.root), aux, arrays, open_dataset)
+    elif record.layout == "parquet":
+        reader = ParquetReader(str(p), record, arrays, files, row_group_cache)
     else:
         reader = TarReader(str(p), index_dir, record, arrays, files)
     config = load_dataset_config(index_dir / "dataset.yaml")
@@ -69,7 +78,11 @@ def _open_prepared(p: Path, max_open_files: int = 64, shard_check: ShardCheck = 
         reader,
         files,
         where=str(index_dir / "split.yaml"),
-        open_args={"max_open_files": max_open_files, "shard_check": shard_check},
+        open_args={
+            "max_open_files": max_open_files,
+            "shard_check": shard_check,
+            **({"row_group_cache": row_group_cache} if row_group_cache is not None else {}),
+        },
         reopen=open_dataset,
     )
 
@@ -80,6 +93,7 @@ def _open_remote(
     index_dir: str | os.PathLike | None = None,
     storage: StorageOptions | dict | None = None,
     shard_check: ShardCheck = "size",
+    row_group_cache: int | None = None,
 ) -> Dataset:
     from fpipe.storage.read.remote import list_objects
     from fpipe.storage.read.remote_index import local_index
@@ -96,10 +110,10 @@ def _open_remote(
                 "open it with shard_check='off' to rely on the per-read check alone"
             ) from None
         check_remote_sizes(url, record, sizes)
-    if record.layout != "tar":
+    if record.layout not in ("tar", "parquet"):
         raise ConfigError(
-            f"{url}: only datasets of tar shards prepared by `fpipe prepare` are read from object "
-            f"storage (this index is a {record.layout!r} layout)"
+            f"{url}: only datasets of tar shards or Parquet files prepared by `fpipe prepare` "
+            f"are read from object storage (this index is a {record.layout!r} layout)"
         )
     gz = [s.name for s in record.shards if is_gzip_shard(s.name)]
     if gz:
@@ -110,7 +124,11 @@ def _open_remote(
         )
     arrays = ArrayStore(local)
     files = RemoteFiles(url, options)
-    reader = TarReader(url, local, record, arrays, files)
+    reader: Reader
+    if record.layout == "parquet":
+        reader = ParquetReader(url, record, arrays, files, row_group_cache)
+    else:
+        reader = TarReader(url, local, record, arrays, files)
     return Dataset(
         url,
         record,
@@ -124,6 +142,7 @@ def _open_remote(
             "index_dir": None if index_dir is None else str(index_dir),
             "storage": options,
             "shard_check": shard_check,
+            **({"row_group_cache": row_group_cache} if row_group_cache is not None else {}),
         },
         reopen=open_dataset,
     )
@@ -189,7 +208,8 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
         ``"off"``: how opening checks that the shards are the ones indexed, see
         :data:`fpipe.storage.read._validate.ShardCheck`; a URL compares object sizes from one
         listing unless ``"off"``). Every read also checks the sample's bytes against the
-        index, whatever ``shard_check``.
+        index, whatever ``shard_check``; for Parquet datasets: ``row_group_cache`` (decoded
+        row groups kept per process, see :mod:`fpipe.storage.read.parquet`).
 
     Returns:
       A :class:`Dataset`.

@@ -7,7 +7,9 @@ is read here and only here:
 
 - :func:`read_record` parses ``DIR/.fpipe/info.yaml`` (written by ``fpipe prepare``);
 - :func:`fpipe.storage.read.energon.energon_record` builds one from Energon's ``.nv-meta``;
-- :func:`fpipe.storage.read.tables.table_record` builds one from a JSONL/CSV table opened as is.
+- :func:`fpipe.storage.read.tables.table_record` builds one from a JSONL/CSV table opened as is;
+- Parquet files prepared by ``fpipe prepare`` are the ``"parquet"`` layout of ``info.yaml``
+  (:mod:`fpipe.storage.read.parquet`).
 
 :class:`fpipe.storage.read.dataset.Dataset` is the one dataset class over a record, its arrays
 (:class:`ArrayStore`) and a reader for its layout. Checks of a prepared index against the
@@ -26,11 +28,20 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.storage.read.tar.index import load_array, read_info
 
-__all__ = ["ArrayStore", "IndexRecord", "Layout", "ShardEntry", "TableLayout", "read_record"]
+__all__ = [
+    "ArrayStore",
+    "IndexRecord",
+    "Layout",
+    "ParquetLayout",
+    "ShardEntry",
+    "TableLayout",
+    "read_record",
+]
 
 #: ``"tar"``: fpipe's member offsets in ``.fpipe/``; ``"energon"``: Energon's ``.tar.idx``
-#: sample offsets, no fpipe index; ``"table"``: rows of a JSONL/CSV table naming media files.
-Layout = Literal["tar", "energon", "table"]
+#: sample offsets, no fpipe index; ``"table"``: rows of a JSONL/CSV table naming media files;
+#: ``"parquet"``: rows of Parquet files (file, row group, row), read in place.
+Layout = Literal["tar", "energon", "table", "parquet"]
 
 
 class ShardEntry(msgspec.Struct, frozen=True):
@@ -56,6 +67,20 @@ class TableLayout(msgspec.Struct, frozen=True, kw_only=True):
     json_columns: tuple[str, ...] = ()
 
 
+class ParquetLayout(msgspec.Struct, frozen=True, kw_only=True):
+    """How the columns of a ``"parquet"`` dataset are read (every file has these columns)."""
+
+    columns: tuple[str, ...] = ()  #: every top-level column, in schema order
+    #: ``{bytes, path}`` struct columns (Hugging Face ``Image`` / ``Audio`` / ``Video``)
+    media_columns: tuple[str, ...] = ()
+    #: media column -> the extension its bytes are decoded as (``jpg``, ``png``, ``wav``...)
+    media_exts: dict[str, str] = msgspec.field(default_factory=dict)
+    strings: tuple[str, ...] = ()  #: string columns (decoded as text)
+    binary: tuple[str, ...] = ()  #: binary columns (bytes, decoded by the column's name)
+    numeric: tuple[str, ...] = ()  #: integer, float and boolean columns (decoded as JSON)
+    #: lists, structs, maps and other types: re-encoded as JSON, decoded as JSON
+
+
 class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a dataset's index says, independent of the layout."""
 
@@ -71,6 +96,7 @@ class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: audio/video field -> member extensions (or media column) it was probed from
     av_fields: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     table: TableLayout | None = None  #: rows and media of a ``"table"`` layout
+    parquet: ParquetLayout | None = None  #: columns of a ``"parquet"`` layout
     problems: int = 0  #: samples left out when the index was written
     source: str = ""  #: what was indexed: webdataset, energon, table, merged-...
 
@@ -87,12 +113,12 @@ class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
     kind = info.get("kind", "webdataset")
-    if kind not in ("webdataset", "table"):
+    if kind not in ("webdataset", "table", "parquet"):
         raise ConfigError(f"{where}: unknown index kind {kind!r}")
     av = (info.get("av") or {}).get("fields") or {}
     flat = kind == "webdataset" and info.get("version") != 1
     obj = {
-        "layout": "tar" if kind == "webdataset" else "table",
+        "layout": {"webdataset": "tar"}.get(kind, kind),
         "num_samples": info.get("num_samples"),
         "shards": info.get("shards") or [],
         "members": info.get("members") or [],
@@ -101,6 +127,7 @@ def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
         "aliases": info.get("aliases") or {},
         "av_fields": av,
         "table": info.get("table"),
+        "parquet": info.get("parquet"),
         "problems": info.get("problems") or 0,
         "source": info.get("source") or kind,
     }

@@ -86,12 +86,17 @@ def open_shard(root: str, name: str, storage=None) -> tuple[BinaryIO, int | None
     return f, os.fstat(f.fileno()).st_size
 
 
-def list_shards(root: str | Path, patterns: list[str] | tuple[str, ...] = ()) -> list[str]:
+def list_shards(
+    root: str | Path,
+    patterns: list[str] | tuple[str, ...] = (),
+    suffixes: tuple[str, ...] = SHARD_SUFFIXES,
+) -> list[str]:
     """Shard paths relative to ``root``, sorted, '/'-separated.
 
-    Without patterns every ``*.tar``, ``*.tar.gz`` and ``*.tgz`` below ``root`` is found
-    (hidden folders such as ``.fpipe`` and ``.nv-meta`` are skipped). Patterns are relative
-    globs with brace expansion, e.g. ``"train/shard-{0000..0099}.tar"``.
+    Without patterns every file ending in one of ``suffixes`` (``*.tar``, ``*.tar.gz`` and
+    ``*.tgz``; ``.parquet`` for Parquet datasets) below ``root`` is found (hidden folders such
+    as ``.fpipe`` and ``.nv-meta`` are skipped). Patterns are relative globs with brace
+    expansion, e.g. ``"train/shard-{0000..0099}.tar"``.
     """
     root = Path(root)
     found: set[str] = set()
@@ -104,7 +109,7 @@ def list_shards(root: str | Path, patterns: list[str] | tuple[str, ...] = ()) ->
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for fn in filenames:
-                if fn.endswith(SHARD_SUFFIXES) and not fn.startswith("."):
+                if fn.endswith(suffixes) and not fn.startswith("."):
                     found.add(Path(dirpath, fn).relative_to(root).as_posix())
     return sorted(found)
 

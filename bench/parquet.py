@@ -1,0 +1,252 @@
+"""Benchmark: fpipe on Parquet files read in place, against Hugging Face ``datasets`` and
+against fpipe on the same data in tar shards.
+
+Data: the 128-512 px image-caption set of ``bench/loader.py`` (``_loader_data.ensure_image_set``,
+JPEGs in 8 tar shards), copied once into 8 Parquet files as the Hugging Face Hub stores them
+(``data/train-0000k-of-00008.parquet`` written by ``datasets.Dataset.to_parquet``: an ``Image``
+column of ``{bytes, path}`` structs and a ``text`` column, row groups of 100 rows, the size
+``datasets`` uses for image datasets).
+
+Rows (batch 32, uint8 ``[32, 3, 224, 224]`` + captions, 2 worker processes, the same Pillow
+full decode and the same resize + center crop, ``_peers.resize_crop_np``, whose output is
+bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``):
+
+- ``fpipe parquet nw=2``: ``fpipe prepare`` on the Parquet folder, then ``get_train_dataset``
+  (shuffle buffer 1000, ``max_samples_per_sequence`` 100 = the row-group size);
+- ``fpipe tar nw=2``: the same on the tar shards;
+- ``hf datasets nw=2``: ``load_dataset("parquet", ...)`` (its Arrow cache built before timing),
+  the image column read as bytes, ``.with_format("torch")``, a torch ``DataLoader`` with a
+  seeded ``RandomSampler`` and 2 workers whose ``__getitem__`` decodes and resizes like the
+  others.
+
+Each rate is samples over the wall time of ``--batches`` batches after a warm-up (worker start
+and the batches decoded ahead excluded), median of ``--repeats`` runs, the loaders interleaved
+within each repeat. ``prepare_parquet_samples_per_s``: ``fpipe prepare`` of the Parquet folder
+(one process: index, image headers, columns), samples over seconds, median of the repeats
+(``prepare_parquet_samples_per_cpu_s``: over the process's CPU seconds).
+
+Usage::
+
+    python bench/parquet.py            # --quick: smaller set, one repeat
+
+The last line is one JSON object: ``nw2_vs_hf_datasets_same_decode``,
+``parquet_vs_tar_samples_per_s``, ``prepare_parquet_samples_per_s`` and the rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import statistics
+import sys
+import tarfile
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
+from _loader_data import ensure_image_set  # noqa: E402
+from _loader_runs import in_process, measure  # noqa: E402
+from _peers import resize_crop_np  # noqa: E402
+
+import fpipe  # noqa: E402
+from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
+
+TARGET = 224
+SHUFFLE = 1000
+MAX_SEQ = 100  # = the row-group size of the Parquet files
+BATCH = 32
+SEED = 1
+
+
+def write_parquet(tar_root: Path, out: Path) -> int:
+    """The tar shards' samples as Hub-layout Parquet files (one per shard); returns samples."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    params = out / "bench-params.json"
+    shards = sorted(tar_root.glob("shard-*.tar"))
+    want = {"from": [p.name for p in shards], "sizes": [p.stat().st_size for p in shards]}
+    if params.exists() and json.loads(params.read_text()) == want:
+        return int(json.loads((out / "count.json").read_text()))
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "data").mkdir(parents=True)
+    features = datasets.Features({"image": datasets.Image(), "text": datasets.Value("string")})
+    total = 0
+    for k, shard in enumerate(shards):
+        rows: dict[str, dict] = {}
+        with tarfile.open(shard) as tf:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                key, ext = m.name.split(".", 1)
+                data = tf.extractfile(m).read()  # type: ignore[union-attr]
+                rows.setdefault(key, {})[ext] = data
+        table = {
+            "image": [{"bytes": r["jpg"], "path": f"{key}.jpg"} for key, r in rows.items()],
+            "text": [r["txt"].decode() for r in rows.values()],
+        }
+        ds = datasets.Dataset.from_dict(table, features=features)
+        name = f"train-{k:05d}-of-{len(shards):05d}.parquet"
+        ds.to_parquet(str(out / "data" / name), batch_size=MAX_SEQ)
+        total += len(rows)
+    (out / "count.json").write_text(json.dumps(total))
+    params.write_text(json.dumps(want))
+    return total
+
+
+def prepare_rate(root: Path, samples: int) -> tuple[float, float]:
+    """``fpipe prepare`` of the Parquet folder (index written anew): samples per second and
+    samples per CPU-second of this process (the second moves less with other load)."""
+    from fpipe.storage import prepare_dataset
+
+    shutil.rmtree(root / ".fpipe", ignore_errors=True)
+    c0, t0 = time.process_time(), time.perf_counter()
+    report = prepare_dataset(root)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert report.num_samples == samples and not report.problems, report
+    return samples / elapsed, samples / max(cpu, 1e-9)
+
+
+def fpipe_iter(root: Path, nw: int) -> Iterator:
+    ds = fpipe.get_train_dataset(
+        root,
+        batch_size=BATCH,
+        shuffle_buffer_size=SHUFFLE,
+        max_samples_per_sequence=MAX_SEQ,
+        seed=SEED,
+        image_decode=ImageDecodeOptions(target_size=TARGET, draft=False),
+    )
+    return iter(fpipe.get_loader(ds, num_workers=nw, prefetch_factor=2))
+
+
+class HFImages(torch.utils.data.Dataset):
+    """Rows of a ``datasets`` dataset (image bytes, text), decoded and resized as the others."""
+
+    def __init__(self, hf):
+        self.hf = hf
+
+    def __len__(self) -> int:
+        return len(self.hf)
+
+    def __getitem__(self, i: int):
+        row = self.hf[int(i)]
+        img = Image.open(io.BytesIO(row["image"]["bytes"]))
+        return torch.from_numpy(resize_crop_np(img, TARGET)), row["text"]
+
+
+def collate(samples: list) -> dict:
+    return {"image": torch.stack([s[0] for s in samples]), "caption": [s[1] for s in samples]}
+
+
+def hf_dataset(root: Path, cache: Path):
+    import datasets
+
+    datasets.disable_progress_bars()
+    files = sorted(str(p) for p in (root / "data").glob("train-*.parquet"))
+    hf = datasets.load_dataset("parquet", data_files={"train": files}, cache_dir=str(cache))
+    train = hf["train"].cast_column("image", datasets.Image(decode=False))
+    return train.with_format("torch")
+
+
+def hf_iter(hf, nw: int) -> Iterator:
+    gen = torch.Generator()
+    gen.manual_seed(SEED)
+    loader = torch.utils.data.DataLoader(
+        HFImages(hf),
+        batch_size=BATCH,
+        sampler=torch.utils.data.RandomSampler(hf, generator=gen),
+        num_workers=nw,
+        collate_fn=collate,
+        prefetch_factor=2 if nw else None,
+        persistent_workers=nw > 0,
+        drop_last=True,
+    )
+
+    def forever():
+        while True:
+            yield from loader
+
+    return forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "fpipe-bench-loader"))
+    ap.add_argument("--images", type=int, default=3200, help="samples (128-512 px JPEGs)")
+    ap.add_argument("--batches", type=int, default=30, help="timed batches per run")
+    ap.add_argument("--repeats", type=int, default=None, help="median of N (3; --quick: 1)")
+    ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="small set, 1 repeat (smoke run)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.images, args.batches = min(args.images, 640), min(args.batches, 8)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    torch.set_num_threads(args.torch_threads)
+    warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    data = Path(args.data)
+    log(f"# fpipe Parquet benchmark\n{machine_line()}, torch {torch.__version__}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        info = ensure_image_set(
+            data / "images", samples=args.images, shards=8, lo=128, hi=512,
+            pool=min(args.images, 400),
+        )  # fmt: skip
+    tar = data / "images"
+    pq_root = data / "images-parquet"
+    n = write_parquet(tar, pq_root)
+    log(f"images: {json.dumps(info)}; {n} rows in {pq_root}/data (row groups of {MAX_SEQ})")
+    runs = [prepare_rate(pq_root, n) for _ in range(args.repeats)]
+    prepare = statistics.median(r[0] for r in runs)
+    prepare_cpu = statistics.median(r[1] for r in runs)
+    log(
+        f"fpipe prepare (Parquet, one process): {prepare:.0f} samples/s, "
+        f"{prepare_cpu:.0f} samples/cpu-s"
+    )
+    with contextlib.redirect_stderr(io.StringIO()):
+        hf = hf_dataset(pq_root, data / "hf-cache")
+    warm = 4 if args.quick else 6
+    loaders = {
+        "fpipe parquet nw=2": in_process(lambda: fpipe_iter(pq_root, 2), "images", BATCH, warm),
+        "fpipe tar nw=2": in_process(lambda: fpipe_iter(tar, 2), "images", BATCH, warm),
+        "hf datasets nw=2": in_process(lambda: hf_iter(hf, 2), "images", BATCH, warm),
+    }
+    log(f"\n## batch {BATCH}, {args.batches} timed batches, {args.repeats} repeats")
+    wall, cpu = measure(loaders, args.batches, args.repeats, log)
+
+    def ratio(a, b):
+        return None if not a or not b else round(a / b, 3)
+
+    ours, hf_rate = wall.get("fpipe parquet nw=2"), wall.get("hf datasets nw=2")
+    out = {
+        "nw2_vs_hf_datasets_same_decode": ratio(ours, hf_rate),
+        "parquet_vs_tar_samples_per_s": ratio(ours, wall.get("fpipe tar nw=2")),
+        "prepare_parquet_samples_per_s": round(prepare, 1),
+        "prepare_parquet_samples_per_cpu_s": round(prepare_cpu, 1),
+        "samples_per_s": {k: round(v, 1) for k, v in wall.items()},
+        "samples_per_cpu_s": {k: round(v, 1) for k, v in cpu.items()},
+        "cpu_nw2_vs_hf_datasets": ratio(
+            cpu.get("fpipe parquet nw=2"), cpu.get("hf datasets nw=2")
+        ),
+        "images": args.images,
+        "batches": args.batches,
+        "repeats": args.repeats,
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

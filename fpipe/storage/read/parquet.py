@@ -1,0 +1,345 @@
+"""Reader of the ``"parquet"`` layout: rows of Parquet files, read in place by row group.
+
+``fpipe prepare`` on a folder of Parquet files (:mod:`fpipe.storage.prepare._parquet`) writes
+no copy of the data: each sample is a row, found by three arrays of ``.fpipe/``
+(``shard_id.npy``: the file; ``parquet/row_group.npy`` and ``parquet/row_in_group.npy``: where
+in it; ``parquet/row.npy``: its row number in the file, for its key), plus metadata columns.
+
+Reads go by row group, the unit Parquet compresses and stores together: the first read of a row
+decodes the columns it needs of the whole row group (pyarrow), kept in a small per-process
+cache of decoded row groups (``row_group_cache`` of them, least recently used dropped first).
+Reading the samples of a slice in order (``max_samples_per_sequence``) then decodes each row
+group once; ``fpipe.get_train_dataset`` sizes the cache to the slices a shuffle window
+interleaves. Only the columns asked for are read (``exts``: the field map's columns).
+
+Bytes come through the same file layer as tar shards: a
+:class:`~fpipe.storage.read.reader.FileCache` (``os.pread``) for local files, a
+:class:`~fpipe.storage.read.remote.RemoteFiles` (ranged GETs of the footer and the column
+chunks) on object storage. pyarrow is imported on first read.
+
+A row's members are its columns, by column name: a ``{bytes, path}`` struct (Hugging Face
+``Image`` / ``Audio``) gives its bytes (or, without bytes, the file ``path`` names, relative
+to the dataset folder), text gives UTF-8, numbers and nested values JSON. ``decode_exts`` says
+how each is decoded, as for a table's columns. A file that is unreadable, changed, or lacks a
+column is a :class:`~fpipe.core.errors.BadSampleError` naming the file and the row's key.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+
+from fpipe.core.errors import BadSampleError
+from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.read.record import ArrayStore, IndexRecord, ParquetLayout
+
+__all__ = [
+    "DEFAULT_ROW_GROUP_CACHE",
+    "PARQUET_SUFFIX",
+    "ParquetReader",
+    "PreadFile",
+    "file_stem",
+    "row_group_cache_for",
+]
+
+PARQUET_SUFFIX = ".parquet"
+#: decoded row groups kept per process when the opener gives no size
+DEFAULT_ROW_GROUP_CACHE = 4
+#: the most row groups :func:`row_group_cache_for` keeps (memory: that many decoded groups)
+MAX_ROW_GROUP_CACHE = 64
+
+
+def row_group_cache_for(
+    shuffle_buffer_size: int | None, max_samples_per_sequence: int | None
+) -> int:
+    """Decoded row groups a process keeps for a slice shuffle: a shuffle window of
+    ``shuffle_buffer_size`` samples interleaves about ``buffer / max_samples_per_sequence + 1``
+    slices, each read in order (so one row group at a time, two where a slice crosses a
+    row-group boundary). Between 2 and :data:`MAX_ROW_GROUP_CACHE`.
+
+    >>> row_group_cache_for(100, 100), row_group_cache_for(1000, 10), row_group_cache_for(None, 5)
+    (3, 64, 2)
+    """
+    k = max(1, max_samples_per_sequence or 1)
+    window = max(0, shuffle_buffer_size or 0)
+    return max(2, min(MAX_ROW_GROUP_CACHE, -(-window // k) + 2 if window else 2))
+
+
+_json = msgspec.json.Encoder()
+
+
+def file_stem(name: str) -> str:
+    """A Parquet file's name without ``.parquet`` (the first part of its rows' keys)."""
+    return name[: -len(PARQUET_SUFFIX)] if name.endswith(PARQUET_SUFFIX) else name
+
+
+class PreadFile(io.RawIOBase):
+    """A read-only, seekable file over ``files.pread(path, offset, size)`` (a
+    :class:`~fpipe.storage.read.reader.FileCache` or a
+    :class:`~fpipe.storage.read.remote.RemoteFiles`), for pyarrow to read a Parquet file
+    through fpipe's file layer. ``size``: the file's length in bytes."""
+
+    def __init__(self, files: Any, path: str, size: int):
+        super().__init__()
+        self._files, self._path, self._size, self._pos = files, path, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._size - self._pos
+        size = max(0, min(size, self._size - self._pos))
+        data = self._files.pread(self._path, self._pos, size) if size else b""
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buf) -> int:
+        data = self.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+
+def _to_bytes(kind: str, value: Any) -> bytes:
+    """A cell as the member bytes :meth:`ParquetReader.read` gives (not for media cells)."""
+    if kind == "binary":
+        return bytes(value)
+    if kind == "string":
+        return value.encode("utf-8")
+    return _json.encode(value)
+
+
+class ParquetReader:
+    """Rows of the Parquet files of a prepared dataset (see the module docstring).
+
+    Args:
+      path: the dataset folder (or URL); file names in ``record.shards`` are relative to it.
+      files: the file layer (``pread``), local or remote.
+      row_group_cache: decoded row groups kept in this process.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        record: IndexRecord,
+        arrays: ArrayStore,
+        files: Any,
+        row_group_cache: int | None = None,
+    ):
+        assert record.parquet is not None
+        self.path = path
+        self._record = record
+        self._layout: ParquetLayout = record.parquet
+        self._array = arrays
+        self._files = files
+        self._cache_size = max(1, int(row_group_cache or DEFAULT_ROW_GROUP_CACHE))
+        self._stems = [file_stem(s.name) for s in record.shards]
+        self._kinds = _column_kinds(self._layout)
+        self._decode_exts = {
+            c: {"string": "txt", "number": "json", "json": "json"}.get(k, "")
+            or self._layout.media_exts.get(c, "")
+            for c, k in self._kinds.items()
+        }
+        self._decode_exts = {c: e for c, e in self._decode_exts.items() if e}
+        self._pid = os.getpid()
+        self._opened: OrderedDict[int, Any] = OrderedDict()  #: file id -> pq.ParquetFile
+        #: (file id, row group) -> {column: decoded values}; ``None`` marks a null cell
+        self._groups: OrderedDict[tuple[int, int], dict[str, list]] = OrderedDict()
+        self.decoded_row_groups = 0  #: row groups decoded by this process (a statistic)
+
+    def _where(self, i: int) -> tuple[int, int, int]:
+        return (
+            int(self._array("shard_id.npy")[i]),
+            int(self._array("parquet/row_group.npy")[i]),
+            int(self._array("parquet/row_in_group.npy")[i]),
+        )
+
+    def key(self, i: int) -> str:
+        """``"<file without .parquet>/<row number in the file>"``."""
+        sid = int(self._array("shard_id.npy")[i])
+        return f"{self._stems[sid]}/{int(self._array('parquet/row.npy')[i])}"
+
+    def file_path(self, sid: int) -> str:
+        """The path (or URL) of file ``sid``."""
+        return os.path.join(self.path, self._record.shards[sid].name)
+
+    def _file(self, sid: int):
+        """The open :class:`pyarrow.parquet.ParquetFile` of file ``sid`` (a few kept open)."""
+        if self._pid != os.getpid():  # forked: start afresh (the file layer does too)
+            self._opened.clear()
+            self._pid = os.getpid()
+        pf = self._opened.get(sid)
+        if pf is not None:
+            self._opened.move_to_end(sid)
+            return pf
+        import pyarrow.parquet as pq
+
+        path = self.file_path(sid)
+        size = self._record.shards[sid].bytes
+        if not hasattr(self._files, "size"):  # a local file: its size now (one stat)
+            size = os.path.getsize(path)
+        elif size < 0:  # an object whose size the index lacks: ask the store
+            size = self._files.size(path)
+        pf = pq.ParquetFile(PreadFile(self._files, path, size))
+        self._opened[sid] = pf
+        while len(self._opened) > 8:
+            self._opened.popitem(last=False)
+        return pf
+
+    def _group(self, sid: int, rg: int, columns: list[str], key: str) -> dict[str, list]:
+        """Decoded ``columns`` of row group ``rg`` of file ``sid`` (from the cache, or read)."""
+        entry = self._groups.get((sid, rg))
+        if entry is not None:
+            self._groups.move_to_end((sid, rg))
+            todo = [c for c in columns if c not in entry]
+            if not todo:
+                return entry
+        else:
+            entry, todo = {}, list(columns)
+        path = self.file_path(sid)
+        try:
+            pf = self._file(sid)
+            names = set(pf.schema_arrow.names)
+            missing = [c for c in todo if c not in names]
+            if missing:
+                raise BadSampleError(
+                    path,
+                    key,
+                    f"row group {rg}: no column {missing[0]!r} (the file changed "
+                    f"since it was indexed; re-run `fpipe prepare {self.path}`)",
+                )
+            if rg >= pf.metadata.num_row_groups:
+                raise BadSampleError(
+                    path,
+                    key,
+                    f"no row group {rg} (the file has {pf.metadata.num_row_groups}); "
+                    f"re-run `fpipe prepare {self.path}`",
+                )
+            table = pf.read_row_group(rg, columns=todo)
+        except BadSampleError:
+            raise
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors, OSError: the file is bad
+            from fpipe.core.errors import error_text
+
+            raise BadSampleError(
+                path,
+                key,
+                f"row group {rg}: unreadable Parquet ({type(e).__name__}: {error_text(e)})",
+            ) from None
+        for c in todo:
+            entry[c] = _decode_column(table.column(c), self._kinds[c])
+        self.decoded_row_groups += 1
+        if (sid, rg) not in self._groups:
+            self._groups[(sid, rg)] = entry
+            while len(self._groups) > self._cache_size:
+                self._groups.popitem(last=False)
+        return entry
+
+    def _columns(self, exts: frozenset[str] | None) -> list[str]:
+        cols = self._layout.columns
+        if exts is None:
+            return list(cols)
+        wanted = [c for c in cols if c in exts]
+        return wanted if wanted else list(cols)
+
+    def read(
+        self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> dict[str, bytes]:
+        """The cells of row ``i`` as member bytes by column name (only the columns in
+        ``exts`` when any is: a field map names columns); null cells are left out."""
+        sid, rg, row = self._where(i)
+        if not 0 <= sid < len(self._record.shards):
+            raise BadSampleError(self.path, f"#{i}", f"the index is corrupt (file id {sid})")
+        key = self.key(i)
+        columns = self._columns(exts)
+        group = self._group(sid, rg, columns, key)
+        out: dict[str, bytes] = {}
+        for col in columns:
+            values = group[col]
+            if row >= len(values):
+                raise BadSampleError(
+                    self.file_path(sid),
+                    key,
+                    f"row group {rg} holds {len(values)} rows, the "
+                    f"index wants row {row}; re-run `fpipe prepare {self.path}`",
+                )
+            v = values[row]
+            if v is None:
+                continue
+            kind = self._kinds[col]
+            out[col] = self._media(col, v, sid, key) if kind == "media" else _to_bytes(kind, v)
+        return out
+
+    def _media(self, col: str, cell: tuple, sid: int, key: str) -> bytes:
+        """The bytes of a ``{bytes, path}`` cell: its bytes, else the file its path names."""
+        data, rel = cell
+        if data is not None:
+            return bytes(data)
+        if rel is None:
+            raise BadSampleError(
+                self.file_path(sid), key, f"column {col!r}: the struct has neither bytes nor path"
+            )
+        fpath = os.path.join(self.path, rel)
+        try:
+            with open(fpath, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise BadSampleError(
+                self.file_path(sid),
+                key,
+                f"column {col!r}: no bytes, and its path {rel!r} cannot be read ({e})",
+            ) from None
+
+    def decode_exts(self, i: int) -> dict[str, str]:
+        """How each column is decoded when a sample is cooked: media columns as their stored
+        extension (``jpg``, ``wav``), text as ``txt``, numbers and nested values as ``json``;
+        binary columns by their own name."""
+        return self._decode_exts
+
+    def av_names(self, field: str, i: int) -> tuple[str, ...]:
+        """The key :meth:`read` gives media column ``field`` under: the column itself."""
+        return (field,) if field in self._layout.media_columns else ()
+
+
+def _column_kinds(layout: ParquetLayout) -> dict[str, str]:
+    """Column -> ``media`` | ``string`` | ``binary`` | ``number`` | ``json``."""
+    kinds = dict.fromkeys(layout.columns, "json")
+    kinds.update(dict.fromkeys(layout.numeric, "number"))
+    kinds.update(dict.fromkeys(layout.binary, "binary"))
+    kinds.update(dict.fromkeys(layout.strings, "string"))
+    kinds.update(dict.fromkeys(layout.media_columns, "media"))
+    return kinds
+
+
+def _decode_column(column, kind: str) -> list:
+    """A pyarrow column of one row group as Python values (media cells: ``(bytes, path)``,
+    ``None`` where the struct itself is null)."""
+    if kind != "media":
+        return column.to_pylist()
+    arr = column.combine_chunks()
+    names = {arr.type.field(k).name for k in range(arr.type.num_fields)}
+    data = arr.field("bytes").to_pylist() if "bytes" in names else [None] * len(arr)
+    paths = arr.field("path").to_pylist() if "path" in names else [None] * len(arr)
+    valid = arr.is_valid().to_pylist() if arr.null_count else None
+    out: list = list(zip(data, paths))
+    if valid is not None:
+        out = [c if ok else None for c, ok in zip(out, valid)]
+    return out

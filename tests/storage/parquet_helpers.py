@@ -1,0 +1,53 @@
+"""Hub-layout Parquet datasets written at test time by the ``datasets`` library."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+
+def image_bytes(i: int) -> bytes:
+    """A small image, JPEG for even ``i`` and PNG for odd (sizes vary with ``i``)."""
+    from PIL import Image
+
+    arr = np.full((8 + i % 5, 10 + i % 3, 3), i % 251, np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG" if i % 2 else "JPEG")
+    return buf.getvalue()
+
+
+def write_hub_dataset(root: Path, *, train=(17, 17, 16), val=(12,), row_group=7) -> Path:
+    """``root/data/{train,validation}-0000k-of-0000n.parquet`` as ``Dataset.to_parquet``
+    writes them: an ``Image`` column (``{bytes, path}`` structs), ``text``, ``tokens``
+    (int64) and ``score`` (float32), ``row_group`` rows per row group."""
+    import datasets
+
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "text": datasets.Value("string"),
+            "tokens": datasets.Value("int64"),
+            "score": datasets.Value("float32"),
+        }
+    )
+    i = 0
+    for split, sizes in (("train", train), ("validation", val)):
+        for k, n in enumerate(sizes):
+            rows = []
+            for _ in range(n):
+                rows.append(
+                    {
+                        "image": {"bytes": image_bytes(i), "path": None},
+                        "text": f"{split} caption {i}",
+                        "tokens": 3 + i % 7,
+                        "score": i / 8,
+                    }
+                )
+                i += 1
+            out = root / "data" / f"{split}-{k:05d}-of-{len(sizes):05d}.parquet"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            ds = datasets.Dataset.from_list(rows, features=features)
+            ds.to_parquet(str(out), batch_size=row_group)
+    return root
