@@ -116,6 +116,13 @@ def test_truncated_file_rows_left_out_at_prepare_and_named_at_read(saved, tmp_pa
         ds.read(17 + 8)
 
 
+def test_shards_pick_files_and_object_storage_is_refused(saved, tmp_path):
+    report = prepare_dataset(saved, shards=["train/*"], index_dir=tmp_path / "idx")
+    assert report.num_samples == 50 and report.splits == {"train": 3}
+    with pytest.raises(ConfigError, match="local disk only"):
+        prepare_dataset(saved.as_uri(), index_dir=tmp_path / "remote")
+
+
 def test_bad_state_json_is_a_config_error(saved, tmp_path):
     root = tmp_path / "bad"
     shutil.copytree(saved / "train", root)

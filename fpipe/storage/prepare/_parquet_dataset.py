@@ -179,11 +179,6 @@ def scan_parquet(
     map given by ``field_map(layout)`` for the first readable file's columns before the rows
     are checked against it. ``arrow``: local Arrow stream files (``save_to_disk``)."""
     if "://" in root:
-        if arrow:
-            raise ConfigError(
-                f"{root}: Arrow (save_to_disk) folders are read from local disk only; "
-                "copy it locally or write Parquet with `Dataset.to_parquet`"
-            )
         from fpipe.storage.read.remote import RemoteFiles, list_objects
 
         files: Any = RemoteFiles(root, storage)

@@ -68,6 +68,7 @@ from fpipe.storage.prepare.shards import (
     write_index_with_av,
     write_part,
 )
+from fpipe.storage.read.arrow_stream import ARROW_SUFFIX
 from fpipe.storage.read.energon import (
     exclude_to_keys,
     exclude_to_keys_by_walk,
@@ -347,7 +348,14 @@ def _parquet_files(path: str, opts: PrepareOptions) -> tuple[str, list[str]] | N
         if not wants:
             listed = [rel for rel, _ in list_objects(path, opts.storage)]
             tars = any(r.endswith(SHARD_SUFFIXES) for r in listed)
-            if tars or not any(r.endswith(PARQUET_SUFFIX) for r in listed):
+            parquet = any(r.endswith(PARQUET_SUFFIX) for r in listed)
+            if not (tars or parquet) and any(r.endswith(ARROW_SUFFIX) for r in listed):
+                raise ConfigError(
+                    f"{path}: Arrow files (a Hugging Face save_to_disk or cache folder) "
+                    "are read from local disk only; copy the folder locally, or write "
+                    "Parquet files with `Dataset.to_parquet`"
+                )
+            if tars or not parquet:
                 return None
         return path, remote_parquet(path, pats, opts.storage)
     p = Path(path)

@@ -15,7 +15,10 @@ interleaves. Only the columns asked for are read (``exts``: the field map's colu
 Bytes come through the same file layer as tar shards: a
 :class:`~fpipe.storage.read.reader.FileCache` (``os.pread``) for local files, a
 :class:`~fpipe.storage.read.remote.RemoteFiles` (ranged GETs of the footer and the column
-chunks) on object storage. pyarrow is imported on first read.
+chunks) on object storage. pyarrow is imported on first read. Arrow stream files (a
+Hugging Face ``save_to_disk`` folder, ``format: arrow`` in the layout) are read the same way
+with record batches as row groups, memory-mapped
+(:class:`~fpipe.storage.read.arrow_stream.ArrowStreamFile`, local files only).
 
 A row's members are its columns, by column name: a ``{bytes, path}`` struct (Hugging Face
 ``Image`` / ``Audio``) gives its bytes (or, without bytes, the file ``path`` names, relative
