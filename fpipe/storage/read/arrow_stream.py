@@ -56,7 +56,8 @@ class ArrowStreamFile:
         self.path = path
         self._map = pa.memory_map(path)
         try:
-            self.schema_arrow = ipc.open_stream(self._map).schema
+            self._whole = self._map.read_buffer()  # the file as one buffer, not copied
+            self.schema_arrow = ipc.open_stream(self._whole).schema
             self.batch_offsets: list[int] = []
             self._rows: list[int] = []
             #: why the scan stopped before the end of the file (truncated...), or None
@@ -108,8 +109,9 @@ class ArrowStreamFile:
 
         if offset < 0:
             offset = self.batch_offsets[k]
-        self._map.seek(offset)
-        msg = ipc.read_message(self._map)
+        if not 0 <= offset < self._whole.size:
+            raise ValueError(f"byte {offset} is past the end of the file ({self._whole.size})")
+        msg = ipc.read_message(pa.BufferReader(self._whole.slice(offset)))  # no shared position
         if msg.type != "record batch":
             raise ValueError(f"byte {offset} holds a {msg.type} message, not a record batch")
         batch = ipc.read_record_batch(msg, self.schema_arrow)
