@@ -103,10 +103,13 @@ def test_truncated_file_rows_left_out_at_prepare_and_named_at_read(saved, tmp_pa
     cut = root / "train" / "data-00001-of-00003.arrow"
     data = cut.read_bytes()
     cut.write_bytes(data[: len(data) - 300])  # the last record batch is cut short
+    (root / "validation" / "data-00000-of-00001.arrow").write_bytes(b"ARROW1\x00 not a stream")
     report = prepare_dataset(root)
-    assert report.num_samples == 62 - 3
-    (problem,) = report.problems
-    assert "data-00001-of-00003" in str(problem) and "train/data-00001-of-00003/14" in str(problem)
+    assert report.num_samples == 62 - 3 - 12
+    cut_short, garbage = report.problems
+    assert "data-00001-of-00003" in str(cut_short)
+    assert "train/data-00001-of-00003/14" in str(cut_short)  # the first row left out
+    assert "validation/data-00000-of-00001" in str(garbage) and "unreadable" in str(garbage)
     ds = open_dataset(root)
     assert ds.read(17 + 13)["text"] == b"train caption 30"  # the batches before it are kept
     # a file cut after prepare: a typed error naming the file and the row
