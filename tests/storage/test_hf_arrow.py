@@ -14,6 +14,7 @@ import pytest
 
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.storage import open_dataset, prepare_dataset
+from fpipe.storage.prepare._hf_arrow import hf_arrow_files
 from tests.storage.parquet_helpers import image_bytes, write_saved_dataset
 
 datasets = pytest.importorskip("datasets")
@@ -132,3 +133,7 @@ def test_bad_state_json_is_a_config_error(saved, tmp_path):
     (root / "state.json").write_text(json.dumps({"_data_files": [{"filename": "nope.arrow"}]}))
     with pytest.raises(ConfigError, match="nope.arrow"):
         prepare_dataset(root)
+    other = tmp_path / "other"  # a state.json of some other tool: not a save_to_disk folder
+    other.mkdir()
+    (other / "state.json").write_text(json.dumps({"step": 3}))
+    assert hf_arrow_files(other) is None

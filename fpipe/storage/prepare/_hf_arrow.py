@@ -69,8 +69,8 @@ def hf_arrow_files(folder: Path) -> tuple[list[str], dict[str, list[str]]] | Non
                 raise ConfigError(f"{folder}: split {split!r} has no folder")
             by_split[split] = _state_files(folder / split, f"{split}/")
         return [n for files in by_split.values() for n in files], by_split
-    if (folder / "state.json").is_file():
-        return _state_files(folder, ""), {}
+    if (folder / "state.json").is_file() and "_data_files" in _json(folder / "state.json"):
+        return _state_files(folder, ""), {}  # (another tool's state.json is not one)
     if (folder / "dataset_info.json").is_file():
         names = sorted(
             p.name
