@@ -14,6 +14,9 @@ bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``):
 - ``fpipe parquet nw=2``: ``fpipe prepare`` on the Parquet folder, then ``get_train_dataset``
   (shuffle buffer 1000, ``max_samples_per_sequence`` 100 = the row-group size);
 - ``fpipe tar nw=2``: the same on the tar shards;
+- ``fpipe arrow nw=2``: the same on the Parquet rows written by ``Dataset.save_to_disk`` (8
+  Arrow stream files, record batches of 100 rows, the size ``datasets`` writes for image
+  datasets), prepared and read in place;
 - ``hf datasets nw=2``: ``load_dataset("parquet", ...)`` (its Arrow cache built before timing),
   the image column read as bytes, ``.with_format("torch")``, a torch ``DataLoader`` with a
   seeded ``RandomSampler`` and 2 workers whose ``__getitem__`` decodes and resizes like the
@@ -30,7 +33,8 @@ Usage::
     python bench/parquet.py            # --quick: smaller set, one repeat
 
 The last line is one JSON object: ``nw2_vs_hf_datasets_same_decode``,
-``parquet_vs_tar_samples_per_s``, ``prepare_parquet_samples_per_s`` and the rates.
+``parquet_vs_tar_samples_per_s``, ``arrow_vs_parquet_samples_per_s``,
+``prepare_parquet_samples_per_s``, ``prepare_arrow_samples_per_s`` and the rates.
 """
 
 from __future__ import annotations
@@ -103,6 +107,22 @@ def write_parquet(tar_root: Path, out: Path) -> int:
     (out / "count.json").write_text(json.dumps(total))
     params.write_text(json.dumps(want))
     return total
+
+
+def write_arrow(pq_root: Path, out: Path, cache: Path) -> None:
+    """The Parquet rows as ``Dataset.save_to_disk`` writes them (8 Arrow stream files)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    params = out / "bench-params.json"
+    want = (pq_root / "bench-params.json").read_text()
+    if params.exists() and params.read_text() == want:
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    files = sorted(str(p) for p in (pq_root / "data").glob("train-*.parquet"))
+    hf = datasets.load_dataset("parquet", data_files={"train": files}, cache_dir=str(cache))
+    hf["train"].save_to_disk(str(out), num_shards=len(files))
+    params.write_text(want)
 
 
 def prepare_rate(root: Path, samples: int) -> tuple[float, float]:
@@ -209,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     pq_root = data / "images-parquet"
     n = write_parquet(tar, pq_root)
     log(f"images: {json.dumps(info)}; {n} rows in {pq_root}/data (row groups of {MAX_SEQ})")
+    arrow_root = data / "images-arrow"
+    with contextlib.redirect_stderr(io.StringIO()):
+        write_arrow(pq_root, arrow_root, data / "hf-cache")
     runs = [prepare_rate(pq_root, n) for _ in range(args.repeats)]
     prepare = statistics.median(r[0] for r in runs)
     prepare_cpu = statistics.median(r[1] for r in runs)
@@ -216,12 +239,15 @@ def main(argv: list[str] | None = None) -> None:
         f"fpipe prepare (Parquet, one process): {prepare:.0f} samples/s, "
         f"{prepare_cpu:.0f} samples/cpu-s"
     )
+    prepare_arrow = statistics.median(prepare_rate(arrow_root, n)[0] for _ in range(args.repeats))
+    log(f"fpipe prepare (save_to_disk Arrow, one process): {prepare_arrow:.0f} samples/s")
     with contextlib.redirect_stderr(io.StringIO()):
         hf = hf_dataset(pq_root, data / "hf-cache")
     warm = 4 if args.quick else 6
     loaders = {
         "fpipe parquet nw=2": in_process(lambda: fpipe_iter(pq_root, 2), "images", BATCH, warm),
         "fpipe tar nw=2": in_process(lambda: fpipe_iter(tar, 2), "images", BATCH, warm),
+        "fpipe arrow nw=2": in_process(lambda: fpipe_iter(arrow_root, 2), "images", BATCH, warm),
         "hf datasets nw=2": in_process(lambda: hf_iter(hf, 2), "images", BATCH, warm),
     }
     log(f"\n## batch {BATCH}, {args.batches} timed batches, {args.repeats} repeats")
@@ -234,7 +260,9 @@ def main(argv: list[str] | None = None) -> None:
     out = {
         "nw2_vs_hf_datasets_same_decode": ratio(ours, hf_rate),
         "parquet_vs_tar_samples_per_s": ratio(ours, wall.get("fpipe tar nw=2")),
+        "arrow_vs_parquet_samples_per_s": ratio(wall.get("fpipe arrow nw=2"), ours),
         "prepare_parquet_samples_per_s": round(prepare, 1),
+        "prepare_arrow_samples_per_s": round(prepare_arrow, 1),
         "prepare_parquet_samples_per_cpu_s": round(prepare_cpu, 1),
         "samples_per_s": {k: round(v, 1) for k, v in wall.items()},
         "samples_per_cpu_s": {k: round(v, 1) for k, v in cpu.items()},

@@ -51,3 +51,45 @@ def write_hub_dataset(root: Path, *, train=(17, 17, 16), val=(12,), row_group=7)
             ds = datasets.Dataset.from_list(rows, features=features)
             ds.to_parquet(str(out), batch_size=row_group)
     return root
+
+
+def write_saved_dataset(root: Path, *, train=(17, 17, 16), val=(12,), batch=7) -> Path:
+    """``root`` as ``DatasetDict.save_to_disk`` writes it: ``dataset_dict.json``, then
+    ``train/`` and ``validation/`` with ``state.json`` and Arrow stream files
+    ``data-0000k-of-0000n.arrow`` of ``batch``-row record batches; the columns of
+    :func:`write_hub_dataset`. ``train``/``val``: rows per file."""
+    import datasets
+
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "text": datasets.Value("string"),
+            "tokens": datasets.Value("int64"),
+            "score": datasets.Value("float32"),
+        }
+    )
+    splits = {}
+    i = 0
+    for split, sizes in (("train", train), ("validation", val)):
+        rows = []
+        for _ in range(sum(sizes)):
+            rows.append(
+                {
+                    "image": {"bytes": image_bytes(i), "path": None},
+                    "text": f"{split} caption {i}",
+                    "tokens": 3 + i % 7,
+                    "score": i / 8,
+                }
+            )
+            i += 1
+        splits[split] = datasets.Dataset.from_list(rows, features=features)
+    # the writer's batch size for image datasets: small, so that files hold several batches
+    old = datasets.config.ARROW_RECORD_BATCH_SIZE_FOR_IMAGE_DATASETS
+    datasets.config.ARROW_RECORD_BATCH_SIZE_FOR_IMAGE_DATASETS = batch
+    try:
+        for split, sizes in (("train", train), ("validation", val)):
+            splits[split].save_to_disk(str(root / split), num_shards=len(sizes))
+    finally:
+        datasets.config.ARROW_RECORD_BATCH_SIZE_FOR_IMAGE_DATASETS = old
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "validation"]}')
+    return root

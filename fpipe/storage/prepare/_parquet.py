@@ -30,10 +30,11 @@ from fpipe.decode.extensions import ext_kind, last_part
 from fpipe.storage.config.field_spec import parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.prepare._progress import progress_bar
+from fpipe.storage.read.arrow_stream import ArrowStreamFile
 from fpipe.storage.read.parquet import PreadFile, file_stem
 from fpipe.storage.read.record import ParquetLayout
 
-__all__ = ["ParquetIndex", "index_parquet", "media_ext", "schema_layout"]
+__all__ = ["ParquetIndex", "index_parquet", "media_ext", "open_table_file", "schema_layout"]
 
 #: Hugging Face feature types stored as ``{bytes, path}`` structs, and their default extension
 _HF_MEDIA = {"Image": "png", "Audio": "wav", "Video": "mp4"}
@@ -93,8 +94,20 @@ def _is_media_struct(t) -> bool:
     return bool(names) and names <= {"bytes", "path"}
 
 
-def schema_layout(schema) -> ParquetLayout:
-    """The :class:`ParquetLayout` of a file's schema (media extensions still empty)."""
+def open_table_file(files: Any, path: str, size: int, *, arrow: bool = False, scan: bool = True):
+    """A :class:`pyarrow.parquet.ParquetFile` read through ``files`` (``pread``), or for
+    ``arrow`` an :class:`~fpipe.storage.read.arrow_stream.ArrowStreamFile` (memory-mapped,
+    its record batches found when ``scan``)."""
+    if arrow:
+        return ArrowStreamFile(path, scan=scan)
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(PreadFile(files, path, size))
+
+
+def schema_layout(schema, *, arrow: bool = False) -> ParquetLayout:
+    """The :class:`ParquetLayout` of a file's schema (media extensions still empty);
+    ``arrow``: of an Arrow stream file."""
     import pyarrow as pa
 
     hf = _hf_features(schema)
@@ -111,6 +124,7 @@ def schema_layout(schema) -> ParquetLayout:
             numeric.append(f.name)
     exts = {c: _HF_MEDIA.get(hf.get(c, ""), "") for c in media}
     return ParquetLayout(
+        format="arrow" if arrow else "parquet",
         columns=tuple(schema.names),
         media_columns=tuple(media),
         media_exts=exts,
@@ -132,7 +146,8 @@ _BASE = {
 class ParquetIndex:
     """What indexing the files gives: arrays, kept files, problems, the layout."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrow: bool = False) -> None:
+        self.arrow = arrow  #: Arrow stream files: the index also keeps each row's batch offset
         self.layout: ParquetLayout | None = None
         self.shards: list[dict[str, Any]] = []
         self.parts: dict[str, list[np.ndarray]] = {}
@@ -163,7 +178,8 @@ class ParquetIndex:
             out[k] = np.concatenate(chunks)
             if k.startswith("columns/"):
                 dtypes[name] = str(out[k].dtype)
-        for k, dt in _BASE.items():
+        base = {**_BASE, "parquet/batch_offset.npy": np.int64} if self.arrow else _BASE
+        for k, dt in base.items():
             out.setdefault(k, np.zeros(0, dt))
         return out, dtypes
 
@@ -279,12 +295,12 @@ def index_parquet(
     sizes: Mapping[str, tuple[int, int]],
     field_map: Mapping[str, Any],
     progress: bool = False,
+    arrow: bool = False,
 ) -> ParquetIndex:
     """Index Parquet files ``names`` (relative to ``root``, a folder or URL) read through
-    ``files`` (``pread``); ``sizes``: name -> (bytes, mtime_ns)."""
-    import pyarrow.parquet as pq
-
-    out = ParquetIndex()
+    ``files`` (``pread``); ``sizes``: name -> (bytes, mtime_ns). ``arrow``: the files are
+    local Arrow stream files (``save_to_disk``), record batches in the part of row groups."""
+    out = ParquetIndex(arrow)
     required = _required(field_map)
     exts: dict[str, str] = {}
     local = "://" not in root
@@ -302,55 +318,17 @@ def index_parquet(
         stem = file_stem(name)
         size, mtime = sizes[name]
         try:
-            pf = pq.ParquetFile(PreadFile(files, path, size))
-            meta = pf.metadata
+            pf = open_table_file(files, path, size, arrow=arrow)
+            pf.metadata  # noqa: B018 - a Parquet footer is parsed here: a bad one is reported
         except Exception as e:  # noqa: BLE001 - pyarrow's errors: the file is left out
-            out.problems.append((name, stem, f"unreadable Parquet file ({error_text(e)})"))
+            what = "Arrow stream" if arrow else "Parquet"
+            out.problems.append((name, stem, f"unreadable {what} file ({error_text(e)})"))
             continue
-        if out.layout is None:
-            out.layout = schema_layout(pf.schema_arrow)  # media extensions: sniffed below
-        layout = out.layout
-        have = set(pf.schema_arrow.names)
-        missing = [c for c in layout.columns if c not in have]
-        kept = 0
-        sid = len(out.shards)
-        first = 0
-        for rg in range(meta.num_row_groups):
-            n = meta.row_group(rg).num_rows
-            rows = f"rows {first}..{first + n - 1}"
-            if missing:
-                out.problems.append(
-                    (name, f"{stem}/{first}", f"row group {rg} ({rows}): no column {missing[0]!r}")
-                )
-                first += n
-                continue
-            try:
-                table = pf.read_row_group(rg)
-                if table.num_rows != n:
-                    raise ValueError(f"{table.num_rows} rows, the footer says {n}")
-                idx, cols, bad = _scan_group(table, layout, required, exts, stem, first, read_path)
-            except Exception as e:  # noqa: BLE001 - pyarrow's errors: the row group is left out
-                out.problems.append(
-                    (
-                        name,
-                        f"{stem}/{first}",
-                        f"row group {rg} ({rows}) unreadable ({type(e).__name__}: {error_text(e)})",
-                    )
-                )
-                first += n
-                continue
-            out.problems.extend((name, k, r) for k, r in bad)
-            out.add(
-                {
-                    "shard_id.npy": np.full(len(idx), sid, np.int32),
-                    "parquet/row_group.npy": np.full(len(idx), rg, np.int32),
-                    "parquet/row_in_group.npy": idx.astype(np.int32),
-                    "parquet/row.npy": (idx + first).astype(np.int64),
-                    **{f"columns/{k}.npy": v[idx] for k, v in cols.items()},
-                },
-            )
-            kept += len(idx)
-            first += n
+        try:
+            kept = _index_file(out, pf, name, required, exts, read_path)
+        finally:
+            if arrow:
+                pf.close()
         out.shards.append({"name": name, "samples": kept, "bytes": size, "mtime_ns": mtime})
     bar.close()
     if out.layout is not None:
@@ -360,3 +338,62 @@ def index_parquet(
         found = {c: exts.get(c) or fallback.get(c, "") for c in out.layout.media_columns}
         out.layout = msgspec.structs.replace(out.layout, media_exts=found)
     return out
+
+
+def _index_file(out: ParquetIndex, pf, name: str, required, exts, read_path) -> int:
+    """Index the row groups (record batches) of one open file into ``out``; rows kept."""
+    stem = file_stem(name)
+    meta = pf.metadata
+    if out.layout is None:  # media extensions: sniffed below
+        out.layout = schema_layout(pf.schema_arrow, arrow=out.arrow)
+    layout = out.layout
+    have = set(pf.schema_arrow.names)
+    missing = [c for c in layout.columns if c not in have]
+    kept = 0
+    sid = len(out.shards)
+    first = 0
+    for rg in range(meta.num_row_groups):
+        n = meta.row_group(rg).num_rows
+        rows = f"rows {first}..{first + n - 1}"
+        if missing:
+            out.problems.append(
+                (name, f"{stem}/{first}", f"row group {rg} ({rows}): no column {missing[0]!r}")
+            )
+            first += n
+            continue
+        try:
+            table = pf.read_row_group(rg)
+            if table.num_rows != n:
+                raise ValueError(f"{table.num_rows} rows, the footer says {n}")
+            idx, cols, bad = _scan_group(table, layout, required, exts, stem, first, read_path)
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors: the row group is left out
+            out.problems.append(
+                (
+                    name,
+                    f"{stem}/{first}",
+                    f"row group {rg} ({rows}) unreadable ({type(e).__name__}: {error_text(e)})",
+                )
+            )
+            first += n
+            continue
+        out.problems.extend((name, k, r) for k, r in bad)
+        out.add(
+            {
+                "shard_id.npy": np.full(len(idx), sid, np.int32),
+                "parquet/row_group.npy": np.full(len(idx), rg, np.int32),
+                "parquet/row_in_group.npy": idx.astype(np.int32),
+                "parquet/row.npy": (idx + first).astype(np.int64),
+                **(
+                    {"parquet/batch_offset.npy": np.full(len(idx), pf.batch_offsets[rg], np.int64)}
+                    if out.arrow
+                    else {}
+                ),
+                **{f"columns/{k}.npy": v[idx] for k, v in cols.items()},
+            },
+        )
+        kept += len(idx)
+        first += n
+    broken = getattr(pf, "broken", None)  # an Arrow stream cut short: the rest is left out
+    if broken:
+        out.problems.append((name, f"{stem}/{first}", f"rows from {first} on: {broken}"))
+    return kept

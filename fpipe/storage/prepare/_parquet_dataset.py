@@ -18,8 +18,13 @@ from fpipe.core.errors import ConfigError
 from fpipe.decode.extensions import ext_kind
 from fpipe.storage.config.dataset_yaml import SplitConfig
 from fpipe.storage.paths import expand_braces
-from fpipe.storage.prepare._parquet import ParquetIndex, index_parquet, schema_layout
-from fpipe.storage.read.parquet import PARQUET_SUFFIX, PreadFile
+from fpipe.storage.prepare._parquet import (
+    ParquetIndex,
+    index_parquet,
+    open_table_file,
+    schema_layout,
+)
+from fpipe.storage.read.parquet import PARQUET_SUFFIX
 from fpipe.storage.read.record import ParquetLayout
 from fpipe.storage.read.webdataset import list_shards
 
@@ -71,20 +76,30 @@ def _split_of(name: str) -> str | None:
     return None
 
 
+def named_split(parts: Mapping[str, list[str]]) -> SplitConfig | None:
+    """split.yaml from files grouped by split name (a ``DatasetDict``'s splits): the Hub's
+    names are also given under fpipe's (``validation`` -> ``val`` too); None when empty."""
+    out: dict[str, list[str]] = {}
+    for split, files in parts.items():
+        canon = _CANON.get(split.lower(), split)
+        out.setdefault(canon, []).extend(files)
+        if canon != split:
+            out.setdefault(split, []).extend(files)
+    return SplitConfig(split_parts=out) if out else None
+
+
 def hub_split(names: list[str]) -> SplitConfig | None:
     """split.yaml from the Hub's file naming: ``data/train-00000-of-00002.parquet`` is in
     ``train``, ``validation-…`` in ``val`` (and, under the Hub's own name, ``validation``),
     ``test-…`` in ``test``. None unless every file is named so (every sample is then in
     every split, as without a split.yaml)."""
-    parts: dict[str, list[str]] = {}
+    groups: dict[str, list[str]] = {}
     for n in names:
         split = _split_of(n)
         if split is None:
             return None
-        parts.setdefault(_CANON.get(split, split), []).append(n)
-        if _CANON.get(split, split) != split:
-            parts.setdefault(split, []).append(n)
-    return SplitConfig(split_parts=parts) if parts else None
+        groups.setdefault(split, []).append(n)
+    return named_split(groups)
 
 
 def _first(candidates: list[str], names: tuple[str, ...]) -> str | None:
@@ -139,6 +154,7 @@ def parquet_info(index: ParquetIndex, field_map: Mapping[str, Any]) -> tuple[dic
         "source": "parquet",
         "field_map": dict(field_map),
         "parquet": {
+            **({"format": layout.format} if layout.format != "parquet" else {}),
             "columns": list(layout.columns),
             "media_columns": list(layout.media_columns),
             "media_exts": dict(layout.media_exts),
@@ -157,12 +173,11 @@ def scan_parquet(
     storage=None,
     field_map: Callable[[ParquetLayout], Mapping[str, Any]],
     progress: bool = False,
+    arrow: bool = False,
 ) -> tuple[ParquetIndex, dict[str, Any]]:
     """Index files ``names`` under ``root`` (a folder or a URL): (index, field map), the field
     map given by ``field_map(layout)`` for the first readable file's columns before the rows
-    are checked against it."""
-    import pyarrow.parquet as pq
-
+    are checked against it. ``arrow``: local Arrow stream files (``save_to_disk``)."""
     if "://" in root:
         from fpipe.storage.read.remote import RemoteFiles, list_objects
 
@@ -181,12 +196,15 @@ def scan_parquet(
     try:
         for n in names:  # the first readable file's schema (its footer only)
             try:
-                pf = pq.ParquetFile(PreadFile(files, os.path.join(root, n), sizes[n][0]))
+                path = os.path.join(root, n)
+                pf = open_table_file(files, path, sizes[n][0], arrow=arrow, scan=False)
             except Exception:  # noqa: BLE001 - unreadable: reported by the scan
                 continue
-            fmap = dict(field_map(schema_layout(pf.schema_arrow)))
+            fmap = dict(field_map(schema_layout(pf.schema_arrow, arrow=arrow)))
+            if arrow:
+                pf.close()
             break
-        return index_parquet(root, names, files, sizes, fmap, progress), fmap
+        return index_parquet(root, names, files, sizes, fmap, progress, arrow), fmap
     finally:
         files.close()
 

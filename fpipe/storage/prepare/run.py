@@ -5,7 +5,8 @@ a small function of this module:
 
 - :func:`_prepare_table`: a ``.jsonl`` / ``.csv`` table (:mod:`.prepare_table`);
 - :func:`_prepare_parquet`: Parquet files (a folder, a glob or a prefix on object storage),
-  indexed in place (:mod:`._parquet_dataset`);
+  or the Arrow files of a Hugging Face ``datasets`` folder (``save_to_disk``, a cache folder:
+  :mod:`._hf_arrow`), indexed in place (:mod:`._parquet_dataset`);
 - :func:`_prepare_part`: one slice of the shards of a cluster run (``part=(i, n)``);
 - :func:`_prepare_full`: every shard of a WebDataset or Energon folder, or the merged parts
   (``merge=True``), written to ``DIR/.fpipe/`` with ``dataset.yaml`` and ``split.yaml``.
@@ -17,6 +18,7 @@ left-out sample is reported with its file, key and reason, and counted in ``info
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import tempfile
@@ -37,8 +39,9 @@ from fpipe.storage.config.dataset_yaml import (
     load_split_config,
 )
 from fpipe.storage.config.splits import build_split_config
-from fpipe.storage.paths import is_url
+from fpipe.storage.paths import expand_braces, is_url
 from fpipe.storage.prepare._checks import check_fields_present, check_sample_type
+from fpipe.storage.prepare._hf_arrow import hf_arrow_files
 from fpipe.storage.prepare._options import (
     PrepareOptions,
     PrepareReport,
@@ -50,6 +53,7 @@ from fpipe.storage.prepare._parquet_dataset import (
     glob_root,
     hub_split,
     list_parquet,
+    named_split,
     parquet_info,
     remote_parquet,
     scan_parquet,
@@ -64,6 +68,7 @@ from fpipe.storage.prepare.shards import (
     write_index_with_av,
     write_part,
 )
+from fpipe.storage.read.arrow_stream import ARROW_SUFFIX
 from fpipe.storage.read.energon import (
     exclude_to_keys,
     exclude_to_keys_by_walk,
@@ -222,8 +227,17 @@ def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
     )
 
 
-def _prepare_parquet(root: str, names: list[str], opts: PrepareOptions, t0: float) -> PrepareReport:
-    """Index Parquet files ``names`` under ``root`` (a folder or a URL) in place."""
+def _prepare_parquet(
+    root: str,
+    names: list[str],
+    opts: PrepareOptions,
+    t0: float,
+    arrow_splits: dict[str, list[str]] | None = None,
+) -> PrepareReport:
+    """Index Parquet files ``names`` under ``root`` (a folder or a URL) in place; with
+    ``arrow_splits`` (split name -> files, maybe empty), Arrow stream files of a Hugging Face
+    ``datasets`` folder (:mod:`._hf_arrow`)."""
+    arrow = arrow_splits is not None
     if opts.part is not None or opts.merge:
         raise ConfigError(f"{root}: part/merge runs are for tar shards")
     local = not is_url(root)
@@ -238,7 +252,12 @@ def _prepare_parquet(root: str, names: list[str], opts: PrepareOptions, t0: floa
         return dict(existing.field_map) or field_map_from_columns(layout)
 
     index, fmap = scan_parquet(
-        root, names, storage=opts.storage, field_map=fields_for, progress=opts.progress
+        root,
+        names,
+        storage=opts.storage,
+        field_map=fields_for,
+        progress=opts.progress,
+        arrow=arrow,
     )
     config = _dataset_config(
         DatasetConfig(
@@ -251,10 +270,17 @@ def _prepare_parquet(root: str, names: list[str], opts: PrepareOptions, t0: floa
     )
     files = [s["name"] for s in index.shards]
     if opts.split is None and not opts.exclude:
-        split = old_split if old_split is not None else hub_split(files)
+        if old_split is not None:
+            split = old_split
+        elif arrow_splits is not None:
+            split = named_split(arrow_splits)
+        else:
+            split = hub_split(files)
     else:
         split = build_split_config(opts.split, files, opts.exclude, opts.split_seed)
     arrays, info = parquet_info(index, fmap)
+    source = "arrow" if arrow else "parquet"
+    info["source"] = source
     info["aliases"] = _aliases(info["columns"], fmap)
 
     def write(out: Path) -> None:
@@ -276,7 +302,7 @@ def _prepare_parquet(root: str, names: list[str], opts: PrepareOptions, t0: floa
         path=root,
         index_dir=where,
         kind="parquet",
-        source="parquet",
+        source=source,
         num_samples=int(info["num_samples"]),
         num_shards=len(files),
         problems=tuple(Problem(*q) for q in index.problems),
@@ -287,6 +313,26 @@ def _prepare_parquet(root: str, names: list[str], opts: PrepareOptions, t0: floa
         sample_type=config.sample_type,
         field_map=dict(config.field_map),
     )
+
+
+def _arrow_files(path: str, opts: PrepareOptions) -> tuple[str, list[str], dict] | None:
+    """(folder, Arrow files, splits) when ``path`` is a Hugging Face ``datasets`` folder
+    (``save_to_disk`` or a cache folder, :func:`._hf_arrow.hf_arrow_files`); ``shards=``
+    patterns pick among its files. None otherwise."""
+    if is_url(path) or not Path(path).is_dir():
+        return None
+    found = hf_arrow_files(Path(path))
+    if found is None:
+        return None
+    names, splits = found
+    if opts.shards:
+        wanted = [w for pat in opts.shards for w in expand_braces(pat)]
+        names = [n for n in names if any(fnmatch.fnmatchcase(n, w) for w in wanted)]
+        splits = {k: [n for n in v if n in names] for k, v in splits.items()}
+        splits = {k: v for k, v in splits.items() if v}
+        if not names:
+            raise ConfigError(f"{path}: no Arrow files match {list(opts.shards)}")
+    return path, names, splits
 
 
 def _parquet_files(path: str, opts: PrepareOptions) -> tuple[str, list[str]] | None:
@@ -302,7 +348,14 @@ def _parquet_files(path: str, opts: PrepareOptions) -> tuple[str, list[str]] | N
         if not wants:
             listed = [rel for rel, _ in list_objects(path, opts.storage)]
             tars = any(r.endswith(SHARD_SUFFIXES) for r in listed)
-            if tars or not any(r.endswith(PARQUET_SUFFIX) for r in listed):
+            parquet = any(r.endswith(PARQUET_SUFFIX) for r in listed)
+            if not (tars or parquet) and any(r.endswith(ARROW_SUFFIX) for r in listed):
+                raise ConfigError(
+                    f"{path}: Arrow files (a Hugging Face save_to_disk or cache folder) "
+                    "are read from local disk only; copy the folder locally, or write "
+                    "Parquet files with `Dataset.to_parquet`"
+                )
+            if tars or not parquet:
                 return None
         return path, remote_parquet(path, pats, opts.storage)
     p = Path(path)
@@ -457,6 +510,9 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
 
 
 def _prepare(path: str | os.PathLike, opts: PrepareOptions, t0: float) -> PrepareReport:
+    arrow = _arrow_files(os.fspath(path), opts)
+    if arrow is not None:
+        return _prepare_parquet(arrow[0], arrow[1], opts, t0, arrow[2])
     parquet = _parquet_files(os.fspath(path), opts)
     if parquet is not None:
         return _prepare_parquet(*parquet, opts, t0)

@@ -15,7 +15,10 @@ interleaves. Only the columns asked for are read (``exts``: the field map's colu
 Bytes come through the same file layer as tar shards: a
 :class:`~fpipe.storage.read.reader.FileCache` (``os.pread``) for local files, a
 :class:`~fpipe.storage.read.remote.RemoteFiles` (ranged GETs of the footer and the column
-chunks) on object storage. pyarrow is imported on first read.
+chunks) on object storage. pyarrow is imported on first read. Arrow stream files (a
+Hugging Face ``save_to_disk`` folder, ``format: arrow`` in the layout) are read the same way
+with record batches as row groups, memory-mapped
+(:class:`~fpipe.storage.read.arrow_stream.ArrowStreamFile`, local files only).
 
 A row's members are its columns, by column name: a ``{bytes, path}`` struct (Hugging Face
 ``Image`` / ``Audio``) gives its bytes (or, without bytes, the file ``path`` names, relative
@@ -35,6 +38,7 @@ import msgspec
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.read.arrow_stream import ARROW_SUFFIX, ArrowStreamFile
 from fpipe.storage.read.record import ArrayStore, IndexRecord, ParquetLayout
 
 __all__ = [
@@ -73,8 +77,12 @@ _json = msgspec.json.Encoder()
 
 
 def file_stem(name: str) -> str:
-    """A Parquet file's name without ``.parquet`` (the first part of its rows' keys)."""
-    return name[: -len(PARQUET_SUFFIX)] if name.endswith(PARQUET_SUFFIX) else name
+    """A Parquet (or Arrow) file's name without ``.parquet`` (``.arrow``): the first part of
+    its rows' keys."""
+    for suffix in (PARQUET_SUFFIX, ARROW_SUFFIX):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 class PreadFile(io.RawIOBase):
@@ -159,8 +167,10 @@ class ParquetReader:
             for c, k in self._kinds.items()
         }
         self._decode_exts = {c: e for c, e in self._decode_exts.items() if e}
+        self._arrow = self._layout.format == "arrow"
         self._pid = os.getpid()
-        self._opened: OrderedDict[int, Any] = OrderedDict()  #: file id -> pq.ParquetFile
+        #: file id -> pq.ParquetFile (or ArrowStreamFile)
+        self._opened: OrderedDict[int, Any] = OrderedDict()
         #: (file id, row group) -> {column: decoded values}; ``None`` marks a null cell
         self._groups: OrderedDict[tuple[int, int], dict[str, list]] = OrderedDict()
         self.decoded_row_groups = 0  #: row groups decoded by this process (a statistic)
@@ -193,6 +203,12 @@ class ParquetReader:
         import pyarrow.parquet as pq
 
         path = self.file_path(sid)
+        if self._arrow:  # memory-mapped; batches found by their offsets in the index
+            pf = ArrowStreamFile(path, scan=False)
+            self._opened[sid] = pf
+            while len(self._opened) > 8:
+                self._opened.popitem(last=False)[1].close()
+            return pf
         size = self._record.shards[sid].bytes
         if not hasattr(self._files, "size"):  # a local file: its size now (one stat)
             size = os.path.getsize(path)
@@ -201,10 +217,10 @@ class ParquetReader:
         pf = pq.ParquetFile(PreadFile(self._files, path, size))
         self._opened[sid] = pf
         while len(self._opened) > 8:
-            self._opened.popitem(last=False)
+            self._opened.popitem(last=False)[1].close()
         return pf
 
-    def _group(self, sid: int, rg: int, columns: list[str], key: str) -> dict[str, list]:
+    def _group(self, sid: int, rg: int, columns: list[str], key: str, i: int) -> dict[str, list]:
         """Decoded ``columns`` of row group ``rg`` of file ``sid`` (from the cache, or read)."""
         entry = self._groups.get((sid, rg))
         if entry is not None:
@@ -226,23 +242,29 @@ class ParquetReader:
                     f"row group {rg}: no column {missing[0]!r} (the file changed "
                     f"since it was indexed; re-run `fpipe prepare {self.path}`)",
                 )
-            if rg >= pf.metadata.num_row_groups:
+            if self._arrow:
+                offset = int(self._array("parquet/batch_offset.npy")[i])
+                table = pf.read_row_group(rg, columns=todo, offset=offset)
+            elif rg >= pf.metadata.num_row_groups:
                 raise BadSampleError(
                     path,
                     key,
                     f"no row group {rg} (the file has {pf.metadata.num_row_groups}); "
                     f"re-run `fpipe prepare {self.path}`",
                 )
-            table = pf.read_row_group(rg, columns=todo)
+            else:
+                table = pf.read_row_group(rg, columns=todo)
         except BadSampleError:
             raise
         except Exception as e:  # noqa: BLE001 - pyarrow's errors, OSError: the file is bad
             from fpipe.core.errors import error_text
 
+            what = "record batch" if self._arrow else "row group"
             raise BadSampleError(
                 path,
                 key,
-                f"row group {rg}: unreadable Parquet ({type(e).__name__}: {error_text(e)})",
+                f"{what} {rg}: unreadable {'Arrow' if self._arrow else 'Parquet'} "
+                f"({type(e).__name__}: {error_text(e)})",
             ) from None
         for c in todo:
             entry[c] = _decode_column(table.column(c), self._kinds[c])
@@ -270,7 +292,7 @@ class ParquetReader:
             raise BadSampleError(self.path, f"#{i}", f"the index is corrupt (file id {sid})")
         key = self.key(i)
         columns = self._columns(exts)
-        group = self._group(sid, rg, columns, key)
+        group = self._group(sid, rg, columns, key, i)
         out: dict[str, bytes] = {}
         for col in columns:
             values = group[col]

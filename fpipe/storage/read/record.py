@@ -70,6 +70,9 @@ class TableLayout(msgspec.Struct, frozen=True, kw_only=True):
 class ParquetLayout(msgspec.Struct, frozen=True, kw_only=True):
     """How the columns of a ``"parquet"`` dataset are read (every file has these columns)."""
 
+    #: ``"parquet"``: Parquet files; ``"arrow"``: Arrow IPC stream files (``save_to_disk``),
+    #: record batches in the part of row groups (:mod:`fpipe.storage.read.arrow_stream`)
+    format: str = "parquet"
     columns: tuple[str, ...] = ()  #: every top-level column, in schema order
     #: ``{bytes, path}`` struct columns (Hugging Face ``Image`` / ``Audio`` / ``Video``)
     media_columns: tuple[str, ...] = ()
