@@ -74,6 +74,7 @@ _LAZY = {
     "reraise_exception": "fpipe.energon._errors",
     "SavableDataLoader": "fpipe.energon._aliases",
     "cooker": "fpipe.energon._aliases",
+    "prepare_metadataset": "fpipe.energon._metadataset",
     **dict.fromkeys(_CONSTANTS, "fpipe.energon._constants"),
 }
 #: Energon names that fpipe refuses (see docs/energon_migration.md): importable, and raising a
@@ -131,7 +132,6 @@ _REFUSED = dict.fromkeys(
         "SystemFileStore",
         "Metadataset",
         "MetadatasetV2",
-        "prepare_metadataset",
         "traverse_metadataset",
         "concat_pad",
         "generic_concat",
