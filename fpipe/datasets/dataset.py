@@ -234,6 +234,13 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         one = epoch_refs(head, passes)
         if one is not None and schedule is None:
             n = count_batches(one, recipe_size, topo, distribution, options.drop_last)
+    estimate = None
+    if mat.packing and not options.plan_stages and schedule is None:
+        # Energon's len() with packing: the batches of the samples unpacked (a pack as one)
+        counted = refs if refs is not None or num_epochs is not None else epoch_refs(head, passes)
+        if counted is not None:
+            unit = batch_size or 1
+            estimate = count_batches(counted, unit, topo, distribution, options.drop_last)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -248,6 +255,7 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         split=options.split,
         skip_steps=skip,
         virtual_epoch_length=options.virtual_epoch_length,
+        estimated_batches=estimate,
     )
 
 
@@ -374,9 +382,14 @@ def build_val_dataset(
         batch(recipe_size, drop_last=False),
     ]
     plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
-    n = None if mat.packing else count_batches(view.size, recipe_size, topo, "global", False)
+    n: int | None = count_batches(view.size, recipe_size, topo, "global", False)
+    estimate = None
+    if mat.packing:  # Energon's len() with packing: the batches of the samples unpacked
+        n, estimate = None, count_batches(view.size, batch_size or 1, topo, "global", False)
     if n is not None and limit is not None:
         n = min(n, limit)
+    if estimate is not None and limit is not None:
+        estimate = min(estimate, limit)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
@@ -389,4 +402,5 @@ def build_val_dataset(
         path=str(path),
         split=options.split,
         limit=limit,
+        estimated_batches=estimate,
     )

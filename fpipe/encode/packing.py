@@ -19,6 +19,7 @@ new objects, copies or slices.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +27,19 @@ from fpipe.core.errors import ConfigError
 from fpipe.core.rng import LazyGenerator
 from fpipe.encode.hook_forms import outputs
 
-__all__ = ["check_packing_hooks", "pack_buffer", "pack_planned", "pre_pack_encoder"]
+__all__ = [
+    "PACK_KEY",
+    "check_packing_hooks",
+    "pack_buffer",
+    "pack_planned",
+    "pre_pack_encoder",
+    "with_pack_restore_key",
+]
 
 _POSTENCODE = 2  # fold_in tag of postencode_sample's rng (0 and 1: cook and encode)
+
+#: First element of a packed sample's ``__restore_key__`` (Energon's names its wrapper there).
+PACK_KEY = "PackingDataset"
 
 
 def _overrides(enc: Any, name: str) -> bool:
@@ -42,18 +53,14 @@ def _overrides(enc: Any, name: str) -> bool:
 def check_packing_hooks(enc: Any, packing_buffer_size: int | None) -> bool:
     """Whether the hook path is on; raises a ConfigError for a half-configured encoder.
 
-    Packing is on when ``packing_buffer_size`` is set (as in Energon). An encoder that defines
-    ``select_samples_to_pack`` without a buffer size is refused rather than silently not packed.
+    Packing is on when ``packing_buffer_size`` is set, and only then (as in Energon): without
+    it, ``select_samples_to_pack`` and ``pack_selected_samples`` are not called and samples are
+    batched one by one (an encoder written for both paths, such as Megatron-LM's, which packs
+    only when asked).
     """
     selects = getattr(enc, "select_samples_to_pack", None) is not None
     name = type(enc).__name__
     if packing_buffer_size is None:
-        if selects:
-            raise ConfigError(
-                f"{name} defines select_samples_to_pack, but packing_buffer_size is not set: "
-                "pass packing_buffer_size=N (samples handed to one select_samples_to_pack call) "
-                "to get_train_dataset, as with Energon"
-            )
         return False
     if packing_buffer_size < 1:
         raise ConfigError(f"packing_buffer_size must be >= 1, got {packing_buffer_size}")
@@ -85,11 +92,12 @@ def _unchanged(sample: Any, rng: Any) -> Any:
     return sample
 
 
-def pack_buffer(enc: Any, samples: list, key: int) -> tuple[list, list[int]]:
+def pack_buffer(enc: Any, samples: list, key: int, step: int = -1) -> tuple[list, list[int]]:
     """Select, post-encode and pack one buffer of pre-encoded samples.
 
     Returns the packed samples in selection order and, for each, the size of its group.
-    ``key`` identifies the buffer (any key derived from its refs).
+    ``key`` identifies the buffer (any key derived from its refs); ``step`` is the buffer's
+    recipe step, which goes into each pack's restore key (:func:`with_pack_restore_key`).
     """
     groups = enc.select_samples_to_pack(list(samples))
     post = _overrides(enc, "postencode_sample")
@@ -104,9 +112,32 @@ def pack_buffer(enc: Any, samples: list, key: int) -> tuple[list, list[int]]:
                 for j, s in enumerate(group)
                 for out in outputs(enc.postencode_sample(s, LazyGenerator(key, _POSTENCODE, g, j)))
             ]
-        packs.append(enc.pack_selected_samples(group))
+        pack = enc.pack_selected_samples(group)
+        packs.append(with_pack_restore_key(pack, step, len(packs), group))
         sizes.append(len(group))
     return packs, sizes
+
+
+def with_pack_restore_key(pack: Any, step: int, position: int, group: list) -> Any:
+    """``pack`` with its ``__restore_key__`` filled as Energon fills it (whatever the hook put
+    there): ``("PackingDataset", step, position, *the restore keys of its samples)``, where
+    ``step`` is the buffer's recipe and ``position`` the pack's place among the buffer's packs
+    (what ``loader.restore_sample`` rebuilds it from). A pack without a ``__restore_key__``
+    (not a sample, nor a dict with one) is returned as it is."""
+    members = tuple(_restore_key_of(s) for s in group)
+    key = (PACK_KEY, step, position, *members)
+    if isinstance(pack, dict):
+        return {**pack, "__restore_key__": key} if "__restore_key__" in pack else pack
+    fields = getattr(pack, "__dataclass_fields__", None)
+    if fields is not None and "__restore_key__" in fields and fields["__restore_key__"].init:
+        return dataclasses.replace(pack, __restore_key__=key)
+    return pack
+
+
+def _restore_key_of(sample: Any) -> Any:
+    if isinstance(sample, dict):
+        return sample.get("__restore_key__", ())
+    return getattr(sample, "__restore_key__", ())
 
 
 def pack_planned(enc: Any, samples: list, pack_of, kept: list[int]) -> list:

@@ -13,8 +13,11 @@ Example::
 
 from __future__ import annotations
 
+import sys
+
 from fpipe._lazy import lazy_exports
 from fpipe._version import __version__
+from fpipe.energon import _paths
 
 _SAMPLES = (
     "Batch",
@@ -46,6 +49,14 @@ _ENCODE = (
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
 _WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
 _DATASETS = ("get_train_dataset", "get_val_dataset")
+_CONSTANTS = (
+    "DatasetBlendMode",
+    "INDEX_SQLITE_FILENAME",
+    "INFO_JSON_FILENAME",
+    "INFO_YAML_FILENAME",
+    "MAIN_FOLDER_NAME",
+    "SPLIT_YAML_FILENAME",
+)
 
 #: Energon name -> the fpipe module that defines it (loaded on first use).
 _LAZY = {
@@ -63,6 +74,8 @@ _LAZY = {
     "reraise_exception": "fpipe.energon._errors",
     "SavableDataLoader": "fpipe.energon._aliases",
     "cooker": "fpipe.energon._aliases",
+    "prepare_metadataset": "fpipe.energon._metadataset",
+    **dict.fromkeys(_CONSTANTS, "fpipe.energon._constants"),
 }
 #: Energon names that fpipe refuses (see docs/energon_migration.md): importable, and raising a
 #: ConfigError with the reason and the fpipe way where ported code uses them.
@@ -82,6 +95,7 @@ _REFUSED = dict.fromkeys(
         "PackingDataset",
         "SavableDataset",
         "ShuffleBufferDataset",
+        "WatchdogDataset",
         "BaseCoreDatasetFactory",
         "CrudeJsonlDatasetFactory",
         "DefaultCrudeJsonlDatasetFactory",
@@ -118,7 +132,6 @@ _REFUSED = dict.fromkeys(
         "SystemFileStore",
         "Metadataset",
         "MetadatasetV2",
-        "prepare_metadataset",
         "traverse_metadataset",
         "concat_pad",
         "generic_concat",
@@ -130,3 +143,6 @@ _REFUSED = dict.fromkeys(
 __all__ = ["__version__", *sorted(_LAZY)]
 
 __getattr__, __dir__ = lazy_exports(__name__, {**_REFUSED, **_LAZY})
+
+# Energon's submodule paths: fpipe.energon.task_encoder.base, ...
+_paths.install(sys.modules[__name__])

@@ -52,6 +52,10 @@ REFUSED: dict[str, str] = {
         "batch; blend in a metadataset (weights) and batch in the task encoder"
     ),
     "PackingDataset": f"{_WRAPPER}: packing_buffer_size= with the task encoder's packing hooks",
+    "WatchdogDataset": (
+        "fpipe's loader has the watchdog: watchdog_timeout_seconds= (and "
+        "watchdog_initial_timeout_seconds=) of get_savable_loader / get_loader"
+    ),
     "SavableDataset": f"{_WRAPPER}: every dataset of fpipe is savable (loader.state_dict())",
     "ShuffleBufferDataset": f"{_WRAPPER}: shuffle_buffer_size= of get_train_dataset",
     "BaseCoreDatasetFactory": _FACTORY,
@@ -95,9 +99,6 @@ REFUSED: dict[str, str] = {
     "MetadatasetV2": (
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"
-    ),
-    "prepare_metadataset": (
-        "fpipe needs no metadataset preparation: joins match keys in the workers"
     ),
     "traverse_metadataset": "use fpipe.storage.load_metadataset and fpipe.storage.resolve_mix",
     "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",

@@ -63,12 +63,12 @@ def LimitDataset(  # noqa: N802 - Energon's name
     ds = _planned(dataset, "LimitDataset")
     _check_topology(ds, worker_config, "LimitDataset")
     if ds.packing_buffer_size is not None:
-        raise ConfigError(
-            "LimitDataset counts batches, but this dataset's plan steps are packing buffers "
-            "(packing_buffer_size), each giving a varying number of batches; limit the samples "
-            "instead (get_val_dataset(limit=...)) or select packs in the plan tier "
-            "(plan_stages=[fpipe.plan.pack(...)])"
-        )
+        # A plan step is a packing buffer, which gives a number of batches known only once it
+        # is packed: the loader counts the batches of each pass instead (``limit``), and a
+        # pass after one that reached it starts over, as here.
+        limit = length if ds.limit is None else min(length, ds.limit)
+        estimate = limit if ds.estimated_batches is None else min(limit, ds.estimated_batches)
+        return dataclasses.replace(ds, limit=limit, estimated_batches=estimate)
     plan = Pipeline(limit_passes(ds.plan.source, length), seed=ds.plan.seed)
     n = length if ds.num_batches is None else min(length, ds.num_batches)
     return dataclasses.replace(ds, plan=plan, num_batches=n)

@@ -5,8 +5,12 @@ samples' keys. Every sample's random numbers are keyed by the plan key and these
 and a batch's step, bucket and packs are in its recipe. So the plan of this rank is walked
 (plan tier only: no sample read) to the first recipe whose samples are exactly those of the
 key, and that recipe is materialized in this process: the batch the loader delivered, with the
-same tensors. The walk stops when the plan is past the key's epochs. Refused with a packing
-buffer (a batch is made of packs of several buffers, which a restore key does not name).
+same tensors. The walk stops when the plan is past the key's epochs.
+
+With a packing buffer a batch is made of packs, perhaps of two buffers, and its restore key is
+the tuple of its packs' keys, ``("PackingDataset", step, position, *the samples' keys)``: each
+pack is rebuilt by materializing its buffer's recipe (found by its step) and taking the pack at
+its position, and the packs are batched as the loader batched them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode.packing import PACK_KEY
 from fpipe.plan.skip import next_recipe
 
 __all__ = ["can_restore", "restore_batch"]
@@ -25,7 +30,7 @@ _EPOCHS_PAST = 2  # the walk ends once every sample of a recipe is this many epo
 
 def can_restore(dataset: Any) -> bool:
     """Whether :func:`restore_batch` can rebuild batches of ``dataset``."""
-    return hasattr(dataset, "plan") and not getattr(dataset, "packing_buffer_size", None)
+    return hasattr(dataset, "plan")
 
 
 def _triples(restore_key: Any) -> list[tuple[int, int, int]]:
@@ -59,11 +64,9 @@ def restore_batch(dataset: Any, restore_key: Any) -> Any:
     """The batch (or, with ``batch_size=None``, the sample) of ``dataset`` whose
     ``__restore_key__`` is ``restore_key``, built again from its recipe."""
     if not can_restore(dataset):
-        raise ConfigError(
-            "restore_sample is not supported with packing_buffer_size: a batch holds packs of "
-            "several packing buffers, which its restore key does not name; use "
-            "loader.state_dict() before the batch and load_state_dict() to deliver it again"
-        )
+        raise ConfigError(f"restore_sample needs a planned dataset, got {type(dataset).__name__}")
+    if getattr(dataset, "packing_buffer_size", None):
+        return _restore_packs(dataset, restore_key)
     want = _triples(restore_key)
     last_epoch = max(e for _, _, e in want)
     plan, state = dataset.plan, dataset.plan.init()
@@ -83,3 +86,58 @@ def restore_batch(dataset: Any, restore_key: Any) -> Any:
         f"(searched to epoch {last_epoch + _EPOCHS_PAST}); a restore key is restored by a loader "
         "over the same dataset, options and rank that delivered it"
     )
+
+
+def _is_pack_key(k: Any) -> bool:
+    return (
+        isinstance(k, (tuple, list))
+        and len(k) >= 3
+        and k[0] == PACK_KEY
+        and all(isinstance(v, (int, np.integer)) for v in k[1:3])
+    )
+
+
+def _restore_packs(dataset: Any, restore_key: Any) -> Any:
+    """A batch of packs (or one pack) again: each pack from its buffer's recipe."""
+    one = _is_pack_key(restore_key)
+    keys = (
+        [restore_key]
+        if one
+        else list(restore_key)
+        if isinstance(restore_key, (tuple, list))
+        else []
+    )
+    if not keys or not all(_is_pack_key(k) for k in keys):
+        raise ConfigError(
+            f"restore_sample: {restore_key!r} is not the restore key of a batch of packs; pass "
+            f"the __restore_key__ of a batch (a tuple of ('{PACK_KEY}', step, position, ...)) "
+            "or of a pack that this loader delivered"
+        )
+    wanted = {int(k[1]) for k in keys}
+    buffers: dict[int, list] = {}
+    plan, state = dataset.plan, dataset.plan.init()
+    while len(buffers) < len(wanted):
+        state, recipe, _ = next_recipe(plan, state, ())
+        if recipe is None or recipe.step > max(wanted):
+            break
+        if recipe.step in wanted:
+            buffers[recipe.step] = dataset.materializer(recipe).packs or []
+    packs = []
+    for k in keys:
+        got = buffers.get(int(k[1]), [])
+        pos = int(k[2])
+        pack = got[pos] if pos < len(got) else None
+        found = getattr(pack, "__restore_key__", None)
+        if isinstance(pack, dict):
+            found = pack.get("__restore_key__")
+        if pack is None or (found is not None and tuple(found) != tuple(k)):
+            raise ConfigError(
+                f"restore_sample: no pack of this rank's plan has the restore key {k!r}; a "
+                "restore key is restored by a loader over the same dataset, options and rank "
+                "that delivered it"
+            )
+        packs.append(pack)
+    if one:
+        return packs[0]
+    enc = dataset.materializer.task_encoder
+    return enc.encode_batch(enc.batch(packs))

@@ -43,6 +43,9 @@ class PlannedDataset:
       virtual_epoch_length: Energon's virtual epoch: each ``for`` loop over a loader ends after
         this many batches and the next goes on from there (0: none); it is then ``len(ds)``.
       limit: a validation pass ends after this many batches on this rank (None: all).
+      estimated_batches: with a packing buffer, Energon's estimate of ``len()``: the batches
+        the samples would make unpacked (each pack counted as one sample), as Energon's packing
+        reports it; the real number is known only once the buffers are packed.
     """
 
     plan: Pipeline
@@ -60,6 +63,7 @@ class PlannedDataset:
     skip_steps: tuple[tuple[int, int], ...] = ()
     virtual_epoch_length: int = 0
     limit: int | None = None
+    estimated_batches: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
         """Batches in order, materialized in this process (no DataLoader): for quick looks."""
@@ -72,6 +76,8 @@ class PlannedDataset:
         of the whole stream when it ends, else of one epoch (see ``num_batches``)."""
         if self.virtual_epoch_length:
             return self.virtual_epoch_length
+        if self.num_batches is None and self.estimated_batches is not None:
+            return self.estimated_batches
         if self.num_batches is None:
             raise TypeError(
                 "len() is unknown for this dataset: plan stages, packing, buckets or a batch "

@@ -52,7 +52,8 @@ def _assemble_at(mat: Materializer, enc, recipe: Recipe, samples, kept, skeys, k
         if mat.packing:  # the loader batches the packs (a batch may take packs of two buffers)
             # The buffer is identified by its first sample's key (the recipe's when empty).
             with naming_failures("packing hooks", keys, step):
-                packs, sizes = pack_buffer(enc, samples, skeys[0] if skeys else recipe.key)
+                key = skeys[0] if skeys else recipe.key
+                packs, sizes = pack_buffer(enc, samples, key, step)
             return Assembled(packs=packs, sizes=sizes)
         if not samples:
             return Assembled()

@@ -237,6 +237,7 @@ def _joiner(m, d: int) -> Any:
     """The joiner of dataset ``d``: a class with ``from_joined``, or a registered joiner
     function in its place (resolved once per process)."""
     from fpipe.samples import joiner_from_name, sample_type_from_name
+    from fpipe.samples.registry import imported_joiner
 
     cls = m.joins.get(("joiner", d))
     if cls is None:
@@ -245,10 +246,12 @@ def _joiner(m, d: int) -> Any:
             if src.joiner is not None and src.joiner.startswith(JOINER_FUNCTION):
                 fn = joiner_from_name(src.joiner[len(JOINER_FUNCTION) :])
                 cls = types.SimpleNamespace(from_joined=fn)  # called as Energon calls it
-            else:
-                cls = sample_type_from_name(
-                    src.joiner if src.joiner is not None else src.sample_type
+            elif src.joiner is not None:  # a sample type, registered or of the user's code
+                cls = imported_joiner(src.joiner, sample_type=True) or sample_type_from_name(
+                    src.joiner
                 )
+            else:
+                cls = sample_type_from_name(src.sample_type)
         except ConfigError as e:
             raise ConfigError(f"joiner of the join of {src.path}: {e}") from None
         m.joins[("joiner", d)] = cls

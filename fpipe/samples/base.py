@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from fpipe.samples.source_info import SourceInfo
 from fpipe.samples.tensors import PinMemoryMixin
 
-__all__ = ["BASE_FIELDS", "Sample", "basic_sample_keys"]
+__all__ = ["BASE_FIELDS", "Sample", "basic_sample_keys", "keep_defaults_off_class"]
 
 #: Names of the fields every sample (and batch) has.
 BASE_FIELDS = ("__key__", "__restore_key__", "__subflavors__", "__sources__")
@@ -146,6 +146,25 @@ class Sample(PinMemoryMixin):
         sources = [s for p in parts if p is not None for s in (p.__sources__ or ())]
         keys["__sources__"] = tuple(sources) if sources else None
         return cls(**keys, **values)
+
+
+def keep_defaults_off_class(cls: type) -> type:
+    """Remove the class attributes that ``@dataclass`` left for the defaults of ``cls``'s
+    base fields; ``__init__`` keeps the defaults.
+
+    Energon's ``Sample`` and ``Batch`` are slots dataclasses, so their base fields have no class
+    attribute, and a subclass that re-declares one without a value (``__key__: str``, as
+    Megatron-LM's samples do) makes it a required field. Here too: otherwise the re-declared
+    field would take the inherited value as its default, and a later re-declared field without
+    one would fail ("non-default argument follows default argument").
+    """
+    for name in BASE_FIELDS:
+        if name in cls.__dict__:
+            delattr(cls, name)
+    return cls
+
+
+keep_defaults_off_class(Sample)
 
 
 @functools.lru_cache(maxsize=256)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from fpipe.samples.base import BASE_FIELDS
+from fpipe.samples.base import BASE_FIELDS, keep_defaults_off_class
 from fpipe.samples.tensors import PinMemoryMixin, map_tensors
 
 __all__ = ["Batch", "map_tensors"]
@@ -94,6 +94,9 @@ class Batch(PinMemoryMixin):
     def replace(self: B, **changes: Any) -> B:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+
+keep_defaults_off_class(Batch)
 
 
 def _flat_sources(samples: Sequence[Any]) -> tuple[Any, ...] | None:

@@ -4,11 +4,22 @@ A name resolves only to a class that was registered: the built-ins, and user cla
 :func:`register_sample_type` (at import time of the user's module). Energon's dataset.yaml form
 ``{__module__: megatron.energon, __class__: CaptioningSample}`` resolves to fpipe's built-in of
 that name; a user class is found by its name or by ``module.QualName``.
+
+Joiners (a metadataset join's ``joiner:``) resolve the same way, and also, as Energon names them
+(``{__module__: mypkg.joins, __function__: join_pair}`` or ``__class__:``), from a module of the
+user's own code that this process has already imported: a sample type class, or a plain
+function defined in that module. Nothing is imported for it, and a module of the standard
+library, of an installed package or of fpipe is never a user module, so a data file cannot name
+``os.system``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import sysconfig
+import types as pytypes
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -17,6 +28,7 @@ from fpipe.samples import _types as types
 from fpipe.samples.base import Sample
 
 __all__ = [
+    "imported_joiner",
     "joiner_from_name",
     "register_joiner",
     "register_sample_type",
@@ -170,12 +182,51 @@ def joiner_from_name(name: str) -> Any:
     Raises:
       ConfigError: not registered (the message says how to register it).
     """
-    found = _JOINERS.get(name)
+    found = _JOINERS.get(name) or imported_joiner(name)
     if found is None:
         module, _, fname = name.rpartition(".")
         raise ConfigError(
             f"unknown joiner function {name!r}; import {module or 'its module'} in your "
-            f"training code and register {fname} there (@fpipe.samples.register_joiner) before "
-            "building the dataset (fpipe imports no function that a data file names)"
+            f"training code before building the dataset, or register {fname} "
+            "(@fpipe.samples.register_joiner) (fpipe imports no module that a data file names, "
+            "and takes no function of the standard library, an installed package or fpipe)"
         )
     return found
+
+
+def imported_joiner(name: str, *, sample_type: bool = False) -> Any:
+    """The joiner ``module.name`` from a module of the user's code that is already imported
+    (None if there is none): a plain function defined in that module, or, with
+    ``sample_type``, a dataclass subclass of :class:`Sample` defined there. Nothing is
+    imported, and modules of the standard library, installed packages and fpipe are skipped."""
+    module_name, _, attr = name.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None or not _is_user_module(module):
+        return None
+    obj = getattr(module, attr, None)
+    if getattr(obj, "__module__", None) != module_name:
+        return None  # defined elsewhere (a re-export), not the user's own
+    if sample_type:
+        ok = isinstance(obj, type) and issubclass(obj, Sample) and dataclasses.is_dataclass(obj)
+        return obj if ok else None
+    return obj if isinstance(obj, pytypes.FunctionType) else None
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fpipe itself
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+
+
+def _is_user_module(module: pytypes.ModuleType) -> bool:
+    """Whether ``module`` is the user's code: ``__main__``, or a module loaded from a file
+    outside the standard library, site-packages and fpipe (built-in modules have no file)."""
+    if module.__name__ == "__main__":
+        return True
+    if module.__name__.split(".")[0] in sys.stdlib_module_names:
+        return False
+    path = getattr(module, "__file__", None)
+    if not path:
+        return False
+    return not os.path.realpath(path).startswith(_library_roots())

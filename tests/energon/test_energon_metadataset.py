@@ -10,6 +10,7 @@ subflavor, subflavors, ...}]}}``, the default class of a file without ``__class_
 from __future__ import annotations
 
 import dataclasses
+import sys
 import textwrap
 from collections import Counter
 from typing import Any
@@ -163,24 +164,33 @@ def join_texts(a, b):
     )
 
 
-def test_joiner_function_only_when_registered(folders):
-    path = _write(
-        folders,
-        "join.yaml",
-        f"""\
-        splits:
-          train:
-            join:
-              - path: ds2
-              - path: ds1
-            joiner:
-              __module__: {__name__}
-              __function__: join_texts
-        """,
-    )
+def test_joiner_function_of_imported_code_or_registered(folders):
+    def joined(module):
+        return _write(
+            folders,
+            f"join-{module}.yaml",
+            f"""\
+            splits:
+              train:
+                join:
+                  - path: ds2
+                  - path: ds1
+                joiner:
+                  __module__: {module}
+                  __function__: join_texts
+            """,
+        )
+
+    missing = joined("tests.energon.not_imported_joins")
     with pytest.raises(ConfigError, match="register_joiner"):  # never imported from the file
-        _samples(get_val_dataset(path, split="train", batch_size=4), 4)
-    register_joiner(join_texts)
+        _samples(get_val_dataset(missing, split="train", batch_size=4), 4)
+    assert "tests.energon.not_imported_joins" not in sys.modules
+    path = joined(__name__)  # this module is imported: its function is found, unregistered
+    ds = get_val_dataset(path, split="train", batch_size=4)
+    with get_loader(ds, num_workers=0) as loader:
+        batch = next(iter(loader))
+    assert batch.first == batch.second == ["10", "11", "12", "13"]
+    register_joiner(join_texts)  # and registered
     ds = get_val_dataset(path, split="train", batch_size=4)
     with get_loader(ds, num_workers=0) as loader:
         batch = next(iter(loader))
@@ -196,3 +206,23 @@ def test_aux_of_a_typed_dataset_and_dataset_config_are_refused_with_the_fpipe_wa
     with pytest.raises(ConfigError, match="dataset_config.*field_map"):
         get_train_dataset(cfg, batch_size=2, max_samples_per_sequence=2)
     assert TextSample  # the sample type of these datasets
+
+
+def test_prepare_metadataset_checks_the_file_and_writes_nothing(tmp_path):
+    from fpipe.energon import prepare_metadataset
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    good = tmp_path / "joined.yaml"
+    good.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        "    join:\n      - path: a\n      - path: b\n"
+        "    joiner: {__module__: not_imported_anywhere, __class__: Nothing}\n"
+    )
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert prepare_metadataset(good) is None  # the joiner is resolved when building
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("splits:\n  train:\n    blend:\n      - {path: ./nope}\n")
+    with pytest.raises(ConfigError, match="does not exist"):
+        prepare_metadataset(bad)

@@ -181,3 +181,59 @@ def test_supported_names_are_in_all_and_import_no_torch():
     code += "print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# Energon module paths that user code imports names from (Megatron-LM's multimodal example and
+# Energon 7.4's own tests): (path below megatron.energon, a name imported from it).
+ENERGON_PATHS = [
+    ("task_encoder.base", "stateless"),
+    ("task_encoder.base", "DefaultTaskEncoder"),
+    ("task_encoder.cooking", "cooker"),
+    ("flavors", "BaseWebdatasetFactory"),
+    ("flavors.base_dataset", "Sample"),
+    ("flavors.webdataset.sample_decoder", "SampleDecoder"),
+    ("flavors.webdataset.config", "MAIN_FOLDER_NAME"),
+    ("edataclass", "edataclass"),
+    ("source_info", "SourceInfo"),
+    ("errors", "reraise_exception"),
+    ("loader", "get_savable_loader"),
+    ("dataset_config", "get_dataset_from_config"),
+    ("metadataset.loader", "traverse_metadataset"),
+    ("metadataset.loader_interface", "DatasetBlendMode"),
+    ("wrappers.blend_dataset", "BlendDataset"),
+    ("wrappers.watchdog_dataset", "WatchdogDataset"),
+]
+
+
+@pytest.mark.parametrize(("path", "name"), ENERGON_PATHS)
+def test_energon_submodule_paths_hold_the_same_objects(path, name):
+    import fpipe.energon as energon
+
+    module = importlib.import_module(f"fpipe.energon.{path}")
+    assert getattr(module, name) is getattr(energon, name)
+    assert name in module.__all__ and name in dir(module)
+
+
+def test_every_submodule_path_resolves_and_imports_no_torch():
+    from fpipe.energon._paths import PATHS
+
+    code = (
+        "import importlib, sys, fpipe.energon\n"
+        "from fpipe.energon._paths import PATHS\n"
+        "mods = [importlib.import_module('fpipe.energon.' + p) for p in PATHS]\n"
+        "from fpipe.energon.task_encoder.base import stateless\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    import fpipe.energon as energon
+
+    for path, names in PATHS.items():
+        module = importlib.import_module(f"fpipe.energon.{path}")
+        for name in names:
+            assert getattr(module, name) is getattr(energon, name), f"{path}.{name}"
+    # a path that is also a name (edataclass) leaves the name bound to the object, as Energon
+    assert energon.edataclass is importlib.import_module("fpipe.energon.edataclass").edataclass
+    assert not isinstance(energon.edataclass, type(energon))
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("fpipe.energon.task_encoder.nothing_here")

@@ -53,6 +53,40 @@ def test_limit_and_repeat_as_megatron_uses_them(dataset):
     assert _keys(again) == first[3:]
 
 
+def test_limit_over_a_packing_dataset_counts_batches(dataset):
+    from fpipe.energon import (
+        DefaultTaskEncoder,
+        LimitDataset,
+        RepeatDataset,
+        WorkerConfig,
+        get_loader,
+        get_val_dataset,
+    )
+
+    class PairPacker(DefaultTaskEncoder):
+        def select_samples_to_pack(self, samples):
+            return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+        def pack_selected_samples(self, samples):
+            return samples[0].replace(__key__="+".join(s.__key__ for s in samples))
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    val = get_val_dataset(
+        dataset, batch_size=2, packing_buffer_size=3, task_encoder=PairPacker(), worker_config=wc
+    )  # 8 samples, buffers of 3: packs of 2, 1, 2, 1, 2; batches of 2 packs
+    ds = LimitDataset(RepeatDataset(val, worker_config=wc), length=4, worker_config=wc)
+    assert len(ds) == 4
+    loader = get_loader(ds)
+    first = _keys(loader)
+    assert len(first) == 4 and all(len(b) == 2 for b in first)
+    assert _keys(loader) == first  # each iteration starts over
+    it = iter(loader)
+    next(it), next(it)
+    again = get_loader(ds)
+    again.load_state_dict(loader.state_dict())
+    assert _keys(again) == first[2:]
+
+
 def test_repeat_counts_and_fractions(dataset):
     from fpipe.energon import RepeatDataset, WorkerConfig, get_loader, get_val_dataset
 

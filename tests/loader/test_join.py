@@ -5,6 +5,7 @@ The text dataset holds the keys in another order and another shard split, and la
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -325,3 +326,73 @@ def test_crude_datasets_join_into_one_crude_sample(data, tmp_path):
     )
     with pytest.raises(ConfigError, match="mixes crude and typed datasets"):
         loader(mixed, task_encoder=enc)
+
+
+@dataclass
+class UnregisteredPair(Sample):
+    """A joiner class of the user's code that is not registered (Energon's tests' pattern)."""
+
+    image: Any
+    text: str
+
+    @staticmethod
+    def from_joined(pic, words):
+        return UnregisteredPair.derive_from(pic, image=pic.image, text=f"cls:{words.text}")
+
+
+def unregistered_join(pic, words):
+    """A joiner function of the user's code, named in YAML by module path, not registered."""
+    return ImageText.derive_from(pic, image=pic.image, text=f"fn:{words.text}")
+
+
+def _named_joiner(root, name, joiner):
+    return mds(
+        root,
+        name,
+        f"""\
+        splits:
+          train:
+            join:
+              - {{path: ./images}}
+              - {{path: ./texts, nonmatch: skip}}
+            joiner: {joiner}
+        """,
+    )
+
+
+def test_joiner_named_by_module_path_from_the_users_imported_code(data):
+    fn = _named_joiner(
+        data, "fn.yaml", "{__module__: tests.loader.test_join, __function__: unregistered_join}"
+    )
+    got = samples_of(loader(fn), 2)
+    assert got and all(text == f"fn:{text_of(int(k.split('/')[1]))}" for k, text, _ in got)
+    cls = _named_joiner(
+        data, "cls.yaml", "{__module__: tests.loader.test_join, __class__: UnregisteredPair}"
+    )
+    got = samples_of(loader(cls), 2)
+    assert got and all(text.startswith("cls:text of") for _, text, _ in got)
+
+
+@pytest.mark.parametrize(
+    ("joiner", "message"),
+    [
+        ("{__module__: os, __function__: system}", "unknown joiner function 'os.system'"),
+        ("{__module__: json, __function__: loads}", "unknown joiner function 'json.loads'"),
+        (
+            "{__module__: fpipe.samples.registry, __function__: joiner_from_name}",
+            "unknown joiner function 'fpipe.samples.registry.joiner_from_name'",
+        ),
+        (
+            "{__module__: tests.loader.no_such_module, __function__: f}",
+            "import tests.loader.no_such_module in your training code",
+        ),
+        ("{__module__: yaml, __class__: YAMLObject}", "unknown sample type 'yaml.YAMLObject'"),
+    ],
+)
+def test_a_joiner_outside_the_users_code_is_refused_and_nothing_imported(data, joiner, message):
+    import sys
+
+    path = _named_joiner(data, f"bad-{abs(hash(joiner))}.yaml", joiner)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        next(iter(loader(path)))
+    assert "tests.loader.no_such_module" not in sys.modules

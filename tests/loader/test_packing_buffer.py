@@ -94,9 +94,14 @@ def test_packing_buffer_size_sets_the_buffer_and_batch_size_counts_packs(image_d
     assert len(keys) == len(set(keys)) == 28  # four buffers, each sample once
 
 
-def test_packing_hooks_need_a_packing_buffer(image_dataset):
-    with pytest.raises(ConfigError, match="packing_buffer_size"):
-        _dataset(image_dataset, EncodeThenPack(), packing_buffer_size=None)
+def test_packing_hooks_are_not_called_without_a_packing_buffer(image_dataset):
+    # Energon packs only when packing_buffer_size is set; an encoder that defines the hooks
+    # (for the packing path) then batches its encoded samples one by one.
+    batches = _take(_dataset(image_dataset, EncodeThenPack(), packing_buffer_size=None), 3)
+    keys = [k for b in batches for k in b["keys"]]
+    assert all(len(b["keys"]) == 2 for b in batches)
+    assert all("+" not in k for k in keys) and len(set(keys)) == 6
+    assert all(t.startswith("enc:") and "|" not in t for b in batches for t in b["texts"])
 
 
 def test_pre_and_encode_sample_both_overridden_is_refused(image_dataset):
@@ -225,3 +230,60 @@ def test_consistency_check_compares_pack_buffer_states_per_rank(image_dataset, m
         )  # fmt: skip
         fpipe.get_loader(ds).state_dict()
         assert calls.pop()["replica_key"] == key
+
+
+class Keyed(EncodeThenPack):
+    """Packs are samples whose restore key the hook leaves empty (Megatron-LM's way)."""
+
+    def pack_selected_samples(self, samples):
+        return TextSample(
+            text="|".join(s.text for s in samples),
+            __key__="+".join(s.__key__ for s in samples),
+            __restore_key__=(),
+        )
+
+    def encode_batch(self, batch):
+        return {"texts": batch.text, "keys": batch.__key__, "rk": batch.__restore_key__}
+
+    def encode_sample(self, sample, rng):
+        return TextSample(
+            text=f"enc:{sample.caption}",
+            __key__=sample.__key__,
+            __restore_key__=sample.__restore_key__,
+        )
+
+
+def test_a_pack_restore_key_names_its_buffer_and_samples(image_dataset):
+    batches = _take(_dataset(image_dataset, Keyed()), 4)
+    for b in batches:
+        for key, rk in zip(b["keys"], b["rk"]):
+            assert rk[0] == "PackingDataset" and len(rk) == 3 + key.count("+") + 1
+            assert all(len(m) == 3 for m in rk[3:])  # each sample's (dataset, index, epoch)
+
+
+def test_restore_sample_rebuilds_a_batch_of_packs(image_dataset):
+    ds = _dataset(image_dataset, Keyed())
+    loader = fpipe.get_loader(ds, num_workers=0)
+    it = iter(loader)
+    batches = [next(it) for _ in range(5)]
+    assert loader.can_restore_sample()
+    for b in batches[1:]:  # batch 1 takes packs of two buffers (3 packs per buffer)
+        again = loader.restore_sample(b["rk"])
+        assert again == b
+    with pytest.raises(ConfigError, match="no pack of this rank's plan"):
+        loader.restore_sample((("PackingDataset", 0, 7, (0, 0, 0)),))
+
+
+def test_len_with_packing_is_energons_estimate(image_dataset):
+    # Energon counts each pack as one sample: the length the samples have unpacked.
+    packed = _dataset(image_dataset, Keyed(), repeat=False)
+    plain = _dataset(image_dataset, Keyed(), repeat=False, packing_buffer_size=None)
+    assert len(packed) == len(plain) == 96 // 2  # 8 train shards of 12, batches of 2
+    val = fpipe.get_val_dataset(
+        image_dataset,
+        batch_size=2,
+        task_encoder=Keyed(),
+        packing_buffer_size=7,
+        image_decode=DECODE,
+    )
+    assert len(val) == 6  # 12 samples

@@ -264,3 +264,29 @@ def test_join_entries(dirs):
     assert j.join == (
         JoinPart(path=str(dirs / "data" / "ocr"), split_part="train", nonmatch="skip"),
     )
+
+
+def test_same_folder_name_in_two_places_is_named_by_its_parent(dirs):
+    # The layout of Megatron-LM's recipe: .../a/wds and .../b/wds, in a version-1 blend.
+    for parent in ("a", "b"):
+        (dirs / "data" / parent / "wds").mkdir(parents=True)
+    md = load_metadataset(
+        write(
+            dirs / "v1.yaml",
+            """\
+            __module__: megatron.energon
+            __class__: Metadataset
+            splits:
+              train:
+                datasets:
+                  - {weight: 1, path: ./data/a/wds}
+                  - {weight: 3, path: ./data/b/wds}
+                  - {weight: 1, path: ./data/coco}
+            """,
+        )
+    )
+    mix = resolve_mix(md, "train")
+    assert [lf.name for lf in mix.leaves] == ["a/wds", "b/wds", "coco"]
+    assert [lf.weight for lf in mix.leaves] == pytest.approx([0.2, 0.6, 0.2])
+    val = resolve_mix(md, "train", training=False)
+    assert [lf.name for lf in val.leaves] == ["a/wds", "b/wds", "coco"]

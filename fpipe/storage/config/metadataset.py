@@ -223,15 +223,46 @@ def _unit(node, where: str, entry: str) -> str | None:
 
 
 def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...]:
+    """The leaves, each with a name of its own: datasets of the same name in different folders
+    (``a/wds`` and ``b/wds``, as ``energon prepare`` recipes lay them out) are named by as many
+    trailing folders as tell them apart; the same dataset twice needs a ``name:``."""
+    out = list(leaves)
+    by_name: dict[str, list[int]] = {}
+    for i, leaf in enumerate(leaves):
+        by_name.setdefault(leaf.name, []).append(i)
+    for name, idxs in by_name.items():
+        if len(idxs) > 1:
+            for i, prefix in zip(idxs, _telling_folders([leaves[i] for i in idxs])):
+                if prefix is None:
+                    _clash(leaves[idxs[0]], leaves[i], where, split)
+                out[i] = msgspec.structs.replace(leaves[i], name=f"{prefix}/{name}")
     seen: dict[str, Leaf] = {}
-    for leaf in leaves:
+    for leaf in out:
         if leaf.name in seen:
-            raise ConfigError(
-                f"{where}: split {split!r}: two datasets are named {leaf.name!r} "
-                f"({seen[leaf.name].where} and {leaf.where}); give one of them a 'name:'"
-            )
+            _clash(seen[leaf.name], leaf, where, split)
         seen[leaf.name] = leaf
-    return tuple(leaves)
+    return tuple(out)
+
+
+def _telling_folders(leaves: list[Leaf]) -> list[str | None]:
+    """For leaves of one name: the fewest trailing parent folders of each path that differ
+    between them all (None for each when two paths are the same)."""
+    parents = [Path(leaf.path).parent.parts for leaf in leaves]
+    if len(set(parents)) < len(parents):
+        return [None] * len(leaves)
+    for n in range(1, max(len(p) for p in parents) + 1):
+        tails = ["/".join(p[-n:]) for p in parents]
+        if len(set(tails)) == len(tails):
+            return tails
+    return [None] * len(leaves)
+
+
+def _clash(first: Leaf, second: Leaf, where: str, split: str) -> None:
+    raise ConfigError(
+        f"{where}: split {split!r}: two datasets are named {first.name!r} "
+        f"({first.where} and {second.where}); give one of them a 'name:' (a 'blend:' entry "
+        "of a MetadatasetV2 file)"
+    )
 
 
 def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
