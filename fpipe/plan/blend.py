@@ -44,6 +44,7 @@ from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
 from fpipe.plan.online_mix import (
     OnlineMix,
     add_change,
+    agree_until,
     choose_online,
     decode_mix,
     encode_mix,
@@ -322,6 +323,26 @@ def blend(
         got = np.bincount(ids[first:stop], weights=units[first:stop], minlength=n)
         return pack_counters(acc + got.astype(np.int64))
 
+    def reuse(state):
+        """A block memoized for the same position under other online weights, cut where the
+        two choose differently (a change applied at the loader leaves the positions before
+        its frontier as they were)."""
+        for k, (refs, ids, units, off) in cache.items():
+            if (
+                k.position != state.position
+                or k.taken != state.taken
+                or k.key != state.key
+                or getattr(k, "tokens", None) != getattr(state, "tokens", None)
+                or k.weights[: len(digests)] != digests
+            ):
+                continue
+            same = agree_until(entries(k), entries(state), state.position) - state.position
+            if same <= 0:
+                continue
+            end = min(len(refs), off + same)
+            return refs[:end], ids[:end], None if units is None else units[:end], off
+        return None
+
     def own_weights(state, position) -> bytes:
         """The ``weights`` field of a state at ``position``: the digests, and the online
         record without the entries no later position uses."""
@@ -342,6 +363,8 @@ def blend(
         if left <= 0:
             return state, Refs.empty()
         hit = cache.get(state)
+        if hit is None and len(state.weights) > len(digests):
+            hit = reuse(state)
         if hit is None:
             block = max(left, _BLOCK)
             if limit is not None:

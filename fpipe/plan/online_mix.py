@@ -208,6 +208,27 @@ def choose_online(
     return out
 
 
+def agree_until(a: Sequence[OnlineEntry], b: Sequence[OnlineEntry], position: int) -> int:
+    """The first position at or after ``position`` where the online entries ``a`` and ``b``
+    may choose differently (a very large number when they agree everywhere from there)."""
+
+    def effective(entries):
+        j = 0
+        while j < len(entries) and entries[j].position <= position:
+            j += 1
+        head = (OnlineEntry(position, entries[j - 1].weights),) if j else ()
+        return head + tuple(entries[j:])
+
+    ea, eb = effective(a), effective(b)
+    for x, y in zip(ea, eb):
+        if x != y:
+            return min(x.position, y.position)
+    if len(ea) != len(eb):
+        longer = ea if len(ea) > len(eb) else eb
+        return longer[min(len(ea), len(eb))].position
+    return 1 << 62
+
+
 def _row(weights: bytes) -> tuple[float, ...]:
     return tuple(np.frombuffer(weights, dtype="<f4").astype(np.float64).tolist())
 
