@@ -40,6 +40,7 @@ from fpipe.plan.skip import StepRanges, skip_end
 __all__ = [
     "MixChange",
     "MixHistory",
+    "SteeredPlan",
     "apply_change",
     "blend_of",
     "check_ranks_agree",
@@ -231,6 +232,39 @@ def planned_recipes(plan: Pipeline, state: Any, ranges: StepRanges, changes: Seq
         yield state, recipe
     state, _ = plan.next(state, 1)
     yield state, None
+
+
+class SteeredPlan:
+    """A plan whose ``init`` and ``next`` apply online weight ``changes`` before their steps
+    (what ``fpipe plan --mix-history`` steps through); every other attribute is the plan's.
+    Steps count by one per recipe."""
+
+    def __init__(self, plan: Pipeline, changes: Sequence[MixChange]):
+        self.plan, self.changes = plan, tuple(changes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.plan, name)
+
+    def _due(self, state: Any, step: int) -> Any:
+        for change in self.changes:
+            if change.step == step:
+                state = apply_change(self.plan, state, change)
+        return state
+
+    def init(self) -> Any:
+        """The plan's first state, with the changes of step 0."""
+        return self._due(self.plan.init(), 0)
+
+    def next(self, state: Any, n: int = 1) -> tuple[Any, tuple]:
+        """Up to ``n`` recipes, one step at a time, each followed by the next step's changes."""
+        out: list = []
+        while len(out) < n:
+            state, got = self.plan.next(state, 1)
+            if not len(got):
+                break
+            out.append(got[0])
+            state = self._due(state, got[0].step + 1)
+        return state, tuple(out)
 
 
 def seek_state(

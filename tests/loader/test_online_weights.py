@@ -5,6 +5,7 @@ seek gives the snapshot's bytes, and what cannot work is refused naming why."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 import numpy as np
 import pytest
@@ -254,3 +255,38 @@ def test_megatron_step_batch_size_schedule(mix):
     for bad in ("8:8", "0:8 x:3", "0:8 5"):
         with pytest.raises(ConfigError, match="step batch size schedule"):
             BatchSchedule.megatron(bad)
+
+
+def test_fpipe_plan_replays_the_mix_history(mix, tmp_path):
+    from fpipe.cli.main import main
+
+    out, _, hist = steered_run(mix)
+    (tmp_path / "h.json").write_text(json.dumps(hist))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        textwrap.dedent(
+            f"""\
+            path: {mix / "mix.yaml"}
+            global_batch_size: 8
+            seed: 3
+            shuffle_buffer_size: 40
+            columns: [tokens]
+            sample_type: TextSample
+            field_map: {{text: text}}
+            """
+        )
+    )
+    from fpipe.datasets.lineage import step_samples
+    from fpipe.datasets.plan_config import load_plan_config
+
+    cfg = load_plan_config(plan, {"mix_history": str(tmp_path / "h.json")})
+    rows = list(step_samples(cfg, (10, 20)))
+    assert [[r["key"] for r in rows if r["step"] == s] for s in range(10, 20)] == out[10:20]
+    plain = list(step_samples(load_plan_config(plan), (10, 20)))
+    assert [r["key"] for r in plain] != [r["key"] for r in rows]
+    assert (
+        main(
+            ["plan", str(plan), "--step", "15", "--mix-history", str(tmp_path / "h.json"), "--json"]
+        )
+        == 0
+    )
