@@ -159,9 +159,29 @@ def resolve_weights(weights: Any, names: Sequence[str]) -> bytes:
     return weights32(row)
 
 
+def _chain_blend(plan: Pipeline) -> Any:
+    """The blend source at the head of the plan's main chain (None if there is none)."""
+    source = plan.source
+    while not isinstance(source.config, BlendConfig):
+        if len(source.inputs) != 1 or not hasattr(source.inputs[0], "next"):
+            return None
+        source = source.inputs[0]
+    return source
+
+
+def _blend_state(plan: Pipeline, state: Any) -> Any:
+    """The state of the blend at the head of the main chain, within ``state``."""
+    source = plan.source
+    while not isinstance(source.config, BlendConfig):
+        source, state = source.inputs[0], state.up
+    return state
+
+
 def blend_of(plan: Pipeline) -> tuple[str, BlendConfig]:
     """``(path, config)`` of the plan's weighted blend; a ConfigError when it has none."""
-    for path, config in plan.parts:
+    head = _chain_blend(plan)
+    found = [(head.name, head.config)] if head is not None else plan.parts
+    for path, config in found:
         if isinstance(config, BlendConfig):
             if config.mode != "weighted":
                 raise ConfigError(
@@ -177,16 +197,18 @@ def blend_of(plan: Pipeline) -> tuple[str, BlendConfig]:
 
 def state_mix(plan: Pipeline, state: Any):
     """The :class:`~fpipe.plan.online_mix.OnlineMix` in a plan state (None: no change yet)."""
-    path, config = blend_of(plan)
-    return online_mix(plan.get(state, path), len(config.datasets))
+    _, config = blend_of(plan)
+    return online_mix(_blend_state(plan, state), len(config.datasets))
 
 
 def apply_change(plan: Pipeline, state: Any, change: MixChange) -> Any:
     """The plan state before step ``change.step`` (``state``) with the change applied from the
     blend's frontier there."""
     path, config = blend_of(plan)
-    frontier = plan.get(drawn_state(plan.source, state), path).position
-    own = plan.get(state, path)
+    if _chain_blend(plan) is None:
+        raise ConfigError("online blend weights need the blend at the head of the plan")
+    frontier = _blend_state(plan, drawn_state(plan.source, state)).position
+    own = _blend_state(plan, state)
     new = with_online_change(
         own, len(config.datasets), position=frontier, step=change.step, weights=change.raw
     )

@@ -242,6 +242,19 @@ def blend(
             start += take
         return out
 
+    streams: dict = {}  # (root key, d) -> (start, refs): a memo of dataset d's stream
+
+    def stream_refs(state, d, start, stop) -> Refs:
+        """Refs ``start..stop-1`` of dataset ``d``'s stream, read ahead three times as far: the
+        next blocks (and a block chosen again after an online change) slice the same read."""
+        k = (state.key, d)
+        hit = streams.get(k)
+        if hit is not None and hit[0] <= start and stop <= hit[0] + len(hit[1]):
+            return hit[1][start - hit[0] : stop - hit[0]]
+        refs = Refs.concat(leaf_refs(state, d, start, start + 3 * (stop - start)))
+        streams[k] = (start, refs)
+        return refs[: stop - start]
+
     def compute(state, m):
         positions = np.arange(state.position, state.position + m, dtype=np.int64)
         ids = choose(state, positions)
@@ -251,7 +264,7 @@ def blend(
         chunks = []
         for d in np.flatnonzero(counts_).tolist():
             t0 = state.taken[d]
-            chunks.extend(leaf_refs(state, d, t0, t0 + int(counts_[d])))
+            chunks.append(stream_refs(state, d, t0, t0 + int(counts_[d])))
         inv = np.empty(m, dtype=np.int64)
         inv[order] = np.arange(m, dtype=np.int64)
         return Refs.concat(chunks)[inv], ids

@@ -175,8 +175,9 @@ def decode_mix(data: bytes, n: int) -> OnlineMix:
         and positions[0] >= 0
         and all(b > a for a, b in zip(positions, positions[1:]))
     )
-    for e in mix.entries:
-        w = np.frombuffer(e.weights, dtype="<f4") if len(e.weights) == 4 * n else None
+    for entry in mix.entries:
+        raw = entry.weights
+        w = np.frombuffer(raw, dtype="<f4") if len(raw) == 4 * n else None
         ok = ok and w is not None and bool(np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0)
     if not ok:
         raise SnapshotError(
@@ -201,10 +202,13 @@ def choose_online(
     before = seg < 0
     if before.any():
         out[before] = choose_weighted(key, schedule, positions[before])
-    u = uniform_array(key, positions)
-    for j in np.unique(seg[~before]).tolist():
-        m = seg == j
-        out[m] = pick(_row(entries[j].weights), u[m])
+    after = ~before
+    seg_after, u = seg[after], uniform_array(key, positions[after])
+    picked = np.empty(len(u), dtype=np.int32)
+    for j in np.unique(seg_after).tolist():
+        m = seg_after == j
+        picked[m] = pick(_row(entries[j].weights), u[m])
+    out[after] = picked
     return out
 
 
