@@ -143,15 +143,15 @@ class BatchSchedule(msgspec.Struct, frozen=True, kw_only=True):
         """
         if not isinstance(text, str):
             raise ConfigError(f"a step batch size schedule is a string, got {text!r}")
-        rows = []
+        rows: list[tuple[int, int]] = []
         for entry in text.strip().replace(",", " ").split():
-            threshold, sep, size = entry.partition(":")
+            threshold, sep, size_text = entry.partition(":")
             if not sep:
                 raise ConfigError(
                     f"step batch size schedule entry {entry!r}: expected THRESHOLD:SIZE "
                     "(Megatron-LM's --step-batch-size-schedule, e.g. '0:16 2.4B:320')"
                 )
-            t, s = _megatron_number(threshold, entry), _megatron_number(size, entry)
+            t, s = _megatron_number(threshold, entry), _megatron_number(size_text, entry)
             if seq_length is not None:
                 t //= seq_length
             rows.append((t, s))
@@ -164,7 +164,9 @@ class BatchSchedule(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"step batch size schedule {text!r}: thresholds must increase")
         if any(s < 1 for _, s in rows):
             raise ConfigError(f"step batch size schedule {text!r}: sizes must be >= 1")
-        steps, sizes, step, consumed = [], [], 0, 0
+        steps: list[int] = []
+        sizes: list[int] = []
+        step = consumed = 0
         for j, (_, size) in enumerate(rows):
             if sizes and size == sizes[-1]:
                 pass
