@@ -115,7 +115,7 @@ class PlanSampler:
 def _sampler(loader: Loader, pending, start, excluded) -> PlanSampler:
     from fpipe.loader._steering import pending_changes
 
-    changes = pending_changes(loader)
+    changes = pending_changes(loader, start)
     return PlanSampler(loader.plan, start, pending, excluded, loader._state.skip, changes)
 
 

@@ -55,12 +55,15 @@ def _refuse_packing_buffer(loader: Loader, what: str) -> None:
         )
 
 
-def _count(loader: Loader) -> tuple[int, bytes]:
-    """(changes, digest) the loader's state holds ((0, zeros) for a plan without a weighted
-    blend)."""
+def _count(loader: Loader, plan_state: Any = None) -> tuple[int, bytes]:
+    """(changes, digest) that ``plan_state`` (default: the loader's) holds ((0, zeros) for a
+    plan without a weighted blend)."""
+    if not loader._mix.changes and not loader._mix.base and plan_state is not None:
+        return 0, EMPTY_DIGEST  # nothing known to apply: no need to look
     if not any(isinstance(c, BlendConfig) and c.mode == "weighted" for _, c in loader.plan.parts):
         return 0, EMPTY_DIGEST
-    mix = state_mix(loader.plan, loader._state.plan)
+    state = loader._state.plan if plan_state is None else plan_state
+    mix = state_mix(loader.plan, state)
     return (0, EMPTY_DIGEST) if mix is None else (mix.changes, mix.digest)
 
 
@@ -97,10 +100,12 @@ def set_weights(loader: Loader, weights: Any, at_step: int | None) -> None:
     loader._generation += 1
 
 
-def pending_changes(loader: Loader) -> list[MixChange]:
-    """The changes the state does not hold yet (scheduled for later steps), in order."""
-    count, _ = _count(loader)
-    return list(loader._mix.changes[count - loader._mix.base :])
+def pending_changes(loader: Loader, start: Any = None) -> list[MixChange]:
+    """The changes the plan state ``start`` (default: the loader's) does not hold yet, in
+    order: those scheduled for later steps. A pool that restarts from a later state (worker
+    recovery) does not apply again what that state holds."""
+    count, _ = _count(loader, start)
+    return list(loader._mix.changes[max(0, count - loader._mix.base) :])
 
 
 def mix_history(loader: Loader) -> dict:

@@ -290,3 +290,15 @@ def test_fpipe_plan_replays_the_mix_history(mix, tmp_path):
         )
         == 0
     )
+
+
+def test_a_pool_restarted_from_a_later_state_applies_each_change_once(mix):
+    from fpipe.loader._steering import pending_changes
+    from fpipe.loader.steering import seek_state
+
+    loader = fpipe.get_loader(dataset(mix))
+    loader.set_weights([1, 0, 0], at_step=3)
+    loader.set_weights([0, 1, 0], at_step=6)
+    assert [c.step for c in pending_changes(loader)] == [3, 6]
+    later, *_ = seek_state(loader.plan, 4, (), loader._mix.changes)  # holds the change at 3
+    assert [c.step for c in pending_changes(loader, later)] == [6]
