@@ -302,3 +302,28 @@ def test_a_pool_restarted_from_a_later_state_applies_each_change_once(mix):
     assert [c.step for c in pending_changes(loader)] == [3, 6]
     later, *_ = seek_state(loader.plan, 4, (), loader._mix.changes)  # holds the change at 3
     assert [c.step for c in pending_changes(loader, later)] == [6]
+
+
+def test_a_blend_inside_a_nested_metadataset(mix):
+    (mix / "inner.yaml").write_text(
+        "splits:\n  train:\n    blend:\n"
+        "      - {weight: 1, path: a.jsonl}\n      - {weight: 1, path: b.jsonl}\n"
+    )
+    (mix / "outer.yaml").write_text(
+        "splits:\n  train:\n    blend:\n"
+        "      - {weight: 2, path: inner.yaml}\n      - {weight: 1, path: c.jsonl}\n"
+    )
+    loader = fpipe.get_loader(dataset(mix, "outer.yaml"))
+    names = loader.dataset.datasets
+    assert len(names) == 3 and any("/" in n for n in names)  # the inner leaves, flattened
+    out, snaps = [], []
+    for step, batch in zip(range(30), loader):
+        out.append(keys(batch))
+        if step == 4:
+            loader.set_weights({names[2]: 1.0})  # c only
+        snaps.append(loader.snapshot())
+    assert all(k.startswith("c/") for batch in out[12:] for k in batch)
+    at = fpipe.get_loader(
+        dataset(mix, "outer.yaml"), start_step=20, mix_history=loader.mix_history()
+    )
+    assert at.snapshot() == snaps[19]
