@@ -28,6 +28,21 @@ This file is shared by the steering features; each adds its own section and JSON
    log-normal token counts, medians 100, 300 and 1,000) pulled in blocks of 256 refs;
    ``sample_blend_refs_per_s``: the same blend by samples.
 
+5. Online weights and seek, on a blend of 100 datasets (10,000 samples each) -> window shuffle
+   (1,000) -> ``distribute`` / ``batch`` of ``--seek-global`` refs per step:
+   ``set_weights_ms``: the plan work of ``loader.set_weights`` mid-run (the weights resolved,
+   the next step found, the change applied at the blend's frontier; no torch.distributed),
+   median of 50; ``seek_1e6_s``: :func:`fpipe.loader.steering.seek_state` to step
+   ``--seek-steps`` (default 1e6; scaled to 1e6 steps when another count is given, which
+   ``seek_steps`` says) from the configuration with 10 online changes on the way;
+   ``seek_1e6_packing_s``: the same for the packed plan of [1] (``--packs`` packs per step);
+   ``online_blend_refs_per_s``: refs planned per CPU second pulling ``--online-steps`` steps
+   of ``--online-global`` refs (default 256) with the weights changed every 100 steps, and
+   ``online_vs_static_blend`` its ratio to the same plan without changes (target >= 0.9).
+   Each change re-gathers the refs the blend had prepared past its frontier (one block of
+   8,192 positions over the 100 datasets), so the ratio falls when changes come more often
+   than every few blocks (every 100 steps of 8 refs: about 0.4).
+
 Usage: ``python bench/steering.py [--repeats 3]``. The last line of output is one JSON object.
 """
 
@@ -204,6 +219,87 @@ def token_blend_rates(args) -> dict:
     return out
 
 
+def seek_plan(args, packed: bool = False, global_batch: int | None = None) -> Pipeline:
+    """The plan of section 5 (``packed``: the plan of section 1), ``global_batch`` refs per
+    step (default ``--seek-global``)."""
+    if packed:
+        return blend_pack_plan(args)
+    views = [slice_shuffle(samples(args.per_dataset, dataset=d), 100) for d in range(args.datasets)]
+    head = blend(
+        views,
+        weights=[1 + d % 7 for d in range(args.datasets)],
+        names=[f"ds{d:03d}" for d in range(args.datasets)],
+    )
+    g = global_batch or args.seek_global
+    return Pipeline(chain(head, window_shuffle(1000), distribute(g), batch(g)), seed=args.seed)
+
+
+def _changes(args, every: int, until: int) -> list:
+    from fpipe.loader.steering import MixChange
+
+    rng = np.random.default_rng(args.seed)
+    return [
+        MixChange(step, tuple(float(w) for w in rng.integers(1, 8, args.datasets)))
+        for step in range(every, until, every)
+    ]
+
+
+def online_rates(args) -> dict:
+    from fpipe.loader.steering import (
+        MixChange,
+        apply_change,
+        next_step,
+        planned_recipes,
+        resolve_weights,
+        seek_state,
+    )
+    from fpipe.plan.online_mix import entry_weights
+
+    out: dict = {}
+    p = seek_plan(args)
+    names = [f"ds{d:03d}" for d in range(args.datasets)]
+    state = p.init()
+    for _ in range(50):
+        state, _ = p.next(state, 1)
+    times = []
+    rng = np.random.default_rng(args.seed)
+    for _ in range(50):
+        weights = dict(zip(names, rng.integers(1, 8, args.datasets).tolist()))
+        t0 = time.perf_counter()
+        raw = resolve_weights(weights, names)
+        step = next_step(p, state)
+        changed = apply_change(p, state, MixChange(step, entry_weights(raw)))
+        times.append(time.perf_counter() - t0)
+        state, _ = p.next(changed, 1)
+    out["set_weights_ms"] = round(1000 * statistics.median(times), 3)
+
+    for packed, key in ((False, "seek_1e6_s"), (True, "seek_1e6_packing_s")):
+        steps = args.seek_steps
+        chg = _changes(args, max(1, steps // 10), steps)
+        plan = seek_plan(args, packed)
+        c0 = time.process_time()
+        seek_state(plan, steps, (), chg)
+        out[key] = round((time.process_time() - c0) * 1_000_000 / steps, 2)
+    out["seek_steps"] = args.seek_steps
+
+    rates: dict = {"online": [], "static": []}
+    for _ in range(args.repeats):
+        for kind in ("static", "online"):
+            chg = _changes(args, 100, args.online_steps) if kind == "online" else []
+            plan = seek_plan(args, global_batch=args.online_global)
+            c0, refs = time.process_time(), 0
+            for _, (_, recipe) in zip(
+                range(args.online_steps), planned_recipes(plan, plan.init(), (), chg)
+            ):
+                refs += len(recipe.refs)
+            rates[kind].append(refs / (time.process_time() - c0))
+    online, static = statistics.median(rates["online"]), statistics.median(rates["static"])
+    out["online_blend_refs_per_s"] = round(online)
+    out["static_blend_refs_per_s"] = round(static)
+    out["online_vs_static_blend"] = round(online / static, 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", type=int, default=100)
@@ -217,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ramp", type=int, nargs=3, default=[32, 32, 10_000])
     ap.add_argument("--final", type=int, default=256, help="global batch after the ramp")
     ap.add_argument("--ramp-refs", type=int, default=200_000)
+    ap.add_argument("--seek-global", type=int, default=8, help="refs per step in [5]")
+    ap.add_argument("--seek-steps", type=int, default=1_000_000)
+    ap.add_argument("--online-steps", type=int, default=3000)
+    ap.add_argument("--online-global", type=int, default=256, help="refs per step, online rows")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
@@ -262,6 +362,18 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  by tokens {result['token_blend_refs_per_s']:,} refs/s per CPU; by samples "
         f"{result['sample_blend_refs_per_s']:,}"
+    )
+    print(
+        f"\n[5] online weights and seek: {args.datasets} datasets, window 1000, "
+        f"{args.seek_global} refs per step"
+    )
+    result.update(online_rates(args))
+    print(
+        f"  set_weights {result['set_weights_ms']} ms; seek to step 1e6: "
+        f"{result['seek_1e6_s']} s CPU (packed plan: {result['seek_1e6_packing_s']} s; "
+        f"measured over {result['seek_steps']:,} steps); online blend "
+        f"{result['online_blend_refs_per_s']:,} refs/s per CPU, "
+        f"{result['online_vs_static_blend']} of static"
     )
     print(json.dumps(result))
     return 0

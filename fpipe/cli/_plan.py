@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -110,6 +111,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--keys", action="store_true", help="every sample of --steps A:B, as JSON lines")
     p.add_argument("--dataset", help="with --find: search this dataset of a blend only")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--mix-history",
+        metavar="FILE",
+        help="JSON of loader.mix_history(): the run's online weight changes, at their steps",
+    )
     add_config_arguments(p)
     return p
 
@@ -201,7 +207,10 @@ def run(args: argparse.Namespace) -> int:
     from fpipe.datasets.plan_queries import bucket_histogram, plan_step
 
     try:
-        cfg = load_plan_config(args.config, plan_overrides(args))
+        overrides = plan_overrides(args)
+        if getattr(args, "mix_history", None):
+            overrides["mix_history"] = os.path.abspath(args.mix_history)
+        cfg = load_plan_config(args.config, overrides)
         if args.find is not None or args.keys:
             return _lineage(args, cfg)
         if args.steps is not None:

@@ -269,6 +269,16 @@ def lift(upstream: Source, stage: Stage) -> Source:
         if count_step is not None:
             skip_fn = skip_block
 
+    block_read = None if stage.block_size is None else compute_block
+
+    def drawn(state):
+        # A block part way through (cur > 0) has read its input to the block's end.
+        up = state.up
+        if block_read is not None and state.cur:
+            up = block_read(state.up, state.st)[0]
+        inner = upstream.drawn
+        return Lifted(up if inner is None else inner(up), state.st, state.cur)
+
     lifted = Source(
         name=stage.name,
         config=stage.config,
@@ -280,6 +290,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
         stats=stage.stats,
         position=stage.position,
         skip=skip_fn,
+        drawn=drawn,
     )
     step_parts(lifted)  # refuses two steps with one name, when the chain is built
     return lifted

@@ -153,6 +153,11 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
         ``passed``, at the end of the stream), the very state ``next`` would reach, computed
         without building the outputs (a block stage with a ``skip`` of its own, lifted by
         ``chain``). None: :meth:`fpipe.core.Pipeline.skip` pulls the outputs with ``next``.
+      drawn: optional ``S -> S``: the state with every lookahead that the outputs so far were
+        computed from drawn (a block stage part way through a block: its input read to the
+        block's end). What an input has given up to there is all that the outputs so far
+        depend on (online blend weights change from there). None: a source without inputs,
+        whose state is already its position.
     """
 
     name: str
@@ -166,6 +171,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     check: Callable[[Any], None] | None = None
     position: Callable[[Any], tuple[int, int]] | None = None
     skip: Callable[[Any, int], tuple[Any, int]] | None = None
+    drawn: Callable[[Any], Any] | None = None
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

@@ -2,7 +2,9 @@
 
 ``global_batch_size`` is an int, a ``{step: size}`` table (or ``[(step, size), ...]``), or a
 :class:`fpipe.plan.BatchSchedule`; ``rampup_batch_size=(start, increment, samples)`` ramps up
-to an int ``global_batch_size`` as Megatron-LM's ``--rampup-batch-size`` does. A table of one
+to an int ``global_batch_size`` as Megatron-LM's ``--rampup-batch-size`` does (up to Megatron-LM
+core 0.17); a string ``global_batch_size`` is Megatron-LM's ``--step-batch-size-schedule`` (core
+0.18 on: ``"0:16 2.4B:320"``, see :meth:`fpipe.plan.BatchSchedule.megatron`). A table of one
 size is that size: its plan and snapshots are those of the plain int.
 """
 
@@ -33,6 +35,8 @@ def global_batch_sizes(options: DatasetOptions) -> tuple[BatchSchedule | None, i
         schedule = BatchSchedule.rampup(*ramp, final=size)
     elif size is None or (isinstance(size, int) and not isinstance(size, bool)):
         return None, size
+    elif isinstance(size, str):
+        schedule = BatchSchedule.megatron(size)
     else:
         schedule = BatchSchedule.of(size)
     if options.packing_buffer_size:

@@ -58,7 +58,7 @@ def get_train_dataset(
     error_policy: ErrorPolicy | str = ErrorPolicy.RAISE,
     decode_limits: Any = None,
     open_kwargs: dict | None = None,
-    global_batch_size: int | dict[int, int] | BatchSchedule | None = None,
+    global_batch_size: int | dict[int, int] | BatchSchedule | str | None = None,
     distribution: Distribution = "global",
     packing_buffer_size: int | None = None,
     bucket_config: Any = None,
@@ -107,7 +107,8 @@ def get_train_dataset(
         ranks; the per-rank batch is ``global_batch_size / world_size`` (it must divide). Keep
         it fixed when resuming on another world size. It may also change over the run: a
         ``{step: size}`` table or a :class:`fpipe.plan.BatchSchedule` (every size a multiple
-        of every world size the run may use); see docs/steering.md.
+        of every world size the run may use); see docs/steering.md. A string is Megatron-LM's
+        ``--step-batch-size-schedule`` (``"0:16 2.4B:320"``: sizes by consumed samples).
       rampup_batch_size: Megatron-LM's ``--rampup-batch-size start increment samples``: the
         global batch grows from ``start`` by ``increment`` over the first ``samples`` samples
         up to ``global_batch_size``. Every sample is still used once per epoch; snapshots

@@ -18,6 +18,7 @@ rank from it.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["PlanConfig", "build_dataset", "load_plan_config"]
 
 #: The keys of a plan config besides the options of get_train_dataset.
-_PLAN_KEYS = ("path", "world_size")
+_PLAN_KEYS = ("path", "world_size", "mix_history")
 
 
 class PlanConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +46,9 @@ class PlanConfig(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     world_size: int = 1
     options: DatasetOptions = msgspec.field(default_factory=DatasetOptions)
+    #: a JSON file of ``loader.mix_history()``: the run's online weight changes, applied at
+    #: their steps (see docs/steering.md)
+    mix_history: str | None = None
 
 
 def load_plan_config(
@@ -89,6 +93,9 @@ def _read_yaml(p: Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: the plan config needs 'path' (the dataset)")
     dpath = Path(str(raw["path"])).expanduser()
     raw["path"] = str(dpath if dpath.is_absolute() else p.parent / dpath)
+    mh = raw.get("mix_history")
+    if isinstance(mh, str) and not Path(mh).expanduser().is_absolute():
+        raw["mix_history"] = str(p.parent / mh)  # a JSON file next to the config
     bc = raw.get("bucket_config")
     if isinstance(bc, str) and "\n" not in bc and not Path(bc).expanduser().is_absolute():
         raw["bucket_config"] = str(p.parent / bc)  # a YAML file next to the config
@@ -122,7 +129,12 @@ def _convert(raw: dict[str, Any], where: str) -> PlanConfig:
         converted = msgspec.convert(options, DatasetOptions)
     except msgspec.ValidationError as e:
         raise ConfigError(f"{where}: {e}") from None
-    return PlanConfig(path=str(raw["path"]), world_size=world_size, options=converted)
+    history = raw.get("mix_history")
+    if history is not None and not isinstance(history, str):
+        raise ConfigError(f"{where}: mix_history is the path of a JSON file, got {history!r}")
+    return PlanConfig(
+        path=str(raw["path"]), world_size=world_size, options=converted, mix_history=history
+    )
 
 
 def build_dataset(cfg: PlanConfig, rank: int = 0) -> PlannedDataset:
@@ -131,4 +143,21 @@ def build_dataset(cfg: PlanConfig, rank: int = 0) -> PlannedDataset:
     from fpipe.loader.topology import Topology
 
     topology = Topology(rank=rank, world_size=cfg.world_size)
-    return build_train_dataset(cfg.path, msgspec.structs.replace(cfg.options, topology=topology))
+    ds = build_train_dataset(cfg.path, msgspec.structs.replace(cfg.options, topology=topology))
+    if cfg.mix_history is None:
+        return ds
+    return dataclasses.replace(ds, plan=_steered(ds.plan, cfg.mix_history))
+
+
+def _steered(plan: Any, path: str) -> Any:
+    """``plan`` with the online weight changes of the mix history in the JSON file ``path``."""
+    import json
+
+    from fpipe.loader.steering import MixHistory, SteeredPlan, blend_of
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"mix_history {path}: {e}") from None
+    _, config = blend_of(plan)
+    return SteeredPlan(plan, MixHistory.of(data, config.datasets).changes)

@@ -20,6 +20,7 @@ from fpipe.loader._pack_batches import PackBatcher
 from fpipe.loader._recovery import run_task
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState
+from fpipe.loader.steering import planned_recipes
 from fpipe.loader.threads import iterate_threads
 from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.recipe_codec import encode_recipe
@@ -74,11 +75,16 @@ class PlanSampler:
     ``excluded``: step -> positions of that recipe to leave out (samples that killed their
     worker twice)."""
 
-    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=()):
+    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=(), changes=()):
         self.plan, self.start, self.pending, self.skip = plan, start, pending, skip
         self.excluded: dict = {} if excluded is None else excluded
+        #: online weight changes scheduled for later steps (fpipe.loader.steering)
+        self.changes = tuple(changes)
 
     def __iter__(self):
+        if self.changes:
+            yield from self._with_changes()
+            return
         state = self.start
         while True:
             # steps in a skip range are planned (metadata only) and passed over
@@ -91,6 +97,26 @@ class PlanSampler:
             self.pending.append((state, epoch, recipe))
             excluded = self.excluded.get(recipe.step)
             yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
+
+
+    def _with_changes(self):
+        # each change is applied to the state before its step, so the state recorded after a
+        # recipe already holds the changes of the next step (as a seek to it does)
+        for state, recipe in planned_recipes(self.plan, self.start, self.skip, self.changes):
+            if recipe is None:
+                self.pending.append((state, None, None))
+                return
+            epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
+            self.pending.append((state, epoch, recipe))
+            excluded = self.excluded.get(recipe.step)
+            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
+
+
+def _sampler(loader: Loader, pending, start, excluded) -> PlanSampler:
+    from fpipe.loader._steering import pending_changes
+
+    changes = pending_changes(loader, start)
+    return PlanSampler(loader.plan, start, pending, excluded, loader._state.skip, changes)
 
 
 def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
@@ -165,7 +191,7 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
     if loader.worker_mode == "thread" and loader.num_workers > 0:
         return iterate_threads(
-            PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
+            _sampler(loader, pending, start, excluded),
             loader.dataset.materializer,
             num_threads=loader.num_workers,
             in_flight=loader.num_workers * loader.prefetch_factor,
@@ -198,7 +224,7 @@ def torch_loader(loader: Loader, pending, start, excluded):
     return torch.utils.data.DataLoader(
         RecipeDataset(loader.dataset.materializer, marks, slots),
         batch_size=None,
-        sampler=PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
+        sampler=_sampler(loader, pending, start, excluded),
         num_workers=loader.num_workers,
         collate_fn=identity,
         **kwargs,

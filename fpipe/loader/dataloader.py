@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import msgspec
 
 from fpipe.core.errors import ConfigError, SnapshotError
+from fpipe.loader import _steering
 from fpipe.loader._energon import DebugLog, check_worker_config
 from fpipe.loader._iteration import iterate_batches
 from fpipe.loader._recovery import Healer
@@ -79,6 +80,8 @@ class Loader:
         skip = getattr(dataset, "skip_steps", ())
         _check_skippable(dataset, skip)
         self._state = LoaderState(plan=self.plan.init(), skip=skip)
+        #: the online weight changes this loader knows (see _steering.MixLog)
+        self._mix = _steering.MixLog()
         self._generation = 0
         #: a ``for`` loop went to the end of the stream (or to ``limit``): the next one is a new
         #: pass, as a torch DataLoader starts one per loop
@@ -154,6 +157,7 @@ class Loader:
         state = decode_loader_state(self.plan, data, loader_parts(self.dataset))
         skip = normalize_step_ranges(state.skip + self._state.skip)
         self._state = msgspec.structs.replace(state, skip=skip)
+        self._mix = _steering.known_history(self, self._mix)
         self._generation += 1
         self._finished = False
 
@@ -172,6 +176,41 @@ class Loader:
         _check_skippable(self.dataset, skip)
         self._state = msgspec.structs.replace(self._state, skip=skip)
         self._generation += 1
+
+    def set_weights(self, weights: Any, at_step: int | None = None) -> None:
+        """Change the blend's weights from global step ``at_step`` on (None: the next step).
+
+        ``weights``: ``{dataset name or index: weight}`` (datasets left out weigh 0) or one
+        weight per dataset; shares of samples, or of the blend's unit (``blend_unit``), as the
+        blend's own weights are. Stored as float32. The change is applied at the step
+        boundary, the same way on every rank; samples a shuffle window or packing buffer had
+        already drawn for earlier steps keep their weights. It goes into the loader state (the
+        current weights, their step and a digest of every change) and into
+        :meth:`mix_history`. Under torch.distributed every rank must call it with the same
+        values (a collective; different values are refused and nothing changes). See
+        docs/steering.md.
+        """
+        _steering.set_weights(self, weights, at_step)
+
+    def mix_history(self) -> dict:
+        """Every online weight change of this run up to the last batch taken, as plain data
+        (JSON-ready): save it beside the checkpoint. :meth:`seek` and ``fpipe plan`` replay a
+        run from it; :meth:`load_mix_history` gives it back after a restore."""
+        return _steering.mix_history(self)
+
+    def load_mix_history(self, history: Any) -> None:
+        """Give this loader the history (:meth:`mix_history`) of the run its state comes from,
+        checked against the state's digest; changes after the state's step are applied again
+        at their steps (an exact replay of the run)."""
+        _steering.load_mix_history(self, history)
+
+    def seek(self, step: int, mix_history: Any = None) -> None:
+        """Go to global step ``step`` from the configuration alone (plus ``mix_history`` when
+        weights were changed online): the state equals the snapshot a run saved after taking
+        the batch before ``step``, without reading any sample (the plan runs on metadata; skip
+        ranges are passed over by counting). Samples the error policy skipped are not known
+        without reading them and count as delivered. See docs/steering.md."""
+        _steering.seek(self, step, mix_history)
 
     #: Compare the state across ranks in state_dict() (None: when torch.distributed
     #: is initialized with > 1 rank). A collective; see fpipe.loader.consistency.
@@ -276,6 +315,8 @@ def get_loader(
     watchdog_timeout_seconds: float | None = None,
     watchdog_initial_timeout_seconds: float | None = None,
     fail_on_timeout: bool = False,
+    start_step: int | None = None,
+    mix_history: Any = None,
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
@@ -324,6 +365,10 @@ def get_loader(
         recover_workers=recover_workers,
     )
     loader.check_consistency = check_consistency
+    if start_step is not None:
+        loader.seek(start_step, mix_history)
+    elif mix_history is not None:
+        loader.load_mix_history(mix_history)
     return loader
 
 

@@ -12,6 +12,10 @@ consumed samples, and is the final size once ``SAMPLES`` samples are consumed. T
 gives is Megatron's step for step (``update_num_microbatches(consumed_samples)`` before each
 step).
 
+Megatron-LM core 0.18 replaced that flag with ``--step-batch-size-schedule "0:16 2.4B:320 ..."``
+(the global batch size from each threshold of consumed samples on): :meth:`BatchSchedule.megatron`
+reads that string into the same step table.
+
 Example:
     >>> s = BatchSchedule.rampup(32, 32, 10_000, final=256)
     >>> s.size_at(0), s.size_at(44), s.size_at(45), s.sizes[-1]
@@ -122,6 +126,64 @@ class BatchSchedule(msgspec.Struct, frozen=True, kw_only=True):
                 k += 1
             step, c = step + k, c + k * s
 
+    @classmethod
+    def megatron(cls, text: str, *, seq_length: int | None = None) -> BatchSchedule:
+        """Megatron-LM's ``--step-batch-size-schedule`` (core 0.18 and later): ``"THRESHOLD:SIZE
+        THRESHOLD:SIZE ..."`` (spaces or commas between pairs; a threshold or size may end in
+        K, M, B or T for 1e3 .. 1e12). Before each step, with ``c`` samples consumed, the
+        global batch size is the ``SIZE`` of the last threshold ``<= c``, as Megatron's
+        ``StepBatchsizeNumMicroBatchesCalculator`` computes it. ``seq_length``: the thresholds
+        are tokens, converted to samples by ``threshold // seq_length`` (Megatron's
+        ``--seq-length`` with token thresholds).
+
+        Example:
+            >>> s = BatchSchedule.megatron("0:16 1K:32, 2.5K:64")
+            >>> s.steps, s.sizes
+            ((0, 63, 110), (16, 32, 64))
+        """
+        if not isinstance(text, str):
+            raise ConfigError(f"a step batch size schedule is a string, got {text!r}")
+        rows: list[tuple[int, int]] = []
+        for entry in text.strip().replace(",", " ").split():
+            threshold, sep, size_text = entry.partition(":")
+            if not sep:
+                raise ConfigError(
+                    f"step batch size schedule entry {entry!r}: expected THRESHOLD:SIZE "
+                    "(Megatron-LM's --step-batch-size-schedule, e.g. '0:16 2.4B:320')"
+                )
+            t, s = _megatron_number(threshold, entry), _megatron_number(size_text, entry)
+            if seq_length is not None:
+                t //= seq_length
+            rows.append((t, s))
+        rows.sort(key=lambda r: r[0])
+        if not rows or rows[0][0] != 0:
+            raise ConfigError(
+                f"step batch size schedule {text!r}: the first threshold must be 0 (as in Megatron)"
+            )
+        if any(b[0] <= a[0] for a, b in zip(rows, rows[1:])):
+            raise ConfigError(f"step batch size schedule {text!r}: thresholds must increase")
+        if any(s < 1 for _, s in rows):
+            raise ConfigError(f"step batch size schedule {text!r}: sizes must be >= 1")
+        steps: list[int] = []
+        sizes: list[int] = []
+        step = consumed = 0
+        for j, (_, size) in enumerate(rows):
+            if sizes and size == sizes[-1]:
+                pass
+            else:
+                steps.append(step)
+                sizes.append(size)
+            if j + 1 == len(rows):
+                break
+            # steps of this size until the consumed samples reach the next threshold
+            k = max(0, -(-(rows[j + 1][0] - consumed) // size))
+            step, consumed = step + k, consumed + k * size
+        # thresholds crossed within one step leave steps with no samples: keep the last
+        keep: dict[int, int] = {}
+        for t, s in zip(steps, sizes):
+            keep[t] = s
+        return cls.of(keep)
+
     def size_at(self, step: int) -> int:
         """The batch size of step ``step``."""
         return self.sizes[bisect.bisect_right(self.steps, step) - 1]
@@ -144,3 +206,22 @@ class BatchSchedule(msgspec.Struct, frozen=True, kw_only=True):
                     "every world size the run may use"
                 )
         return BatchSchedule(steps=self.steps, sizes=tuple(s // world_size for s in self.sizes))
+
+
+def _megatron_number(text: str, entry: str) -> int:
+    """A number of ``--step-batch-size-schedule`` (``2.4B``: ``int(float("2.4") * 1e9)``, as
+    Megatron parses it)."""
+    value = text.strip().upper()
+    mult = {"T": 10**12, "B": 10**9, "M": 10**6, "K": 10**3}.get(value[-1:], 1)
+    if mult != 1:
+        value = value[:-1]
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(
+            f"step batch size schedule entry {entry!r}: {text!r} is not a number (an optional "
+            "K, M, B or T suffix)"
+        ) from None
+    if not number >= 0 or number == float("inf"):
+        raise ConfigError(f"step batch size schedule entry {entry!r}: {text!r} must be >= 0")
+    return int(number * mult)

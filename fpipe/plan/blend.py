@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
+import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
@@ -36,13 +37,31 @@ from fpipe.core.stage import Source, View
 from fpipe.plan._blend_units import (
     COUNTER_BYTES,
     pack_counters,
-    segment,
     take_by_units,
     unpack_counters,
 )
-from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
+from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
+from fpipe.plan.online_mix import (
+    OnlineMix,
+    add_change,
+    agree_until,
+    choose_online,
+    decode_mix,
+    encode_mix,
+    online_segment,
+    prune,
+)
 
-__all__ = ["BlendConfig", "BlendMode", "BlendState", "UnitBlendState", "blend", "blend_counters"]
+__all__ = [
+    "BlendConfig",
+    "BlendMode",
+    "BlendState",
+    "UnitBlendState",
+    "blend",
+    "blend_counters",
+    "online_mix",
+    "with_online_change",
+]
 
 #: How a blend chooses: by weight (a schedule), or epochized (exact counts per blend epoch).
 BlendMode = Literal["weighted", "epochized"]
@@ -86,7 +105,9 @@ class BlendConfig(Config, frozen=True):
 class BlendState(State, frozen=True, array_like=True):
     """``key``: the root key of the blend's plan; ``position``: next global position;
     ``taken[d]``: refs dataset ``d`` gave so far (its epoch is ``taken[d] // size``);
-    ``weights``: 2-byte digest per dataset of its scheduled weights, checked on restore."""
+    ``weights``: 2-byte digest per dataset of its scheduled weights, checked on restore; after
+    weights changed online, followed by the :class:`~fpipe.plan.online_mix.OnlineMix` record
+    of the changes (see :func:`online_mix`)."""
 
     key: Key
     position: int
@@ -197,10 +218,14 @@ def blend(
             return UnitBlendState(root, 0, (0,) * n, digests, zero_units)
         return BlendState(root, 0, (0,) * n, digests)
 
+    def entries(state):
+        extra = state.weights[len(digests) :]
+        return decode_mix(extra, n).entries if extra else ()
+
     def choose(state, positions):
         ck = fold_in(step_key(state.key, name), _CHOICE)
         if schedule is not None:  # a weighted blend (an epochized one has no schedule)
-            return choose_weighted(ck, schedule, positions)
+            return choose_online(ck, schedule, entries(state), positions)
         return choose_epochized(ck, counts, positions)
 
     @functools.lru_cache(maxsize=4)
@@ -217,6 +242,19 @@ def blend(
             start += take
         return out
 
+    streams: dict = {}  # (root key, d) -> (start, refs): a memo of dataset d's stream
+
+    def stream_refs(state, d, start, stop) -> Refs:
+        """Refs ``start..stop-1`` of dataset ``d``'s stream, read ahead three times as far: the
+        next blocks (and a block chosen again after an online change) slice the same read."""
+        k = (state.key, d)
+        hit = streams.get(k)
+        if hit is not None and hit[0] <= start and stop <= hit[0] + len(hit[1]):
+            return hit[1][start - hit[0] : stop - hit[0]]
+        refs = Refs.concat(leaf_refs(state, d, start, start + 3 * (stop - start)))
+        streams[k] = (start, refs)
+        return refs[: stop - start]
+
     def compute(state, m):
         positions = np.arange(state.position, state.position + m, dtype=np.int64)
         ids = choose(state, positions)
@@ -226,7 +264,7 @@ def blend(
         chunks = []
         for d in np.flatnonzero(counts_).tolist():
             t0 = state.taken[d]
-            chunks.extend(leaf_refs(state, d, t0, t0 + int(counts_[d])))
+            chunks.append(stream_refs(state, d, t0, t0 + int(counts_[d])))
         inv = np.empty(m, dtype=np.int64)
         inv[order] = np.arange(m, dtype=np.int64)
         return Refs.concat(chunks)[inv], ids
@@ -237,14 +275,22 @@ def blend(
                 f"snapshot state of blend {name!r}: {len(state.tokens)} bytes of unit counters "
                 f"for {n} datasets: the snapshot was edited or corrupted"
             )
-        if state.weights == digests or allow_changed_weights:
+        own = state.weights[: len(digests)]
+        if len(state.weights) > len(digests):
+            if mode != "weighted":
+                raise SnapshotError(
+                    f"snapshot state of blend {name!r}: online weights in an epochized blend: "
+                    "the snapshot was edited or corrupted"
+                )
+            decode_mix(state.weights[len(digests) :], n)  # a SnapshotError if malformed
+        if own == digests or allow_changed_weights:
             return
-        if len(state.weights) != len(digests):
+        if len(own) != len(digests):
             raise SnapshotMismatchError(f"blend {name!r}: {CHANGED_MIX_HINT}")
         changed = [
             nm
             for d, nm in enumerate(names)
-            if state.weights[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
+            if own[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
         ]
         raise SnapshotMismatchError(
             f"blend {name!r}: the weights of {changed} differ from the snapshot's (or the "
@@ -258,12 +304,13 @@ def blend(
         assert schedule is not None and unit is not None  # a weighted blend by units
         pos, taken, used = state.position, np.asarray(state.taken), unpack_counters(state.tokens, n)
         parts, ids_parts, unit_parts = [], [], []
+        online = entries(state)
 
         def fetch(d, start, stop):
             return Refs.concat(leaf_refs(state, d, start, stop))
 
         while m:
-            _, stop, w = segment(schedule, pos)
+            _, stop, w = online_segment(schedule, online, pos)
             k = m if stop is None else min(m, stop - pos)
             refs, ids, units = take_by_units(fetch, unit, names, w, taken, used, k)
             taken = taken + np.bincount(ids, minlength=n)
@@ -280,7 +327,7 @@ def blend(
         """``tokens`` of the state ``take`` positions after ``state``, which is at offset
         ``start`` of a block whose choices are ``ids`` (units ``units``)."""
         end = state.position + take
-        lo = segment(schedule, end)[0] if schedule is not None else 0
+        lo = online_segment(schedule, entries(state), end)[0] if schedule is not None else 0
         if lo <= state.position:  # still in the segment of state.position
             first, acc = start, unpack_counters(state.tokens, n)
         else:  # a new segment began inside: count from its start
@@ -289,14 +336,48 @@ def blend(
         got = np.bincount(ids[first:stop], weights=units[first:stop], minlength=n)
         return pack_counters(acc + got.astype(np.int64))
 
+    def reuse(state):
+        """A block memoized for the same position under other online weights, cut where the
+        two choose differently (a change applied at the loader leaves the positions before
+        its frontier as they were)."""
+        for k, (refs, ids, units, off) in cache.items():
+            if (
+                k.position != state.position
+                or k.taken != state.taken
+                or k.key != state.key
+                or getattr(k, "tokens", None) != getattr(state, "tokens", None)
+                or k.weights[: len(digests)] != digests
+            ):
+                continue
+            same = agree_until(entries(k), entries(state), state.position) - state.position
+            if same <= 0:
+                continue
+            end = min(len(refs), off + same)
+            return refs[:end], ids[:end], None if units is None else units[:end], off
+        return None
+
+    def own_weights(state, position) -> bytes:
+        """The ``weights`` field of a state at ``position``: the digests, and the online
+        record without the entries no later position uses."""
+        extra = state.weights[len(digests) :]
+        if not extra:
+            return digests
+        mix = decode_mix(extra, n)
+        pruned = prune(mix, position)
+        return digests + (extra if pruned is mix else encode_mix(pruned))
+
     def next_(state: BlendState, want: int):
-        if state.weights != digests:
+        if state.weights[: len(digests)] != digests or (
+            len(state.weights) > len(digests) and mode != "weighted"
+        ):
             check(state)
             state = _reset(state)
         left = want if limit is None else min(want, limit - state.position)
         if left <= 0:
             return state, Refs.empty()
         hit = cache.get(state)
+        if hit is None and len(state.weights) > len(digests):
+            hit = reuse(state)
         if hit is None:
             block = max(left, _BLOCK)
             if limit is not None:
@@ -311,11 +392,12 @@ def blend(
         counts_ = np.bincount(ids[off : off + take], minlength=n)
         taken = tuple((np.asarray(state.taken, dtype=np.int64) + counts_).tolist())
         new: BlendState
+        weights = own_weights(state, state.position + take)
         if unit is None:
-            new = BlendState(state.key, state.position + take, taken, digests)
+            new = BlendState(state.key, state.position + take, taken, weights)
         else:
             used = units_after(state, ids, units, off, take)
-            new = UnitBlendState(state.key, state.position + take, taken, digests, used)
+            new = UnitBlendState(state.key, state.position + take, taken, weights, used)
         if off + take < len(refs):
             cache[new] = (refs, ids, units, off + take)
             while len(cache) > 4:
@@ -325,9 +407,10 @@ def blend(
     def _reset(state: BlendState) -> BlendState:
         """A state restored under other (accepted) weights or unit: the new digests, and the
         unit counters from zero (the new weights start a new segment)."""
+        extra = state.weights[len(digests) :]
         if unit is None:
-            return BlendState(state.key, state.position, state.taken, digests)
-        return UnitBlendState(state.key, state.position, state.taken, digests, zero_units)
+            return BlendState(state.key, state.position, state.taken, digests + extra)
+        return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
 
     no_input_state = (None,) * n
     return Source(
@@ -340,6 +423,28 @@ def blend(
         split=lambda s: (s, no_input_state),
         check=check,
     )
+
+
+def online_mix(state: BlendState, n: int) -> OnlineMix | None:
+    """The online weight changes a weighted blend's state of ``n`` datasets holds (None:
+    never changed)."""
+    extra = state.weights[2 * n :]
+    return decode_mix(extra, n) if extra else None
+
+
+def with_online_change(
+    state: BlendState, n: int, *, position: int, step: int, weights: bytes
+) -> BlendState:
+    """``state`` (a weighted blend of ``n`` datasets) with the weights ``weights`` (float32
+    bytes, see :func:`fpipe.plan.online_mix.weights32`) in force from ``position`` (at or after
+    the state's own position) on, recorded as a change at global step ``step``."""
+    if position < state.position:
+        raise ConfigError(
+            f"online weights from blend position {position}, before the blend's {state.position}"
+        )
+    mix = add_change(online_mix(state, n), position=position, step=step, weights=weights)
+    mix = prune(mix, state.position)
+    return msgspec.structs.replace(state, weights=state.weights[: 2 * n] + encode_mix(mix))
 
 
 def blend_counters(pipeline: Any, state: Any) -> dict[str, dict[str, int]]:

@@ -26,7 +26,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.rng import Key, fold_in, permutation, uniform_array
 
-__all__ = ["WeightSchedule", "choose_epochized", "choose_weighted"]
+__all__ = ["WeightSchedule", "choose_epochized", "choose_weighted", "pick"]
 
 
 class WeightSchedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,7 +100,7 @@ class WeightSchedule(msgspec.Struct, frozen=True, kw_only=True):
         return row / row.sum()
 
 
-def _pick(row: tuple[float, ...], u: np.ndarray) -> np.ndarray:
+def pick(row: tuple[float, ...], u: np.ndarray) -> np.ndarray:
     """Index ``d`` with probability ``row[d] / sum(row)`` for each uniform ``u``."""
     w = np.asarray(row, dtype=np.float64)
     cdf = np.cumsum(w)
@@ -121,14 +121,14 @@ def choose_weighted(key: Key, schedule: WeightSchedule, positions: np.ndarray) -
     u = uniform_array(key, positions)
     pts = schedule.points
     if len(pts) == 1:
-        return _pick(schedule.weights[0], u)
+        return pick(schedule.weights[0], u)
     seg = np.searchsorted(np.asarray(pts, dtype=np.int64), positions, side="right") - 1
     out = np.empty(len(positions), dtype=np.int32)
     for j in np.unique(seg).tolist():
         m = seg == j
         a = schedule.weights[j]
         if not schedule.linear or j + 1 == len(pts):
-            out[m] = _pick(a, u[m])
+            out[m] = pick(a, u[m])
             continue
         b = schedule.weights[j + 1]
         t = (positions[m] - pts[j]) / (pts[j + 1] - pts[j])
@@ -138,8 +138,8 @@ def choose_weighted(key: Key, schedule: WeightSchedule, positions: np.ndarray) -
         to_b = um < lam
         ids = np.empty(len(um), dtype=np.int32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ids[to_b] = _pick(b, um[to_b] / lam[to_b])
-            ids[~to_b] = _pick(a, (um[~to_b] - lam[~to_b]) / (1 - lam[~to_b]))
+            ids[to_b] = pick(b, um[to_b] / lam[to_b])
+            ids[~to_b] = pick(a, (um[~to_b] - lam[~to_b]) / (1 - lam[~to_b]))
         out[m] = ids
     return out
 

@@ -159,6 +159,13 @@ def test_consistency_check_catches_a_rank_ahead(runs):
         assert "ranks [0] took 2; ranks [1] took 3" in r["mismatch"]
 
 
+def test_ranks_asking_for_different_blend_weights_are_refused(runs):
+    for r in runs["ref"]:
+        got = r["set_weights"]
+        assert got["disagree"] is not None and "different weight changes" in got["disagree"]
+        assert got["unchanged"] and got["applied"]
+
+
 def test_per_rank_mode_disjoint_and_covering(runs):
     parts = [[k for b in r["per_rank"] for k in b] for r in runs["ref"]]
     assert not set(parts[0]) & set(parts[1])

@@ -83,7 +83,36 @@ def run(args, topo, out: Path) -> dict:
         result["mismatch"] = None
     except ConsistencyError as e:
         result["mismatch"] = str(e)
+    result["set_weights"] = _set_weights(topo, out)
     return result
+
+
+def _set_weights(topo, out: Path) -> dict:
+    """Ranks asking for different blend weights are refused (on every rank, nothing changed);
+    the same weights are applied."""
+    if topo.rank == 0:
+        for name in ("a", "b"):
+            rows = [json.dumps({"text": f"{name} {i}"}) for i in range(20)]
+            (out / f"{name}.jsonl").write_text("\n".join(rows) + "\n")
+        blend = "".join(f"      - {{weight: 1, path: {n}.jsonl}}\n" for n in "ab")
+        (out / "mix.yaml").write_text("splits:\n  train:\n    blend:\n" + blend)
+    dist.barrier()
+    ds = fpipe.get_train_dataset(
+        str(out / "mix.yaml"), global_batch_size=4, seed=1, sample_type="TextSample",
+        field_map={"text": "text"}, topology=topo,
+    )  # fmt: skip
+    loader = fpipe.get_loader(ds)
+    before = loader.snapshot()
+    got: dict = {}
+    try:
+        loader.set_weights([1, 1 + topo.rank])
+        got["disagree"] = None
+    except ConsistencyError as e:
+        got["disagree"] = str(e)
+    got["unchanged"] = loader.snapshot() == before
+    loader.set_weights([1, 3])
+    got["applied"] = loader.snapshot() != before
+    return got
 
 
 def resume(args, topo, out: Path) -> dict:

@@ -1,0 +1,329 @@
+"""Online blend weights from the loader (set_weights, mix_history) and seek / start_step: the
+change takes effect at the step, restores and replays continue exactly in both worker modes,
+seek gives the snapshot's bytes, and what cannot work is refused naming why."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+import fpipe
+from fpipe.core.errors import ConfigError, SnapshotError
+from fpipe.loader import Topology
+from fpipe.loader.consistency import ConsistencyError
+from fpipe.plan import BatchSchedule
+
+NAMES = ("a.jsonl", "b.jsonl", "c.jsonl")
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory):
+    root = tmp_path_factory.mktemp("online")
+    rng = np.random.default_rng(0)
+    for name, n in (("a", 300), ("b", 200), ("c", 150)):
+        with open(root / f"{name}.jsonl", "w") as f:
+            for i in range(n):
+                row = {"text": f"{name} {i}", "tokens": int(rng.integers(1, 200))}
+                f.write(json.dumps(row) + "\n")
+    blend = "".join(f"      - {{weight: 1, path: {n}}}\n" for n in NAMES)
+    (root / "mix.yaml").write_text("splits:\n  train:\n    blend:\n" + blend)
+    (root / "tokens.yaml").write_text(
+        "splits:\n  train:\n    blend_unit: tokens\n    blend:\n" + blend
+    )
+    epochized = "".join(f"      - {{repetitions: 1, path: {n}}}\n" for n in NAMES)
+    (root / "epochized.yaml").write_text("splits:\n  train:\n    blend_epochized:\n" + epochized)
+    return root
+
+
+def dataset(root, name="mix.yaml", world=1, rank=0, **kw):
+    args = dict(
+        global_batch_size=8,
+        seed=3,
+        sample_type="TextSample",
+        field_map={"text": "text"},
+        shuffle_buffer_size=40,
+        columns=["tokens"],
+        topology=Topology(rank=rank, world_size=world),
+    )
+    return fpipe.get_train_dataset(str(root / name), **{**args, **kw})
+
+
+def keys(batch) -> list[str]:
+    return list(batch.__key__)
+
+
+CHANGES = {5: {"c.jsonl": 1.0}, 12: [1.0, 0.0, 2.0], 30: {"b.jsonl": 1, "a.jsonl": 1}}
+
+
+def steered_run(root, steps=40, name="mix.yaml", **loader_kw):
+    """Batches, the snapshot after each batch (taken after that step's set_weights) and the
+    history of a run that changes its weights at the steps of CHANGES."""
+    loader = fpipe.get_loader(dataset(root, name), **loader_kw)
+    out, snaps = [], []
+    for step, batch in zip(range(steps), loader):
+        out.append(keys(batch))
+        if step + 1 in CHANGES:
+            loader.set_weights(CHANGES[step + 1])
+        snaps.append(loader.snapshot())
+    return out, snaps, loader.mix_history()
+
+
+def test_a_change_takes_effect_at_its_step_and_leaves_earlier_steps(mix):
+    plain = [keys(b) for _, b in zip(range(40), fpipe.get_loader(dataset(mix)))]
+    out, _, hist = steered_run(mix)
+    assert out[:5] == plain[:5] and out[5:] != plain[5:]
+    # weights {c: 1} from step 5: once the shuffle window drawn before it is used up (40
+    # samples, 5 steps), every sample is c's until step 12
+    assert all(k.startswith("c/") for batch in out[10:12] for k in batch)
+    # [1, 0, 2] from step 12: no b after its window
+    assert not any(k.startswith("b/") for batch in out[18:30] for k in batch)
+    assert [c["step"] for c in hist["changes"]] == [5, 12, 30]
+    assert hist["changes"][1]["weights"] == {"a.jsonl": 1.0, "b.jsonl": 0.0, "c.jsonl": 2.0}
+    json.dumps(hist)  # plain data
+
+
+@pytest.mark.parametrize("name", ["mix.yaml", "tokens.yaml"])
+def test_replay_seek_and_restore_continue_exactly(mix, name):
+    out, snaps, hist = steered_run(mix, name=name)
+    replay = fpipe.get_loader(dataset(mix, name), mix_history=hist)
+    assert [keys(b) for _, b in zip(range(40), replay)] == out
+    for n in (1, 5, 6, 13, 31, 37):
+        at = fpipe.get_loader(dataset(mix, name), start_step=n, mix_history=hist)
+        assert at.snapshot() == snaps[n - 1]  # the same bytes as the run saved
+        assert [keys(b) for _, b in zip(range(3), at)] == out[n : n + 3]
+    # a restore without the history continues exactly (the state holds the weights), the
+    # training loop making its later changes again
+    restored = fpipe.get_loader(dataset(mix, name))
+    restored.load_state_dict(snaps[20])
+    got = []
+    for step, batch in zip(range(21, 40), restored):
+        got.append(keys(batch))
+        if step + 1 in CHANGES:
+            restored.set_weights(CHANGES[step + 1])
+    assert got == out[21:40]
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_worker_modes_and_world_sizes_give_the_same_steered_run(mix, mode):
+    out, snaps, hist = steered_run(mix)
+    loader = fpipe.get_loader(dataset(mix), num_workers=2, worker_mode=mode, mix_history=hist)
+    assert [keys(b) for _, b in zip(range(40), loader)] == out
+    # restored on 2 ranks at step 8: the ranks' halves are the global batches
+    parts = []
+    for rank in range(2):
+        ranked = fpipe.get_loader(dataset(mix, world=2, rank=rank), num_workers=2, worker_mode=mode)
+        ranked.load_state_dict(snaps[7])
+        ranked.load_mix_history(hist)  # the changes after step 8 are made again at their steps
+        parts.append([keys(b) for _, b in zip(range(10), ranked)])
+    assert [a + b for a, b in zip(*parts)] == out[8:18]
+
+
+def test_the_state_stays_bounded_and_says_what_it_holds(mix):
+    loader = fpipe.get_loader(dataset(mix))
+    sizes = []
+    for step, _ in zip(range(60), loader):
+        loader.set_weights([1 + step % 3, 1, 2])
+        sizes.append(len(loader.snapshot()))
+    # the weights in force and those a lookahead has not reached yet: no growth with changes
+    assert max(sizes[30:]) <= max(sizes[:30]) and len(set(sizes)) <= 3
+    assert len(loader.mix_history()["changes"]) == 60
+    from fpipe.loader.steering import state_mix
+
+    mix_state = state_mix(loader.plan, loader._state.plan)
+    assert mix_state.changes == 60 and mix_state.step == 60
+    assert np.frombuffer(mix_state.current, "<f4").tolist() == [1 + 59 % 3, 1, 2]
+
+
+def test_history_after_restore_and_wrong_histories(mix):
+    out, snaps, hist = steered_run(mix)
+    loader = fpipe.get_loader(dataset(mix))
+    loader.load_state_dict(snaps[20])
+    with pytest.raises(ConfigError, match="load_mix_history"):
+        loader.mix_history()
+    loader.load_mix_history(hist)
+    assert loader.mix_history()["changes"] == hist["changes"][:2]
+    other = dict(hist, changes=hist["changes"][1:])
+    other.pop("digest")
+    bad = fpipe.get_loader(dataset(mix))
+    bad.load_state_dict(snaps[20])
+    with pytest.raises(ConfigError, match="does not lead"):
+        bad.load_mix_history(other)
+    with pytest.raises(ConfigError, match="digest"):
+        fpipe.get_loader(dataset(mix), mix_history=dict(hist, changes=hist["changes"][:1]))
+
+
+def test_a_later_step_is_scheduled_and_the_past_refused(mix):
+    out, _, _ = steered_run(mix)
+    loader = fpipe.get_loader(dataset(mix))
+    got = []
+    for step, batch in zip(range(40), loader):
+        got.append(keys(batch))
+        if step == 2:
+            for at, w in CHANGES.items():
+                loader.set_weights(w, at_step=at)
+    assert got == out
+    with pytest.raises(ConfigError, match="already at step 40"):
+        loader.set_weights([1, 1, 1], at_step=3)
+
+
+def test_refusals_name_the_problem(mix):
+    loader = fpipe.get_loader(dataset(mix))
+    with pytest.raises(ConfigError, match="unknown dataset 'x'"):
+        loader.set_weights({"x": 1})
+    with pytest.raises(ConfigError, match="not all 0"):
+        loader.set_weights([0, 0, 0])
+    with pytest.raises(ConfigError, match="2 weights for 3 datasets"):
+        loader.set_weights([1, 1])
+    with pytest.raises(ConfigError, match="epochized"):
+        fpipe.get_loader(dataset(mix, "epochized.yaml")).set_weights([1, 1, 1])
+    with pytest.raises(ConfigError, match="one dataset"):
+        fpipe.get_loader(dataset(mix, "a.jsonl")).set_weights([1])
+    with pytest.raises(ConfigError, match="packing_buffer_size"):
+        ds = dataset(mix, global_batch_size=None, batch_size=4, packing_buffer_size=8)
+        fpipe.get_loader(ds).seek(3)
+
+
+def test_ranks_that_disagree_are_refused(mix, monkeypatch):
+    import fpipe.loader.consistency as consistency
+
+    loader = fpipe.get_loader(dataset(mix))
+    before = loader.snapshot()
+
+    def gathered(row, group):  # rank 1 asked for other weights
+        other = row.copy()
+        other[1] += 1
+        return np.stack([row, other])
+
+    monkeypatch.setattr(consistency, "consistency_enabled", lambda flag, group=None: True)
+    monkeypatch.setattr(consistency, "_gather_rows", gathered)
+    with pytest.raises(ConsistencyError, match="different weight changes"):
+        loader.set_weights([1, 2, 3])
+    assert loader.snapshot() == before  # nothing changed
+    monkeypatch.setattr(consistency, "_gather_rows", lambda row, group: np.stack([row, row]))
+    loader.set_weights([1, 2, 3])
+    assert loader.snapshot() != before
+
+
+def test_an_edited_online_record_is_a_snapshot_error(mix):
+    import msgspec
+
+    from fpipe.plan.online_mix import OnlineEntry, OnlineMix, decode_mix, encode_mix
+
+    w = np.ones(3, "<f4").tobytes()
+    good = OnlineMix(2, 9, bytes(8), (OnlineEntry(5, w), OnlineEntry(9, w)))
+    assert decode_mix(encode_mix(good), 3) == good
+    for bad in (
+        msgspec.structs.replace(good, entries=good.entries[::-1]),  # out of order
+        msgspec.structs.replace(good, entries=(OnlineEntry(5, w[:8]),)),  # 2 weights for 3
+        msgspec.structs.replace(good, entries=(OnlineEntry(5, bytes(12)),)),  # all 0
+    ):
+        with pytest.raises(SnapshotError, match="not possible"):
+            decode_mix(encode_mix(bad), 3)
+    with pytest.raises(SnapshotError, match="malformed"):
+        decode_mix(b"L\x00\x00\x00\x00", 3)
+
+
+def test_each_sample_says_its_dataset(mix):
+    loader = fpipe.get_loader(dataset(mix))
+    batch = next(iter(loader))
+    ids = [key[0] for key in batch.__restore_key__]
+    names = [loader.dataset.datasets[i] for i in ids]
+    assert [n.split(".")[0] for n in names] == [k.split("/")[0] for k in keys(batch)]
+
+
+def test_megatron_step_batch_size_schedule(mix):
+    def megatron_size(consumed, rows):  # StepBatchsizeNumMicroBatchesCalculator's rule
+        size = rows[0][1]
+        for threshold, bs in rows:
+            if consumed >= threshold:
+                size = bs
+        return size
+
+    text = "0:8 40:16, 0.1K:32"
+    schedule = BatchSchedule.megatron(text)
+    consumed = 0
+    for step in range(30):
+        assert schedule.size_at(step) == megatron_size(consumed, [(0, 8), (40, 16), (100, 32)])
+        consumed += schedule.size_at(step)
+    assert BatchSchedule.megatron("0:16 2.4B:320", seq_length=2048).size_at(10**6) == 320
+    loader = fpipe.get_loader(dataset(mix, global_batch_size=text))
+    sizes = [len(keys(b)) for _, b in zip(range(9), loader)]
+    assert sizes == [8] * 5 + [16] * 4 == [schedule.size_at(s) for s in range(9)]
+    for bad in ("8:8", "0:8 x:3", "0:8 5"):
+        with pytest.raises(ConfigError, match="step batch size schedule"):
+            BatchSchedule.megatron(bad)
+
+
+def test_fpipe_plan_replays_the_mix_history(mix, tmp_path):
+    from fpipe.cli.main import main
+
+    out, _, hist = steered_run(mix)
+    (tmp_path / "h.json").write_text(json.dumps(hist))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        textwrap.dedent(
+            f"""\
+            path: {mix / "mix.yaml"}
+            global_batch_size: 8
+            seed: 3
+            shuffle_buffer_size: 40
+            columns: [tokens]
+            sample_type: TextSample
+            field_map: {{text: text}}
+            """
+        )
+    )
+    from fpipe.datasets.lineage import step_samples
+    from fpipe.datasets.plan_config import load_plan_config
+
+    cfg = load_plan_config(plan, {"mix_history": str(tmp_path / "h.json")})
+    rows = list(step_samples(cfg, (10, 20)))
+    assert [[r["key"] for r in rows if r["step"] == s] for s in range(10, 20)] == out[10:20]
+    plain = list(step_samples(load_plan_config(plan), (10, 20)))
+    assert [r["key"] for r in plain] != [r["key"] for r in rows]
+    assert (
+        main(
+            ["plan", str(plan), "--step", "15", "--mix-history", str(tmp_path / "h.json"), "--json"]
+        )
+        == 0
+    )
+
+
+def test_a_pool_restarted_from_a_later_state_applies_each_change_once(mix):
+    from fpipe.loader._steering import pending_changes
+    from fpipe.loader.steering import seek_state
+
+    loader = fpipe.get_loader(dataset(mix))
+    loader.set_weights([1, 0, 0], at_step=3)
+    loader.set_weights([0, 1, 0], at_step=6)
+    assert [c.step for c in pending_changes(loader)] == [3, 6]
+    later, *_ = seek_state(loader.plan, 4, (), loader._mix.changes)  # holds the change at 3
+    assert [c.step for c in pending_changes(loader, later)] == [6]
+
+
+def test_a_blend_inside_a_nested_metadataset(mix):
+    (mix / "inner.yaml").write_text(
+        "splits:\n  train:\n    blend:\n"
+        "      - {weight: 1, path: a.jsonl}\n      - {weight: 1, path: b.jsonl}\n"
+    )
+    (mix / "outer.yaml").write_text(
+        "splits:\n  train:\n    blend:\n"
+        "      - {weight: 2, path: inner.yaml}\n      - {weight: 1, path: c.jsonl}\n"
+    )
+    loader = fpipe.get_loader(dataset(mix, "outer.yaml"))
+    names = loader.dataset.datasets
+    assert len(names) == 3 and any("/" in n for n in names)  # the inner leaves, flattened
+    out, snaps = [], []
+    for step, batch in zip(range(30), loader):
+        out.append(keys(batch))
+        if step == 4:
+            loader.set_weights({names[2]: 1.0})  # c only
+        snaps.append(loader.snapshot())
+    assert all(k.startswith("c/") for batch in out[12:] for k in batch)
+    at = fpipe.get_loader(
+        dataset(mix, "outer.yaml"), start_step=20, mix_history=loader.mix_history()
+    )
+    assert at.snapshot() == snaps[19]
