@@ -9,6 +9,7 @@ recipes from :class:`PlanSampler`) or fpipe's thread pool (:mod:`fpipe.loader.th
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +18,16 @@ import torch.utils.data
 
 from fpipe.encode import batch_slots
 from fpipe.loader._pack_batches import PackBatcher
+from fpipe.loader._read_ahead import Horizon
 from fpipe.loader._recovery import run_task
+from fpipe.loader._stats import add_io
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState
 from fpipe.loader.threads import iterate_threads
 from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.recipe_codec import encode_recipe
 from fpipe.plan.skip import next_recipe
+from fpipe.storage.read.read_ahead import close as close_window
 
 if TYPE_CHECKING:  # the loader calls these with itself
     from fpipe.loader.dataloader import Loader
@@ -31,6 +35,7 @@ if TYPE_CHECKING:  # the loader calls these with itself
 __all__ = [
     "PlanSampler",
     "RecipeDataset",
+    "horizon",
     "identity",
     "iterate_batches",
     "pack_batcher",
@@ -72,25 +77,39 @@ class RecipeDataset(torch.utils.data.Dataset):
 class PlanSampler:
     """Iterates the plan from a start state; records (state after, epoch) per recipe sent.
     ``excluded``: step -> positions of that recipe to leave out (samples that killed their
-    worker twice)."""
+    worker twice). ``horizon``: the read-ahead hints sent with each task
+    (:mod:`fpipe.loader._read_ahead`; None: none)."""
 
-    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=()):
+    def __init__(
+        self, plan, start, pending: collections.deque, excluded=None, skip=(), horizon=None
+    ):
         self.plan, self.start, self.pending, self.skip = plan, start, pending, skip
         self.excluded: dict = {} if excluded is None else excluded
+        self.horizon = horizon
 
     def __iter__(self):
         state = self.start
-        while True:
-            # steps in a skip range are planned (metadata only) and passed over
-            state, recipe, _ = next_recipe(self.plan, state, self.skip)
+        # (state after, recipe or None at the end, its bytes): planned ahead of the task sent
+        planned: collections.deque = collections.deque()
+        reach = 0 if self.horizon is None else self.horizon.reach
+        for k in itertools.count():
+            while len(planned) <= reach and (not planned or planned[-1][1] is not None):
+                # steps in a skip range are planned (metadata only) and passed over
+                state, recipe, _ = next_recipe(self.plan, state, self.skip)
+                planned.append((state, recipe, None if recipe is None else encode_recipe(recipe)))
+            after, recipe, data = planned.popleft()
             if recipe is None:
                 # The end-of-stream state holds the final drop counts (a dropped remainder).
-                self.pending.append((state, None, None))
+                self.pending.append((after, None, None))
                 return
             epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
-            self.pending.append((state, epoch, recipe))
+            self.pending.append((after, epoch, recipe))
             excluded = self.excluded.get(recipe.step)
-            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
+            if self.horizon is not None:
+                upcoming = [data, *(p[2] for p in planned)]
+                yield (data, tuple(excluded or ()), self.horizon.hint(k, upcoming))
+            else:
+                yield data if not excluded else (data, excluded)
 
 
 def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
@@ -109,6 +128,7 @@ def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
                 restarted = True  # load_state_dict during iteration: start over from it
                 break
             plan_state, epoch, _ = pending.popleft()
+            add_io(loader._io, result.io)
             if packer is not None:  # a packing buffer: batches of packs across buffers
                 for batch, state in packer.feed(result, plan_state, epoch, loader._state):
                     loader._state = state
@@ -161,11 +181,13 @@ def pool_results(loader: Loader, pending: collections.deque):
 def pool(loader: Loader, pending: collections.deque, start, excluded):
     """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
     workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
-    plan state."""
+    plan state. What the pool read ahead in this process is let go when it ends."""
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+    ahead = horizon(loader)
+    sampler = PlanSampler(loader.plan, start, pending, excluded, loader._state.skip, ahead)
     if loader.worker_mode == "thread" and loader.num_workers > 0:
-        return iterate_threads(
-            PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
+        results = iterate_threads(
+            sampler,
             loader.dataset.materializer,
             num_threads=loader.num_workers,
             in_flight=loader.num_workers * loader.prefetch_factor,
@@ -173,15 +195,35 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
             recipe_at=recipe_at,
             describe=loader._describe,
         )
-    return iterate(
-        torch_loader(loader, pending, start, excluded),
-        timeout=loader.timeout,
-        recipe_at=recipe_at,
-        describe=loader._describe,
-    )
+    else:
+        results = iterate(
+            torch_loader(loader, sampler),
+            timeout=loader.timeout,
+            recipe_at=recipe_at,
+            describe=loader._describe,
+        )
+    return results if ahead is None else _closing(results, ahead.token)
 
 
-def torch_loader(loader: Loader, pending, start, excluded):
+def _closing(results, token):
+    try:
+        yield from results
+    finally:
+        results.close()
+        close_window(token)
+
+
+def horizon(loader: Loader) -> Horizon | None:
+    """The read-ahead hints of a new worker pool of ``loader`` (None: read-ahead off)."""
+    budget, n = loader.read_ahead_bytes, loader.num_workers
+    if not budget or not loader.read_ahead_steps:
+        return None
+    if loader.worker_mode == "thread" and n > 0:  # one window for the threads, tasks in flight
+        return Horizon(loader.read_ahead_steps, budget * n, 1, n * loader.prefetch_factor)
+    return Horizon(loader.read_ahead_steps, budget, n)
+
+
+def torch_loader(loader: Loader, sampler: PlanSampler):
     kwargs: dict = {}
     marks = slots = None
     if loader.num_workers > 0:
@@ -198,7 +240,7 @@ def torch_loader(loader: Loader, pending, start, excluded):
     return torch.utils.data.DataLoader(
         RecipeDataset(loader.dataset.materializer, marks, slots),
         batch_size=None,
-        sampler=PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
+        sampler=sampler,
         num_workers=loader.num_workers,
         collate_fn=identity,
         **kwargs,
