@@ -28,6 +28,7 @@ from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.recipe_codec import encode_recipe
 from fpipe.plan.skip import next_recipe
 from fpipe.storage.read.read_ahead import close as close_window
+from fpipe.storage.read.read_ahead import take_io_counters
 
 if TYPE_CHECKING:  # the loader calls these with itself
     from fpipe.loader.dataloader import Loader
@@ -183,6 +184,7 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
     workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
     plan state. What the pool read ahead in this process is let go when it ends."""
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+    take_io_counters()  # reads of this process before the pool started are not its own
     ahead = horizon(loader)
     sampler = PlanSampler(loader.plan, start, pending, excluded, loader._state.skip, ahead)
     if loader.worker_mode == "thread" and loader.num_workers > 0:

@@ -4,9 +4,11 @@
 The plan sampler plans ``reach`` recipes past the one it hands out (metadata only; the loader's
 state still follows the batches taken, not this). Worker processes get their tasks in turn
 (torch's DataLoader gives task ``k`` to worker ``k mod N``), so worker ``w``'s horizon is its
-own next ``per_worker`` recipes: its first task names them all, itself included, so the first
-batch reads all its ranges at once; every later task names the one recipe that enters its
-horizon. A pool that shares one process (threads, or no workers) is one worker seen this way.
+own next ``per_worker`` recipes. It opens up as the worker starts: its first task names only
+itself (the first batch's ranges are read all at once, and not behind a horizon of other
+reads), and each later task about doubles the horizon (1, 3, 7... recipes ahead) until it is
+``per_worker``; from then on each task names the one recipe entering it. A pool that
+shares one process (threads, or no workers) is one worker seen this way.
 A restored or recovered loader starts a new pool, whose horizon starts at the restored step.
 """
 
@@ -45,10 +47,16 @@ class Horizon:
         """Recipes planned past the task handed out."""
         return self.per_worker * self.workers
 
+    def _opened(self, j: int) -> int:
+        """The horizon (own recipes ahead) at a worker's ``j``-th task: 0, 1, 3, 7... up to
+        ``per_worker``."""
+        return min(self.per_worker, (1 << min(j, 30)) - 1)
+
     def hint(self, k: int, upcoming: Sequence[bytes | None]) -> ReadAheadHint:
         """The hint of task ``k`` (counted from this pool's first), ``upcoming[j]`` being the
         encoded recipe of task ``k + j`` (None past the end of the stream)."""
-        n = self.workers
-        first = range(0, self.reach + 1, n) if k < n else (self.reach,)
-        recipes = tuple(upcoming[j] for j in first if j < len(upcoming) and upcoming[j])
+        n, j = self.workers, k // self.workers  # j: the worker's own task count
+        lo = 0 if j == 0 else self._opened(j - 1)
+        named = range(lo * n, self._opened(j) * n + 1, n)
+        recipes = tuple(upcoming[i] for i in named if i < len(upcoming) and upcoming[i])
         return ReadAheadHint(self.token, self.budget, self.keep, recipes)  # type: ignore[arg-type]

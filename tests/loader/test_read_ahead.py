@@ -252,3 +252,22 @@ def test_a_worker_killed_with_reads_in_flight_loses_nothing(data):
     it.close()
     assert got == expected
     assert loader.stats().recoveries >= 1
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_each_recipe_is_named_once_to_the_worker_that_makes_it(workers):
+    from fpipe.loader._read_ahead import Horizon
+
+    horizon = Horizon(12, 100, workers)
+    named: dict[int, int] = {}
+    for k in range(60):
+        upcoming = [b"%d" % (k + i) for i in range(horizon.reach + 1)]
+        got = [int(r) for r in horizon.hint(k, upcoming).recipes]
+        if k < workers:
+            assert got[0] == k  # a worker's first task: its own recipe's ranges at once
+        for r in got:
+            assert r not in named and r % workers == k % workers  # once, to its own worker
+            assert k <= r <= k + horizon.reach
+            named[r] = k
+    assert set(range(60)) <= set(named)  # every recipe before it is needed
+    assert max(r - named[r] for r in named) == horizon.reach  # the horizon opened fully

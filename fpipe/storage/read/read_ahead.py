@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,19 @@ _LOCK = threading.Lock()
 _COUNTERS: collections.Counter[str] = collections.Counter()
 _PEAKS: dict[str, int] = {}
 _WINDOWS: collections.OrderedDict[Any, Window] = collections.OrderedDict()
+
+
+def _forked() -> None:
+    """A forked child starts its counters and windows afresh (and with a free lock)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _COUNTERS.clear()
+    _PEAKS.clear()
+    _WINDOWS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def count(**amounts: int) -> None:
