@@ -4,10 +4,9 @@
 The plan sampler plans ``reach`` recipes past the one it hands out (metadata only; the loader's
 state still follows the batches taken, not this). Worker processes get their tasks in turn
 (torch's DataLoader gives task ``k`` to worker ``k mod N``), so worker ``w``'s horizon is its
-own next ``per_worker`` recipes. It opens up as the worker starts: its first task names only
-itself (the first batch's ranges are read all at once, and not behind a horizon of other
-reads), and each later task about doubles the horizon (1, 3, 7... recipes ahead) until it is
-``per_worker``; from then on each task names the one recipe entering it. A pool that
+own next ``per_worker`` recipes. Its first task names only itself: the first batch's ranges
+are read all at once, and not behind a horizon of other reads. Its second names the whole
+horizon, and from then on each task names the one recipe entering it. A pool that
 shares one process (threads, or no workers) is one worker seen this way.
 A restored or recovered loader starts a new pool, whose horizon starts at the restored step.
 """
@@ -48,9 +47,9 @@ class Horizon:
         return self.per_worker * self.workers
 
     def _opened(self, j: int) -> int:
-        """The horizon (own recipes ahead) at a worker's ``j``-th task: 0, 1, 3, 7... up to
-        ``per_worker``."""
-        return min(self.per_worker, (1 << min(j, 30)) - 1)
+        """The horizon (own recipes ahead) at a worker's ``j``-th task: none at its first,
+        then ``per_worker``."""
+        return 0 if j == 0 else self.per_worker
 
     def hint(self, k: int, upcoming: Sequence[bytes | None]) -> ReadAheadHint:
         """The hint of task ``k`` (counted from this pool's first), ``upcoming[j]`` being the

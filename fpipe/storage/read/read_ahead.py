@@ -111,7 +111,8 @@ class Window:
         #: as direct reads would)
         self._entries: dict[Range, list[_Entry]] = {}
         self._queued: collections.deque[tuple[int, Any, Range]] = collections.deque()
-        self._lock = threading.Lock()
+        # reentrant: a read that ends as it is let go calls _release at once, in this thread
+        self._lock = threading.RLock()
 
     def add(self, step: int, files: Any, ranges: Sequence[Range]) -> None:
         """Read ``ranges`` of step ``step`` ahead through ``files`` (its ``read_ahead``), as
