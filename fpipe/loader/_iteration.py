@@ -92,8 +92,8 @@ class PlanSampler:
         state = self.start
         # (state after, recipe or None at the end, its bytes): planned ahead of the task sent
         planned: collections.deque = collections.deque()
-        reach = 0 if self.horizon is None else self.horizon.reach
         for k in itertools.count():
+            reach = 0 if self.horizon is None else self.horizon.needed(k)
             while len(planned) <= reach and (not planned or planned[-1][1] is not None):
                 # steps in a skip range are planned (metadata only) and passed over
                 state, recipe, _ = next_recipe(self.plan, state, self.skip)

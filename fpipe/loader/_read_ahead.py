@@ -51,6 +51,11 @@ class Horizon:
         then ``per_worker``."""
         return 0 if j == 0 else self.per_worker
 
+    def needed(self, k: int) -> int:
+        """Recipes task ``k``'s hint looks past it (none at a worker's first task: the first
+        batches are not delayed by planning ahead)."""
+        return self._opened(k // self.workers) * self.workers
+
     def hint(self, k: int, upcoming: Sequence[bytes | None]) -> ReadAheadHint:
         """The hint of task ``k`` (counted from this pool's first), ``upcoming[j]`` being the
         encoded recipe of task ``k + j`` (None past the end of the stream)."""

@@ -9,10 +9,14 @@ plain paths through local files (``posix_fadvise``).
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +31,7 @@ from fpipe.storage.read.remote import RemoteFiles  # noqa: E402
 from tests.loader.helpers import digest, prepared_images  # noqa: E402
 from tests.loader.test_plan_packing import CaptionPacker  # noqa: E402
 
+ROOT = str(Path(__file__).resolve().parents[2])
 DECODE = ImageDecodeOptions(target_size=8)
 BUCKETS = {ratio: {4: {1: (1.0, 4)}} for ratio in ("3:4", "1:1", "4:3")}
 ON = 1 << 20
@@ -113,11 +118,12 @@ def test_read_ahead_changes_no_batch_and_no_state(data, kind, mode):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("url", [False, True], ids=["local", "file-url"])
-def test_process_workers_read_ahead_the_same_batches(data, url):
-    kind = "blend" if url else "plain"
-    got, io = _run(data, kind, url=url, num_workers=2, read_ahead_bytes=ON)
-    assert got == _reference(data, kind, url)
+@pytest.mark.parametrize("kind", ["pack", "buckets"])
+def test_process_workers_read_ahead_the_same_batches(data, kind):
+    """Local paths (forked workers, posix_fadvise); obstore's reads in worker processes are
+    checked in a process of their own (below)."""
+    got, io = _run(data, kind, url=False, num_workers=2, read_ahead_bytes=ON)
+    assert got == _reference(data, kind, url=False)
     assert io["read_ahead_ranges"] > 0  # counted in the workers, summed in the loader
 
 
@@ -228,46 +234,47 @@ def _worker_pids() -> list[int]:
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(
-                        int(entry)
-                    )
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
+            kids.setdefault(parent, []).append(int(entry))
     return sorted(p for child in kids.get(os.getpid(), []) for p in kids.get(child, []))
 
 
-@pytest.mark.slow
-def test_a_worker_killed_with_reads_in_flight_loses_nothing(data):
-    expected = _reference(data, "plain")[0]
+def _in_own_process(root: str) -> dict:
+    """Worker processes reading a ``file://`` blend through obstore (a fork server, started
+    in this process: one started in the test session would keep that moment's environment
+    for later tests' workers), and a worker SIGKILLed with its reads ahead in flight."""
+    data = Path(root)
+    got, io = _run(data, "blend", num_workers=2, read_ahead_bytes=ON)
+    out = {"blend": got == _reference(data, "blend"), "ranges": io.get("read_ahead_ranges", 0)}
     loader = fpipe.get_loader(
         _dataset(data, "plain"), num_workers=2, read_ahead_bytes=ON, timeout=20
     )
     loader.skip((2, 4))
     it = iter(loader)
-    got = [digest(next(it)) for _ in range(2)]
+    batches = [digest(next(it)) for _ in range(2)]
     pids = _worker_pids()
-    assert pids
-    os.kill(pids[0], signal.SIGKILL)  # its reads ahead (all its horizon) die with it
-    got += [digest(next(it)) for _ in range(5)]
+    os.kill(pids[0], signal.SIGKILL)  # its reads ahead (its whole horizon) die with it
+    batches += [digest(next(it)) for _ in range(5)]
     it.close()
-    assert got == expected
-    assert loader.stats().recoveries >= 1
+    out["killed"] = batches == _reference(data, "plain")[0][:7] and len(pids) == 2
+    out["recoveries"] = loader.stats().recoveries
+    return out
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
-def test_each_recipe_is_named_once_to_the_worker_that_makes_it(workers):
-    from fpipe.loader._read_ahead import Horizon
+@pytest.mark.slow
+def test_obstore_reads_in_worker_processes_and_a_killed_worker_lose_nothing(data):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.loader.test_read_ahead", str(data)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["blend"] and got["ranges"] > 0
+    assert got["killed"] and got["recoveries"] >= 1
 
-    horizon = Horizon(12, 100, workers)
-    named: dict[int, int] = {}
-    for k in range(60):
-        upcoming = [b"%d" % (k + i) for i in range(horizon.reach + 1)]
-        got = [int(r) for r in horizon.hint(k, upcoming).recipes]
-        if k < workers:
-            assert got[0] == k  # a worker's first task: its own recipe's ranges at once
-        for r in got:
-            assert r not in named and r % workers == k % workers  # once, to its own worker
-            assert k <= r <= k + horizon.reach
-            named[r] = k
-    assert set(range(60)) <= set(named)  # every recipe before it is needed
-    assert max(r - named[r] for r in named) == horizon.reach  # the horizon opened fully
+
+if __name__ == "__main__":
+    print(json.dumps(_in_own_process(sys.argv[1])))

@@ -95,7 +95,8 @@ def test_a_late_read_ahead_is_hedged_and_the_bytes_are_the_same(s3, pair):
     """A read the batch needs while its read-ahead GET is still running is hedged as a direct
     read would be; every other range read ahead is taken, not fetched again."""
     local, url = pair
-    options = remote.StorageOptions(hedge_min_delay_s=0.15)
+    # options of its own: stores are kept per (bucket, options), with the endpoint they had
+    options = remote.StorageOptions(hedge_min_delay_s=0.16)
     with FaultProxy(s3.endpoint, choose=_slow_ranged_get(22)) as proxy:
         old = set_env({"AWS_ENDPOINT_URL": proxy.endpoint})
         try:
