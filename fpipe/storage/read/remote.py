@@ -9,6 +9,9 @@ process. See ``docs/remote.md`` (use) and ``docs/design/remote_storage.md`` (why
   members are contiguous in its shard). :meth:`RemoteFiles.prefetch` fetches the ranges of a
   whole recipe concurrently (at most ``concurrency`` requests in flight), and the reads that
   follow are served from what it fetched.
+- :meth:`RemoteFiles.read_ahead` starts the ranges of the steps a worker will make next
+  (:mod:`fpipe.storage.read.read_ahead`); :meth:`RemoteFiles.prefetch` takes those instead of
+  sending their GETs again, and a read that needs one still in flight is hedged below.
 - A ranged GET slower than most recent ones is *hedged*: a second identical request is sent
   and the first answer wins (bounded: one hedge per read, at most ``hedge_max_fraction`` of the
   reads; see ``_hedge.py``). The bytes are the same, so the output is too.
