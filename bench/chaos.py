@@ -178,10 +178,13 @@ def _gap(i: int) -> int:
     return 25 + int(hashlib.sha256(b"gap%d" % i).hexdigest(), 16) % 51
 
 
-def batch_times(url: str, s3, args, *, hedge: bool) -> dict:
+def batch_times(url: str, s3, args, *, hedge: bool, read_ahead: bool = True) -> dict:
     proxy = FaultProxy(s3.endpoint, delay=0.05, delay_s=args.slow_s, seed=2 + hedge)
     loader = fpipe.get_loader(
-        _dataset(url, _storage(proxy, hedge=hedge)), num_workers=2, timeout=60.0
+        _dataset(url, _storage(proxy, hedge=hedge)),
+        num_workers=2,
+        timeout=60.0,
+        **({} if read_ahead else {"read_ahead_bytes": 0}),
     )
     it = iter(loader)
     for _ in range(10):  # workers start; each reader times 20 GETs before it may hedge
@@ -195,8 +198,10 @@ def batch_times(url: str, s3, args, *, hedge: bool) -> dict:
         time.sleep(args.step_s)  # the training step's compute
         wait.append(t1 - t0)
         step.append(time.perf_counter() - t0)
+    rss = max((_peak_rss_mb(p) for p in worker_pids()), default=0.0)
     it.close()
     proxy.stop()
+    io = loader.stats().io
     gets, dups = proxy.counts["get"] - gets, proxy.counts["duplicates"] - dups
     p50, p99 = _q(step, 0.5), _q(step, 0.99)
     return {
@@ -204,13 +209,31 @@ def batch_times(url: str, s3, args, *, hedge: bool) -> dict:
         "p99_batch_s": round(p99, 4),
         "p99_over_p50": round(p99 / p50, 3),
         "p95_batch_s": round(_q(step, 0.95), 4),
+        "p95_over_p50": round(_q(step, 0.95) / p50, 3),
         "batches_over_1s": sum(t > 1.0 for t in step),
         "p50_wait_s": round(_q(wait, 0.5), 4),
         "p99_wait_s": round(_q(wait, 0.99), 4),
         "mean_batch_s": round(statistics.fmean(step), 4),
         "hedged_fraction": round(dups / max(1, gets), 4),
         "slow_gets": proxy.counts["delay"],
+        # slow reads whose bytes were there before the batch needed them, over all slow reads
+        "read_ahead_hidden_fraction": round(
+            io.get("slow_reads_hidden", 0) / max(1, io.get("slow_reads", 0)), 4
+        ),
+        "read_ahead_peak_bytes": io.get("read_ahead_peak_bytes", 0),
+        "worker_peak_rss_mb": round(rss, 1),
     }
+
+
+def _peak_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _q(values: list[float], q: float) -> float:
@@ -253,13 +276,21 @@ def main() -> None:
                     f"{result['batches_mismatched']} mismatched, "
                     f"rss x{result['rss_growth_ratio']}"
                 )
-            hedged = batch_times(url, s3, args, hedge=True)
-            plain = batch_times(url, s3, args, hedge=False)
-            for name, r in (("hedged", hedged), ("no hedging", plain)):
-                print(f"{name}: batch p50 {r['p50_batch_s']} s, p99 {r['p99_batch_s']} s "
-                      f"(x{r['p99_over_p50']}); wait p50 {r['p50_wait_s']} s, "
-                      f"p99 {r['p99_wait_s']} s; hedged {r['hedged_fraction']:.1%}")  # fmt: skip
-            result |= hedged
+            ahead = batch_times(url, s3, args, hedge=True)
+            hedged = batch_times(url, s3, args, hedge=True, read_ahead=False)
+            plain = batch_times(url, s3, args, hedge=False, read_ahead=False)
+            runs = (("read-ahead + hedged", ahead), ("hedged, no read-ahead", hedged),
+                    ("no hedging, no read-ahead", plain))  # fmt: skip
+            for name, r in runs:
+                print(f"{name}: batch p50 {r['p50_batch_s']} s, p95 {r['p95_batch_s']} s, "
+                      f"p99 {r['p99_batch_s']} s (x{r['p99_over_p50']}); wait p50 "
+                      f"{r['p50_wait_s']} s, p99 {r['p99_wait_s']} s; hedged "
+                      f"{r['hedged_fraction']:.1%}; slow reads hidden "
+                      f"{r['read_ahead_hidden_fraction']:.1%}; read ahead peak "
+                      f"{r['read_ahead_peak_bytes']} B, worker RSS "
+                      f"{r['worker_peak_rss_mb']} MiB")  # fmt: skip
+            result |= ahead
+            result |= {f"{k}_no_read_ahead": v for k, v in hedged.items()}
             result |= {f"{k}_no_hedging": v for k, v in plain.items()}
             result |= {
                 "slow_get_s": args.slow_s,

@@ -17,7 +17,10 @@ Figures:
   field map's ``jpg`` and ``txt``; the tar header and padding between them), over those bytes.
 - ``remote_vs_local_samples_per_s``: samples/s from the bucket over samples/s from local disk,
   both through ``fpipe.get_loader`` with ``num_workers=2`` and the same work (decode, resize to
-  224, batch 32), medians of interleaved repeats after a warm-up.
+  224, batch 32), medians of interleaved repeats after a warm-up past the read-ahead horizon;
+  ``*_no_read_ahead``: the bucket with ``read_ahead_bytes=0``.
+- ``requests_per_sample_read_ahead``: the same through the loader with read-ahead on, over one
+  epoch; ``first_batch_s_*``: seconds from ``iter()`` to the first batch (workers start).
 
 The local server costs CPU on this same machine (a real bucket's does not), so the ratio is a
 lower bound for the client side.
@@ -54,6 +57,7 @@ from _loader_data import natural_jpeg, write_shard  # noqa: E402
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
+from fpipe.loader._read_ahead import DEFAULT_READ_AHEAD_STEPS  # noqa: E402
 from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402
 from tests.storage.s3_server import LocalS3, S3Server, restore_env, set_env  # noqa: E402
 
@@ -208,8 +212,23 @@ def io_figures(url: str, n: int) -> dict:
     }
 
 
-def rate(path: str, batches: int, warmup: int, server) -> tuple[float, float, float]:
-    """(samples/s, client CPU ms per sample, server CPU ms per sample) over the timed batches."""
+def loader_requests_per_sample(url: str) -> float:
+    """Ranged GETs per sample over one whole epoch through ``fpipe.get_loader`` with the
+    default read-ahead (``num_workers=0``: every read is counted in ``stats().io``)."""
+    ds = fpipe.get_train_dataset(
+        url, batch_size=32, seed=1, num_epochs=1, image_decode=ImageDecodeOptions(target_size=32)
+    )
+    loader = fpipe.get_loader(ds, num_workers=0)
+    for _ in loader:
+        pass
+    io = loader.stats().io
+    assert io.get("read_ahead_ranges", 0) > 0, io  # read-ahead was on
+    return io["requests"] / loader.stats().samples
+
+
+def rate(path: str, batches: int, warmup: int, server, **kw) -> tuple[float, ...]:
+    """(samples/s, client CPU ms per sample, server CPU ms per sample) over the timed batches,
+    and the seconds from asking for the first batch to having it (workers start included)."""
     ds = fpipe.get_train_dataset(
         path,
         batch_size=32,
@@ -218,8 +237,11 @@ def rate(path: str, batches: int, warmup: int, server) -> tuple[float, float, fl
         max_samples_per_sequence=64,
         image_decode=ImageDecodeOptions(target_size=224),
     )
-    it = iter(fpipe.get_loader(ds, num_workers=2))
-    for _ in range(warmup):
+    t0 = time.perf_counter()
+    it = iter(fpipe.get_loader(ds, num_workers=2, **kw))
+    next(it)
+    first = time.perf_counter() - t0
+    for _ in range(warmup - 1):
         next(it)
     pid = server._proc.pid
     c0, s0, t0 = client_cpu_seconds(pid), server.cpu_seconds(), time.perf_counter()
@@ -228,7 +250,7 @@ def rate(path: str, batches: int, warmup: int, server) -> tuple[float, float, fl
     t = time.perf_counter() - t0
     c, s = client_cpu_seconds(pid) - c0, server.cpu_seconds() - s0
     n = batches * 32
-    return n / t, 1000 * c / n, 1000 * s / n
+    return n / t, 1000 * c / n, 1000 * s / n, first
 
 
 def main() -> None:
@@ -264,21 +286,37 @@ def main() -> None:
             f"requests/sample {figures['requests_per_sample']:.3f}, "
             f"overread {figures['overread_fraction']:.4f}"
         )
+        figures["requests_per_sample_read_ahead"] = loader_requests_per_sample(url)
+        print(f"requests/sample through the loader, read-ahead on: "
+              f"{figures['requests_per_sample_read_ahead']:.3f}")  # fmt: skip
         local_rates, remote_rates, server_cpu, local_cpu, remote_cpu, loads = [], [], [], [], [], []
+        first_local, first_remote, first_plain, plain_cpu = [], [], [], []
+        rate(url, 1, 1, server)  # starts the fork server the bucket's workers are forked from
+        # Warm-up past the read-ahead horizon (the same for every run): a worker's second batch
+        # starts the reads of its next 64 steps at once, whose CPU would otherwise be counted
+        # against the few batches timed; after it, each step reads one step's samples.
+        warmup = 3 + DEFAULT_READ_AHEAD_STEPS
         for r in range(repeats):
-            got = rate(str(local), batches, 3, server)
+            got = rate(str(local), batches, warmup, server)
             local_rates.append(got[0])
             local_cpu.append(got[1])
-            got = rate(url, batches, 3, server)
+            first_local.append(got[3])
+            got = rate(url, batches, warmup, server)
             remote_rates.append(got[0])
             remote_cpu.append(got[1])
             server_cpu.append(got[2])
+            first_remote.append(got[3])
+            got = rate(url, batches, warmup, server, read_ahead_bytes=0)
+            plain_cpu.append(got[1])
+            first_plain.append(got[3])
             loads.append(round(os.getloadavg()[0], 2))
             print(
                 f"repeat {r}: local {local_rates[-1]:,.0f} samples/s, "
                 f"bucket {remote_rates[-1]:,.0f} samples/s; client CPU ms/sample local "
-                f"{local_cpu[-1]:.3f}, bucket {remote_cpu[-1]:.3f}, server {server_cpu[-1]:.3f} "
-                f"(load {os.getloadavg()[0]:.1f})"
+                f"{local_cpu[-1]:.3f}, bucket {remote_cpu[-1]:.3f} ({plain_cpu[-1]:.3f} without "
+                f"read-ahead), server {server_cpu[-1]:.3f}; "
+                f"first batch local {first_local[-1]:.2f} s, bucket {first_remote[-1]:.2f} s "
+                f"({first_plain[-1]:.2f} s without read-ahead) (load {os.getloadavg()[0]:.1f})"
             )
         loc, rem = statistics.median(local_rates), statistics.median(remote_rates)
         result = {
@@ -293,6 +331,17 @@ def main() -> None:
             "remote_vs_local_samples_per_client_cpu_s": round(
                 statistics.median(local_cpu) / statistics.median(remote_cpu), 3
             ),
+            "remote_client_cpu_ms_per_sample_no_read_ahead": round(
+                statistics.median(plain_cpu), 3
+            ),
+            "remote_vs_local_samples_per_client_cpu_s_no_read_ahead": round(
+                statistics.median(local_cpu) / statistics.median(plain_cpu), 3
+            ),
+            # seconds from iter() to the first batch (2 worker processes start; over a bucket
+            # they are started by a fork server), and the bucket's without read-ahead
+            "first_batch_s_local": round(statistics.median(first_local), 3),
+            "first_batch_s_remote": round(statistics.median(first_remote), 3),
+            "first_batch_s_remote_no_read_ahead": round(statistics.median(first_plain), 3),
             "prepare_local_samples_per_s": round(n / t_local, 1),
             "prepare_remote_samples_per_s": round(n / t_remote, 1),
             "samples": n,

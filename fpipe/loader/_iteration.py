@@ -9,6 +9,7 @@ recipes from :class:`PlanSampler`) or fpipe's thread pool (:mod:`fpipe.loader.th
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,9 @@ import torch.utils.data
 
 from fpipe.encode import batch_slots
 from fpipe.loader._pack_batches import PackBatcher
+from fpipe.loader._read_ahead import Horizon
 from fpipe.loader._recovery import run_task
+from fpipe.loader._stats import add_io
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState
 from fpipe.loader.steering import planned_recipes
@@ -25,6 +28,8 @@ from fpipe.loader.threads import iterate_threads
 from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.recipe_codec import encode_recipe
 from fpipe.plan.skip import next_recipe
+from fpipe.storage.read.read_ahead import close as close_window
+from fpipe.storage.read.read_ahead import take_io_counters
 
 if TYPE_CHECKING:  # the loader calls these with itself
     from fpipe.loader.dataloader import Loader
@@ -32,6 +37,7 @@ if TYPE_CHECKING:  # the loader calls these with itself
 __all__ = [
     "PlanSampler",
     "RecipeDataset",
+    "horizon",
     "identity",
     "iterate_batches",
     "pack_batcher",
@@ -73,50 +79,65 @@ class RecipeDataset(torch.utils.data.Dataset):
 class PlanSampler:
     """Iterates the plan from a start state; records (state after, epoch) per recipe sent.
     ``excluded``: step -> positions of that recipe to leave out (samples that killed their
-    worker twice)."""
+    worker twice). ``horizon``: the read-ahead hints sent with each task
+    (:mod:`fpipe.loader._read_ahead`; None: none)."""
 
-    def __init__(self, plan, start, pending: collections.deque, excluded=None, skip=(), changes=()):
+    def __init__(
+        self, plan, start, pending: collections.deque, excluded=None, skip=(), changes=(),
+        horizon=None,
+    ):  # fmt: skip
         self.plan, self.start, self.pending, self.skip = plan, start, pending, skip
         self.excluded: dict = {} if excluded is None else excluded
         #: online weight changes scheduled for later steps (fpipe.loader.steering)
         self.changes = tuple(changes)
+        self.horizon = horizon
 
-    def __iter__(self):
+    def _recipes(self):
+        """``(state after, recipe)`` in plan order, then ``(end state, None)``: steps in a skip
+        range are planned (metadata only) and passed over; with scheduled weight changes, each
+        is applied to the state before its step, so the state recorded after a recipe already
+        holds the changes of the next step (as a seek to it does)."""
         if self.changes:
-            yield from self._with_changes()
+            yield from planned_recipes(self.plan, self.start, self.skip, self.changes)
             return
         state = self.start
         while True:
-            # steps in a skip range are planned (metadata only) and passed over
             state, recipe, _ = next_recipe(self.plan, state, self.skip)
+            yield state, recipe
+            if recipe is None:
+                return
+
+    def __iter__(self):
+        recipes = self._recipes()
+        # (state after, recipe or None at the end, its bytes): planned ahead of the task sent
+        planned: collections.deque = collections.deque()
+        for k in itertools.count():
+            reach = 0 if self.horizon is None else self.horizon.needed(k)
+            while len(planned) <= reach and (not planned or planned[-1][1] is not None):
+                state, recipe = next(recipes)
+                planned.append((state, recipe, None if recipe is None else encode_recipe(recipe)))
+            after, recipe, data = planned.popleft()
             if recipe is None:
                 # The end-of-stream state holds the final drop counts (a dropped remainder).
-                self.pending.append((state, None, None))
+                self.pending.append((after, None, None))
                 return
             epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
-            self.pending.append((state, epoch, recipe))
+            self.pending.append((after, epoch, recipe))
             excluded = self.excluded.get(recipe.step)
-            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
+            if self.horizon is not None:
+                upcoming = [data, *(p[2] for p in planned)]
+                yield (data, tuple(excluded or ()), self.horizon.hint(k, upcoming))
+            else:
+                yield data if not excluded else (data, excluded)
 
 
-    def _with_changes(self):
-        # each change is applied to the state before its step, so the state recorded after a
-        # recipe already holds the changes of the next step (as a seek to it does)
-        for state, recipe in planned_recipes(self.plan, self.start, self.skip, self.changes):
-            if recipe is None:
-                self.pending.append((state, None, None))
-                return
-            epoch = int(recipe.refs.epoch.max()) if len(recipe.refs) else 0
-            self.pending.append((state, epoch, recipe))
-            excluded = self.excluded.get(recipe.step)
-            yield encode_recipe(recipe) if not excluded else (encode_recipe(recipe), excluded)
-
-
-def _sampler(loader: Loader, pending, start, excluded) -> PlanSampler:
+def _sampler(loader: Loader, pending, start, excluded, horizon=None) -> PlanSampler:
     from fpipe.loader._steering import pending_changes
 
     changes = pending_changes(loader, start)
-    return PlanSampler(loader.plan, start, pending, excluded, loader._state.skip, changes)
+    return PlanSampler(
+        loader.plan, start, pending, excluded, loader._state.skip, changes, horizon
+    )
 
 
 def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
@@ -135,6 +156,7 @@ def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
                 restarted = True  # load_state_dict during iteration: start over from it
                 break
             plan_state, epoch, _ = pending.popleft()
+            add_io(loader._io, result.io)
             if packer is not None:  # a packing buffer: batches of packs across buffers
                 for batch, state in packer.feed(result, plan_state, epoch, loader._state):
                     loader._state = state
@@ -187,11 +209,13 @@ def pool_results(loader: Loader, pending: collections.deque):
 def pool(loader: Loader, pending: collections.deque, start, excluded):
     """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
     workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
-    plan state."""
+    plan state. What the pool read ahead in this process is let go when it ends."""
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+    take_io_counters()  # reads of this process before the pool started are not its own
+    sampler = _sampler(loader, pending, start, excluded, horizon(loader))
     if loader.worker_mode == "thread" and loader.num_workers > 0:
-        return iterate_threads(
-            _sampler(loader, pending, start, excluded),
+        results = iterate_threads(
+            sampler,
             loader.dataset.materializer,
             num_threads=loader.num_workers,
             in_flight=loader.num_workers * loader.prefetch_factor,
@@ -199,15 +223,35 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
             recipe_at=recipe_at,
             describe=loader._describe,
         )
-    return iterate(
-        torch_loader(loader, pending, start, excluded),
-        timeout=loader.timeout,
-        recipe_at=recipe_at,
-        describe=loader._describe,
-    )
+    else:
+        results = iterate(
+            torch_loader(loader, sampler),
+            timeout=loader.timeout,
+            recipe_at=recipe_at,
+            describe=loader._describe,
+        )
+    return results if ahead is None else _closing(results, ahead.token)
 
 
-def torch_loader(loader: Loader, pending, start, excluded):
+def _closing(results, token):
+    try:
+        yield from results
+    finally:
+        results.close()
+        close_window(token)
+
+
+def horizon(loader: Loader) -> Horizon | None:
+    """The read-ahead hints of a new worker pool of ``loader`` (None: read-ahead off)."""
+    budget, n = loader.read_ahead_bytes, loader.num_workers
+    if not budget or not loader.read_ahead_steps:
+        return None
+    if loader.worker_mode == "thread" and n > 0:  # one window for the threads, tasks in flight
+        return Horizon(loader.read_ahead_steps, budget * n, 1, n * loader.prefetch_factor)
+    return Horizon(loader.read_ahead_steps, budget, n)
+
+
+def torch_loader(loader: Loader, sampler: PlanSampler):
     kwargs: dict = {}
     marks = slots = None
     if loader.num_workers > 0:
@@ -224,7 +268,7 @@ def torch_loader(loader: Loader, pending, start, excluded):
     return torch.utils.data.DataLoader(
         RecipeDataset(loader.dataset.materializer, marks, slots),
         batch_size=None,
-        sampler=_sampler(loader, pending, start, excluded),
+        sampler=sampler,
         num_workers=loader.num_workers,
         collate_fn=identity,
         **kwargs,

@@ -16,7 +16,8 @@ recipe that faults twice outside any sample (a batch hook, a worker that cannot 
 its :class:`WorkerError`. So a poison file cannot loop forever.
 
 Recipes travel to workers as *tasks*: the recipe's bytes, or ``(bytes, excluded positions)``
-once a sample of it has been skipped.
+once a sample of it has been skipped, or ``(bytes, excluded positions, read-ahead hint)``
+(:class:`fpipe.materialize.read_ahead.ReadAheadHint`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from typing import Any
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy, WorkerError
 from fpipe.materialize.materializer import MaterializedBatch, Materializer, show_keys
+from fpipe.materialize.read_ahead import read_ahead
 from fpipe.materialize.recipe_codec import decode_recipe
+from fpipe.storage.read.read_ahead import reading_with, take_io_counters
 
 __all__ = ["Healer", "out_of_memory", "run_task"]
 
@@ -42,15 +45,28 @@ MAX_FAULTS = 2
 def run_task(
     materializer: Materializer, task: Any, mark: Callable[[int, int], None] | None = None
 ) -> MaterializedBatch:
-    """Materialize a task: recipe bytes, or ``(recipe bytes, positions to leave out)``.
-    ``mark(step, position)`` is told which sample is being materialized (-1: none)."""
-    data, exclude = (task, ()) if isinstance(task, bytes) else task
+    """Materialize a task: recipe bytes, ``(recipe bytes, positions to leave out)``, or that and
+    a read-ahead hint (started first). ``mark(step, position)`` is told which sample is being
+    materialized (-1: none). The result carries this process's read counters since the last
+    task (``io``)."""
+    hint = None
+    if isinstance(task, bytes):
+        data, exclude = task, ()
+    elif len(task) == 3:
+        data, exclude, hint = task
+    else:
+        data, exclude = task
     recipe = decode_recipe(data)
-    if mark is None:
-        return materializer(recipe, exclude=frozenset(exclude))
-    mark(recipe.step, -1)
-    at_step = functools.partial(mark, recipe.step)
-    return materializer(recipe, exclude=frozenset(exclude), mark=at_step)
+    window = None if hint is None else read_ahead(materializer, hint, recipe.step)
+    with reading_with(window):
+        if mark is None:
+            result = materializer(recipe, exclude=frozenset(exclude))
+        else:
+            mark(recipe.step, -1)
+            at_step = functools.partial(mark, recipe.step)
+            result = materializer(recipe, exclude=frozenset(exclude), mark=at_step)
+    result.io = take_io_counters()
+    return result
 
 
 def out_of_memory(err: BaseException | None) -> bool:

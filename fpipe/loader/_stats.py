@@ -12,7 +12,13 @@ from fpipe.plan.stats import drop_counters
 if TYPE_CHECKING:  # the loader calls this with itself
     from fpipe.loader.dataloader import Loader
 
-__all__ = ["loader_stats"]
+__all__ = ["add_io", "loader_stats"]
+
+
+def add_io(totals: dict, io: dict | None) -> None:
+    """Add a worker's read counters to the loader's (high-water marks: the largest)."""
+    for k, v in (io or {}).items():
+        totals[k] = max(totals.get(k, 0), v) if k.endswith("_peak_bytes") else totals.get(k, 0) + v
 
 
 def loader_stats(loader: Loader) -> LoaderStats:
@@ -30,4 +36,5 @@ def loader_stats(loader: Loader) -> LoaderStats:
         recoveries=0 if healer is None else healer.recoveries,
         recovered={} if healer is None else dict(healer.by_reason),
         skip_steps=s.skip,
+        io=dict(loader._io),
     )  # fmt: skip

@@ -18,6 +18,7 @@ from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.loader import _steering
 from fpipe.loader._energon import DebugLog, check_worker_config
 from fpipe.loader._iteration import iterate_batches
+from fpipe.loader._read_ahead import DEFAULT_READ_AHEAD_BYTES, DEFAULT_READ_AHEAD_STEPS
 from fpipe.loader._recovery import Healer
 from fpipe.loader._stats import loader_stats
 from fpipe.loader.state import (
@@ -61,6 +62,8 @@ class Loader:
         multiprocessing_context: Any = None,
         worker_mode: WorkerMode = "process",
         recover_workers: bool = True,
+        read_ahead_bytes: int | None = None,
+        read_ahead_steps: int = DEFAULT_READ_AHEAD_STEPS,
     ):
         if worker_mode not in WORKER_MODES:
             raise ConfigError(
@@ -75,6 +78,13 @@ class Loader:
         self.timeout = timeout
         self.multiprocessing_context = multiprocessing_context
         self.worker_mode = worker_mode
+        #: bytes each worker reads ahead at most (see fpipe.loader._read_ahead), steps ahead
+        self.read_ahead_bytes = _read_ahead_budget(dataset, read_ahead_bytes)
+        if read_ahead_steps < 0:
+            raise ConfigError(f"read_ahead_steps must be >= 0, got {read_ahead_steps}")
+        self.read_ahead_steps = read_ahead_steps
+        #: the workers' read counters, summed (stats().io)
+        self._io: dict[str, int] = {}
         #: replace failed workers and materialize their recipes again (see _recovery)
         self._healer = Healer(dataset.materializer) if recover_workers else None
         skip = getattr(dataset, "skip_steps", ())
@@ -284,6 +294,20 @@ class Loader:
         return loader_stats(self)
 
 
+def _read_ahead_budget(dataset: Any, read_ahead_bytes: int | None) -> int:
+    """The read-ahead budget per worker: the given one, else the default for a dataset on
+    object storage and none on local files (whose reads the kernel's own read-ahead serves)."""
+    if read_ahead_bytes is not None:
+        if read_ahead_bytes < 0:
+            raise ConfigError(f"read_ahead_bytes must be >= 0, got {read_ahead_bytes}")
+        return int(read_ahead_bytes)
+    from fpipe.storage.paths import is_url
+
+    sources = getattr(getattr(dataset, "materializer", None), "sources", ())
+    remote = any(is_url(s.path) and not s.path.startswith("file:") for s in sources)
+    return DEFAULT_READ_AHEAD_BYTES if remote else 0
+
+
 def _check_skippable(dataset: Any, skip: tuple) -> None:
     """Skip ranges count plan steps; with a packing buffer a batch is made of packs of several
     recipes, which only materializing decides, so steps cannot be skipped without reading."""
@@ -317,6 +341,8 @@ def get_loader(
     fail_on_timeout: bool = False,
     start_step: int | None = None,
     mix_history: Any = None,
+    read_ahead_bytes: int | None = None,
+    read_ahead_steps: int = DEFAULT_READ_AHEAD_STEPS,
 ) -> Loader:
     """A :class:`Loader` over ``dataset`` (savable: every fpipe loader is).
 
@@ -337,6 +363,11 @@ def get_loader(
     snapshots and resume are the same in both modes and at ``num_workers=0``.
     ``check_consistency``: compare the state across ranks in ``state_dict()`` (None: when
     torch.distributed is initialized; it is a collective, so every rank must call it).
+    ``read_ahead_bytes``: each worker starts the reads of the recipes it will materialize in
+    the next ``read_ahead_steps`` loader steps early, holding at most this many bytes read ahead
+    and not yet used (None: 64 MiB for datasets on object storage, 0 (off) for local files;
+    threads share one budget of ``num_workers`` times this). The output and the state are the
+    same with it on or off; see docs/remote.md.
 
     Energon's keywords: ``worker_config`` must be the dataset's (another is refused; it has no
     effect, as in Energon). ``fail_on_timeout=True`` stops with a :class:`fpipe.core.WorkerError`
@@ -363,6 +394,8 @@ def get_loader(
         multiprocessing_context=multiprocessing_context,
         worker_mode=worker_mode,
         recover_workers=recover_workers,
+        read_ahead_bytes=read_ahead_bytes,
+        read_ahead_steps=read_ahead_steps,
     )
     loader.check_consistency = check_consistency
     if start_step is not None:

@@ -169,6 +169,15 @@ class LoaderStats:
     of an uninterrupted one.
 
     ``skip_steps``: the global step ranges ``[a, b)`` the run leaves out (``loader.skip``).
+
+    ``io``: the reads this loader's workers made, summed over them (not part of the state):
+    ``requests`` (ranged GETs on object storage), ``bytes_read``, ``hedges`` and
+    ``hedge_wins`` (see docs/remote.md), ``slow_reads`` (reads of 0.5 s or more);
+    read-ahead's ``read_ahead_ranges`` and ``read_ahead_bytes`` started, ``read_ahead_ready``
+    (taken after their read had ended: a read the batch did not wait for),
+    ``read_ahead_late`` (taken while in flight), ``slow_reads_hidden`` (slow reads that were
+    ready), ``read_ahead_dropped``, ``read_ahead_failed`` (read again directly), and
+    ``read_ahead_peak_bytes`` (the most bytes one worker held or had in flight).
     """
 
     batches: int
@@ -182,3 +191,4 @@ class LoaderStats:
     recoveries: int = 0
     recovered: dict = dataclasses.field(default_factory=dict)
     skip_steps: tuple[tuple[int, int], ...] = ()
+    io: dict = dataclasses.field(default_factory=dict, compare=False)  # a measure, not state

@@ -53,6 +53,10 @@ class MaterializedBatch:
     #: how many samples each holds; ``batch`` is then None.
     packs: list | None = None
     pack_sizes: list | None = None
+    #: The worker process's read counters since its last result (requests, hedges, reads
+    #: ahead...; see :func:`fpipe.storage.read.read_ahead.take_io_counters`), for
+    #: ``loader.stats().io``.
+    io: dict | None = None
 
 
 class Materializer:

@@ -13,7 +13,7 @@ pytest.importorskip("moto.server")
 
 from fpipe.core.errors import ConfigError  # noqa: E402
 from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402
-from fpipe.storage.read import remote  # noqa: E402
+from fpipe.storage.read import read_ahead, remote  # noqa: E402
 from fpipe.storage.read._hedge import Hedger  # noqa: E402
 from tests.storage.helpers import make_image_caption_dataset  # noqa: E402
 from tests.storage.s3_server import FaultProxy, restore_env, serving_s3, set_env  # noqa: E402
@@ -89,6 +89,33 @@ def test_without_hedging_the_slow_get_is_waited_for(s3, pair):
         seconds, got, stats = _read_through(s3, url, proxy, options)
     assert got == [open_dataset(local).read(i) for i in range(24)]
     assert seconds[21] >= SLOW_S and stats["hedges"] == 0 and proxy.counts["duplicates"] == 0
+
+
+def test_a_late_read_ahead_is_hedged_and_the_bytes_are_the_same(s3, pair):
+    """A read the batch needs while its read-ahead GET is still running is hedged as a direct
+    read would be; every other range read ahead is taken, not fetched again."""
+    local, url = pair
+    # options of its own: stores are kept per (bucket, options), with the endpoint they had
+    options = remote.StorageOptions(hedge_min_delay_s=0.16)
+    with FaultProxy(s3.endpoint, choose=_slow_ranged_get(22)) as proxy:
+        old = set_env({"AWS_ENDPOINT_URL": proxy.endpoint})
+        try:
+            ds = open_dataset(url, storage=options)
+            got = [ds.read(i) for i in range(21)]  # 21 direct reads: the hedger has its times
+            win = read_ahead.Window(1 << 20)
+            win.add(0, *ds.read_ahead([21, 22, 23]))  # the 22nd ranged GET (sample 21) is slow
+            t0 = time.monotonic()
+            with read_ahead.reading_with(win):
+                ds.prefetch([21, 22, 23])
+                got += [ds.read(i) for i in (21, 22, 23)]
+            took = time.monotonic() - t0
+        finally:
+            restore_env(old)
+    assert got == [open_dataset(local).read(i) for i in range(24)]
+    assert took < SLOW_S * 0.7, took  # the hedge answered, not the slow GET
+    stats = ds.reader._files.stats()
+    assert stats["requests"] == 24 and stats["hedges"] >= 1 and stats["hedge_wins"] >= 1
+    assert proxy.counts["duplicates"] >= 1 and win.held == 0
 
 
 def _fake_reads(hedger: Hedger, reads: int, slow_s: float):

@@ -14,7 +14,8 @@ token, a hedge takes one, so hedges never exceed ``max_fraction`` x reads). The 
 records the latency of the request that answered, measured from its own start: a stuck
 request's time is not known and does not raise the threshold.
 
-Everything here runs on the I/O loop's thread (no locks).
+Everything here runs on the I/O loop's thread (no locks); the counts also go to the process's
+read counters (:func:`fpipe.storage.read.read_ahead.take_io_counters`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import collections
 import math
 import time
 from collections.abc import Awaitable, Callable
+
+from fpipe.storage.read.read_ahead import count
 
 __all__ = ["Hedger"]
 
@@ -68,6 +71,27 @@ class Hedger:
         self.latencies.append(seconds)
         self._threshold = None
 
+    def observed(self, seconds: float) -> None:
+        """A read made outside :meth:`read` (read ahead, never hedged itself): its latency
+        counts in the threshold, and it earns its share of hedges."""
+        self.reads += 1
+        self._tokens = min(self._burst, self._tokens + self.max_fraction)
+        self.record(seconds)
+
+    def spend(self) -> bool:
+        """Whether the cap allows one more hedge now (counted in ``hedges`` if so): for a
+        read that was read ahead and is late."""
+        if self._take_token():
+            self.hedges += 1
+            count(hedges=1)
+            return True
+        return False
+
+    def won(self) -> None:
+        """Count a read the second request answered first."""
+        self.hedge_wins += 1
+        count(hedge_wins=1)
+
     def _take_token(self) -> bool:
         if self._tokens >= 1.0:
             self._tokens -= 1.0
@@ -86,8 +110,7 @@ class Hedger:
         try:
             if delay is not None:
                 done, _ = await asyncio.wait(tasks, timeout=delay)
-                if not done and self._take_token():
-                    self.hedges += 1
+                if not done and self.spend():
                     tasks.add(asyncio.ensure_future(_timed(fetch)))
             error: BaseException | None = None
             while tasks:
@@ -96,7 +119,8 @@ class Hedger:
                     if task.exception() is None:
                         data, seconds = task.result()
                         self.record(seconds)
-                        self.hedge_wins += task is not first
+                        if task is not first:
+                            self.won()
                         return data
                     if error is None or task is first:
                         error = task.exception()

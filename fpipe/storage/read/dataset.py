@@ -231,6 +231,15 @@ class Dataset:
         if fn is not None:
             fn([self._check(i) for i in indices], exts)
 
+    def read_ahead(self, indices, exts: frozenset[str] | None = None):
+        """``(files, ranges)``: what reads samples ``indices`` and the ``(path, offset, size)``
+        ranges it will be asked for, for a read-ahead window
+        (:mod:`fpipe.storage.read.read_ahead`); None when the layout reads otherwise."""
+        fn = getattr(self.reader, "read_ahead", None)
+        if fn is None:
+            return None
+        return fn([self._check(i) for i in indices], exts)
+
     def decode_exts(self, i: int) -> dict[str, str]:
         """How members of sample ``i`` are decoded when they are not decoded by their own
         name: ``{member: extension}`` (a table's typed columns, see

@@ -74,6 +74,21 @@ class FileCache:
             got += len(more)
         return b"".join(parts)
 
+    def read_ahead(self, ranges) -> list[None]:
+        """Ask the kernel to start reading ``(path, offset, size)`` ranges into its page cache
+        (``posix_fadvise(WILLNEED)``: asynchronous; the ``pread`` that follows finds them
+        there). Nothing is held here, so one None per range; a file that cannot be opened is
+        left for the read that needs it to report."""
+        advise = getattr(os, "posix_fadvise", None)
+        for path, offset, size in ranges:
+            if advise is None:
+                break
+            try:
+                advise(self._fd(path), offset, size, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                continue
+        return [None] * len(ranges)
+
     def close(self) -> None:
         """Close every descriptor this process opened."""
         if self._pid == os.getpid():

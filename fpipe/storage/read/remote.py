@@ -9,6 +9,9 @@ process. See ``docs/remote.md`` (use) and ``docs/design/remote_storage.md`` (why
   members are contiguous in its shard). :meth:`RemoteFiles.prefetch` fetches the ranges of a
   whole recipe concurrently (at most ``concurrency`` requests in flight), and the reads that
   follow are served from what it fetched.
+- :meth:`RemoteFiles.read_ahead` starts the ranges of the steps a worker will make next
+  (:mod:`fpipe.storage.read.read_ahead`); :meth:`RemoteFiles.prefetch` takes those instead of
+  sending their GETs again, and a read that needs one still in flight is hedged below.
 - A ranged GET slower than most recent ones is *hedged*: a second identical request is sent
   and the first answer wins (bounded: one hedge per read, at most ``hedge_max_fraction`` of the
   reads; see ``_hedge.py``). The bytes are the same, so the output is too.
@@ -34,6 +37,7 @@ import concurrent.futures
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -42,6 +46,7 @@ import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import split_url
+from fpipe.storage.read import read_ahead
 from fpipe.storage.read._hedge import Hedger
 
 __all__ = [
@@ -232,7 +237,7 @@ class RemoteFiles:
         self.root = root.rstrip("/")
         self.options = options or StorageOptions()
         self._pending: dict[tuple[str, int, int], concurrent.futures.Future] = {}
-        self._sem: tuple[int, asyncio.Semaphore] | None = None
+        self._sems: tuple[int, asyncio.Semaphore, asyncio.Semaphore] | None = None
         self._names: tuple[int, dict[str, tuple[Any, str]]] = (os.getpid(), {})
         self._hedger = self._new_hedger()
         #: reads started and bytes received by this process (for benchmarks and tests)
@@ -280,27 +285,153 @@ class RemoteFiles:
     def pread(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes of the object at ``path`` from ``offset`` (fewer only at its end).
 
-        Waits for the range :meth:`prefetch` started, if it did; else one ranged GET.
+        Waits for the range :meth:`prefetch` started or took from what was read ahead, if it
+        did; else one ranged GET. A range read ahead whose GET failed is read again here, so
+        its error is the one a direct read gives, raised by the read that needs it.
         """
-        fut = self._pending.pop((path, offset, size), None)
+        key = (path, offset, size)
+        fut = self._pending.pop(key, None)
         if fut is None:
+            fut = self._submit(path, offset, size)
+        elif getattr(fut, "read_ahead", False):
+            got = self._wait_ahead(fut, key)
+            if not isinstance(got, BaseException):
+                return got
+            read_ahead.count(read_ahead_failed=1)
             fut = self._submit(path, offset, size)
         got = fut.result()
         if isinstance(got, BaseException):
             raise got
         return got
 
+    def _wait_ahead(self, fut: concurrent.futures.Future, key) -> Any:
+        """The result of a range read ahead: at once when its GET has ended (the read was
+        hidden); else the read is needed now, and it is hedged as a direct read would be."""
+        if fut.done():
+            got = fut.result()
+            read_ahead.count(
+                read_ahead_ready=1, slow_reads=fut.slow, slow_reads_hidden=fut.slow  # type: ignore[attr-defined]
+            )
+            return got
+        start = fut.started  # type: ignore[attr-defined]
+        out: concurrent.futures.Future = concurrent.futures.Future()
+        store, name = self._store_name(key[0])
+        _io_loop().call_soon_threadsafe(
+            lambda: asyncio.ensure_future(self._rescue(fut, store, name, key, out))
+        )
+        got = out.result()
+        read_ahead.count(
+            read_ahead_late=1, slow_reads=time.monotonic() - start >= read_ahead.SLOW_READ_S
+        )
+        return got
+
+    async def _rescue(self, ahead, store, name: str, key, out) -> None:
+        """Wait for a late read-ahead GET; past the hedge delay, race a second request."""
+        path, off, size = key
+        first = asyncio.wrap_future(ahead)
+        tasks = {first}
+        h = self._hedger
+        try:
+            delay = None if h is None else h.delay()
+            if delay is not None:
+                done, _ = await asyncio.wait(tasks, timeout=delay)
+                if not done and h is not None and h.spend():
+                    tasks.add(asyncio.ensure_future(self._fetch(store, name, off, size, False)))
+            error: Any = None
+            while tasks:
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    got = task.exception() or task.result()
+                    if not isinstance(got, BaseException):
+                        if task is not first and h is not None:
+                            h.won()
+                        out.set_result(got)
+                        return
+                    error = error or got
+            out.set_result(error if isinstance(error, OSError) else _as_os_error(path, error))
+        except BaseException as e:  # cancelled (the loop shutting down): still wake the reader
+            if not out.done():
+                out.set_exception(e)
+            raise
+        finally:
+            for task in tasks:
+                if task is not first:
+                    task.cancel()
+
     def prefetch(self, ranges: Sequence[tuple[str, int, int]]) -> None:
         """Start fetching ``(path, offset, size)`` ranges for the ``pread`` calls that follow.
 
         The GETs run concurrently in a background loop (at most ``options.concurrency`` in
-        flight) while the caller reads, and decodes, the ranges that arrived first. Replaces
-        what an earlier prefetch left unread. Failures are raised by the matching ``pread``.
+        flight) while the caller reads, and decodes, the ranges that arrived first; a range
+        this process read ahead (:mod:`fpipe.storage.read.read_ahead`) is taken, not read
+        again. Replaces what an earlier prefetch left unread. Failures are raised by the
+        matching ``pread``.
         """
         for fut in self._pending.values():
-            fut.cancel()
-        todo = dict.fromkeys(r for r in ranges if r[2] > 0)
-        self._pending = self._start(list(todo))
+            if not getattr(fut, "read_ahead", False):
+                fut.cancel()
+        todo = {}
+        taken = {}
+        for r in ranges:
+            if r[2] > 0 and r not in todo and r not in taken:
+                fut = read_ahead.take(r)
+                if fut is None:
+                    todo[r] = None
+                else:
+                    taken[r] = fut
+        self._pending = self._start(list(todo)) if todo else {}
+        self._pending.update(taken)
+
+    def read_ahead(self, ranges: Sequence[tuple[str, int, int]]) -> list:
+        """Start reading ``ranges`` ahead (the :mod:`~fpipe.storage.read.read_ahead` window of
+        a worker calls this): one future per range, whose result is the bytes or the
+        ``OSError`` the GET ended with. These GETs are not hedged (nobody waits for them yet)
+        and have their own limit in flight (4 x ``options.concurrency``); their latencies
+        count in the hedging threshold."""
+        jobs = []
+        for r in ranges:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut.read_ahead, fut.slow, fut.started = True, False, time.monotonic()  # type: ignore[attr-defined]
+            jobs.append((self._store_name(r[0]), r, fut))
+        self.requests += len(jobs)
+        read_ahead.count(requests=len(jobs))
+        _io_loop().call_soon_threadsafe(self._spawn_ahead, jobs)
+        return [fut for _, _, fut in jobs]
+
+    def _spawn_ahead(self, jobs) -> None:
+        for (store, name), (path, off, size), fut in jobs:
+            asyncio.ensure_future(self._get_ahead(store, name, path, off, size, fut))
+
+    async def _get_ahead(self, store, name: str, path: str, off: int, size: int, fut) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return  # let go before its GET started
+        async with self._limits()[1]:
+            start = time.monotonic()
+            try:
+                data = bytes(await _obstore().get_range_async(store, name, start=off, length=size))
+            except Exception as e:
+                fut.set_result(_as_os_error(path, e))
+                return
+            except BaseException as e:
+                fut.set_exception(e)
+                raise
+            seconds = time.monotonic() - start
+        if self._hedger is not None:
+            self._hedger.observed(seconds)
+        fut.slow = seconds >= read_ahead.SLOW_READ_S
+        self.bytes_read += len(data)
+        read_ahead.count(bytes_read=len(data))
+        fut.set_result(data)
+
+    def _limits(self) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        """This process's limits of GETs in flight: direct reads, and reads ahead (made on the
+        I/O loop, once per process; the hedger starts afresh there too)."""
+        pid = os.getpid()
+        if self._sems is None or self._sems[0] != pid:
+            c = self.options.concurrency
+            self._sems = (pid, asyncio.Semaphore(c), asyncio.Semaphore(4 * c))
+            self._hedger = self._new_hedger()  # latencies of another process do not apply
+        return self._sems[1], self._sems[2]
 
     def _submit(self, path: str, off: int, size: int) -> concurrent.futures.Future:
         return self._start([(path, off, size)])[(path, off, size)]
@@ -310,6 +441,7 @@ class RemoteFiles:
         # stores are opened here, in the caller's thread: the fork check runs, and each opens once
         jobs = [(self._store_name(r[0]), r, concurrent.futures.Future()) for r in ranges]
         self.requests += len(jobs)
+        read_ahead.count(requests=len(jobs))
         loop = _io_loop()
         loop.call_soon_threadsafe(self._spawn, jobs)
         return {r: fut for _, r, fut in jobs}
@@ -332,19 +464,22 @@ class RemoteFiles:
             raise
         else:
             self.bytes_read += len(data)
+            read_ahead.count(bytes_read=len(data))
             fut.set_result(data)
 
-    async def _fetch(self, store, name: str, off: int, size: int) -> bytes:
-        pid = os.getpid()
-        if self._sem is None or self._sem[0] != pid:
-            self._sem = (pid, asyncio.Semaphore(self.options.concurrency))
-            self._hedger = self._new_hedger()  # latencies of another process do not apply
+    async def _fetch(self, store, name: str, off: int, size: int, hedged: bool = True) -> bytes:
+        sem = self._limits()[0]
 
         async def get() -> bytes:
             return bytes(await _obstore().get_range_async(store, name, start=off, length=size))
 
-        async with self._sem[1]:  # a hedge shares its read's place: timing starts here
-            return await (get() if self._hedger is None else self._hedger.read(get))
+        async with sem:  # a hedge shares its read's place: timing starts here
+            start = time.monotonic()
+            h = self._hedger if hedged else None
+            data = await (get() if h is None else h.read(get))
+            if hedged:  # a direct read (not a late read-ahead's second request)
+                read_ahead.count(slow_reads=time.monotonic() - start >= read_ahead.SLOW_READ_S)
+            return data
 
     def open_stream(self, path: str, chunk: int = 8 << 20):
         """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe
@@ -377,7 +512,8 @@ class RemoteFiles:
     def close(self) -> None:
         """Drop prefetched data (stores stay open for the process)."""
         for fut in self._pending.values():
-            fut.cancel()
+            if not getattr(fut, "read_ahead", False):
+                fut.cancel()
         self._pending = {}
 
 

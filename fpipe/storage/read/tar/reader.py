@@ -144,22 +144,32 @@ class TarReader:
             return placed
         return [p for p in placed if strip_gz(p[0]) in exts]
 
-    def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
-        """Hand the byte ranges of samples ``indices`` to the file layer, which may fetch them
-        concurrently (object storage) before :meth:`read` asks for them."""
-        fetch = getattr(self._files, "prefetch", None)
-        if fetch is None:
-            return
+    def byte_ranges(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
+        """``(path, offset, size)`` of the reads :meth:`read` and :meth:`read_many` make for
+        samples ``indices`` (only the members in ``exts`` when given); a sample whose index
+        entry is bad has none (its read raises the error, under the error policy)."""
         ranges = []
         for i in indices:
             try:
                 placed = self._placed(i, exts)
-            except BadSampleError:
+                path = self.cached_shard_path(self._shard_id(i)) if placed else ""
+            except (BadSampleError, OSError):
                 continue  # read(i) raises it, under the error policy
             if placed:
-                path = self.shard_path(self._shard_id(i))
                 ranges.extend((path, o, s) for o, s in _read_ranges(placed)[0])
-        fetch(ranges)
+        return ranges
+
+    def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
+        """Hand the byte ranges of samples ``indices`` to the file layer, which may fetch them
+        concurrently (object storage) before :meth:`read` asks for them."""
+        fetch = getattr(self._files, "prefetch", None)
+        if fetch is not None:
+            fetch(self.byte_ranges(indices, exts))
+
+    def read_ahead(self, indices, exts: frozenset[str] | None = None):
+        """``(files, ranges)``: the file layer that reads samples ``indices`` and their
+        :meth:`byte_ranges`, for a read-ahead window (:mod:`fpipe.storage.read.read_ahead`)."""
+        return self._files, self.byte_ranges(indices, exts)
 
     def read(
         self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
