@@ -212,7 +212,8 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
     plan state. What the pool read ahead in this process is let go when it ends."""
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
     take_io_counters()  # reads of this process before the pool started are not its own
-    sampler = _sampler(loader, pending, start, excluded, horizon(loader))
+    ahead = horizon(loader)
+    sampler = _sampler(loader, pending, start, excluded, ahead)
     if loader.worker_mode == "thread" and loader.num_workers > 0:
         results = iterate_threads(
             sampler,
