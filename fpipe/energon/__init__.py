@@ -46,6 +46,18 @@ _ENCODE = (
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
 _WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
 _DATASETS = ("get_train_dataset", "get_val_dataset")
+_CACHE = (
+    "CachePool",
+    "DecodeFileStore",
+    "DirectLazy",
+    "FileStore",
+    "FileStoreDecoder",
+    "Lazy",
+    "MockLazy",
+    "NoCachePool",
+    "PrimaryFileStore",
+    "SystemFileStore",
+)
 
 #: Energon name -> the fpipe module that defines it (loaded on first use).
 _LAZY = {
@@ -54,6 +66,9 @@ _LAZY = {
     **dict.fromkeys(_LOADER, "fpipe.loader"),
     **dict.fromkeys(_DATASETS, "fpipe.datasets"),
     **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
+    **dict.fromkeys(_CACHE, "fpipe.materialize.lazy"),
+    "FileCacheLazy": "fpipe.materialize.file_cache_pool",
+    "FileStoreCachePool": "fpipe.materialize.file_cache_pool",
     "AugmentTaskEncoder": "fpipe.energon._augment",
     "SampleDecoder": "fpipe.decode",
     "SourceInfo": "fpipe.samples",
@@ -104,18 +119,6 @@ _REFUSED = dict.fromkeys(
         "VidQAWebdataset",
         "VQAOCRWebdataset",
         "VQAWebdataset",
-        "CachePool",
-        "DecodeFileStore",
-        "DirectLazy",
-        "FileCacheLazy",
-        "FileStore",
-        "FileStoreCachePool",
-        "FileStoreDecoder",
-        "Lazy",
-        "MockLazy",
-        "NoCachePool",
-        "PrimaryFileStore",
-        "SystemFileStore",
         "Metadataset",
         "MetadatasetV2",
         "prepare_metadataset",

@@ -21,10 +21,6 @@ _FACTORY = (
     "fpipe.energon.get_train_dataset / get_val_dataset on the folder (fpipe.open_dataset for "
     "random access)"
 )
-_CACHE = (
-    "fpipe has no cache pools or lazy file-store handles: media are read by random access "
-    "through the index in the worker that encodes the sample"
-)
 _SUBCLASS = (
     "the deprecated per-type dataset classes are named in dataset.yaml files, which fpipe "
     "reads as data (the sample_type); no class named in a data file is constructed"
@@ -76,18 +72,6 @@ REFUSED: dict[str, str] = {
     "VidQAWebdataset": _SUBCLASS,
     "VQAOCRWebdataset": _SUBCLASS,
     "VQAWebdataset": _SUBCLASS,
-    "CachePool": _CACHE,
-    "DecodeFileStore": _CACHE,
-    "DirectLazy": _CACHE,
-    "FileCacheLazy": _CACHE,
-    "FileStore": _CACHE,
-    "FileStoreCachePool": _CACHE,
-    "FileStoreDecoder": _CACHE,
-    "Lazy": _CACHE,
-    "MockLazy": _CACHE,
-    "NoCachePool": _CACHE,
-    "PrimaryFileStore": _CACHE,
-    "SystemFileStore": _CACHE,
     "Metadataset": (
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fpipe.materialize.lazy import FileStore as _FileStoreBase
+from fpipe.materialize.lazy import NoCachePool
 from fpipe.samples import decode_members, decode_whole_sample
-from fpipe.samples.source_info import SourceInfo, add_source_info
+from fpipe.samples.source_info import SourceInfo
 from fpipe.storage.read.file_store import DatasetFiles, FolderFiles
 
 if TYPE_CHECKING:
     from fpipe.materialize.materializer import Materializer
 
-__all__ = ["FileStore", "aux_stores", "primary_store"]
+__all__ = ["FileStore", "aux_stores", "cache_pool", "primary_store"]
 
 
-class FileStore:
+class FileStore(_FileStoreBase[Any]):
     """Files by name (Energon's ``FileStore``): ``store[name]`` is ``(data, SourceInfo)``,
     ``store.get(name, sample)`` the data, with its source added to ``sample``'s
     ``__sources__``; ``get_path()`` the store's folder."""
@@ -30,16 +32,25 @@ class FileStore:
         self._files, self._mat = files, mat
 
     def __getitem__(self, name: str) -> tuple[Any, SourceInfo]:
+        data, info = self._get_raw(name)
+        return self._decode_raw(data, fname=name), info
+
+    def _get_raw(self, name: str) -> tuple[bytes, SourceInfo]:
         root = self._files.root
         if isinstance(self._files, FolderFiles):
             data, _ = self._files.read(name)
-            ext, index, shard = name.rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower(), name, root
+            index: Any = name
         else:
-            data, index, ext = self._files.read(name)
-            shard = root
-        return self._decode(name, ext, data), SourceInfo(
-            dataset_path=root, index=index, shard_name=shard, file_names=(name,)
-        )
+            data, index, _ext = self._files.read(name)
+        return data, SourceInfo(dataset_path=root, index=index, shard_name=root, file_names=(name,))
+
+    def _decode_raw(self, data: Any, **kwargs: Any) -> Any:
+        name = kwargs["fname"]
+        if isinstance(self._files, FolderFiles):
+            ext = name.rsplit("/", 1)[-1].rsplit(".", 1)[-1].lower()
+        else:
+            ext = name.split(".", 1)[1]
+        return self._decode(name, ext, data)
 
     def _decode(self, name: str, ext: str, data: bytes) -> Any:
         mat = self._mat
@@ -53,12 +64,6 @@ class FileStore:
             image_options=mat.image_decode,
             limits=mat.decode_limits,
         )[ext]
-
-    def get(self, name: str, sample: Any = None) -> Any:
-        data, info = self[name]
-        if sample is not None:
-            add_source_info(sample, info)
-        return data
 
     def get_path(self) -> str:
         return self._files.root
@@ -86,3 +91,12 @@ def primary_store(mat: Materializer, path: str) -> FileStore:
     if store is None:
         store = mat.joins[("aux", "dataset", path)] = FileStore(DatasetFiles(path), mat)
     return store
+
+
+def cache_pool(mat: Materializer) -> NoCachePool:
+    """The pool a ``@cooker(need_cache=True)`` gets as ``cache`` (one per worker): its
+    ``Lazy`` references read their file when asked, in the worker that cooked the sample."""
+    pool = mat.joins.get(("aux", "cache"))
+    if pool is None:
+        pool = mat.joins[("aux", "cache")] = NoCachePool()
+    return pool
