@@ -58,6 +58,18 @@ _CACHE = (
     "PrimaryFileStore",
     "SystemFileStore",
 )
+#: Names of Energon's submodules (``megatron.energon.media``, ``.epathlib``) that ported code
+#: imports, offered here too.
+_MEDIA = (
+    "AVMetadata",
+    "ImageMetadata",
+    "MediaFilterConfig",
+    "MediaFilterStrategy",
+    "MediaMetadataBase",
+    "MediaMetadataType",
+    "deserialize_media_metadata",
+    "serialize_media_metadata",
+)
 
 #: Energon name -> the fpipe module that defines it (loaded on first use).
 _LAZY = {
@@ -69,6 +81,9 @@ _LAZY = {
     **dict.fromkeys(_CACHE, "fpipe.materialize.lazy"),
     "FileCacheLazy": "fpipe.materialize.file_cache_pool",
     "FileStoreCachePool": "fpipe.materialize.file_cache_pool",
+    **dict.fromkeys(_MEDIA, "fpipe.decode.media_metadata"),
+    "prepare_filesystem_dataset": "fpipe.energon._media",
+    "EPath": "fpipe.energon.epath",
     "AugmentTaskEncoder": "fpipe.energon._augment",
     "SampleDecoder": "fpipe.decode",
     "SourceInfo": "fpipe.samples",

@@ -15,7 +15,7 @@ from fpipe.materialize.lazy import FileStore as _FileStoreBase
 from fpipe.materialize.lazy import NoCachePool
 from fpipe.samples import decode_members, decode_whole_sample
 from fpipe.samples.source_info import SourceInfo
-from fpipe.storage.read.file_store import DatasetFiles, FolderFiles
+from fpipe.storage.read.file_store import DatasetFiles, FolderFiles, StoredMediaMetadata
 
 if TYPE_CHECKING:
     from fpipe.materialize.materializer import Materializer
@@ -30,6 +30,7 @@ class FileStore(_FileStoreBase[Any]):
 
     def __init__(self, files: FolderFiles | DatasetFiles, mat: Materializer):
         self._files, self._mat = files, mat
+        self._stored = StoredMediaMetadata(files.root)
 
     def __getitem__(self, name: str) -> tuple[Any, SourceInfo]:
         data, info = self._get_raw(name)
@@ -67,6 +68,22 @@ class FileStore(_FileStoreBase[Any]):
 
     def get_path(self) -> str:
         return self._files.root
+
+    def get_media_metadata(self, name: str) -> Any:
+        """The ``ImageMetadata`` or ``AVMetadata`` of file ``name``: as Energon's prepare
+        stored it in the store's ``.nv-meta/index.sqlite``, else computed from the file's
+        bytes (the same record: it depends on the bytes only). KeyError for a file that is
+        not an image or audio/video file."""
+        from fpipe.decode.media_metadata import deserialize_media_metadata, media_metadata
+
+        stored = self._stored.get(name)
+        if stored is not None:
+            return deserialize_media_metadata(*stored)
+        data, _info = self._get_raw(name)
+        meta = media_metadata(name, data)
+        if meta is None:
+            raise KeyError(f"{self._files.root}: {name!r} is not an image or audio/video file")
+        return meta
 
     def __repr__(self) -> str:
         return f"FileStore({self._files.root!r})"
