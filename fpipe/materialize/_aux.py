@@ -40,10 +40,11 @@ class FileStore(_FileStoreBase[Any]):
         root = self._files.root
         if isinstance(self._files, FolderFiles):
             data, _ = self._files.read(name)
-            index: Any = name
-        else:
+            shard = root
+        else:  # as Energon records a read by name: the name, and the shard it is in
             data, index, _ext = self._files.read(name)
-        return data, SourceInfo(dataset_path=root, index=index, shard_name=root, file_names=(name,))
+            shard = self._files.shard_name(index)
+        return data, SourceInfo(dataset_path=root, index=name, shard_name=shard, file_names=(name,))
 
     def _decode_raw(self, data: Any, **kwargs: Any) -> Any:
         name = kwargs["fname"]

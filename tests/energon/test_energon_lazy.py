@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from fpipe.energon import (
     MockLazy,
     NoCachePool,
     Sample,
+    SourceInfo,
     SystemFileStore,
     TextSample,
     basic_sample_keys,
@@ -152,6 +154,13 @@ def test_lazy_get_records_the_source_of_what_it_read(mds):
     names = {name for info in batch.__sources__[0] for name in info.file_names}
     n = int(batch.text[0].split("|")[0])
     assert {f"{(n + 1) % N:06d}.txt", f"{n % 4:06d}.txt"} <= names
+    # a read by name is recorded as Energon records it: the name, and the shard it is in
+    other = f"{n % 4:06d}.txt"
+    texts = str(Path(mds).parent / "texts")
+    want = SourceInfo(
+        dataset_path=texts, index=other, shard_name="parts/data-0.tar", file_names=(other,)
+    )
+    assert want in batch.__sources__[0]
 
 
 def test_pools_and_lazies_outside_a_loader(tmp_path):

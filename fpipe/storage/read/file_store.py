@@ -97,3 +97,10 @@ class DatasetFiles:
         if ext not in raw:
             raise KeyError(f"{self.root}: sample {key!r} has no member {ext!r}")
         return raw[ext], i, ext
+
+    def shard_name(self, index: int) -> str:
+        """The name of the shard holding sample ``index`` ("" for a table's rows)."""
+        ds, _ = self._open()
+        if not ds.record.shards:
+            return ""
+        return ds.record.shards[int(ds.column("shard_id")[index])].name
