@@ -84,15 +84,6 @@ REFUSED: dict[str, str] = {
     "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",
     "generic_concat": "a helper of MixBatchDataset (refused); batch in the task encoder",
     "homogeneous_concat_mix": "a helper of MixBatchDataset (refused); batch in the task encoder",
-    "MergeTransform": (
-        "Energon's transforms draw from torch's global generator; in fpipe run torchvision "
-        "transforms inside an encode_sample decorated with @stateless(restore_seeds=True), "
-        "which seeds that generator from the sample's key (exact resume)"
-    ),
-    "CustomTransform": (
-        "a mapper of MergeTransform (refused); run the transform in encode_sample with "
-        "@stateless(restore_seeds=True)"
-    ),
 }
 
 
