@@ -187,3 +187,11 @@ def test_a_state_restores_only_into_the_same_subset(root):
     assert [tuple(b.text) for _, b in zip(range(3), again)] == rest
     with pytest.raises(Exception, match=r"source_id.*ds1#train#55\[0:33\]"):
         loader("[0%, 60%]").restore_state_rank(state)
+
+
+def test_fpipe_info_counts_the_kept_samples(root, capsys):
+    from fpipe.cli.main import main
+
+    path = _write(root, "info.yaml", "splits: {train: {subset: {range: [10, 30]}, path: ds1}}\n")
+    assert main(["info", str(path)]) == 0
+    assert "20 samples ([10:30] of train of" in capsys.readouterr().out
