@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from fpipe.core.errors import ConfigError
 
-__all__ = ["BaseWebdatasetFactory", "get_dataset_from_config", "prepare_metadataset"]
+__all__ = ["BaseWebdatasetFactory", "get_dataset_from_config"]
 
 _FACTORY = (
     "megatron.energon.BaseWebdatasetFactory is not supported by fpipe: fpipe reads the "
@@ -174,13 +174,3 @@ def get_dataset_from_config(
                 f"{getattr(have, '__name__', have)} samples"
             )
     return ds
-
-
-def prepare_metadataset(path: str | os.PathLike) -> None:
-    """Energon's ``prepare_metadataset``: fpipe needs no join index (joins match keys in the
-    workers), so this only reads and checks the metadataset file, nested files included
-    (unknown keys, missing paths, cycles), and writes nothing. A joiner class is not looked
-    up here: it is resolved when a dataset is built from the file."""
-    from fpipe.storage.config.metadataset import load_metadataset
-
-    load_metadataset(os.fspath(path))

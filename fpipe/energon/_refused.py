@@ -80,6 +80,9 @@ REFUSED: dict[str, str] = {
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"
     ),
+    "prepare_metadataset": (
+        "fpipe needs no metadataset preparation: joins match keys in the workers"
+    ),
     "traverse_metadataset": "use fpipe.storage.load_metadataset and fpipe.storage.resolve_mix",
     "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",
     "generic_concat": "a helper of MixBatchDataset (refused); batch in the task encoder",

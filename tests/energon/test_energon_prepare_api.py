@@ -87,24 +87,3 @@ def test_get_dataset_from_config_gives_the_split_one_sample_at_a_time(tmp_path):
         get_dataset_from_config(root, split_part="train", worker_config=WC, sample_type=TextSample)
     with pytest.raises(ConfigError, match="dataset_config='other.yaml'"):
         get_dataset_from_config(root, dataset_config="other.yaml", worker_config=WC)
-
-
-def test_prepare_metadataset_checks_the_file_and_writes_nothing(tmp_path):
-    from fpipe.energon import EPath, prepare_metadataset
-    from tests.energon.energon_folder import make_plain_energon_folder
-
-    text = {"sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"}}
-    for name in ("a", "b"):
-        make_plain_energon_folder(tmp_path / name, {**text, "field_map": {"text": "txt"}})
-    joined = tmp_path / "joined.yaml"
-    joined.write_text(
-        "splits:\n  train:\n    join: [{path: a}, {path: b}]\n"
-        "    joiner: {__module__: non_existent_module, __class__: Anything}\n"
-    )
-    before = sorted(p for p in tmp_path.rglob("*"))
-    assert prepare_metadataset(EPath(joined)) is None  # the joiner is looked up when built
-    assert sorted(p for p in tmp_path.rglob("*")) == before
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("splits: {train: {path: missing}}\n")
-    with pytest.raises(ConfigError, match="does not exist"):
-        prepare_metadataset(bad)
