@@ -43,9 +43,6 @@ _ENCODE = (
     "generic_batch",
     "stateless",
 )
-_LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
-_WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
-_DATASETS = ("get_train_dataset", "get_val_dataset")
 _CACHE = (
     "CachePool",
     "DecodeFileStore",
@@ -70,6 +67,9 @@ _MEDIA = (
     "deserialize_media_metadata",
     "serialize_media_metadata",
 )
+_LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
+_WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
+_DATASETS = ("get_train_dataset", "get_val_dataset")
 
 #: Energon name -> the fpipe module that defines it (loaded on first use).
 _LAZY = {
