@@ -183,13 +183,19 @@ def format_metadataset_info(path: str) -> str:
         lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s)")
         for leaf in mix.leaves:
             n = len(open_dataset(leaf.path).split_indices(leaf.split_part))
+            kept = ""
+            if leaf.subset is not None:  # subset: the samples kept of the split part
+                from fpipe.storage.config.metadataset_subset import subset_bounds
+
+                start, end = subset_bounds(leaf.subset, n, leaf.where)
+                n, kept = end - start, f"[{start}:{end}] of "
             share = {
                 "blend": f"weight {leaf.weight:.4g}",
                 "blend_epochized": f"repetitions {leaf.repetitions:g}",
             }.get(mix.mode, "")
             lines.append(
                 f"  {leaf.name}: {share + ', ' if share else ''}{n} samples "
-                f"({leaf.split_part} of {leaf.path})"
+                f"({kept}{leaf.split_part} of {leaf.path})"
                 + (f", subflavors {leaf.subflavors}" if leaf.subflavors else "")
             )
             for part in leaf.join:  # joined datasets: matched by key, in the workers

@@ -39,6 +39,7 @@ from fpipe.storage.config.metadataset import (
     load_metadataset,
     resolve_mix,
 )
+from fpipe.storage.config.metadataset_subset import subset_bounds
 
 __all__ = ["eval_head", "train_head"]
 
@@ -74,6 +75,10 @@ def dataset_view(
     ds = _open(path, options.open_kwargs)
     split_config = join.split_config if join is not None else None  # the leaf's override
     indices = ds.split_indices(split, split_config)
+    subset = join.subset if join is not None else None
+    if subset is not None:  # a metadataset's subset: one range of the split's samples
+        start, end = subset_bounds(subset, len(indices), join.where)
+        indices = indices[start:end]
     if limit is not None:
         indices = indices[:limit]
     if len(indices) == 0:
@@ -87,6 +92,8 @@ def dataset_view(
             )
         source = dataclasses.replace(source, aux=join.aux)
     source_id = f"{_dataset_name(path)}#{split}#{len(ds)}"
+    if subset is not None:
+        source_id += f"[{start}:{end}]"
     if join is not None and join.join:
         source, tag = _joined(join, source, options.open_kwargs)
         source_id += tag

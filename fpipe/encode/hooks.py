@@ -148,12 +148,17 @@ def using_sample(
 
 @contextlib.contextmanager
 def _seeded_globals(rng: Any) -> Iterator[None]:
+    key = getattr(rng, "key", None)  # the sample's key: no draw from its generator
+    with _seeded(int(key) % (2**31 - 1) if key is not None else 0):
+        yield
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
     import random
 
     import numpy as np
 
-    key = getattr(rng, "key", None)  # the sample's key: no draw from its generator
-    seed = int(key) % (2**31 - 1) if key is not None else 0
     py_state, np_state = random.getstate(), np.random.get_state()  # noqa: NPY002 - restored
     torch_state = None
     try:
@@ -233,3 +238,13 @@ def generic_batch(batch: list[Any]) -> Any:
         names = [f.name for f in dataclasses.fields(first) if f.init]
         return type(first)(**{n: generic_batch([getattr(b, n) for b in batch]) for n in names})
     return batch_list(batch)
+
+
+@contextlib.contextmanager
+def seeded_global_rngs(seed: int) -> Iterator[None]:
+    """Inside the block, ``random``, ``numpy.random`` and torch's global generators are seeded
+    with ``seed`` (one thread of the process at a time: they are one per process); their
+    states are restored after it. For code that draws from the global generators (torchvision
+    transforms), seeded from the sample's generator so that the draws are exact."""
+    with _GLOBAL_SEEDS, _seeded(seed):
+        yield

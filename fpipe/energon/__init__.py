@@ -46,6 +46,30 @@ _ENCODE = (
     "generic_batch",
     "stateless",
 )
+_CACHE = (
+    "CachePool",
+    "DecodeFileStore",
+    "DirectLazy",
+    "FileStore",
+    "FileStoreDecoder",
+    "Lazy",
+    "MockLazy",
+    "NoCachePool",
+    "PrimaryFileStore",
+    "SystemFileStore",
+)
+#: Names of Energon's submodules (``megatron.energon.media``, ``.epathlib``) that ported code
+#: imports, offered here too.
+_MEDIA = (
+    "AVMetadata",
+    "ImageMetadata",
+    "MediaFilterConfig",
+    "MediaFilterStrategy",
+    "MediaMetadataBase",
+    "MediaMetadataType",
+    "deserialize_media_metadata",
+    "serialize_media_metadata",
+)
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
 _WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
 _DATASETS = ("get_train_dataset", "get_val_dataset")
@@ -65,6 +89,12 @@ _LAZY = {
     **dict.fromkeys(_LOADER, "fpipe.loader"),
     **dict.fromkeys(_DATASETS, "fpipe.datasets"),
     **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
+    **dict.fromkeys(_CACHE, "fpipe.materialize.lazy"),
+    "FileCacheLazy": "fpipe.materialize.file_cache_pool",
+    "FileStoreCachePool": "fpipe.materialize.file_cache_pool",
+    **dict.fromkeys(_MEDIA, "fpipe.decode.media_metadata"),
+    "prepare_filesystem_dataset": "fpipe.energon._media",
+    "EPath": "fpipe.energon.epath",
     "AugmentTaskEncoder": "fpipe.energon._augment",
     "SampleDecoder": "fpipe.decode",
     "SourceInfo": "fpipe.samples",
@@ -118,18 +148,6 @@ _REFUSED = dict.fromkeys(
         "VidQAWebdataset",
         "VQAOCRWebdataset",
         "VQAWebdataset",
-        "CachePool",
-        "DecodeFileStore",
-        "DirectLazy",
-        "FileCacheLazy",
-        "FileStore",
-        "FileStoreCachePool",
-        "FileStoreDecoder",
-        "Lazy",
-        "MockLazy",
-        "NoCachePool",
-        "PrimaryFileStore",
-        "SystemFileStore",
         "Metadataset",
         "MetadatasetV2",
         "traverse_metadataset",

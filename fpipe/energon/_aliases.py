@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fpipe.core.errors import ConfigError
 from fpipe.loader.dataloader import Loader
 
 __all__ = ["SavableDataLoader", "cooker"]
@@ -16,18 +15,17 @@ SavableDataLoader = Loader
 def cooker(fn: Any = None, *, need_cache: bool = False, need_primary: bool = False) -> Any:
     """Energon's ``@cooker`` (also ``@cooker()``): marks a function that turns a crude sample
     into a typed one, for ``Cooker(fn)`` in a task encoder's ``cookers``. The cooker gets the
-    metadataset's ``aux:`` file stores as keywords and, with ``need_primary=True``, its own
-    dataset as ``primary`` (files by ``<sample key>.<member>``). ``need_cache`` (cache pools)
-    is refused: fpipe has none."""
-    if need_cache:
-        raise ConfigError(
-            "cooker(need_cache=True): fpipe has no cache pools; read the files a cooker needs "
-            "from its file stores (`primary`, the metadataset's aux:) while cooking"
-        )
+    metadataset's ``aux:`` file stores as keywords, with ``need_primary=True`` its own
+    dataset as ``primary`` (files by ``<sample key>.<member>``, or ``.<member>`` of the sample
+    being cooked), and with ``need_cache=True`` a cache pool as ``cache``, whose
+    ``cache.get_lazy(store, name)`` is a ``Lazy`` reference read later by ``lazy.get(sample)``
+    (:mod:`fpipe.materialize.lazy`)."""
 
     def mark(f: Any) -> Any:
         if need_primary:
             f.__cooker_need_primary__ = True
+        if need_cache:
+            f.__cooker_need_cache__ = True
         return f
 
     if fn is None:

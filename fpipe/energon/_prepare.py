@@ -52,8 +52,7 @@ def _energon_split(
         return parts
     if patterns is None:
         raise ConfigError(
-            "BaseWebdatasetFactory.prepare_dataset needs split_parts_ratio or "
-            "split_parts_patterns"
+            "BaseWebdatasetFactory.prepare_dataset needs split_parts_ratio or split_parts_patterns"
         )
     out = {}
     for name, pattern in patterns:
@@ -82,15 +81,16 @@ def _prepare_dataset(
     to split parts (``split_parts_ratio``: shuffled with ``shuffle_seed``, cut by ratio;
     ``split_parts_patterns``: regular expressions). Returns the member extensions found, as
     Energon does. ``progress_fn``, ``workers`` (capped at the CPUs) and
-    ``index_sqlite_tmp_path`` change no data; ``split_config`` other than ``split.yaml``,
-    ``tar_index_only``, ``media_filter`` and ``fix_duplicates`` are refused."""
+    ``index_sqlite_tmp_path`` change no data; ``media_filter`` (a ``MediaFilterConfig``) also
+    writes the selected members' media metadata where Energon does
+    (``.nv-meta/index.sqlite``); ``split_config`` other than ``split.yaml``,
+    ``tar_index_only`` and ``fix_duplicates`` are refused."""
     from fpipe.storage import SplitConfig, prepare_dataset
     from fpipe.storage.paths import expand_braces
 
     refused = {
         "split_config": split_config not in ("split.yaml", "split.json"),
         "tar_index_only": tar_index_only,
-        "media_filter": media_filter is not None,
         "fix_duplicates": fix_duplicates,
     }
     bad = [k for k, v in refused.items() if v]
@@ -98,8 +98,7 @@ def _prepare_dataset(
         raise ConfigError(
             f"BaseWebdatasetFactory.prepare_dataset({bad[0]}=...) is not supported by fpipe: "
             "fpipe writes one index (.fpipe/, with the split) and never rewrites shards; "
-            "media metadata are probed by fpipe.storage.prepare_dataset(probe_av=True), a "
-            "sample with a duplicate key is reported and left out"
+            "a sample with a duplicate key is reported and left out"
         )
     shards = [q for p in paths for q in expand_braces(str(p))]
     parts = _energon_split(shards, split_parts_ratio, split_parts_patterns, shuffle_seed)
@@ -109,6 +108,10 @@ def _prepare_dataset(
         split=SplitConfig(split_parts=parts),
         workers=max(1, min(int(workers), os.cpu_count() or 1)),
     )
+    if media_filter is not None:
+        from fpipe.energon._media import prepare_dataset_media
+
+        prepare_dataset_media(parent_path, media_filter)
     return set(report.members)
 
 

@@ -21,10 +21,6 @@ _FACTORY = (
     "fpipe.energon.get_train_dataset / get_val_dataset on the folder (fpipe.open_dataset for "
     "random access)"
 )
-_CACHE = (
-    "fpipe has no cache pools or lazy file-store handles: media are read by random access "
-    "through the index in the worker that encodes the sample"
-)
 _SUBCLASS = (
     "the deprecated per-type dataset classes are named in dataset.yaml files, which fpipe "
     "reads as data (the sample_type); no class named in a data file is constructed"
@@ -80,18 +76,6 @@ REFUSED: dict[str, str] = {
     "VidQAWebdataset": _SUBCLASS,
     "VQAOCRWebdataset": _SUBCLASS,
     "VQAWebdataset": _SUBCLASS,
-    "CachePool": _CACHE,
-    "DecodeFileStore": _CACHE,
-    "DirectLazy": _CACHE,
-    "FileCacheLazy": _CACHE,
-    "FileStore": _CACHE,
-    "FileStoreCachePool": _CACHE,
-    "FileStoreDecoder": _CACHE,
-    "Lazy": _CACHE,
-    "MockLazy": _CACHE,
-    "NoCachePool": _CACHE,
-    "PrimaryFileStore": _CACHE,
-    "SystemFileStore": _CACHE,
     "Metadataset": (
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"
@@ -104,15 +88,6 @@ REFUSED: dict[str, str] = {
     "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",
     "generic_concat": "a helper of MixBatchDataset (refused); batch in the task encoder",
     "homogeneous_concat_mix": "a helper of MixBatchDataset (refused); batch in the task encoder",
-    "MergeTransform": (
-        "Energon's transforms draw from torch's global generator; in fpipe run torchvision "
-        "transforms inside an encode_sample decorated with @stateless(restore_seeds=True), "
-        "which seeds that generator from the sample's key (exact resume)"
-    ),
-    "CustomTransform": (
-        "a mapper of MergeTransform (refused); run the transform in encode_sample with "
-        "@stateless(restore_seeds=True)"
-    ),
 }
 
 

@@ -10,6 +10,8 @@ from fpipe._lazy import lazy_exports
 #: Energon name -> the fpipe module that defines it.
 _LAZY = {
     "AVDecoder": "fpipe.decode.av",
+    # Energon's megatron.energon.av.av_reader.AVProbeIndex
+    "AVProbeIndex": "fpipe.decode.av.probe_index",
     # Energon's AVData, AVWebdatasetDecoder and free functions, as Energon 7.4 defines them
     "AVData": "fpipe.decode.av.energon",
     "AVWebdatasetDecoder": "fpipe.decode.av.energon",

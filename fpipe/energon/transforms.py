@@ -1,9 +1,6 @@
-"""``megatron.energon.transforms`` on fpipe.
-
-Energon's ``MergeTransform`` and ``CustomTransform`` draw from torch's global generator; fpipe
-refuses them where they are constructed, with the fpipe way: torchvision transforms inside an
-``encode_sample`` decorated with ``@stateless(restore_seeds=True)``, which seeds that generator
-from the sample's key (see docs/energon_migration.md).
+"""``megatron.energon.transforms`` on fpipe: ``MergeTransform``, ``CustomTransform`` and the
+mapper names, from :mod:`fpipe.energon._transforms` (exact inside the loader: the steps draw
+from generators seeded by the sample's generator).
 
 Names load on first use, so importing this module does not import torch.
 """
@@ -13,10 +10,23 @@ from __future__ import annotations
 from fpipe._lazy import lazy_exports
 
 #: Energon name -> the fpipe module that defines it.
-_LAZY: dict[str, str] = {}
-#: Refused names: importable, raising a ConfigError with the reason where they are used.
-_REFUSED = dict.fromkeys(("CustomTransform", "MergeTransform"), "fpipe.energon._refused")
+_LAZY: dict[str, str] = dict.fromkeys(
+    (
+        "CenterCropMapper",
+        "CustomTransform",
+        "MergeTransform",
+        "RandomCropMapper",
+        "RandomHorizontalFlipMapper",
+        "RandomPerspectiveMapper",
+        "RandomResizedCropMapper",
+        "RandomRotationMapper",
+        "RandomVerticalFlipMapper",
+        "ResizeMapper",
+        "TransformMapper",
+    ),
+    "fpipe.energon._transforms",
+)
 
 __all__ = sorted(_LAZY)
 
-__getattr__, __dir__ = lazy_exports(__name__, {**_REFUSED, **_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from fpipe.materialize._aux import aux_stores, primary_store
+from fpipe.materialize._aux import aux_stores, cache_pool, primary_store
 from fpipe.materialize._source_info import ShardNames
+from fpipe.materialize.lazy import PrimaryFileStore
 from fpipe.materialize.sources import DatasetSource
 from fpipe.samples import cook_sample, decode_members, decode_whole_sample, make_crude_sample
 from fpipe.storage.config.dataset_yaml import is_crude
@@ -58,18 +59,20 @@ def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
     return how
 
 
-def needs_primary(task_encoder, crude) -> bool:
+def cooker_needs(task_encoder, crude) -> tuple[bool, bool]:
     """Whether the cooker that will cook ``crude`` asks for its own dataset as ``primary``
-    (Energon's ``@cooker(need_primary=True)``)."""
+    and for a cache pool as ``cache`` (Energon's ``@cooker(need_primary=True,
+    need_cache=True)``)."""
     from fpipe.samples import Cooker
 
     for c in getattr(task_encoder, "cookers", None) or ():
-        if isinstance(c, Cooker):
-            if c.is_match(crude):
-                return bool(getattr(c.cook, "__cooker_need_primary__", False))
-        else:
-            return bool(getattr(c, "__cooker_need_primary__", False))
-    return False
+        fn = c.cook if isinstance(c, Cooker) else c
+        if not isinstance(c, Cooker) or c.is_match(crude):
+            return (
+                bool(getattr(fn, "__cooker_need_primary__", False)),
+                bool(getattr(fn, "__cooker_need_cache__", False)),
+            )
+    return False, False
 
 
 def cook(
@@ -121,8 +124,11 @@ def cook(
             sources=sources,
         )
         aux = aux_stores(mat, src.aux) if src.aux else {}
-        if needs_primary(mat.task_encoder, crude):
-            aux["primary"] = primary_store(mat, path)
+        need_primary, need_cache = cooker_needs(mat.task_encoder, crude)
+        if need_primary:  # `.member` names a member of this sample, as in Energon
+            aux["primary"] = PrimaryFileStore(primary_store(mat, path), crude["__key__"])
+        if need_cache:
+            aux["cache"] = cache_pool(mat)
         if not aux:
             return mat.task_encoder.cook_crude_sample(crude)
         return mat.task_encoder.cook_crude_sample(crude, aux=aux)

@@ -52,6 +52,7 @@ from fpipe.storage.config.metadataset_entries import (
     schedule_of,
     subflavors_of,
 )
+from fpipe.storage.config.metadataset_subset import node_subset
 from fpipe.storage.paths import is_url
 
 __all__ = [
@@ -78,6 +79,7 @@ _REF_KEYS = {
     "split_config",
     "shuffle_over_epochs_multiplier",
     "aux",
+    "subset",
 }
 #: Keys of an entry of a version-1 ``Metadataset`` split (``datasets: [...]``).
 _V1_KEYS = {
@@ -265,8 +267,10 @@ def _clash(first: Leaf, second: Leaf, where: str, split: str) -> None:
     )
 
 
-def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
-    """(mode, leaves, schedule) of one node; ``subflavors`` come from the levels above."""
+def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subset=None):
+    """(mode, leaves, schedule) of one node; ``subflavors`` and ``subset`` (a
+    :class:`~fpipe.storage.config.metadataset_subset.SampleRange`) come from the levels
+    above."""
     where = stack[-1]
     if not isinstance(node, dict):
         raise ConfigError(f"{where}: {entry}: expected a mapping, got {type(node).__name__}")
@@ -279,11 +283,12 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
     kind = kinds[0]
     if kind == "path":
         no_unknown(node, _REF_KEYS, where, entry)
-        return _reference(node, base, split, entry, subflavors, stack)
+        return _reference(node, base, split, entry, subflavors, stack, subset)
     if kind == "join":
-        return "single", [join_leaf(node, base, split, entry, subflavors, stack)], None
+        return "single", [join_leaf(node, base, split, entry, subflavors, stack, subset)], None
     extra = BLEND_ENTRY_KEYS if kind == "blend" else EPOCH_ENTRY_KEYS
-    no_unknown(node, {kind, "schedule", "schedule_mode", "blend_unit"}, where, entry)
+    no_unknown(node, {kind, "schedule", "schedule_mode", "blend_unit", "subset"}, where, entry)
+    subset = node_subset(node, subset, where, entry, leaf=False)
     for key in ("schedule", "blend_unit"):
         if key in node and (kind != "blend" or not top):
             raise ConfigError(
@@ -300,13 +305,13 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         if "join" in item:
             no_unknown(item, JOIN_KEYS | extra, where, e)
-            leaves = [join_leaf(item, base, split, e, subflavors, stack)]
+            leaves = [join_leaf(item, base, split, e, subflavors, stack, subset)]
             inner_mode = "single"
         else:
             if "path" not in item:
                 raise ConfigError(f"{where}: {e}: missing 'path'")
             no_unknown(item, _REF_KEYS | extra, where, e)
-            inner_mode, leaves, _ = _reference(item, base, split, e, subflavors, stack)
+            inner_mode, leaves, _ = _reference(item, base, split, e, subflavors, stack, subset)
         if kind == "blend":
             if inner_mode == "blend_epochized":
                 raise ConfigError(f"{where}: {e}: cannot blend an epochized blend by weight")
@@ -338,7 +343,7 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False):
     return kind, out, schedule
 
 
-def _reference(node, base, split, entry, subflavors, stack):
+def _reference(node, base, split, entry, subflavors, stack, subset=None):
     where = stack[-1]
     raw = node["path"]
     if not isinstance(raw, str) or not raw:
@@ -358,7 +363,9 @@ def _reference(node, base, split, entry, subflavors, stack):
         raise ConfigError(dataset_config_refused(where, entry))
     split_config = config_name(node.get("split_config"), where, entry, "split_config")
     aux = aux_refs(node, base, where, entry)
-    if not is_url(raw) and is_metadataset(path):
+    nested = not is_url(raw) and is_metadataset(path)
+    subset = node_subset(node, subset, where, entry, leaf=not nested)
+    if nested:
         if split_config is not None or aux:
             key = "split_config" if split_config is not None else "aux"
             raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
@@ -375,6 +382,7 @@ def _reference(node, base, split, entry, subflavors, stack):
             f"splits.{split_part}",
             merged,
             (*stack, str(path)),
+            subset=subset,
         )
         leaves = [
             msgspec.structs.replace(
@@ -396,5 +404,6 @@ def _reference(node, base, split, entry, subflavors, stack):
         shuffle_over_epochs_multiplier=mult,
         split_config=split_config,
         aux=aux,
+        subset=subset,
     )
     return "single", [leaf], None

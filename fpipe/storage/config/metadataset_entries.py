@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.storage.config.metadataset_subset import SampleRange, node_subset
 from fpipe.storage.paths import is_url
 
 __all__ = [
@@ -48,6 +49,7 @@ JOIN_KEYS = {
     "subflavors",
     "subflavor",
     "shuffle_over_epochs_multiplier",
+    "subset",
 }
 JOIN_PART_KEYS = {
     "path",
@@ -135,7 +137,8 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     ``shuffle_over_epochs_multiplier``: this dataset's factor of Energon's multiplier (the
     product down the levels; None: slices in index order); ``split_config``: the dataset's
     split file to read instead of ``split.yaml``; ``aux``: auxiliary file stores passed to the
-    cookers of a crude dataset (:class:`AuxRef`).
+    cookers of a crude dataset (:class:`AuxRef`); ``subset``: the range of the split's samples
+    kept (a metadataset's ``subset:``, composed down the levels; None: all).
     """
 
     name: str
@@ -151,6 +154,7 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     shuffle_over_epochs_multiplier: int | None = 1
     split_config: str | None = None
     aux: tuple[AuxRef, ...] = ()
+    subset: SampleRange | None = None
 
 
 class MixSchedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -224,13 +228,16 @@ def _default_name(ref: dict, split_part: str | None) -> str:
     return f"{stem}.{split_part}" if split_part else stem
 
 
-def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
+def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
     """A ``join:`` node as one leaf: the first (primary) dataset, the others joined by key.
 
     ``join:`` is a list of parts, or a mapping name -> part (the names reach a custom joiner's
     ``from_joined`` as keyword arguments). Part paths may be URLs of datasets on object storage.
+    ``subset``: the range of the levels above; the join's own ``subset:`` selects samples of
+    the primary.
     """
     where = stack[-1]
+    subset = node_subset(node, subset, where, entry, leaf=True)
     no_unknown(node, JOIN_KEYS | BLEND_ENTRY_KEYS | EPOCH_ENTRY_KEYS, where, entry)
     parts, names = node["join"], None
     if isinstance(parts, dict):
@@ -286,6 +293,7 @@ def join_leaf(node, base, split, entry, subflavors, stack) -> Leaf:
         joiner=_joiner_name(node.get("joiner"), where, entry),
         join_name=resolved[0].name,
         shuffle_over_epochs_multiplier=multiplier(node, where, entry),
+        subset=subset,
     )
 
 

@@ -8,12 +8,41 @@ gives the same bytes in every worker.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.read._validate import confined
 
-__all__ = ["DatasetFiles", "FolderFiles"]
+__all__ = ["DatasetFiles", "FolderFiles", "StoredMediaMetadata"]
+
+
+class StoredMediaMetadata:
+    """The ``media_metadata`` table of Energon's ``.nv-meta/index.sqlite`` under ``root``
+    (written by ``energon prepare --media-metadata-by-...`` or Energon's
+    ``prepare_filesystem_dataset``), opened read-only on first use; empty when absent."""
+
+    def __init__(self, root: str):
+        self._path = Path(root) / ".nv-meta" / "index.sqlite"
+        self._db: sqlite3.Connection | None = None
+        self._has: bool | None = None
+
+    def get(self, name: str) -> tuple[str, str] | None:
+        """``(metadata_type, metadata_json)`` stored for file ``name``, or None."""
+        if self._has is None:
+            self._has = False
+            if self._path.is_file():
+                db = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True)
+                found = db.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table' AND name='media_metadata'"
+                ).fetchone()
+                self._db, self._has = db, found is not None
+        if not self._has or self._db is None:
+            return None
+        row = self._db.execute(
+            "SELECT metadata_type, metadata_json FROM media_metadata WHERE entry_key = ?", (name,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
 
 
 class FolderFiles:
@@ -68,3 +97,10 @@ class DatasetFiles:
         if ext not in raw:
             raise KeyError(f"{self.root}: sample {key!r} has no member {ext!r}")
         return raw[ext], i, ext
+
+    def shard_name(self, index: int) -> str:
+        """The name of the shard holding sample ``index`` ("" for a table's rows)."""
+        ds, _ = self._open()
+        if not ds.record.shards:
+            return ""
+        return ds.record.shards[int(ds.column("shard_id")[index])].name
