@@ -10,20 +10,19 @@ which is deleted when the last reference has read it or been dropped.
 
 Which references exist is decided by the cookers, and what a reference reads is a pure
 function of its store and name: the pool changes when bytes are read, never which.
-``method="pickle"`` stores the decoded value instead of the bytes, as does :meth:`to_cache`;
-those files are written and read back only by this pool, in a folder it creates for itself
-(mode 0700), so no data from elsewhere is ever unpickled.
+``method="pickle"`` keeps the decoded value instead of the bytes, as does :meth:`to_cache`:
+fpipe's pool lives in one worker process, so such values stay in that process's memory
+(counted against the pool's limits by the size of the bytes they were decoded from) rather
+than being pickled to disk: nothing is ever unpickled.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import pickle
 import shutil
 import tempfile
 import threading
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +46,8 @@ class _Entry:
     require_data_now: bool = False  #: a reference is waiting: stop waiting for room
     cache_path: Path | None = None
     source_info: SourceInfo | None = None
+    value: Any = None  #: method="pickle": the decoded value, held in memory
+    held: bool = False  #: the prefetch finished and the copy (file or value) is there
 
 
 @dataclasses.dataclass(eq=False)
@@ -71,34 +72,19 @@ class FileCacheLazy(Lazy[Any]):
 
 @dataclasses.dataclass(eq=False)
 class CacheFileLazy(Lazy[Any]):
-    """A value the pool wrote to its folder (:meth:`FileStoreCachePool.to_cache`); the file
-    is deleted once read, or when the reference is dropped."""
+    """A value handed to the pool (:meth:`FileStoreCachePool.to_cache`), given back by
+    ``get`` (the pool of one worker process holds it in memory)."""
 
-    cache_path: Path | None = None
     _data: Any = None
 
     def get(self, sample: Any = None) -> Any:
-        if self.cache_path is not None:
-            with open(self.cache_path, "rb") as f:
-                self._data = pickle.load(f)  # noqa: S301 - written by this pool, see module doc
-            self.cache_path.unlink()
-            self.cache_path = None
         return self._data
 
-    def __del__(self) -> None:
-        if getattr(self, "cache_path", None) is not None:
-            self.cache_path.unlink(missing_ok=True)
-            self.cache_path = None
-
     def __hash__(self) -> int:
-        return hash((self.fname, self.cache_path))
+        return id(self)
 
     def __eq__(self, other: Any) -> bool:
-        return (
-            isinstance(other, CacheFileLazy)
-            and self.fname == other.fname
-            and self.cache_path == other.cache_path
-        )
+        return self is other
 
 
 class FileStoreCachePool(CachePool):
@@ -158,10 +144,8 @@ class FileStoreCachePool(CachePool):
         return FileCacheLazy(ds=ds, fname=fname, pool=self, entry=entry)
 
     def to_cache(self, data: Any, name: str) -> CacheFileLazy:
-        """``data`` written to the pool's folder; the reference reads it back once."""
-        path = self.cache_dir / uuid.uuid4().hex
-        path.write_bytes(pickle.dumps(data))
-        return CacheFileLazy(ds=None, fname=name, pool=self, cache_path=path)
+        """A reference that gives ``data`` back (held in memory, never serialized)."""
+        return CacheFileLazy(ds=None, fname=name, pool=self, _data=data)
 
     def close(self) -> None:
         """Stop the threads (queued reads are dropped) and delete the folder."""
@@ -184,11 +168,7 @@ class FileStoreCachePool(CachePool):
         with self._lock:
             if self._closing:
                 return False
-        if self.method == "raw":
-            data, entry.source_info = entry.ds._get_raw(entry.fname)
-        else:
-            value, entry.source_info = entry.ds[entry.fname]
-            data = pickle.dumps(value)
+        data, entry.source_info = entry.ds._get_raw(entry.fname)
         size = len(data)
         with self._lock:
             entry.data_size = size
@@ -205,7 +185,10 @@ class FileStoreCachePool(CachePool):
             self.current_cache_count += 1
         path = self.cache_dir / _file_name(entry.ds.get_path(), entry.fname)
         try:
-            path.write_bytes(data)
+            if self.method == "raw":
+                path.write_bytes(data)
+            else:  # the decoded value, kept in this process
+                value = entry.ds._decode_raw(data, fname=entry.fname)
         except BaseException:
             with self._lock:
                 self.current_cache_size -= size
@@ -213,7 +196,11 @@ class FileStoreCachePool(CachePool):
                 self._room.notify_all()
             raise
         with self._lock:
-            entry.cache_path = path
+            if self.method == "raw":
+                entry.cache_path = path
+            else:
+                entry.value = value
+            entry.held = True
         return True
 
     def _get_data(self, ds: FileStore, fname: str, entry: _Entry) -> tuple[Any, SourceInfo]:
@@ -243,11 +230,12 @@ class FileStoreCachePool(CachePool):
                     entry.send_to_cache_future = self._threads.submit(self._prefetch, entry)
 
     def _read_local(self, entry: _Entry) -> tuple[Any, SourceInfo]:
-        assert entry.cache_path is not None and entry.source_info is not None
-        raw = entry.cache_path.read_bytes()
+        assert entry.held and entry.source_info is not None
         if self.method == "raw":
+            assert entry.cache_path is not None
+            raw = entry.cache_path.read_bytes()
             return entry.ds._decode_raw(raw, fname=entry.fname), entry.source_info
-        return pickle.loads(raw), entry.source_info  # noqa: S301 - written by this pool
+        return entry.value, entry.source_info
 
     def _release(self, key: tuple[str, str]) -> None:
         """One reference fewer to ``key`` (the lock held); the last one deletes the copy."""
@@ -258,9 +246,10 @@ class FileStoreCachePool(CachePool):
         if entry.refcount > 0:
             return
         del self._entries[key]
-        if entry.cache_path is not None:
-            entry.cache_path.unlink(missing_ok=True)
-            entry.cache_path = None
+        if entry.held:
+            if entry.cache_path is not None:
+                entry.cache_path.unlink(missing_ok=True)
+            entry.cache_path, entry.value, entry.held = None, None, False
             self.current_cache_size -= entry.data_size
             self.current_cache_count -= 1
             self._room.notify_all()

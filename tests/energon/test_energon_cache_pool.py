@@ -83,19 +83,22 @@ def test_a_full_folder_means_a_direct_read_and_a_requeue(pool):
 
 @pytest.mark.parametrize("method", ["raw", "pickle"])
 def test_decoded_stores_decode_either_way(pool, method):
+    """method="pickle" keeps the decoded value in the worker's memory: nothing is written to disk
+    for it, so nothing is ever unpickled."""
     p = pool(method=method)
     store = DecodeFileStore(DictStore({"f": b"abc"}), decoder=Upper())
     lazy = p.get_lazy(store, "f")
     lazy.entry.send_to_cache_future.result()
+    assert any(p.cache_dir.iterdir()) == (method == "raw")
     assert lazy.get() == "f:ABC"
 
 
 def test_to_cache_and_close(pool, tmp_path):
     p = pool()
-    lazy = p.to_cache({"k": (1, 2)}, "name")
-    path = lazy.cache_path
-    assert path.parent == p.cache_dir and path.is_file()
-    assert lazy.get() == {"k": (1, 2)} == lazy.get() and not path.exists()
+    value = {"k": (1, 2)}
+    lazy = p.to_cache(value, "name")
+    assert lazy.get() is value and lazy.get() is value  # held in memory, never serialized
+    assert not any(p.cache_dir.iterdir())
     p.close()
     assert not p.cache_dir.exists()
     with pytest.raises(RuntimeError, match="closed"):
