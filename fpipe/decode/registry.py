@@ -26,6 +26,7 @@ from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 
 __all__ = [
     "Decoder",
+    "decode_by_extension",
     "decode_field",
     "get_decoder",
     "register_decoder",
@@ -151,6 +152,20 @@ def decode_field(
       >>> decode_field("bin", b"raw")
       b'raw'
     """
+    return decode_by_extension(ext, data, path, key, image_options, rng, limits)
+
+
+def decode_by_extension(
+    ext: str,
+    data: bytes,
+    path: str,
+    key: str,
+    image_options: ImageDecodeOptions | None,
+    rng: np.random.Generator | None,
+    limits: DecodeLimits | None,
+) -> Any:
+    """:func:`decode_field` with every argument given by position: the loader decodes each
+    member it reads through this (keywords cost more to bind than a small member's decode)."""
     norm = _norm(ext)
     lim = DEFAULT_LIMITS if limits is None else limits
     try:
