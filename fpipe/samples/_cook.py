@@ -174,6 +174,9 @@ def cook_fields(
     if decoder is not None:  # the user's decoder decoded every member already
         raw = decoded = decode_whole_sample(decoder, raw, path, key, sample_key)
     values: dict[str, Any] = {}
+    # audio/video members are looked for only where there may be some (what _av_member
+    # checks first)
+    av = probe_av or bool(av_metadata)
     for spec in fmap.fields:
         value = _MISSING
         for src in spec.sources:
@@ -182,7 +185,7 @@ def cook_fields(
             whole = decoded.get(src.ext, _MISSING)
             if whole is _MISSING:
                 ext = decode_exts.get(src.ext, src.ext) if decode_exts else src.ext
-                if _av_member(src.ext, ext, av_metadata, probe_av):
+                if av and _av_member(src.ext, ext, av_metadata, probe_av):
                     whole = _decode_av_member(
                         src.ext, raw[src.ext], av_metadata, decode_limits, path=path, key=key
                     )
