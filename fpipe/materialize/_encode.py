@@ -8,12 +8,12 @@ a bad sample the error policy skips is counted by the key that names it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import GeneratorType
 from typing import TYPE_CHECKING
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy, MaterializeError
 from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator
-from fpipe.encode.hook_forms import outputs
 from fpipe.encode.hooks import SkipSample, using_sample
 from fpipe.encode.packing import pre_pack_encoder
 from fpipe.materialize._cook import ENCODE
@@ -83,14 +83,21 @@ def encode_samples(
                     encoding = True
                     # Lazy fields (video frames) are decoded inside the encoder: their
                     # failures are bad input too, and go through the same policy.
-                    encoded = outputs(encode(sample, rng))  # a generator: all it yields
+                    encoded = encode(sample, rng)
+                    several = isinstance(encoded, GeneratorType)
+                    if several:  # all it yields (what outputs() gives)
+                        encoded = list(encoded)
             except PASSING:
                 raise
             except Exception as err:  # a hook's own failure: wrapped with where it happened
                 hook = encode_hook if encoding else _read_hook(sources[d])
                 raise wrap_error(err, hook, (mat.key(d, i),), step, pos) from err
-            samples.extend(encoded)
-            kept.extend([pos] * len(encoded))
+            if several:
+                samples.extend(encoded)
+                kept.extend([pos] * len(encoded))
+            else:
+                samples.append(encoded)
+                kept.append(pos)
         except SkipSample as err:  # the task encoder's (or a join's): skipped, counted
             where = getattr(err, "where", "")
             skipped_keys.append(where or f"{sources[d].path}:#{i}: SkipSample")

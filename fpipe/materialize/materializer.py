@@ -153,7 +153,7 @@ class Materializer:
         if src.join:
             sample = joined_sample(self, dataset, index, restore_key, skey, read)
         else:
-            ds = self.dataset(dataset)
+            ds = self._datasets.get(dataset) or self.dataset(dataset)  # once per process
             key = None
             if read is None:
                 raw = ds.read(index, self.wanted(src), limits=self.decode_limits)

@@ -126,3 +126,29 @@ def test_thread_workers_give_the_same_batches(token_set, alternatives_set):
     for root, n in ((token_set, 12), (alternatives_set, 8)):
         threads = _batches(root, n, num_workers=2, worker_mode="thread")
         assert _digest(threads, root) == _digest(_batches(root, n, num_workers=0), root)
+
+
+def test_a_returned_list_is_one_sample_and_a_generators_values_are_several(token_set):
+    class AsList(fpipe.DefaultTaskEncoder):
+        def encode_sample(self, sample):
+            return [sample.__key__, len(sample.text)]
+
+        def batch(self, samples):
+            return samples
+
+    class Twice(AsList):
+        def encode_sample(self, sample):
+            yield [sample.__key__, 0]
+            yield [sample.__key__, 1]
+
+    def first_batch(enc):
+        ds = fpipe.get_train_dataset(
+            str(token_set), batch_size=4, shuffle_buffer_size=None, seed=1, task_encoder=enc
+        )
+        it = iter(fpipe.get_loader(ds, num_workers=0))
+        return next(it)
+
+    one = first_batch(AsList())
+    assert len(one) == 4 and all(isinstance(s, list) and len(s) == 2 for s in one)
+    two = first_batch(Twice())
+    assert [s[1] for s in two] == [0, 1] * 4 and [s[0] for s in two[::2]] == [s[0] for s in one]
