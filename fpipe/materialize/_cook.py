@@ -10,8 +10,13 @@ from typing import TYPE_CHECKING, Any
 from fpipe.materialize._aux import aux_stores, primary_store
 from fpipe.materialize._source_info import ShardNames
 from fpipe.materialize.sources import DatasetSource
-from fpipe.samples import decode_members, decode_whole_sample, make_crude_sample
-from fpipe.samples._cook import as_image_options, cook_fields
+from fpipe.samples import (
+    as_image_options,
+    cook_fields,
+    decode_members,
+    decode_whole_sample,
+    make_crude_sample,
+)
 from fpipe.storage.config.dataset_yaml import is_crude
 
 if TYPE_CHECKING:  # the materializer calls these with itself
