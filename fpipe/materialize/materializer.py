@@ -215,7 +215,7 @@ class Materializer:
         for d in np.unique(datasets).tolist():
             indices = refs.index[datasets == d]
             src = self.sources[d]
-            self.dataset(d).prefetch(indices.tolist(), self.wanted(src))
+            self.dataset(d).prefetch(indices, self.wanted(src))
             if src.join:
                 parts_found[d] = prefetch_parts(self, d, indices)
         return parts_found
