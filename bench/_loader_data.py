@@ -154,8 +154,19 @@ def _params_match(root: Path, params: dict) -> bool:
         and json.loads(f.read_text()) == params
         and info.exists()
         and yaml.safe_load(info.read_text()).get("version") == VERSION
-        and (root / ".nv-meta" / "dataset.yaml").exists()
+        # Energon's index, where Energon can be imported (else its rows are skipped anyway and
+        # the set would be written again on every run)
+        and ((root / ".nv-meta" / "dataset.yaml").exists() or not _energon_importable())
     )
+
+
+def _energon_importable() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("megatron.energon") is not None
+    except ImportError:  # no megatron package at all
+        return False
 
 
 def _prepare_both(root: Path, shards: list[str], fields: dict, sample_type: str) -> dict:

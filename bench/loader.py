@@ -58,10 +58,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -163,13 +165,29 @@ def same_decode_ratios(small: dict, big: dict, ratio: Callable) -> dict[str, flo
     return out
 
 
+@functools.cache
+def _importable(python: str, module: str) -> bool:
+    """Whether ``module`` imports in ``python`` (asked once per run; a row needing a peer that
+    is not installed there is left out, and said so, rather than failing every repeat)."""
+    p = subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=120)
+    if p.returncode:
+        print(f"  {module} is not importable in {python}: its rows are left out (--peers-python)")
+    return p.returncode == 0
+
+
 def peer_loaders(python: str, root: Path, warm: int) -> dict:
-    """Grain (threads, processes) and SPDL (Pillow decode, FFmpeg decode), 2 each."""
+    """Grain (threads, processes) and SPDL (Pillow decode, FFmpeg decode), 2 each, where the
+    peers' Python has them."""
+    rows = {
+        "grain threads=2": ("grain", "grain-threads"),
+        "grain processes=2": ("grain", "grain-procs"),
+        "spdl threads=2": ("spdl", "spdl"),
+        "spdl-ffmpeg threads=2": ("spdl", "spdl-ffmpeg"),
+    }
     return {
-        "grain threads=2": peer_run(python, "grain-threads", root, warm),
-        "grain processes=2": peer_run(python, "grain-procs", root, warm),
-        "spdl threads=2": peer_run(python, "spdl", root, warm),
-        "spdl-ffmpeg threads=2": peer_run(python, "spdl-ffmpeg", root, warm),
+        name: peer_run(python, loader, root, warm)
+        for name, (module, loader) in rows.items()
+        if _importable(python, module)
     }
 
 

@@ -36,11 +36,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loader_data import ensure_text_set  # noqa: E402
 from _loader_runs import close_iter, in_process, measure  # noqa: E402
-from loader import energon_iter, fpipe_iter, wds_iter  # noqa: E402
+from loader import TokenEncoder, energon_iter, fpipe_loader, wds_iter  # noqa: E402
 
 import fpipe  # noqa: E402
 
 BATCH = 256
+
+
+def fpipe_text_iter(root: Path):
+    """fpipe's text row as section 3 of ``bench/loader.py`` runs it (the peers' collate)."""
+    return iter(fpipe_loader(root, BATCH, 0, None, task_encoder=TokenEncoder()))
 
 
 def _loadavg() -> list[float] | None:
@@ -64,7 +69,7 @@ def check_same(root: Path, count: int = 512) -> int:
         for row, key in zip(b.text, b.__key__):
             i = ds.index_of_key(key)
             ref = np.load(io.BytesIO(ds.read(i)["npy"]), allow_pickle=False)
-            got = row.numpy()
+            got = np.asarray(row)  # the default batch lists numpy arrays
             assert np.array_equal(got[: len(ref)], ref) and not got[len(ref) :].any(), key
             seen += 1
     close_iter(it)
@@ -72,7 +77,7 @@ def check_same(root: Path, count: int = 512) -> int:
 
 
 def profile(root: Path, batches: int, top: int) -> None:
-    it = fpipe_iter(root, BATCH, 0)
+    it = fpipe_text_iter(root)
     for _ in range(2):
         next(it)
     pr = cProfile.Profile()
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.check_same:
         result["checked_same_samples"] = check_same(root)
     loaders = {
-        "fpipe nw=0": in_process(lambda: fpipe_iter(root, BATCH, 0), "text", BATCH, 2),
+        "fpipe nw=0": in_process(lambda: fpipe_text_iter(root), "text", BATCH, 2),
         "webdataset nw=0": in_process(lambda: wds_iter(root, BATCH, 0, "text"), "text", BATCH, 2),
     }
     if not args.no_energon:

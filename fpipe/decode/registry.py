@@ -26,6 +26,7 @@ from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 
 __all__ = [
     "Decoder",
+    "decode_by_extension",
     "decode_field",
     "get_decoder",
     "register_decoder",
@@ -96,6 +97,7 @@ def register_decoder(ext: str, fn: Decoder) -> Decoder | None:
         raise ValueError("decoder extension must not be empty")
     old = _REGISTRY.get(ext)
     _REGISTRY[ext] = fn
+    _ROUTES.clear()
     return old
 
 
@@ -105,6 +107,7 @@ def unregister_decoder(ext: str) -> Decoder | None:
     old = _REGISTRY.pop(ext, None)
     if ext in _BUILTINS:
         _REGISTRY[ext] = _BUILTINS[ext]
+    _ROUTES.clear()
     return old
 
 
@@ -151,25 +154,66 @@ def decode_field(
       >>> decode_field("bin", b"raw")
       b'raw'
     """
+    return decode_by_extension(ext, data, path, key, image_options, rng, limits)
+
+
+#: How a member extension is decoded, worked out once per extension (and again after a
+#: decoder is registered or removed, which empties the table): whether it is gunzipped first,
+#: which of the calls below it takes, and its decoder (None: the bytes as they are).
+_ROUTES: dict[str, tuple[bool, int, Decoder | None]] = {}
+_PLAIN, _ARRAY, _IMAGE, _AV = range(4)
+_MAX_ROUTES = 4096  # extensions come from data: the table is emptied rather than grown past it
+
+
+def _route(ext: str) -> tuple[bool, int, Decoder | None]:
     norm = _norm(ext)
+    gz = is_gz(norm) or norm == "gz"
+    if gz:
+        norm = "" if norm == "gz" else strip_gz(norm)
+    fn = get_decoder(norm) if norm else None
+    if fn is decode_image_default:
+        how = _IMAGE
+    elif fn is fields.decode_av:
+        how = _AV
+    elif fn is fields.decode_npy or fn is fields.decode_npz:
+        how = _ARRAY
+    else:
+        how = _PLAIN
+    if len(_ROUTES) >= _MAX_ROUTES:
+        _ROUTES.clear()
+    route = _ROUTES[ext] = (gz, how, fn)
+    return route
+
+
+def decode_by_extension(
+    ext: str,
+    data: bytes,
+    path: str,
+    key: str,
+    image_options: ImageDecodeOptions | None,
+    rng: np.random.Generator | None,
+    limits: DecodeLimits | None,
+) -> Any:
+    """:func:`decode_field` with every argument given by position: the loader decodes each
+    member it reads through this (keywords cost more to bind than a small member's decode)."""
+    route = _ROUTES.get(ext)
+    if route is None:
+        route = _route(ext)
+    gz, how, fn = route
     lim = DEFAULT_LIMITS if limits is None else limits
     try:
-        if is_gz(norm) or norm == "gz":
+        if gz:
             data = gunzip(data, lim.max_inflated_bytes)
-            norm = "" if norm == "gz" else strip_gz(norm)
-            if not norm:
-                return data
-        fn = get_decoder(norm)
         if fn is None:
             return data
-        if fn is decode_image_default:
+        if how == _PLAIN:
+            return fn(data)
+        if how == _ARRAY:
+            return fn(data, max_bytes=lim.max_array_bytes)
+        if how == _IMAGE:
             opts = _DEFAULT_IMAGE_OPTIONS if image_options is None else image_options
             return decode_image_with(data, opts, limits=lim, rng=rng, path=path, key=key)
-        if fn is fields.decode_av:
-            return fields.decode_av(data, path=path, key=key, limits=lim)
-        if fn is fields.decode_npy or fn is fields.decode_npz:
-            return fn(data, max_bytes=lim.max_array_bytes)
-        return fn(data)
+        return fields.decode_av(data, path=path, key=key, limits=lim)
     except ConfigError:
         raise
     except BadSampleError as e:

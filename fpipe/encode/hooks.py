@@ -146,6 +146,19 @@ def using_sample(
     return _Using(_RNG, rng, _POSITION, (batch_index, sample_index))
 
 
+def enter_sample(rng: Any, batch_index: int, sample_index: int) -> tuple[Any, Any]:
+    """What entering ``using_sample(rng, batch_index, sample_index)`` does, without a context
+    manager object: the loader's loop sets a sample's context this way for every sample (and
+    leaves it in a ``finally``). Returns what :func:`leave_sample` restores."""
+    return _RNG.set(rng), _POSITION.set((batch_index, sample_index))
+
+
+def leave_sample(tokens: tuple[Any, Any]) -> None:
+    """Restore what :func:`enter_sample` (which returned ``tokens``) changed."""
+    _RNG.reset(tokens[0])
+    _POSITION.reset(tokens[1])
+
+
 @contextlib.contextmanager
 def _seeded_globals(rng: Any) -> Iterator[None]:
     key = getattr(rng, "key", None)  # the sample's key: no draw from its generator

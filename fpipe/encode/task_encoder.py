@@ -103,6 +103,15 @@ def _sample_hook(fn: Any) -> Any:
     return hook
 
 
+def _passes_rng_on(fn: Any) -> Any:
+    """Mark one of fpipe's own sample hooks as needing no :func:`_sample_hook` wrapper: it
+    takes ``rng`` and only hands it to the hooks it calls, which are wrapped when the user
+    wrote them (as :meth:`TaskEncoder.encode_sample`, which no wrapper reaches). The wrapper
+    would set the rng and drain a generator around every sample for nothing."""
+    fn.__fpipe_hook__ = True
+    return fn
+
+
 def image_options(task_encoder: Any) -> Any:
     """Image decode options of a task encoder: ``image_decode``, else its Energon ``decoder``
     (:class:`~fpipe.decode._sample_decoder.SampleDecoder`), else None (the loader's default)."""
@@ -317,6 +326,7 @@ class DefaultTaskEncoder(
         self._raw_batch_type = raw_batch_type
         self._batch_type = batch_type
 
+    @_passes_rng_on
     def encode_sample(self, sample: Any, rng: np.random.Generator | None = None) -> Any:
         """Preencode then postencode, then convert to ``encoded_sample_type`` if set (each
         sample, when the hooks are generators)."""

@@ -4,13 +4,20 @@ sample), read and decoded as its dataset source says; the sample rngs' fold_in t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fpipe.materialize._aux import aux_stores, cache_pool, primary_store
 from fpipe.materialize._source_info import ShardNames
 from fpipe.materialize.lazy import PrimaryFileStore
 from fpipe.materialize.sources import DatasetSource
-from fpipe.samples import cook_sample, decode_members, decode_whole_sample, make_crude_sample
+from fpipe.samples import (
+    as_image_options,
+    cook_fields,
+    decode_members,
+    decode_whole_sample,
+    make_crude_sample,
+)
 from fpipe.storage.config.dataset_yaml import is_crude
 
 if TYPE_CHECKING:  # the materializer calls these with itself
@@ -34,8 +41,13 @@ class _Cooking:
     crude: bool
     wanted: frozenset[str] | None  #: the members a sample is made of (None: all)
     field_map: Any  #: the compiled field map (None for crude samples)
-    decode_exts: bool  #: whether ``ds`` tells how its members are decoded (a table's columns)
-    av_metadata: bool  #: whether ``ds`` holds stored audio/video metadata
+    image_options: Any  #: the materializer's image decode options, as a record (or None)
+    #: ``ds.decode_exts`` where its samples may have members decoded by another name (a
+    #: table's typed columns), else None: the others always give ``{}``
+    decode_exts: Callable[[int], Any] | None
+    #: ``ds.av_metadata`` where it holds stored audio/video metadata, else None (it would
+    #: always give ``{}``)
+    av_metadata: Callable[[int], Any] | None
 
 
 def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
@@ -53,10 +65,21 @@ def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
         crude=crude,
         wanted=mat.wanted(src),
         field_map=None if crude else mat.field_map(src),
-        decode_exts=hasattr(ds, "decode_exts"),
-        av_metadata=hasattr(ds, "av_metadata"),
+        image_options=as_image_options(mat.image_decode),
+        decode_exts=_per_sample(ds, "decode_exts", "reader", "decode_exts"),
+        av_metadata=_per_sample(ds, "av_metadata", "record", "av_fields"),
     )
     return how
+
+
+def _per_sample(ds, method: str, part: str, what: str) -> Callable[[int], Any] | None:
+    """``ds.<method>`` (a per-sample lookup), or None where it would only ever give ``{}``:
+    ``ds`` lacks it, or is a :class:`fpipe.storage.read.Dataset` whose ``part`` (its reader,
+    its record) has no ``what`` (no typed columns, no stored audio/video fields)."""
+    of = getattr(ds, part, None)
+    if of is not None and not getattr(of, what, None):
+        return None
+    return getattr(ds, method, None)
 
 
 def cooker_needs(task_encoder, crude) -> tuple[bool, bool]:
@@ -97,7 +120,7 @@ def cook(
     # An Energon folder's samples carry Energon's key (inside the shard); fpipe's key
     # (shard/key) still names them in errors, lineage and `fpipe plan --find`.
     own_key, energon_shard = (inner, shard) if how.names.energon else (None, "")
-    decode_exts = ds.decode_exts(index) if how.decode_exts else None
+    decode_exts = None if how.decode_exts is None else how.decode_exts(index)
     if how.crude:
         # Energon: a cooker sees the members decoded (its task encoder's `decoder`, by
         # default by extension); `decoder = None` keeps the raw bytes.
@@ -135,23 +158,20 @@ def cook(
     # Audio/video: stream metadata + keyframes stored by `fpipe prepare` (empty when none)
     # let the lazy AVDecoder seek without probing the file; a task encoder with
     # `probe_av = True` (the video/audio ones) has the others probed while cooking.
-    fmap = how.field_map
-    av_metadata = ds.av_metadata(index) if how.av_metadata else None
-    return cook_sample(
+    return cook_fields(
         raw,
-        sample_type=fmap.sample_type,
-        field_map=fmap,
-        key=sample_key,
-        restore_key=restore_key,
-        subflavors=src.subflavors,
-        path=path,
-        image_decode_options=mat.image_decode,
-        rng=rng,
-        av_metadata=av_metadata,
-        decode_limits=mat.decode_limits,
-        probe_av=bool(getattr(mat.task_encoder, "probe_av", False)),
-        decode_exts=decode_exts,
-        decoder=mat.sample_decoder,
-        sample_key=own_key,
-        sources=sources,
+        how.field_map,
+        sample_key,
+        restore_key,
+        src.subflavors,
+        path,
+        how.image_options,
+        rng,
+        None if how.av_metadata is None else how.av_metadata(index),
+        mat.decode_limits,
+        bool(getattr(mat.task_encoder, "probe_av", False)),
+        decode_exts,
+        mat.sample_decoder,
+        own_key,
+        sources,
     )

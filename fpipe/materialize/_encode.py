@@ -8,13 +8,13 @@ a bad sample the error policy skips is counted by the key that names it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import GeneratorType
 from typing import TYPE_CHECKING
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy, MaterializeError
 from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator
-from fpipe.encode.hook_forms import outputs
-from fpipe.encode.hooks import SkipSample, using_sample
+from fpipe.encode.hooks import SkipSample, enter_sample, leave_sample
 from fpipe.encode.packing import pre_pack_encoder
 from fpipe.materialize._cook import ENCODE
 from fpipe.materialize._error_handler import call_error_handler
@@ -65,9 +65,9 @@ def encode_samples(
     skipped_keys: list[str] = []
     first = step * (mat.recipe_size or len(refs))  # current_sample_index of position 0
     sources = mat.sources
-    # This is the loader's hottest loop: one class-based context manager per sample, a hook's
-    # failure named by one try (what naming_failures does), and what names a sample (its key,
-    # its read hook) looked up only when it fails.
+    # This is the loader's hottest loop: a sample's context set and restored by two calls,
+    # a hook's failure named by one try (what naming_failures does), and what names a sample
+    # (its key, its read hook) looked up only when it fails.
     for pos, (d, i, e, skey, read) in enumerate(ids):
         if pos in exclude:
             skipped_keys.append(f"{sources[d].path}:{mat.key(d, i)}: killed its worker")
@@ -77,20 +77,31 @@ def encode_samples(
         try:
             encoding = False  # which hook a failure names: reading/cooking, then encoding
             try:
-                # fpipe.sample_rng(), current_batch_index / current_sample_index
-                with using_sample(LazyGenerator(skey, ENCODE), step, first + pos):
+                # fpipe.sample_rng(), current_batch_index / current_sample_index: what
+                # `with using_sample(...)` sets, without its object
+                entered = enter_sample(LazyGenerator(skey, ENCODE), step, first + pos)
+                try:
                     sample, rng = mat.sample(d, i, e, skey, read)
                     encoding = True
                     # Lazy fields (video frames) are decoded inside the encoder: their
                     # failures are bad input too, and go through the same policy.
-                    encoded = outputs(encode(sample, rng))  # a generator: all it yields
+                    encoded = encode(sample, rng)
+                    several = isinstance(encoded, GeneratorType)
+                    if several:  # all it yields (what outputs() gives)
+                        encoded = list(encoded)
+                finally:
+                    leave_sample(entered)
             except PASSING:
                 raise
             except Exception as err:  # a hook's own failure: wrapped with where it happened
                 hook = encode_hook if encoding else _read_hook(sources[d])
                 raise wrap_error(err, hook, (mat.key(d, i),), step, pos) from err
-            samples.extend(encoded)
-            kept.extend([pos] * len(encoded))
+            if several:
+                samples.extend(encoded)
+                kept.extend([pos] * len(encoded))
+            else:
+                samples.append(encoded)
+                kept.append(pos)
         except SkipSample as err:  # the task encoder's (or a join's): skipped, counted
             where = getattr(err, "where", "")
             skipped_keys.append(where or f"{sources[d].path}:#{i}: SkipSample")

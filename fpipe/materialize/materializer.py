@@ -157,7 +157,7 @@ class Materializer:
         if src.join:
             sample = joined_sample(self, dataset, index, restore_key, skey, read)
         else:
-            ds = self.dataset(dataset)
+            ds = self._datasets.get(dataset) or self.dataset(dataset)  # once per process
             key = None
             if read is None:
                 raw = ds.read(index, self.wanted(src), limits=self.decode_limits)
@@ -219,7 +219,7 @@ class Materializer:
         for d in np.unique(datasets).tolist():
             indices = refs.index[datasets == d]
             src = self.sources[d]
-            self.dataset(d).prefetch(indices.tolist(), self.wanted(src))
+            self.dataset(d).prefetch(indices, self.wanted(src))
             if src.join:
                 parts_found[d] = prefetch_parts(self, d, indices)
         return parts_found

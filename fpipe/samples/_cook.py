@@ -19,14 +19,16 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import is_gz
 from fpipe.decode.image import ImageDecodeOptions
-from fpipe.decode.registry import decode_field
+from fpipe.decode.registry import decode_by_extension
 from fpipe.samples._field_map import FieldMap, compile_field_map
 from fpipe.samples.registry import sample_type_from_name
 
 __all__ = [
     "Cooker",
     "CrudeSample",
+    "as_image_options",
     "cook_crude_sample",
+    "cook_fields",
     "cook_sample",
     "decode_members",
     "decode_whole_sample",
@@ -36,7 +38,8 @@ __all__ = [
 _MISSING = object()
 
 
-def _image_options(opts: ImageDecodeOptions | Mapping[str, Any] | None) -> Any:
+def as_image_options(opts: ImageDecodeOptions | Mapping[str, Any] | None) -> Any:
+    """Image decode options as a record (a mapping gives its keywords), or None."""
     if opts is None or isinstance(opts, ImageDecodeOptions):
         return opts
     return ImageDecodeOptions(**opts)
@@ -127,12 +130,53 @@ def cook_sample(
     """
     if not isinstance(sample_type, type):
         sample_type = sample_type_from_name(sample_type)
-    fmap = compile_field_map(sample_type, field_map)
-    img_opts = _image_options(image_decode_options)
+    return cook_fields(
+        raw,
+        compile_field_map(sample_type, field_map),
+        key,
+        restore_key,
+        subflavors,
+        path,
+        as_image_options(image_decode_options),
+        rng,
+        av_metadata,
+        decode_limits,
+        probe_av,
+        decode_exts,
+        decoder,
+        sample_key,
+        sources,
+    )
+
+
+def cook_fields(
+    raw: Mapping[str, bytes],
+    fmap: FieldMap,
+    key: str,
+    restore_key: tuple[Any, ...],
+    subflavors: Mapping[str, Any] | None,
+    path: str,
+    img_opts: ImageDecodeOptions | None,
+    rng: np.random.Generator | None,
+    av_metadata: Mapping[str, Any] | None,
+    decode_limits: Any,
+    probe_av: bool,
+    decode_exts: Mapping[str, str] | None,
+    decoder: Callable[[dict[str, Any]], Any] | None,
+    sample_key: str | None,
+    sources: tuple[Any, ...] | None,
+) -> Any:
+    """:func:`cook_sample` with its arguments checked already: a compiled field map and image
+    options as a record, every argument given by position. The loader cooks every sample
+    through this (binding fifteen keywords costs more than a small sample's decode)."""
+    sample_type = fmap.sample_type
     decoded: dict[str, Any] = {}
     if decoder is not None:  # the user's decoder decoded every member already
         raw = decoded = decode_whole_sample(decoder, raw, path, key, sample_key)
     values: dict[str, Any] = {}
+    # audio/video members are looked for only where there may be some (what _av_member
+    # checks first)
+    av = probe_av or bool(av_metadata)
     for spec in fmap.fields:
         value = _MISSING
         for src in spec.sources:
@@ -141,20 +185,13 @@ def cook_sample(
             whole = decoded.get(src.ext, _MISSING)
             if whole is _MISSING:
                 ext = decode_exts.get(src.ext, src.ext) if decode_exts else src.ext
-                if _av_member(src.ext, ext, av_metadata, probe_av):
+                if av and _av_member(src.ext, ext, av_metadata, probe_av):
                     whole = _decode_av_member(
                         src.ext, raw[src.ext], av_metadata, decode_limits, path=path, key=key
                     )
                 else:
                     whole = _decode_member(
-                        src.ext,
-                        ext,
-                        raw[src.ext],
-                        path=path,
-                        key=key,
-                        image_options=img_opts,
-                        rng=rng,
-                        limits=decode_limits,
+                        src.ext, ext, raw[src.ext], path, key, img_opts, rng, decode_limits
                     )
                 decoded[src.ext] = whole
             value = _walk(whole, src.path) if src.path else whole
@@ -229,20 +266,12 @@ def decode_members(
       >>> decode_members({"__key__": "000001", "txt": b"12", "cls": b"3", "bin": b"x"})
       {'__key__': '000001', 'txt': '12', 'cls': 3, 'bin': b'x'}
     """
-    opts = _image_options(image_options)
+    opts = as_image_options(image_options)
     exts = decode_exts or {}
     return {
         k: v
         if k.startswith("__") or not isinstance(v, (bytes, bytearray, memoryview))
-        else _decode_member(
-            k,
-            exts.get(k, k),
-            bytes(v),
-            path=path,
-            key=key,
-            image_options=opts,
-            limits=limits,
-        )
+        else _decode_member(k, exts.get(k, k), bytes(v), path, key, opts, None, limits)
         for k, v in raw.items()
     }
 
@@ -251,19 +280,16 @@ def _decode_member(
     name: str,
     ext: str,
     data: bytes,
-    *,
-    path: str = "",
-    key: str = "",
-    image_options: Any = None,
-    rng: np.random.Generator | None = None,
-    limits: Any = None,
+    path: str,
+    key: str,
+    image_options: Any,
+    rng: np.random.Generator | None,
+    limits: Any,
 ) -> Any:
     """Member ``name`` decoded as extension ``ext``; an error names both when they differ.
-    (Keywords spelled out, not ``**kwargs``: this runs for every member the loader decodes.)"""
+    (Arguments by position: this runs for every member the loader decodes.)"""
     try:
-        return decode_field(
-            ext, data, path=path, key=key, image_options=image_options, rng=rng, limits=limits
-        )
+        return decode_by_extension(ext, data, path, key, image_options, rng, limits)
     except BadSampleError as e:
         if ext == name:
             raise
@@ -367,11 +393,11 @@ class CrudeSample(dict):
             ext,
             (self.get("__decode_exts__") or {}).get(ext, ext),
             self[ext],
-            path=path,
-            key=key,
-            image_options=_image_options(image_options),
-            rng=rng,
-            limits=limits,
+            path,
+            key,
+            as_image_options(image_options),
+            rng,
+            limits,
         )
 
 

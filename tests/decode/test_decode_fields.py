@@ -171,6 +171,28 @@ def test_register_override_and_unregister():
         register_decoder("", upper)
 
 
+def test_a_registration_applies_to_extensions_decoded_before_it():
+    # how each extension is decoded is worked out once; registering or removing a decoder
+    # must still apply to the next member of that extension
+    arr = np.arange(3, dtype=np.int32)
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    npy, txt_gz = buf.getvalue(), gzip.compress(b"abc")
+    assert decode_field("txt.gz", txt_gz) == "abc" and decode_field("TXT", b"x") == "x"
+    assert np.array_equal(decode_field("npy", npy), arr)
+    try:
+        register_decoder("txt", lambda b: b.decode().upper())
+        register_decoder("npy", lambda b: len(b))
+        assert decode_field("txt.gz", txt_gz) == "ABC" and decode_field("TXT", b"x") == "X"
+        assert decode_field("npy", npy) == len(npy)
+    finally:
+        unregister_decoder("txt")
+        unregister_decoder("npy")
+    assert decode_field("txt.gz", txt_gz) == "abc" and decode_field("TXT", b"x") == "x"
+    assert np.array_equal(decode_field("npy", npy), arr)
+    assert decode_field("gz", txt_gz) == b"abc"  # a bare .gz member: inflated, not decoded
+
+
 def test_custom_decoder_error_becomes_bad_sample():
     def broken(b: bytes):
         raise RuntimeError("boom")

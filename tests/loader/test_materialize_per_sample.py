@@ -124,3 +124,22 @@ def test_a_failing_hook_is_named_with_its_key_and_position(tmp_path):
     )
     assert str(err).startswith("encode_sample raised ValueError: bad crop (sample ")
     assert "bad crop" in err.traceback and isinstance(err.__cause__, ValueError)
+
+
+def test_enter_and_leave_sample_set_and_restore_what_using_sample_does():
+    from fpipe.encode.hooks import enter_sample, leave_sample
+
+    def run():
+        rng = np.random.default_rng(1)
+        outer = enter_sample(rng, 2, 66)
+        inner = enter_sample(None, 5, 7)
+        assert current_position() == (5, 7)
+        leave_sample(inner)
+        assert sample_rng() is rng and current_position() == (2, 66)
+        leave_sample(outer)
+        with pytest.raises(ConfigError):
+            sample_rng()
+        with pytest.raises(ConfigError):
+            current_position()
+
+    contextvars.copy_context().run(run)

@@ -92,3 +92,17 @@ def test_consecutive_samples_are_consecutive_ranges(tmp_path):
     assert all(sorted(e for e, _, _ in p) == ["jpg", "json", "txt"] for p in placed)
     spans = [(p[0][1], p[-1][1] + p[-1][2]) for p in placed]  # one byte range per sample
     assert spans == sorted(spans) and all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_prefetch_checks_a_batch_of_indices_as_one_by_one(tmp_path):
+    import numpy as np
+
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=3)
+    prepare_dataset(tmp_path)
+    ds = open_dataset(tmp_path)
+    ds.prefetch(np.arange(6), frozenset({"jpg"}))  # in range: nothing to say
+    for bad in (np.asarray([0, 6]), np.asarray([-1, 2]), [1, 7]):
+        with pytest.raises(IndexError) as info:
+            ds.prefetch(bad, frozenset({"jpg"}))
+        wrong = int([i for i in bad if not 0 <= i < 6][0])
+        assert str(info.value) == f"sample index {wrong} out of range for 6 samples"

@@ -32,6 +32,7 @@ __all__ = [
     "check_shards_unchanged",
     "confined",
     "header_mismatch",
+    "header_names",
     "stale_reason",
 ]
 
@@ -214,6 +215,15 @@ def check_headers(index_dir: Path, record: IndexRecord, names: tuple[str, ...]) 
         _check_shape(record, str(index_dir), name, tuple(shape), dtype)
 
 
+def header_names(buf: bytes, at: int, expected: bytes) -> bool:
+    """Whether the tar header at byte ``at`` of ``buf`` (512 bytes there) plainly names member
+    ``expected``: its name field is ``expected`` and nothing more. The usual case of
+    :func:`header_mismatch`, decided without the checksum or a copy of the header; False says
+    only that :func:`header_mismatch` has to look further."""
+    n = len(expected)
+    return n < 100 and buf.startswith(expected, at) and buf[at + n] == 0
+
+
 def header_mismatch(header: bytes, expected: bytes) -> str | None:
     """None if the 512-byte tar ``header`` is the one of member ``expected`` (``<key>.<ext>``
     as indexed), else what is there instead.
@@ -234,8 +244,7 @@ def header_mismatch(header: bytes, expected: bytes) -> str | None:
     """
     if len(header) < 512:  # cut short: the end of the file
         return "no tar header"
-    n = len(expected)
-    if n < 100 and header[:n] == expected and header[n] == 0:
+    if header_names(header, 0, expected):
         return None  # the usual case, decided without the checksum
     if header == bytes(512) or not _checksum_ok(header):
         return "no tar header"

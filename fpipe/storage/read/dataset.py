@@ -228,8 +228,17 @@ class Dataset:
         :mod:`fpipe.storage.read.remote`). Errors surface in the matching :meth:`read`.
         """
         fn = getattr(self.reader, "prefetch", None)
-        if fn is not None:
-            fn([self._check(i) for i in indices], exts)
+        if fn is None:
+            return
+        # a batch's indices checked at once; one out of range is named as _check names it
+        if (
+            isinstance(indices, np.ndarray)
+            and indices.dtype.kind in "iu"
+            and bool(((indices >= 0) & (indices < self.record.num_samples)).all())
+        ):
+            fn(indices.tolist(), exts)
+            return
+        fn([self._check(i) for i in indices], exts)
 
     def read_ahead(self, indices, exts: frozenset[str] | None = None):
         """``(files, ranges)``: what reads samples ``indices`` and the ``(path, offset, size)``

@@ -24,6 +24,20 @@ from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 __all__ = ["FileCache", "gunzip_member", "members_to_dict", "read_each"]
 
 
+#: This process's id, set again in the child of each fork: a cache compares it with the id it
+#: opened its descriptors in, where asking the kernel for the id on every read would cost a
+#: system call per read.
+_PID = os.getpid()
+
+
+def _forked() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class FileCache:
     """At most ``max_open`` open read-only files, least recently used closed first."""
 
@@ -41,7 +55,7 @@ class FileCache:
         self.__init__(state["max_open"])
 
     def _fd(self, path: str) -> int:
-        if self._pid != os.getpid():  # forked: the descriptors are the parent's copies
+        if self._pid != _PID:  # forked: the descriptors are the parent's copies
             for fd in self._fds.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)

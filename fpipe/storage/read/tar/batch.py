@@ -20,7 +20,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
-from fpipe.storage.read._validate import header_mismatch, stale_reason
+from fpipe.storage.read._validate import header_mismatch, header_names, stale_reason
 from fpipe.storage.read.members import MemberRows
 from fpipe.storage.read.reader import read_each
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
@@ -119,15 +119,19 @@ def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
     one."""
     slow = np.flatnonzero(~plan.ok).tolist()
     pread = reader._files.pread
-    stems = reader._stems
+    stems, paths = reader._stems, reader._paths
     names, offset, size, first = plan.names, plan.offset, plan.size, plan.first
+    # a lone member's header is checked against b"<key>.<ext>": the ".<ext>" ends made once
+    dotted = {n: b"." + n.encode("utf-8", "surrogateescape") for n in set(names)}
     for j in np.flatnonzero(plan.ok).tolist():
         s, a, b = plan.sid[j], plan.lo[j], plan.hi[j]
-        try:
-            path = reader.cached_shard_path(s)
-        except OSError:
-            slow.append(j)  # read() names the shard that cannot be opened
-            continue
+        path = paths.get(s)  # reader.cached_shard_path(s) once it succeeded
+        if path is None:
+            try:
+                path = reader.cached_shard_path(s)
+            except OSError:
+                slow.append(j)  # read() names the shard that cannot be opened
+                continue
         key = f"{stems[s]}/{plan.keys[j]}"
         try:
             buf = pread(path, a, b - a) if b > a else b""
@@ -139,10 +143,15 @@ def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
             out[j] = (key, BadSampleError(path, key, f"shard truncated: {wanted}"))
             continue
         r0, r1 = first[j], first[j + 1]
+        if r1 == r0 + 1:  # one member: the read is its header and its bytes
+            name = names[r0]
+            if header_names(buf, 0, plan.raw[j] + dotted[name]):
+                out[j] = (key, {name: buf[TAR_HEADER:]})
+                continue
         stale = _check_header(reader, plan, j, buf, path, key) if r1 > r0 else None
         if stale is not None:
             out[j] = (key, stale)
-        elif r1 == r0 + 1:  # one member: the read is its header and its bytes
+        elif r1 == r0 + 1:
             out[j] = (key, {names[r0]: buf[TAR_HEADER:]})
         else:
             mv = memoryview(buf)
