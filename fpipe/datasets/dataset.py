@@ -147,10 +147,12 @@ def get_train_dataset(
         None: slices in index order). An epoch (``num_epochs``, a multiple of it) counts passes.
       parallel_shard_iters: read this many slices at a time, interleaved at random (each
         slice still in order; None or 1: one after another).
-      handler: Energon's error handler ``handler(exception, sample_key, sources)``: a sample
-        that fails to read, decode or encode is skipped and counted (``error_policy="skip"``)
-        after the handler is called; a handler that raises stops the loader. The
-        ``WorkerConfig``'s ``global_error_handler`` takes precedence, as in Energon.
+      handler: Energon's error handler ``handler(exception, sample, sources)`` (the sample the
+        failing hook got, or ``{"__key__": key}`` when reading or cooking failed; a
+        two-argument ``handler(exception, sample_key)`` gets the key): a sample that fails to
+        read, decode or encode is skipped and counted (``error_policy="skip"``) after the
+        handler is called; a handler that raises stops the loader. The ``WorkerConfig``'s
+        ``global_error_handler`` takes precedence, as in Energon.
       image_decode also takes Energon's specs (``"pil"``, ``"torchrgb"``, ... as
       ``SampleDecoder``).
 

@@ -134,7 +134,9 @@ def test_handler_is_called_and_the_sample_skipped(text):
     )
     keys = _keys(fpipe.get_loader(ds))
     assert len(keys) == 49 and not any(k.endswith("00003") for k in keys)
-    assert len(calls) == 1 and calls[0][0] is ValueError and calls[0][1].endswith("00003")
+    # as in Energon, the second argument is the sample the failing hook got
+    assert len(calls) == 1 and calls[0][0] is ValueError
+    assert isinstance(calls[0][1], fpipe.TextSample) and calls[0][1].__key__.endswith("00003")
     # Megatron-LM's print_error_handler(exc, key) takes two arguments
     two = []
     ds = fpipe.get_val_dataset(
@@ -145,7 +147,7 @@ def test_handler_is_called_and_the_sample_skipped(text):
         task_encoder=_FailsOn3(),
         handler=lambda e, key: two.append(key),
     )
-    assert len(_keys(fpipe.get_loader(ds))) == 49 and len(two) == 1
+    assert len(_keys(fpipe.get_loader(ds))) == 49 and two == [calls[0][1].__key__]
     # without a handler the failure stops the loader, as before
     ds = fpipe.get_val_dataset(
         text, split_part="train", batch_size=10, worker_config=WC, task_encoder=_FailsOn3()
