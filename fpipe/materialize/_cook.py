@@ -34,6 +34,7 @@ class _Cooking:
     wanted: frozenset[str] | None  #: the members a sample is made of (None: all)
     field_map: Any  #: the compiled field map (None for crude samples)
     decode_exts: bool  #: whether ``ds`` tells how its members are decoded (a table's columns)
+    row_object: bool  #: whether crude samples carry the row's object as ``json`` (a JSONL table)
     av_metadata: bool  #: whether ``ds`` holds stored audio/video metadata
 
 
@@ -53,9 +54,15 @@ def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
         wanted=mat.wanted(src),
         field_map=None if crude else mat.field_map(src),
         decode_exts=hasattr(ds, "decode_exts"),
+        row_object=crude and _is_jsonl_table(ds),
         av_metadata=hasattr(ds, "av_metadata"),
     )
     return how
+
+
+def _is_jsonl_table(ds) -> bool:
+    table = getattr(getattr(ds, "record", None), "table", None)
+    return table is not None and str(table.path).endswith(".jsonl")
 
 
 def needs_primary(task_encoder, crude) -> bool:
@@ -120,6 +127,9 @@ def cook(
             shard=energon_shard,
             sources=sources,
         )
+        if how.row_object and "json" not in crude:
+            # Energon's JSONL datasets hand cookers the parsed line as sample["json"]
+            crude["json"] = ds.row_object(index)
         aux = aux_stores(mat, src.aux) if src.aux else {}
         if needs_primary(mat.task_encoder, crude):
             aux["primary"] = primary_store(mat, path)
