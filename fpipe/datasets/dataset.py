@@ -233,7 +233,7 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         warn_if_empty(n, path, options.split, refs, recipe_size, topo, distribution)
     elif refs is None and num_epochs is None and not options.plan_stages and not mat.packing:
         # an endless stream: Energon's length, the batches of one epoch (one pass)
-        one = epoch_refs(head, passes)
+        one = epoch_refs(head)
         if one is not None and schedule is None:
             n = count_batches(one, recipe_size, topo, distribution, options.drop_last)
     return PlannedDataset(
