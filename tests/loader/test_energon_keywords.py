@@ -229,14 +229,19 @@ def test_worker_debug_log_lists_each_batch(text, tmp_path):
         world_size=1,
         num_workers=0,
         worker_log_level=1,
-        worker_debug_path=str(tmp_path / "debug_{worker_id}_{pid}.jsonl"),
+        worker_debug_path=str(tmp_path / "debug" / "{worker_id}_{pid}.jsonl"),
     )
     ds = fpipe.get_val_dataset(text, split_part="train", batch_size=20, worker_config=wc)
-    delivered = [batch_keys(b) for b in fpipe.get_loader(ds)]
-    (log,) = tmp_path.glob("debug_main_*.jsonl")
+    loader = fpipe.get_loader(ds)
+    delivered = [batch_keys(b) for b in loader]
+    again = [batch_keys(b) for b in loader]  # a second pass
+    # the folder is created; Energon's main-process file (rank * (num_workers + 1)) and lines
+    (log,) = (tmp_path / "debug").glob("0_*.jsonl")
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [line["idx"] for line in lines] == [0, 1, 2]
-    assert [line["keys"] for line in lines] == delivered
+    assert {line["t"] for line in lines} == {"SavableDataLoader.yield"}
+    assert [line["idx"] for line in lines] == [0, 1, 2, 0, 1, 2]
+    assert [line["global_idx"] for line in lines] == list(range(6))
+    assert [line["keys"] for line in lines] == delivered + again
     quiet = WorkerConfig(
         rank=0, world_size=1, num_workers=0, worker_debug_path=str(tmp_path / "quiet.jsonl")
     )  # level 0: no log
