@@ -76,7 +76,7 @@ def count_batches(
     >>> count_batches(10, 2, Topology(rank=0, world_size=2), "global", drop_last=True)
     2
     """
-    if distribution == "per_rank":
+    if distribution != "global":  # per_rank, energon: this rank's own refs
         full, rest = divmod(refs, batch_size)
         return full + int(bool(rest) and not drop_last)
     world = topology.world_size
@@ -94,7 +94,7 @@ def warn_if_empty(
     if n:
         return
     size = batch_size * (topo.world_size if distribution == "global" else 1)
-    where = " on this rank" if distribution == "per_rank" else ""
+    where = " on this rank" if distribution != "global" else ""
     warnings.warn(
         f"{path}: this configuration yields no batch on rank {topo.rank}: split {split!r} gives "
         f"{refs} samples{where} over all epochs, fewer than one batch of {size} with "

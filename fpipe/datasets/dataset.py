@@ -116,6 +116,10 @@ def get_train_dataset(
         every global batch; snapshots are the same on every rank and restore on any world size.
         ``"per_rank"``: each rank reads its own contiguous part of the data sequentially;
         snapshots restore only on the same world size. See docs/distributed.md.
+        ``"energon"``: as ``"per_rank"``, with the parts Energon gives the ranks (each dataset
+        split over ``num_workers * world_size`` workers, so parts may differ in size or be
+        empty; see :mod:`fpipe.plan.worker_split`); ``fpipe.energon``'s default on several
+        ranks.
       packing_buffer_size: turns on the task encoder's packing hooks (Energon semantics):
         ``select_samples_to_pack`` gets buffers of this many samples per rank, and a batch is
         ``batch_size`` packed samples. See docs/packing.md.
