@@ -119,7 +119,7 @@ def get_train_dataset(
         ``"energon"``: as ``"per_rank"``, with the parts Energon gives the ranks (each dataset
         split over ``num_workers * world_size`` workers, so parts may differ in size or be
         empty; see :mod:`fpipe.plan.worker_split`); ``fpipe.energon``'s default on several
-        ranks.
+        ranks with ``repeat=False``.
       packing_buffer_size: turns on the task encoder's packing hooks (Energon semantics):
         ``select_samples_to_pack`` gets buffers of this many samples per rank, and a batch is
         ``batch_size`` packed samples. See docs/packing.md.

@@ -1,12 +1,15 @@
-"""Energon's ``get_train_dataset``: fpipe's, with the ranks' parts Energon gives them.
+"""Energon's ``get_train_dataset``: fpipe's, with the ranks' parts Energon gives them where a
+stream ends.
 
-On several ranks Energon shards each dataset over its global workers (``num_workers *
-world_size``), so a rank's part, and its ``len()``, is Energon's (55 samples on 3 ranks of 5
-workers: 19, 19, 17, every sample on one rank); fpipe's own default deals global batches, which
+With ``repeat=False`` on several ranks, Energon shards each dataset over its global workers
+(``num_workers * world_size``), so a rank's part, and its ``len()``, is Energon's (55 samples on
+3 ranks of 5 workers: 19, 19, 17, every sample on one rank), where fpipe's global distribution
 leaves a short last global batch out. ``fpipe.energon.get_train_dataset`` therefore defaults to
-``distribution="energon"`` (:mod:`fpipe.plan.worker_split`) when the worker config has more than
-one rank; a ``distribution=`` given explicitly is kept (``"global"`` for snapshots that restore on
-another world size).
+``distribution="energon"`` (:mod:`fpipe.plan.worker_split`) for a stream that ends on more than
+one rank. A repeating stream keeps fpipe's global distribution, which loses no sample (the next
+epoch follows), keeps the same global batches for any world size and restores on any world
+size; pass ``distribution="energon"`` for Energon's parts there too. A ``distribution=`` given
+explicitly is always kept.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ __all__ = ["get_train_dataset"]
 
 @functools.wraps(_fpipe_get_train_dataset)
 def get_train_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
-    """:func:`fpipe.get_train_dataset` with Energon's split of the data to ranks by default
-    (see the module doc)."""
-    if "distribution" not in kwargs:
+    """:func:`fpipe.get_train_dataset` with Energon's split of the data to ranks by default for
+    a stream that ends (``repeat=False``; see the module doc)."""
+    if "distribution" not in kwargs and kwargs.get("repeat", True) is False:
         topo = kwargs.get("topology") or kwargs.get("worker_config") or Topology.from_env()
         if topo.world_size > 1:
             kwargs["distribution"] = "energon"

@@ -1,7 +1,9 @@
 """Energon's split of the data to ranks (Energon 7.4 test_jsonl_dataset
 test_metadataset_multirank, test_metadataset_fewsamp test_too_few_samples): each dataset is
 split over ``num_workers * world_size`` global workers, the leftover samples spread in Energon's
-order, shifted by the samples of the datasets blended before it. Every sample is on one rank."""
+order, shifted by the samples of the datasets blended before it. Every sample is on one rank.
+``fpipe.energon.get_train_dataset`` uses it with ``repeat=False``; ``distribution="energon"``
+asks for it on a repeating stream."""
 
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def test_117_samples_on_100_ranks(root):
     lens = []
     for rank in range(100):
         wc = WorkerConfig(rank=rank, world_size=100, num_workers=0)
-        ds = get_train_dataset(root / "blend.yaml", worker_config=wc, batch_size=1, **PLAIN)
+        ds = get_train_dataset(root / "blend.yaml", worker_config=wc, batch_size=1,
+                               distribution="energon", **PLAIN)  # fmt: skip
         lens.append(len(ds))
         if rank in (0, 1, 3):  # repeating: the rank's own samples over and over
             with fpipe.get_loader(ds, num_workers=0) as loader:
@@ -84,6 +87,9 @@ def test_117_samples_on_100_ranks(root):
 
 def test_fpipe_keeps_its_global_default_and_an_explicit_choice(root):
     wc = WorkerConfig(rank=2, world_size=3, num_workers=5)
+    # a repeating stream keeps the global distribution in fpipe.energon too
+    assert get_train_dataset(root / "ds1", worker_config=wc, batch_size=1,
+                             **PLAIN).distribution == "global"  # fmt: skip
     assert fpipe.get_train_dataset(root / "ds1", worker_config=wc, batch_size=1, repeat=False,
                                    **PLAIN).distribution == "global"  # fmt: skip
     explicit = get_train_dataset(root / "ds1", worker_config=wc, batch_size=1, repeat=False,
@@ -94,7 +100,8 @@ def test_fpipe_keeps_its_global_default_and_an_explicit_choice(root):
 
 def test_a_rank_state_restores_on_its_rank(root):
     wc = WorkerConfig(rank=1, world_size=3, num_workers=2)
-    make = lambda: get_train_dataset(root / "blend.yaml", worker_config=wc, batch_size=2, **PLAIN)  # noqa: E731
+    make = lambda: get_train_dataset(root / "blend.yaml", worker_config=wc, batch_size=2,  # noqa: E731
+                                     distribution="energon", **PLAIN)  # fmt: skip
     with fpipe.get_loader(make(), num_workers=0) as loader:
         it = iter(loader)
         [next(it) for _ in range(3)]
