@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import pickle
 import signal
 import time
 import traceback
@@ -82,6 +83,14 @@ class RemoteFailure:
         raise self.error from cause
 
 
+def _picklable(err: BaseException) -> bool:
+    try:
+        pickle.dumps(err)
+    except Exception:  # noqa: BLE001 - any failure means it cannot travel as it is
+        return False
+    return True
+
+
 def run_in_worker(fn: Callable[[], Any]) -> Any:
     """``fn()``; in a DataLoader worker, an exception is returned as a :class:`RemoteFailure`
     (a non-fpipe exception first wrapped in a :class:`MaterializeError`), and so is a result
@@ -93,6 +102,8 @@ def run_in_worker(fn: Callable[[], Any]) -> Any:
     except Exception as err:  # noqa: BLE001 - every failure travels back as a value
         text = "".join(traceback.format_exception(err))
         oom = out_of_memory(err)
+        if getattr(err, "__fpipe_from_error_handler__", False) and _picklable(err):
+            return RemoteFailure(err, text, oom)  # type: ignore[arg-type]  # the user's own
         if not isinstance(err, FpipeError):
             err = MaterializeError(
                 f"materializing raised {type(err).__name__}: {err}",

@@ -38,7 +38,13 @@ def call_error_handler(
     None when reading or cooking failed, and then the handler gets ``{"__key__": key}`` (Energon
     hands over the raw sample dict there). ``sources``: its
     :class:`fpipe.samples.SourceInfo` records, or None."""
-    if _takes_three(handler):
-        handler(error, {"__key__": key} if sample is None else sample, sources)
-    else:
-        handler(error, key)
+    try:
+        if _takes_three(handler):
+            handler(error, {"__key__": key} if sample is None else sample, sources)
+        else:
+            handler(error, key)
+    except Exception as raised:
+        # the handler's own exception reaches the user as it is, also from a worker process
+        # (as in Energon): see fpipe.loader._workers.run_in_worker
+        raised.__fpipe_from_error_handler__ = True  # type: ignore[attr-defined]
+        raise

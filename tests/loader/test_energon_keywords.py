@@ -257,3 +257,17 @@ def test_worker_config_fields_survive_pickling_and_repr():
     assert (back.seed_offset, back.worker_log_level, back.worker_debug_path) == (9, 2, "/tmp/x")
     assert back.global_error_handler is print
     assert repr(Topology(1, 4)) == "Topology(rank=1, world_size=4)"
+
+
+class HandlerSaysStop(Exception):
+    """What a test's error handler raises (module level: it travels back from a worker)."""
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_what_a_handler_raises_reaches_the_user_as_it_is(text, workers):
+    def stop(e, sample, sources):
+        raise HandlerSaysStop(sample.__key__) from e
+
+    ds = _train(text, task_encoder=_FailsOn3(), handler=stop, repeat=False)
+    with pytest.raises(HandlerSaysStop, match="00003"):
+        _keys(fpipe.get_loader(ds, num_workers=workers))
