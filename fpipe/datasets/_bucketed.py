@@ -45,7 +45,7 @@ def _check_options(options: DatasetOptions) -> None:
     if options.distribution != "global":
         raise ConfigError(
             "bucket_config works in global distribution mode only (every rank takes the "
-            "same bucket at every step); drop distribution='per_rank'"
+            "same bucket at every step); drop distribution='per_rank' / 'energon'"
         )
     if options.plan_stages or options.packing_buffer_size:
         raise ConfigError("plan_stages and packing_buffer_size do not combine with bucket_config")

@@ -13,29 +13,53 @@ __all__ = ["count_batches", "epoch_refs", "stream_refs", "warn_if_empty"]
 
 
 def stream_refs(head: Any, num_epochs: int | None) -> int | None:
-    """Refs in a plan head made by ``repeat(view, num_epochs)`` (a single dataset): the view's
-    size times the epochs; None for an endless stream or another head (a blend)."""
-    if num_epochs is None or getattr(head, "name", None) != "repeat":
+    """Refs in a finite plan head: ``repeat(view, num_epochs)`` (a single dataset) gives the
+    view's size times the epochs, a blend with ``num_epochs`` (``repeat=False``) its epochs'
+    positions (an epochized blend: each dataset times its repetitions, as Energon counts
+    ``blend_epochized``); None for an endless stream or another head."""
+    if num_epochs is None:
+        return None
+    name = getattr(head, "name", None)
+    config = getattr(head, "config", None)
+    if name == "blend" and config is not None and config.num_epochs is not None:
+        per_dataset = config.counts if config.mode == "epochized" else config.sizes
+        return int(sum(per_dataset)) * int(config.num_epochs)
+    if name != "repeat":
         return None
     inputs = getattr(head, "inputs", ())
     size = getattr(inputs[0], "size", None) if len(inputs) == 1 else None
     return None if size is None else int(size) * num_epochs
 
 
-def epoch_refs(head: Any, passes: int = 1) -> int | None:
+def _one_pass(view: Any) -> int:
+    """Refs of one pass over the data under ``view``: its size, with the passes of a ``tile``
+    (``shuffle_over_epochs_multiplier``, global or a metadataset entry's) divided out."""
+    node = view
+    while node is not None:
+        if getattr(node, "name", None) == "tile":
+            return int(view.size) // int(node.config.times)
+        inputs = getattr(node, "inputs", ())
+        node = inputs[0] if len(inputs) == 1 else None
+    return int(view.size)
+
+
+def epoch_refs(head: Any) -> int | None:
     """Refs of one epoch of a training plan's head, as Energon counts its length: a dataset's
-    split (``repeat(view)``: the view's size), a weighted blend's datasets together (weights
-    disregarded) or an epochized blend's epoch (each dataset times its repetitions); None for
-    another head. ``passes``: passes over the data per view epoch
-    (``shuffle_over_epochs_multiplier``), divided out so that one epoch is one pass."""
+    split (``repeat(view)``: one pass over it), a weighted blend's datasets together (one pass
+    over each, weights disregarded) or an epochized blend's epoch (each dataset times its
+    repetitions); None for another head. A ``shuffle_over_epochs_multiplier`` (global or of
+    one entry) does not change it: Energon's length is one pass."""
     name = getattr(head, "name", None)
     inputs = getattr(head, "inputs", ())
     if name == "repeat" and len(inputs) == 1 and getattr(inputs[0], "size", None) is not None:
-        return int(inputs[0].size) // passes
+        return _one_pass(inputs[0])
     config = getattr(head, "config", None)
     if name == "blend" and config is not None:
-        per_dataset = config.counts if config.mode == "epochized" else config.sizes
-        return int(sum(per_dataset)) // passes
+        if config.mode == "epochized":
+            return int(sum(config.counts))
+        if len(inputs) == len(config.sizes):
+            return sum(_one_pass(v) for v in inputs)
+        return int(sum(config.sizes))
     return None
 
 
@@ -52,7 +76,7 @@ def count_batches(
     >>> count_batches(10, 2, Topology(rank=0, world_size=2), "global", drop_last=True)
     2
     """
-    if distribution == "per_rank":
+    if distribution != "global":  # per_rank, energon: this rank's own refs
         full, rest = divmod(refs, batch_size)
         return full + int(bool(rest) and not drop_last)
     world = topology.world_size
@@ -70,7 +94,7 @@ def warn_if_empty(
     if n:
         return
     size = batch_size * (topo.world_size if distribution == "global" else 1)
-    where = " on this rank" if distribution == "per_rank" else ""
+    where = " on this rank" if distribution != "global" else ""
     warnings.warn(
         f"{path}: this configuration yields no batch on rank {topo.rank}: split {split!r} gives "
         f"{refs} samples{where} over all epochs, fewer than one batch of {size} with "

@@ -30,6 +30,7 @@ from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
 from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
+from fpipe.plan.worker_split import worker_split
 from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
     Leaf,
@@ -200,6 +201,27 @@ def _mix_views(
     return mix, tuple(leaf.name for leaf in mix.leaves), sources, views
 
 
+def _without_empty_parts(path, topology, mix, views, names):
+    """The blend (mix, views, names) without the datasets of which this rank reads nothing
+    (Energon's split can leave a rank no sample of a small dataset; Energon blends what the
+    rank has). Views keep their dataset ids, so the sources stay as they are."""
+    keep = [i for i, v in enumerate(views) if v.size > 0]
+    if not keep:
+        raise ConfigError(
+            f"{path}: rank {topology.rank} of {topology.world_size} gets no sample of any dataset "
+            f"(Energon's split over {max(1, topology.num_workers) * topology.world_size} workers)"
+        )
+    if len(keep) == len(views):
+        return mix, views, names
+    schedule = mix.schedule
+    if schedule is not None:
+        rows = tuple(tuple(row[i] for i in keep) for row in schedule.weights)
+        schedule = msgspec.structs.replace(schedule, weights=rows)
+    leaves = tuple(mix.leaves[i] for i in keep)
+    mix = msgspec.structs.replace(mix, leaves=leaves, schedule=schedule)
+    return mix, [views[i] for i in keep], tuple(names[i] for i in keep)
+
+
 def train_head(
     path, options: DatasetOptions, topology
 ) -> tuple[Source, list[DatasetSource], tuple[str, ...]]:
@@ -212,9 +234,12 @@ def train_head(
         options.weight_schedule,
     )
 
-    def shuffled(view, leaf: Leaf | None = None):
+    def shuffled(view, leaf: Leaf | None = None, rotation: int = 0):
         if options.distribution == "per_rank":  # this rank's own contiguous part of each dataset
             view = per_rank(view, rank=topology.rank, world_size=topology.world_size)
+        elif options.distribution == "energon":  # the part Energon's sharder gives this rank
+            view = worker_split(view, rank=topology.rank, world_size=topology.world_size,
+                                workers=topology.num_workers, rotation=rotation)  # fmt: skip
         return slice_order(view, _leaf_options(options, leaf, path))
 
     if not is_metadataset(path):
@@ -232,11 +257,16 @@ def train_head(
     mix, names, sources, views = _mix_views(
         path, options, training=True, columns=columns, unit=unit, mix=mix
     )
-    views = [shuffled(v, leaf) for v, leaf in zip(views, mix.leaves, strict=True)]
+    # Energon shifts each dataset's leftover samples by the samples of those before it
+    rotations = [sum(v.size for v in views[:i]) for i in range(len(views))]
+    views = [shuffled(v, leaf, r) for v, leaf, r in zip(views, mix.leaves, rotations, strict=True)]
+    blended = names
+    if options.distribution == "energon" and len(views) > 1:
+        mix, views, blended = _without_empty_parts(path, topology, mix, views, names)
     if mix.mode == "single" and weight_schedule is None:
         return repeat(views[0], num_epochs), sources, names
     common = dict(
-        names=names, num_epochs=num_epochs, allow_changed_weights=options.allow_changed_weights
+        names=blended, num_epochs=num_epochs, allow_changed_weights=options.allow_changed_weights
     )
     if mix.mode == "blend_epochized":
         if weight_schedule is not None:

@@ -117,6 +117,10 @@ def get_train_dataset(
         every global batch; snapshots are the same on every rank and restore on any world size.
         ``"per_rank"``: each rank reads its own contiguous part of the data sequentially;
         snapshots restore only on the same world size. See docs/distributed.md.
+        ``"energon"``: as ``"per_rank"``, with the parts Energon gives the ranks (each dataset
+        split over ``num_workers * world_size`` workers, so parts may differ in size or be
+        empty; see :mod:`fpipe.plan.worker_split`); ``fpipe.energon``'s default on several
+        ranks with ``repeat=False``.
       packing_buffer_size: turns on the task encoder's packing hooks (Energon semantics):
         ``select_samples_to_pack`` gets buffers of this many samples per rank, and a batch is
         ``batch_size`` packed samples. See docs/packing.md.
@@ -148,10 +152,12 @@ def get_train_dataset(
         None: slices in index order). An epoch (``num_epochs``, a multiple of it) counts passes.
       parallel_shard_iters: read this many slices at a time, interleaved at random (each
         slice still in order; None or 1: one after another).
-      handler: Energon's error handler ``handler(exception, sample_key, sources)``: a sample
-        that fails to read, decode or encode is skipped and counted (``error_policy="skip"``)
-        after the handler is called; a handler that raises stops the loader. The
-        ``WorkerConfig``'s ``global_error_handler`` takes precedence, as in Energon.
+      handler: Energon's error handler ``handler(exception, sample, sources)`` (the sample the
+        failing hook got, or ``{"__key__": key}`` when reading or cooking failed; a
+        two-argument ``handler(exception, sample_key)`` gets the key): a sample that fails to
+        read, decode or encode is skipped and counted (``error_policy="skip"``) after the
+        handler is called; a handler that raises stops the loader. The ``WorkerConfig``'s
+        ``global_error_handler`` takes precedence, as in Energon.
       image_decode also takes Energon's specs (``"pil"``, ``"torchrgb"``, ... as
       ``SampleDecoder``).
 
@@ -232,13 +238,13 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         warn_if_empty(n, path, options.split, refs, recipe_size, topo, distribution)
     elif refs is None and num_epochs is None and not options.plan_stages and not mat.packing:
         # an endless stream: Energon's length, the batches of one epoch (one pass)
-        one = epoch_refs(head, passes)
+        one = epoch_refs(head)
         if one is not None and schedule is None:
             n = count_batches(one, recipe_size, topo, distribution, options.drop_last)
     estimate = None
     if mat.packing and not options.plan_stages and schedule is None:
         # Energon's len() with packing: the batches of the samples unpacked (a pack as one)
-        counted = refs if refs is not None or num_epochs is not None else epoch_refs(head, passes)
+        counted = refs if refs is not None or num_epochs is not None else epoch_refs(head)
         if counted is not None:
             unit = batch_size or 1
             estimate = count_batches(counted, unit, topo, distribution, options.drop_last)

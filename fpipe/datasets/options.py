@@ -30,8 +30,9 @@ __all__ = [
 ]
 
 #: ``"global"``: one plan on every rank, each rank takes its part of every global batch;
-#: ``"per_rank"``: each rank reads its own contiguous part of the data (docs/distributed.md).
-Distribution = Literal["global", "per_rank"]
+#: ``"per_rank"``: each rank reads its own contiguous part of the data (docs/distributed.md);
+#: ``"energon"``: per-rank, with the parts Energon's sharder gives (:mod:`fpipe.plan.worker_split`).
+Distribution = Literal["global", "per_rank", "energon"]
 
 #: How a Python ``weight_schedule`` moves between its points: in steps or linearly.
 ScheduleMode = Literal["step", "linear"]

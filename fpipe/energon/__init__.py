@@ -88,6 +88,7 @@ _LAZY = {
     **dict.fromkeys(_ENCODE, "fpipe.encode"),
     **dict.fromkeys(_LOADER, "fpipe.loader"),
     **dict.fromkeys(_DATASETS, "fpipe.datasets"),
+    "get_train_dataset": "fpipe.energon._datasets",  # Energon's split of the data to ranks
     **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
     **dict.fromkeys(_CACHE, "fpipe.materialize.lazy"),
     "FileCacheLazy": "fpipe.materialize.file_cache_pool",

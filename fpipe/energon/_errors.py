@@ -2,10 +2,11 @@
 and ``WorkerConfig(global_error_handler=...)``.
 
 fpipe calls a handler with the exception of a sample that failed to read, decode, cook or
-encode, the sample's key (fpipe has no half-built sample to hand over) and the sample's
-``__sources__`` (:class:`fpipe.samples.SourceInfo`: dataset, index, shard). When the handler
-returns, the sample is skipped and counted (``loader.stats()``); what it raises stops the
-loader as an error of that sample.
+encode, the sample the failing hook got (the cooked sample when ``encode_sample`` failed;
+``{"__key__": key}`` when reading or cooking failed) and the sample's ``__sources__``
+(:class:`fpipe.samples.SourceInfo`: dataset, index, shard). When the handler returns, the
+sample is skipped and counted (``loader.stats()``); what it raises stops the loader as an error
+of that sample.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ __all__ = ["log_exception", "reraise_exception"]
 
 def log_exception(e: Exception, sample: Any, sources: list[Any] | None = None) -> None:
     """Energon's ``log_exception``: print the exception's traceback, where the sample came from
-    (``- <dataset>[<index>] <shard>(<file names>)``) and the sample (its key), then go on (the
+    (``- <dataset>[<index>] <shard>(<file names>)``) and the sample, then go on (the
     sample is skipped and counted)."""
     traceback.print_exception(e)
     print("-" * 10)

@@ -9,7 +9,7 @@ from fpipe._lazy import lazy_exports
 
 #: Energon name -> the fpipe module that defines it.
 _LAZY = {
-    "AVDecoder": "fpipe.decode.av",
+    "AVDecoder": "fpipe.decode.av.energon",  # EnergonAVDecoder: Energon's output
     # Energon's megatron.energon.av.av_reader.AVProbeIndex
     "AVProbeIndex": "fpipe.decode.av.probe_index",
     # Energon's AVData, AVWebdatasetDecoder and free functions, as Energon 7.4 defines them

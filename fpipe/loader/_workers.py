@@ -96,6 +96,8 @@ def run_in_worker(fn: Callable[[], Any]) -> Any:
     except Exception as err:  # noqa: BLE001 - every failure travels back as a value
         text = "".join(traceback.format_exception(err))
         oom = out_of_memory(err)
+        if getattr(err, "__fpipe_from_error_handler__", False) and check_sendable(err) is None:
+            return RemoteFailure(err, text, oom)  # type: ignore[arg-type]  # the user's own
         if not isinstance(err, FpipeError):
             err = MaterializeError(
                 f"materializing raised {type(err).__name__}: {err}",

@@ -145,7 +145,7 @@ def check_loader_consistency(loader: Any) -> None:
     state = loader._state
     # per-rank mode, and Energon's packing hooks (each rank at its own place among its own
     # buffers' packs): only replicas of a data-parallel rank hold the same state
-    per_rank = getattr(loader.dataset, "distribution", "global") == "per_rank" or bool(
+    per_rank = getattr(loader.dataset, "distribution", "global") != "global" or bool(
         getattr(loader.dataset, "packing_buffer_size", None)
     )
     check_state_consistency(

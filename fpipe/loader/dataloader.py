@@ -93,9 +93,6 @@ class Loader:
         #: the online weight changes this loader knows (see _steering.MixLog)
         self._mix = _steering.MixLog()
         self._generation = 0
-        #: a ``for`` loop went to the end of the stream (or to ``limit``): the next one is a new
-        #: pass, as a torch DataLoader starts one per loop
-        self._finished = False
         self._debug_log = DebugLog(dataset.topology)
 
     def __len__(self) -> int:
@@ -122,16 +119,15 @@ class Loader:
         ``limit`` batches (a validation pass), or at the end of a virtual epoch
         (``virtual_epoch_length``: the next loop goes on from there). A loop after one that
         reached the end starts a new pass from the beginning."""
-        if self._finished:
+        if self._state.finished:  # the last loop went to the end: a new pass (as torch's)
             self._state = LoaderState(plan=self.plan.init(), skip=self._state.skip)
-            self._finished = False
         limit = getattr(self.dataset, "limit", None)
         virtual = getattr(self.dataset, "virtual_epoch_length", 0)
         stop = limit
         if virtual:  # the end of the virtual epoch the last batch taken is in
             stop = (self._state.batches // virtual + 1) * virtual
         if limit is not None and self._state.batches >= limit:
-            self._finished = True
+            self._finish()
             return
         batches = iterate_batches(self)
         try:
@@ -140,11 +136,16 @@ class Loader:
                     self._debug_log.batch(self._state.batches - 1, batch)
                 yield batch
                 if stop is not None and self._state.batches >= stop:
-                    self._finished = not virtual
+                    if not virtual:
+                        self._finish()
                     return
-            self._finished = True
+            self._finish()
         finally:
             batches.close()
+
+    def _finish(self) -> None:
+        """Record in the state that a loop reached the end (see ``LoaderState.finished``)."""
+        self._state = msgspec.structs.replace(self._state, finished=True)
 
     def _describe(self, recipe) -> tuple:
         """(step, sample keys) of a recipe, for a WorkerError's message."""
@@ -169,7 +170,6 @@ class Loader:
         self._state = msgspec.structs.replace(state, skip=skip)
         self._mix = _steering.known_history(self, self._mix)
         self._generation += 1
-        self._finished = False
 
     def skip(self, steps: Any) -> None:
         """Leave out global steps: ``steps`` is ``range(a, b)``, ``(a, b)``, ``"a:b"`` or a list

@@ -48,7 +48,12 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
 
     ``skip``: the global steps ``[a, b)`` this run leaves out (``loader.skip``, or the dataset's
     ``skip_steps``; see :mod:`fpipe.plan.skip`), kept so that a restore skips them too; at most
-    :data:`~fpipe.plan.skip.MAX_SKIP_RANGES` pairs. Older snapshots decode with none."""
+    :data:`~fpipe.plan.skip.MAX_SKIP_RANGES` pairs. Older snapshots decode with none.
+
+    ``finished``: a ``for`` loop reached the end of the stream (or ``limit``), so the next loop
+    is a new pass from the beginning. It is state, not a flag of the loader object, so a loader
+    restored from a snapshot taken after a full pass (a validation loader's) plays the pass
+    again, as the loader that saved it does. Older snapshots decode with False."""
 
     plan: P
     batches: int = 0
@@ -58,6 +63,7 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
     packs_taken: int = 0
     pack_remainder: int = 0
     skip: tuple[tuple[int, int], ...] = ()
+    finished: bool = False
 
 
 PACK_BUFFER_HINT = (

@@ -83,9 +83,10 @@ class Topology(msgspec.Struct, frozen=True, repr_omit_defaults=True):
       worker_debug_path, worker_log_level: with a level >= 1, the loader appends one JSON line
         per batch taken (its index and sample keys) to this path (``{worker_id}`` becomes
         ``main``: fpipe plans batches in the main process; ``{pid}``: the process id).
-      global_error_handler: Energon's ``handler(exception, sample_key, sources)``: a sample
-        that fails is skipped and counted after the call (see ``get_train_dataset``'s
-        ``handler``); None: the dataset's ``error_policy`` decides.
+      global_error_handler: Energon's ``handler(exception, sample, sources)`` (a two-argument
+        ``handler(exception, sample_key)`` gets the key): a sample that fails is skipped and
+        counted after the call (see ``get_train_dataset``'s ``handler``); None: the dataset's
+        ``error_policy`` decides.
 
     Example:
         >>> Topology(1, 4)

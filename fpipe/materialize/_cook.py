@@ -48,6 +48,7 @@ class _Cooking:
     #: ``ds.av_metadata`` where it holds stored audio/video metadata, else None (it would
     #: always give ``{}``)
     av_metadata: Callable[[int], Any] | None
+    row_object: bool  #: whether crude samples carry the row's object as ``json`` (a JSONL table)
 
 
 def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
@@ -68,6 +69,7 @@ def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
         image_options=as_image_options(mat.image_decode),
         decode_exts=_per_sample(ds, "decode_exts", "reader", "decode_exts"),
         av_metadata=_per_sample(ds, "av_metadata", "record", "av_fields"),
+        row_object=crude and _is_jsonl_table(ds),
     )
     return how
 
@@ -80,6 +82,11 @@ def _per_sample(ds, method: str, part: str, what: str) -> Callable[[int], Any] |
     if of is not None and not getattr(of, what, None):
         return None
     return getattr(ds, method, None)
+
+
+def _is_jsonl_table(ds) -> bool:
+    table = getattr(getattr(ds, "record", None), "table", None)
+    return table is not None and str(table.path).endswith(".jsonl")
 
 
 def cooker_needs(task_encoder, crude) -> tuple[bool, bool]:
@@ -146,6 +153,9 @@ def cook(
             shard=energon_shard,
             sources=sources,
         )
+        if how.row_object and "json" not in crude:
+            # Energon's JSONL datasets hand cookers the parsed line as sample["json"]
+            crude["json"] = ds.row_object(index)
         aux = aux_stores(mat, src.aux) if src.aux else {}
         need_primary, need_cache = cooker_needs(mat.task_encoder, crude)
         if need_primary:  # `.member` names a member of this sample, as in Energon

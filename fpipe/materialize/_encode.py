@@ -74,6 +74,7 @@ def encode_samples(
             continue
         if mark is not None:
             mark(pos)
+        sample = None  # what the error handler gets when reading or cooking fails
         try:
             encoding = False  # which hook a failure names: reading/cooking, then encoding
             try:
@@ -109,7 +110,9 @@ def encode_samples(
             if mat.error_policy is ErrorPolicy.RAISE:
                 raise
             if mat.error_handler is not None:
-                call_error_handler(mat.error_handler, err, mat.key(d, i), failed_sources(mat, d, i))
+                call_error_handler(
+                    mat.error_handler, err, mat.key(d, i), failed_sources(mat, d, i), sample
+                )
             skipped_keys.append(f"{err.path}:{err.key}")
         except MaterializeError as err:  # a hook's own failure: Energon's handler skips it
             if mat.error_handler is None:
@@ -119,6 +122,7 @@ def encode_samples(
                 err.__cause__ or err,
                 mat.key(d, i),
                 failed_sources(mat, d, i),
+                sample,
             )
             skipped_keys.append(f"{sources[d].path}:{mat.key(d, i)}: {err.hook} failed")
         if mark is not None:

@@ -103,3 +103,37 @@ def test_avdata_and_the_webdataset_decoder(video):
     assert len(decoded.audio_clips) == 1
     with AVWebdatasetDecoder(False, av_decode="pyav")("mp4", video) as container:
         assert len(container.streams.video) == 1
+
+
+def test_16_bit_pcm_audio_is_int16_as_in_energon():
+    import numpy as np
+
+    from fpipe.decode.av import AVDecoder as FpipeDecoder
+
+    wav = write_audio(None, seconds=0.5, channels=2)  # pcm_s16le
+    own = FpipeDecoder(wav).get_audio().audio_clips[0]
+    energon = AVDecoder(io.BytesIO(wav)).get_audio().audio_clips[0]
+    assert own.dtype == torch.float32  # fpipe's own decoder keeps float32 in [-1, 1]
+    assert energon.dtype == torch.int16 and energon.shape == own.shape == (2, 8000)
+    # the same samples: int16 PCM is float32 * 32768, exactly
+    assert np.array_equal(energon.numpy(), np.rint(own.numpy() * 32768).astype(np.int16))
+    clips, _ = AVDecoder(wav).get_audio_clips([(0.1, 0.2)])
+    assert clips[0].dtype == torch.int16
+    flac = write_audio(None, seconds=0.5, codec="flac", container_format="flac")
+    assert AVDecoder(flac).get_audio().audio_clips[0].dtype == torch.int16
+
+
+def test_aac_audio_stays_float32(video):
+    assert AVDecoder(video).get_audio().audio_clips[0].dtype == torch.float32
+
+
+def test_get_clips_leaves_out_ranges_past_the_end(video):
+    from fpipe.decode.av import AVDecoder as FpipeDecoder
+
+    ranges = [(0.0, 0.5), (10.0, 11.0), (1.0, 1.5)]
+    out = AVDecoder(video).get_clips(ranges, range_end="inclusive")
+    assert [c.shape[0] for c in out.video_clips] == [16, 16] and len(out.video_timestamps) == 2
+    kept = FpipeDecoder(video).get_clips(ranges, range_end="inclusive")  # fpipe's: one per range
+    assert [c.shape[0] for c in kept.video_clips] == [16, 0, 16]
+    late = get_clips_uniform(AVDecoder(video), 1.0, 3, request_video=True)
+    assert all(c.shape[0] > 0 for c in late.video_clips)

@@ -75,7 +75,9 @@ def test_an_unknown_keyword_names_the_closest_option(call, message):
 
 
 def test_a_bad_mode_is_a_config_error_naming_the_option_and_its_values():
-    with pytest.raises(ConfigError, match="distribution must be 'global' or 'per_rank', got 'x'"):
+    with pytest.raises(
+        ConfigError, match="distribution must be 'global', 'per_rank' or 'energon', got 'x'"
+    ):
         DatasetOptions(distribution="x")
     with pytest.raises(ConfigError, match="schedule_mode must be 'step' or 'linear', got 'x'"):
         fpipe.get_train_dataset("nowhere", schedule_mode="x")

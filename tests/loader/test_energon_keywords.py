@@ -134,7 +134,9 @@ def test_handler_is_called_and_the_sample_skipped(text):
     )
     keys = _keys(fpipe.get_loader(ds))
     assert len(keys) == 49 and not any(k.endswith("00003") for k in keys)
-    assert len(calls) == 1 and calls[0][0] is ValueError and calls[0][1].endswith("00003")
+    # as in Energon, the second argument is the sample the failing hook got
+    assert len(calls) == 1 and calls[0][0] is ValueError
+    assert isinstance(calls[0][1], fpipe.TextSample) and calls[0][1].__key__.endswith("00003")
     # Megatron-LM's print_error_handler(exc, key) takes two arguments
     two = []
     ds = fpipe.get_val_dataset(
@@ -145,7 +147,7 @@ def test_handler_is_called_and_the_sample_skipped(text):
         task_encoder=_FailsOn3(),
         handler=lambda e, key: two.append(key),
     )
-    assert len(_keys(fpipe.get_loader(ds))) == 49 and len(two) == 1
+    assert len(_keys(fpipe.get_loader(ds))) == 49 and two == [calls[0][1].__key__]
     # without a handler the failure stops the loader, as before
     ds = fpipe.get_val_dataset(
         text, split_part="train", batch_size=10, worker_config=WC, task_encoder=_FailsOn3()
@@ -227,14 +229,19 @@ def test_worker_debug_log_lists_each_batch(text, tmp_path):
         world_size=1,
         num_workers=0,
         worker_log_level=1,
-        worker_debug_path=str(tmp_path / "debug_{worker_id}_{pid}.jsonl"),
+        worker_debug_path=str(tmp_path / "debug" / "{worker_id}_{pid}.jsonl"),
     )
     ds = fpipe.get_val_dataset(text, split_part="train", batch_size=20, worker_config=wc)
-    delivered = [batch_keys(b) for b in fpipe.get_loader(ds)]
-    (log,) = tmp_path.glob("debug_main_*.jsonl")
+    loader = fpipe.get_loader(ds)
+    delivered = [batch_keys(b) for b in loader]
+    again = [batch_keys(b) for b in loader]  # a second pass
+    # the folder is created; Energon's main-process file (rank * (num_workers + 1)) and lines
+    (log,) = (tmp_path / "debug").glob("0_*.jsonl")
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [line["idx"] for line in lines] == [0, 1, 2]
-    assert [line["keys"] for line in lines] == delivered
+    assert {line["t"] for line in lines} == {"SavableDataLoader.yield"}
+    assert [line["idx"] for line in lines] == [0, 1, 2, 0, 1, 2]
+    assert [line["global_idx"] for line in lines] == list(range(6))
+    assert [line["keys"] for line in lines] == delivered + again
     quiet = WorkerConfig(
         rank=0, world_size=1, num_workers=0, worker_debug_path=str(tmp_path / "quiet.jsonl")
     )  # level 0: no log
@@ -250,3 +257,17 @@ def test_worker_config_fields_survive_pickling_and_repr():
     assert (back.seed_offset, back.worker_log_level, back.worker_debug_path) == (9, 2, "/tmp/x")
     assert back.global_error_handler is print
     assert repr(Topology(1, 4)) == "Topology(rank=1, world_size=4)"
+
+
+class HandlerSaysStop(Exception):
+    """What a test's error handler raises (module level: it travels back from a worker)."""
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_what_a_handler_raises_reaches_the_user_as_it_is(text, workers):
+    def stop(e, sample, sources):
+        raise HandlerSaysStop(sample.__key__) from e
+
+    ds = _train(text, task_encoder=_FailsOn3(), handler=stop, repeat=False)
+    with pytest.raises(HandlerSaysStop, match="00003"):
+        _keys(fpipe.get_loader(ds, num_workers=workers))

@@ -256,6 +256,12 @@ class Dataset:
         fn = getattr(self.reader, "decode_exts", None)
         return {} if fn is None else fn(self._check(i))
 
+    def row_object(self, i: int) -> dict[str, Any] | None:
+        """Sample ``i`` of a JSONL table as its JSON object (see
+        :meth:`~fpipe.storage.read.tables.TableReader.row_object`); None for other layouts."""
+        fn = getattr(self.reader, "row_object", None)
+        return None if fn is None else fn(self._check(i))
+
     def av_metadata(self, i: int) -> dict[str, Any]:
         """Audio/video stream metadata stored by ``fpipe prepare`` for sample ``i``, by the key
         :meth:`read` returns the media under: ``{"mp4": AVMetadata}`` (empty when nothing was

@@ -315,6 +315,19 @@ class TableReader:
                 out[col] = str(v).encode("utf-8")
         return out
 
+    def row_object(self, i: int) -> dict[str, Any] | None:
+        """Row ``i`` of a JSONL table as its JSON object (``{column: value}``: text as
+        ``str``, numbers as numbers, JSON cells as dicts/lists, empty cells as None; a media
+        column holds its file name), or None for a CSV table. Crude samples of a JSONL table
+        carry it under ``json``, where Energon's JSONL datasets give cookers the line."""
+        if not self._t.path.endswith(".jsonl"):
+            return None
+        row: dict[str, Any] = {}
+        for col in self._t.columns:
+            v = self.value(col, i)
+            row[col] = msgspec.json.decode(v) if col in self._json and v is not None else v
+        return row
+
     def decode_exts(self, i: int) -> dict[str, str]:
         """How each column of row ``i`` is decoded when cooked: the extension it is decoded
         as (a media column: its file's, none when the file name has no extension; a text

@@ -1,0 +1,35 @@
+"""Energon's ``get_train_dataset``: fpipe's, with the ranks' parts Energon gives them where a
+stream ends.
+
+With ``repeat=False`` on several ranks, Energon shards each dataset over its global workers
+(``num_workers * world_size``), so a rank's part, and its ``len()``, is Energon's (55 samples on
+3 ranks of 5 workers: 19, 19, 17, every sample on one rank), where fpipe's global distribution
+leaves a short last global batch out. ``fpipe.energon.get_train_dataset`` therefore defaults to
+``distribution="energon"`` (:mod:`fpipe.plan.worker_split`) for a stream that ends on more than
+one rank. A repeating stream keeps fpipe's global distribution, which loses no sample (the next
+epoch follows), keeps the same global batches for any world size and restores on any world
+size; pass ``distribution="energon"`` for Energon's parts there too. A ``distribution=`` given
+explicitly is always kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from fpipe.datasets import get_train_dataset as _fpipe_get_train_dataset
+from fpipe.loader import Topology
+
+__all__ = ["get_train_dataset"]
+
+
+@functools.wraps(_fpipe_get_train_dataset)
+def get_train_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
+    """:func:`fpipe.get_train_dataset` with Energon's split of the data to ranks by default for
+    a stream that ends (``repeat=False``; see the module doc)."""
+    if "distribution" not in kwargs and kwargs.get("repeat", True) is False:
+        topo = kwargs.get("topology") or kwargs.get("worker_config") or Topology.from_env()
+        if topo.world_size > 1:
+            kwargs["distribution"] = "energon"
+    return _fpipe_get_train_dataset(path, **kwargs)

@@ -1,0 +1,473 @@
+"""Run Energon's own test files against ``fpipe.energon`` by the porting rule (not a test).
+
+Usage (from any directory, with a Python that has fpipe's dependencies, e.g. the system one)::
+
+    python tests/energon/suite_runner.py --energon /work/ext/energon-7.4.0 --fpipe /work/wt/NAME
+
+The porting promise is "Energon code ports by changing ``megatron.energon`` to ``fpipe.energon``
+in its imports". This script checks it on Energon's own test suite:
+
+1. It copies the checkout's ``tests/`` folder to a temporary directory and rewrites every
+   ``megatron.energon[...]`` import *statement of the test files* (the AST decides, so strings,
+   YAML text and comments stay as they are). The copy keeps its line numbers.
+2. Each rewritten import resolves its names at run time (``tests/_energon_port.py`` in the copy):
+
+   - **behaviour under test** -> fpipe. ``megatron.energon.X.Y`` is looked up first as the
+     module ``fpipe.energon.X.Y`` (where fpipe mirrors Energon's submodule path), else as a name
+     of ``fpipe.energon.av`` (for ``megatron.energon.av[...]``), ``fpipe.energon.transforms``
+     (for ``megatron.energon.transforms[...]``) or ``fpipe.energon`` (everything else). A name
+     fpipe does not have becomes a placeholder that raises ``MissingName`` where it is used, so a
+     module still collects and each test fails on its own.
+   - **data writing** -> real Energon. What the tests call to write their fixture datasets keeps
+     Energon's own code, so both loaders read the same bytes: ``energon prepare``
+     (``tools.prepare.command``, ``cli.main.prepare_media_command``),
+     ``BaseWebdatasetFactory`` / ``CrudeJsonlDatasetFactory`` (used only for
+     ``.prepare_dataset``), ``prepare_filesystem_dataset`` with its ``MediaFilterConfig`` /
+     ``MediaFilterStrategy`` arguments, and the on-disk layout constants of
+     ``flavors.webdataset.config`` (``MAIN_FOLDER_NAME``, ...). A path object from fpipe handed
+     to these becomes Energon's ``EPath``.
+3. It runs each test file with pytest in the Energon venv (``--python``; Energon's prepare code
+   needs it), with the fpipe source root (``--fpipe``) first on ``PYTHONPATH``. Packages fpipe
+   needs that the venv lacks (``msgspec``, ``av``) are linked from the Python running this script
+   into a side folder (``--extras``), which is also on ``PYTHONPATH``.
+
+It prints per-file counts, one line per failing test with its first error, and the total over
+the user-facing tests: every test of the suite except those listed in ``EXCLUDED`` below (each
+with its reason: Energon internals that no porting user imports, tests whose subject is
+Energon's own command-line tools or remote-storage emulator, and helpers that are not tests).
+``--reference`` runs the same files unrewritten, against Energon itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+#: Tests outside the user-facing set, by file (a file name alone: the whole file) -> reason.
+EXCLUDED: dict[str, str] = {
+    "test_epathlib.py": "Energon internals: EPath / MSC / DSS path-library internals",
+    "test_file_cache_pool.py": "Energon internals: the file cache pool's own API (eviction, "
+    "sizes, concurrency); the user-facing cache behaviour is in test_crudedataset",
+    "test_weakref.py": "Energon internals: fork hooks and weak callbacks",
+    "test_webdataset_prepare.py": "Energon internals: prepare's aggregator pool and sqlite "
+    "index writer",
+    "test_sample_utils.py": "Energon internals: debug formatting helper",
+    "test_metadataset_v2.py::test_joiner": "not a test: a joiner function the tests name in "
+    "YAML (pytest collects it by its name and errors on its arguments in Energon too)",
+    "test_crudedataset.py::TestDataset::test_aux_msc": "remote storage: Energon's S3 emulator "
+    "through multi-storage-client",
+    "test_crudedataset.py::TestDataset::test_prepare_dataset_s3_cmdline": "remote storage and "
+    "Energon's CLI: `energon prepare` against the S3 emulator",
+    "test_crudedataset.py::TestDataset::test_dss_path": "remote storage: Energon's dss:// "
+    "dataset-service paths (patches the epath module)",
+    "test_dataset.py::TestDataset::test_prepare_dataset_s3_cmdline": "remote storage and "
+    "Energon's CLI: `energon prepare` against the S3 emulator",
+    "test_jsonl_dataset.py::TestJsonlDataset::test_s3": "remote storage: Energon's S3 emulator",
+    "test_metadataset_v2.py::TestDataset::test_s3": "remote storage: Energon's S3 emulator",
+    "test_dataset.py::TestDataset::test_validate_captioning_dataset": "Energon's CLI: "
+    "`energon lint`",
+    "test_dataset.py::TestDataset::test_prepare_dataset": "Energon's CLI: `energon prepare` "
+    "(data writing stays Energon's)",
+    "test_dataset.py::TestDataset::test_prepare_dataset_noninteractive": "Energon's CLI: "
+    "`energon prepare` (data writing stays Energon's)",
+    "test_dataset.py::TestDataset::test_prepare_dataset_noninteractive_crude": "Energon's CLI: "
+    "`energon prepare` (data writing stays Energon's)",
+    "test_dataset.py::TestDataset::test_preview_captioning_dataset": "Energon's CLI: "
+    "`energon preview`",
+    "test_dataset.py::TestDataset::test_info_captioning_dataset": "Energon's CLI: `energon info`",
+    "test_jsonl_dataset.py::TestJsonlDataset::test_prepare": "Energon's CLI: `energon prepare` "
+    "(data writing stays Energon's)",
+    "test_dataset_det.py::TestDataset::test_redist": "Energon's CLI: `energon checkpoint redist` "
+    "on Energon's own state format",
+}
+
+#: Energon names kept real because the tests call them only to write fixture data.
+KEEP_REAL_MODULES = (
+    "megatron.energon.tools.prepare",
+    "megatron.energon.cli.main",
+    "megatron.energon.flavors.webdataset.config",
+)
+KEEP_REAL_NAMES = (
+    ("megatron.energon.flavors", "BaseWebdatasetFactory"),
+    ("megatron.energon.flavors", "CrudeJsonlDatasetFactory"),
+    ("megatron.energon.media.filesystem_prepare", "prepare_filesystem_dataset"),
+    ("megatron.energon.media.extractor", "MediaFilterConfig"),
+    ("megatron.energon.media.extractor", "MediaFilterStrategy"),
+)
+#: Import names fpipe needs that Energon's venv may lack (linked from this script's Python).
+FPIPE_DEPENDENCIES = ("msgspec", "av")
+
+_PORT_MODULE = '''"""Name resolution for the rewritten imports (written by suite_runner.py)."""
+import functools
+import importlib
+import inspect
+import os
+
+KEEP_REAL_MODULES = {keep_modules!r}
+KEEP_REAL_NAMES = {keep_names!r}
+
+
+class MissingName(ImportError):
+    """An Energon name that fpipe does not provide."""
+
+
+class _MissingMeta(type):
+    def __call__(cls, *args, **kwargs):
+        raise MissingName(cls._message)
+
+    def __getattr__(cls, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise MissingName(cls._message)
+
+    def __getitem__(cls, item):
+        return cls
+
+
+def _missing(message):
+    return _MissingMeta("Missing", (), {{"_message": message}})
+
+
+def _to_real(value):
+    if type(value).__module__.startswith("fpipe") and hasattr(value, "__fspath__"):
+        from megatron.energon.epathlib import EPath
+
+        return EPath(os.fspath(value))
+    return value
+
+
+def _real(module, name):
+    value = getattr(importlib.import_module(module), name)
+    if inspect.isfunction(value):
+
+        @functools.wraps(value)
+        def call_real(*args, **kwargs):
+            args = [_to_real(a) for a in args]
+            kwargs = {{k: _to_real(v) for k, v in kwargs.items()}}
+            return value(*args, **kwargs)
+
+        return call_real
+    return value
+
+
+def _fpipe_module(module):
+    """The fpipe module for an Energon module path: the mirrored path, else its top level."""
+    mirrored = "fpipe" + module[len("megatron"):]
+    try:
+        return importlib.import_module(mirrored)
+    except ImportError:
+        pass
+    for sub in ("av", "transforms"):
+        prefix = "megatron.energon." + sub
+        if module == prefix or module.startswith(prefix + "."):
+            return importlib.import_module("fpipe.energon." + sub)
+    return importlib.import_module("fpipe.energon")
+
+
+def resolve(module, name):
+    """The object the porting rule gives ``from <module> import <name>``."""
+    if module in KEEP_REAL_MODULES or (module, name) in KEEP_REAL_NAMES:
+        return _real(module, name)
+    target = _fpipe_module(module)
+    try:
+        return getattr(target, name)
+    except AttributeError:
+        return _missing(
+            f"missing name: {{target.__name__}}.{{name}} (Energon's {{module}}.{{name}})"
+        )
+
+
+def resolve_module(module):
+    """The object the porting rule gives ``import <module>``."""
+    mirrored = "fpipe" + module[len("megatron"):]
+    try:
+        return importlib.import_module(mirrored)
+    except ImportError:
+        return _missing(f"missing module: {{mirrored}} (Energon's {{module}})")
+'''
+
+
+def _is_energon(module: str | None) -> bool:
+    return module is not None and (
+        module == "megatron.energon" or module.startswith("megatron.energon.")
+    )
+
+
+def rewrite_imports(source: str) -> str:
+    """``source`` with each ``megatron.energon`` import replaced by run-time resolution.
+
+    The replacement occupies the statement's first line (its other lines become blank), so line
+    numbers in tracebacks match Energon's file.
+    """
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in ast.walk(ast.parse(source)):
+        code = None
+        if isinstance(node, ast.ImportFrom) and _is_energon(node.module):
+            code = "; ".join(
+                f"{a.asname or a.name} = _energon_port.resolve({node.module!r}, {a.name!r})"
+                for a in node.names
+            )
+        elif isinstance(node, ast.Import) and any(_is_energon(a.name) for a in node.names):
+            parts = []
+            for a in node.names:
+                if not _is_energon(a.name):
+                    parts.append(f"import {a.name}" + (f" as {a.asname}" if a.asname else ""))
+                elif a.asname:
+                    parts.append(f"{a.asname} = _energon_port.resolve_module({a.name!r})")
+                else:
+                    raise ValueError(f"line {node.lineno}: 'import {a.name}' without 'as'")
+            code = "; ".join(parts)
+        if code is not None:
+            edits.append((node.lineno, node.end_lineno or node.lineno, node.col_offset, code))
+    for first, last, col, code in sorted(edits, reverse=True):
+        indent = lines[first - 1][:col]
+        newline = "\n"
+        lines[first - 1 : last] = [
+            f"{indent}import tests._energon_port as _energon_port; {code}{newline}"
+        ] + [newline] * (last - first)
+    return "".join(lines)
+
+
+def prepare_copy(energon: Path, workdir: Path, reference: bool) -> list[str]:
+    """Copy Energon's tests into ``workdir`` (rewritten unless ``reference``); the test files."""
+    shutil.copytree(
+        energon / "tests", workdir / "tests", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    files = sorted(p.name for p in (workdir / "tests").glob("test_*.py"))
+    if not reference:
+        for path in (workdir / "tests").glob("*.py"):
+            path.write_text(rewrite_imports(path.read_text()))
+        (workdir / "tests" / "_energon_port.py").write_text(
+            _PORT_MODULE.format(keep_modules=KEEP_REAL_MODULES, keep_names=KEEP_REAL_NAMES)
+        )
+    return files
+
+
+def ensure_extras(python: str, extras: Path) -> None:
+    """Link the fpipe dependencies the venv lacks from this script's Python into ``extras``."""
+    extras.mkdir(parents=True, exist_ok=True)
+    for name in FPIPE_DEPENDENCIES:
+        probe = subprocess.run(
+            [python, "-c", f"import {name}"],
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": ""},
+        )
+        if probe.returncode == 0:
+            continue
+        module = __import__(name)
+        package_dir = Path(module.__file__).parent
+        for sibling in package_dir.parent.glob(f"{name}*"):
+            if sibling.name == name or sibling.name.startswith(f"{name}.libs"):
+                link = extras / sibling.name
+                if not link.exists():
+                    link.symlink_to(sibling)
+
+
+def _test_id(case: ET.Element) -> str:
+    classname = case.get("classname", "")
+    parts = classname.split(".")
+    cls = parts[-1] if parts and parts[-1] and parts[-1][0].isupper() else None
+    return f"{cls}::{case.get('name')}" if cls else str(case.get("name"))
+
+
+def _first_error(element: ET.Element) -> str:
+    message = element.get("message") or ""
+    text = element.text or ""
+    if not message.strip() and text:
+        message = text.strip().splitlines()[-1]
+    # Prefer the innermost raised error of the traceback text when it names one.
+    errors = re.findall(r"^E\s+(\w+(?:\.\w+)*(?:Error|Exception|Name|Refused)\w*:.*)$", text, re.M)
+    if errors:
+        message = errors[0]
+    return " ".join(message.split())[:220]
+
+
+def run_file(python: str, workdir: Path, name: str, env: dict, timeout: float) -> list[dict]:
+    """Run one test file; one record per test (``id``, ``outcome``, ``error``)."""
+    report = workdir / f"{name}.xml"
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        f"--junitxml={report}",
+        f"tests/{name}",
+    ]
+    try:
+        proc = subprocess.run(
+            cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return [{"id": "<file>", "outcome": "error", "error": f"timeout after {timeout:.0f} s"}]
+    if not report.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        return [{"id": "<file>", "outcome": "error", "error": tail[0][:220]}]
+    records = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        outcome, error = "passed", ""
+        for tag in ("failure", "error"):
+            found = case.find(tag)
+            if found is not None:
+                outcome, error = ("failed" if tag == "failure" else "error"), _first_error(found)
+                break
+        if case.find("skipped") is not None:
+            outcome = "skipped"
+        # a collection error is reported as a test named after the module
+        name = str(case.get("name", ""))
+        test_id = _test_id(case) if name.startswith("test") and "." not in name else "<file>"
+        records.append({"id": test_id, "outcome": outcome, "error": error})
+    if not records:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        records.append({"id": "<file>", "outcome": "error", "error": " | ".join(tail)[:220]})
+    return records
+
+
+def declared_tests(source: str) -> list[str]:
+    """The tests a file declares (``Class::test_x`` for TestCase methods, ``test_x`` for
+    module-level functions), read from its AST so a file that fails to collect still counts."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            found.append(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            found += [
+                f"{node.name}::{f.name}"
+                for f in node.body
+                if isinstance(f, ast.FunctionDef) and f.name.startswith("test")
+            ]
+    return found
+
+
+def _blocked_here(record: dict) -> bool:
+    """Whether a test did not collect for a third-party module missing in the venv (e.g.
+    torchvision): Energon's own run fails the same way, so it says nothing about fpipe."""
+    error = record["error"]
+    return (
+        error.startswith("not collected:")
+        and "No module named" in error
+        and ("'fpipe" not in error and "'megatron" not in error and "'tests" not in error)
+    )
+
+
+def excluded_reason(file: str, test_id: str) -> str | None:
+    """Why ``file::test_id`` is outside the user-facing set (None: it is user-facing)."""
+    return EXCLUDED.get(file) or EXCLUDED.get(f"{file}::{test_id}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--energon", type=Path, required=True, help="Energon checkout")
+    parser.add_argument(
+        "--fpipe",
+        type=Path,
+        default=Path(__file__).resolve().parents[2],
+        help="fpipe source root (default: this script's checkout)",
+    )
+    parser.add_argument(
+        "--python",
+        default="/work/venvs/energon/bin/python",
+        help="Python of a venv with megatron-energon and pytest",
+    )
+    parser.add_argument(
+        "--extras",
+        type=Path,
+        default=Path.home() / ".cache" / "fpipe-energon-suite" / "site",
+        help="side folder for fpipe dependencies the venv lacks",
+    )
+    parser.add_argument("--files", nargs="*", help="only these test files (e.g. test_dataset.py)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per test file")
+    parser.add_argument(
+        "--reference", action="store_true", help="run the files unrewritten, against Energon itself"
+    )
+    parser.add_argument("--status-file", type=Path, help="also write the summary here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    args = parser.parse_args(argv)
+
+    ensure_extras(args.python, args.extras)
+    workdir = Path(tempfile.mkdtemp(prefix="energon-suite-"))
+    files = prepare_copy(args.energon, workdir, args.reference)
+    if args.files:
+        files = [f for f in files if f in args.files]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(workdir)]
+            + ([] if args.reference else [str(args.fpipe.resolve())])
+            + [str(args.extras)]
+        ),
+    }
+    env.pop("PYTEST_ADDOPTS", None)
+
+    out: list[str] = []
+    total = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    user_pass = user_all = blocked = 0
+    failing: list[str] = []
+    for name in files:
+        start = time.monotonic()
+        records = run_file(args.python, workdir, name, env, args.timeout)
+        seen = {r["id"] for r in records}
+        file_error = next((r["error"] for r in records if r["id"] == "<file>"), "not run")
+        records = [r for r in records if r["id"] != "<file>"] + [
+            {"id": t, "outcome": "error", "error": f"not collected: {file_error}"}
+            for t in declared_tests((args.energon / "tests" / name).read_text())
+            if t not in seen
+        ]
+        counts = {k: sum(r["outcome"] == k for r in records) for k in total}
+        for k in total:
+            total[k] += counts[k]
+        user = [r for r in records if excluded_reason(name, r["id"]) is None]
+        user_all += len(user)
+        user_pass += sum(r["outcome"] == "passed" for r in user)
+        blocked += sum(_blocked_here(r) for r in user)
+        out.append(
+            f"{name}: {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['error']} errors, {counts['skipped']} skipped "
+            f"(user-facing {sum(r['outcome'] == 'passed' for r in user)}/{len(user)}; "
+            f"{time.monotonic() - start:.0f} s)"
+        )
+        print(out[-1], flush=True)
+        for r in records:
+            if r["outcome"] in ("failed", "error"):
+                tag = "" if excluded_reason(name, r["id"]) is None else " [excluded]"
+                failing.append(f"FAIL {name}::{r['id']}{tag}: {r['error']}")
+    mode = "Energon itself (--reference)" if args.reference else f"fpipe at {args.fpipe}"
+    summary = (
+        f"user-facing: {user_pass} of {user_all} pass ({mode}); of the "
+        f"{user_all - blocked} that this environment can collect (the others import a "
+        f"third-party module it lacks): {user_pass} pass; all: "
+        f"{total['passed']} passed, {total['failed']} failed, {total['error']} errors"
+    )
+    print("\n".join(failing))
+    print(summary)
+    if args.status_file:
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        args.status_file.write_text(
+            f"# Energon suite runner, {stamp}\n\n{summary}\n\n"
+            + "\n".join(out)
+            + "\n\n"
+            + "\n".join(failing)
+            + "\n"
+        )
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"copy kept at {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
