@@ -160,9 +160,14 @@ def pool_results(loader: Loader, pending: collections.deque):
 
 def pool(loader: Loader, pending: collections.deque, start, excluded):
     """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
-    workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
-    plan state."""
+    workers, or worker processes), fpipe's thread pool or Ray actors; ``pending`` gets each
+    recipe's plan state."""
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+    if loader.worker_mode == "ray" and loader.num_workers > 0:
+        from fpipe.loader._ray_workers import iterate_ray  # Ray is an optional extra
+
+        sampler = PlanSampler(loader.plan, start, pending, excluded, loader._state.skip)
+        return iterate_ray(loader, sampler, recipe_at=recipe_at)
     if loader.worker_mode == "thread" and loader.num_workers > 0:
         return iterate_threads(
             PlanSampler(loader.plan, start, pending, excluded, loader._state.skip),
