@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from fpipe.core.errors import FpipeError
@@ -91,6 +92,24 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="index only slice I (0-based) of N, for cluster jobs; then --merge",
     )
     p.add_argument("--merge", action="store_true", help="combine the parts written by --part")
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="index the shard slices as Ray tasks on a Ray cluster, then merge them (the "
+        "folder must be on a file system every node sees; see docs/ray.md)",
+    )
+    p.add_argument(
+        "--ray-parts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="slices (default: the cluster's CPUs)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="ray.init address (default: RAY_ADDRESS, a running local cluster, else a new one)",
+    )
     p.add_argument("--root", default=None, help="tables: media root (default: table folder)")
     p.add_argument(
         "--media-column",
@@ -164,15 +183,22 @@ def run(args: argparse.Namespace) -> int:
         for item in args.split_shards:
             name, _, pattern = item.partition("=")
             split.setdefault(name, []).append(pattern)
+    prepare = prepare_dataset
+    if args.ray:
+        if args.part or args.merge:
+            print("fpipe prepare: error: --ray makes the parts and merges them", file=sys.stderr)
+            return 2
+        from fpipe.storage.prepare.ray_prepare import prepare_on_ray
+
+        prepare = functools.partial(prepare_on_ray, parts=args.ray_parts, address=args.ray_address)
     try:
-        report = prepare_dataset(
+        report = prepare(
             args.path,
             fields=args.field,
             split=split,
             sample_type=args.sample_type,
             workers=args.workers,
-            part=args.part,
-            merge=args.merge,
+            **({} if args.ray else {"part": args.part, "merge": args.merge}),
             columns=args.column,
             extra_columns_fn=args.extra_columns,
             progress=not args.no_progress,

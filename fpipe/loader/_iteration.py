@@ -208,9 +208,13 @@ def pool_results(loader: Loader, pending: collections.deque):
 
 def pool(loader: Loader, pending: collections.deque, start, excluded):
     """Materialized results in plan order from plan state ``start``: torch's DataLoader (no
-    workers, or worker processes) or fpipe's thread pool; ``pending`` gets each recipe's
-    plan state. What the pool read ahead in this process is let go when it ends."""
+    workers, or worker processes), fpipe's thread pool or Ray actors; ``pending`` gets each
+    recipe's plan state. What the pool read ahead in this process is let go when it ends."""
     recipe_at = lambda ahead: pending[ahead][2]  # noqa: E731
+    if loader.worker_mode == "ray" and loader.num_workers > 0:
+        from fpipe.loader._ray_workers import iterate_ray  # Ray is an optional extra
+
+        return iterate_ray(loader, _sampler(loader, pending, start, excluded), recipe_at=recipe_at)
     take_io_counters()  # reads of this process before the pool started are not its own
     ahead = horizon(loader)
     sampler = _sampler(loader, pending, start, excluded, ahead)

@@ -52,6 +52,7 @@ __all__ = [
     "WorkerMarks",
     "from_workers",
     "iterate",
+    "remote_failure",
     "run_in_worker",
 ]
 
@@ -85,6 +86,23 @@ class RemoteFailure:
         raise self.error from cause
 
 
+def remote_failure(err: Exception) -> RemoteFailure:
+    """``err`` as a value to send back to the main process (a non-fpipe exception first
+    wrapped in a :class:`MaterializeError`), with its traceback text."""
+    text = "".join(traceback.format_exception(err))
+    oom = out_of_memory(err)
+    if getattr(err, "__fpipe_from_error_handler__", False) and check_sendable(err) is None:
+        return RemoteFailure(err, text, oom)  # type: ignore[arg-type]  # the user's own
+    if not isinstance(err, FpipeError):
+        err = MaterializeError(
+            f"materializing raised {type(err).__name__}: {err}",
+            hook="materialize",
+            original=type(err).__name__,
+            traceback=text,
+        )
+    return RemoteFailure(err, text, oom)
+
+
 def run_in_worker(fn: Callable[[], Any]) -> Any:
     """``fn()``; in a DataLoader worker, an exception is returned as a :class:`RemoteFailure`
     (a non-fpipe exception first wrapped in a :class:`MaterializeError`), and so is a result
@@ -94,18 +112,7 @@ def run_in_worker(fn: Callable[[], Any]) -> Any:
     try:
         result = fn()
     except Exception as err:  # noqa: BLE001 - every failure travels back as a value
-        text = "".join(traceback.format_exception(err))
-        oom = out_of_memory(err)
-        if getattr(err, "__fpipe_from_error_handler__", False) and check_sendable(err) is None:
-            return RemoteFailure(err, text, oom)  # type: ignore[arg-type]  # the user's own
-        if not isinstance(err, FpipeError):
-            err = MaterializeError(
-                f"materializing raised {type(err).__name__}: {err}",
-                hook="materialize",
-                original=type(err).__name__,
-                traceback=text,
-            )
-        return RemoteFailure(err, text, oom)
+        return remote_failure(err)
     unsendable = check_sendable(result)
     if unsendable is not None:
         return RemoteFailure(unsendable, unsendable.traceback)

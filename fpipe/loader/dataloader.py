@@ -40,8 +40,8 @@ __all__ = ["Loader", "LoaderStats", "get_loader", "get_savable_loader"]
 #: Seconds the loader waits for one batch from its workers before raising WorkerError.
 DEFAULT_TIMEOUT_S = 300.0
 
-#: ``worker_mode``: DataLoader worker processes, or threads of the main process.
-WorkerMode = Literal["process", "thread"]
+#: ``worker_mode``: DataLoader worker processes, threads of the main process, or Ray actors.
+WorkerMode = Literal["process", "thread", "ray"]
 WORKER_MODES: tuple[str, ...] = get_args(WorkerMode)
 
 
@@ -64,6 +64,7 @@ class Loader:
         recover_workers: bool = True,
         read_ahead_bytes: int | None = None,
         read_ahead_steps: int = DEFAULT_READ_AHEAD_STEPS,
+        ray_options: dict | None = None,
     ):
         if worker_mode not in WORKER_MODES:
             raise ConfigError(
@@ -85,6 +86,12 @@ class Loader:
         self.read_ahead_steps = read_ahead_steps
         #: the workers' read counters, summed (stats().io)
         self._io: dict[str, int] = {}
+        #: worker_mode="ray": the actors' options, and ``address`` for ray.init (docs/ray.md)
+        self.ray_options = dict(ray_options or {})
+        if worker_mode == "ray":
+            from fpipe.loader._ray_workers import import_ray
+
+            import_ray()  # a ConfigError naming the extra now, not at the first batch
         #: replace failed workers and materialize their recipes again (see _recovery)
         self._healer = Healer(dataset.materializer) if recover_workers else None
         skip = getattr(dataset, "skip_steps", ())
@@ -330,6 +337,7 @@ def get_loader(
     check_consistency: bool | None = None,
     worker_mode: WorkerMode = "process",
     recover_workers: bool = True,
+    ray_options: dict | None = None,
     worker_config: Any = None,
     checkpoint_every_sec: float = 60,
     checkpoint_every_min_n_samples: int | None = None,
@@ -360,7 +368,11 @@ def get_loader(
     Energon users expect) or ``"thread"`` (``num_workers`` threads of this process, as Grain's
     thread workers: no batch is copied between processes, which is faster when materializing
     mostly releases the GIL, e.g. Pillow image decode; see docs/loader.md). The output, the
-    snapshots and resume are the same in both modes and at ``num_workers=0``.
+    snapshots and resume are the same in every mode and at ``num_workers=0``.
+    ``"ray"``: ``num_workers`` Ray actors, on any node of a Ray cluster, with the same batches,
+    snapshots and recovery (``ray_options``: the actors' options, e.g. ``{"num_cpus": 2,
+    "resources": {"cpu_node": 1}}``, and ``"address"`` for ``ray.init`` when this process has
+    not called it; see docs/ray.md).
     ``check_consistency``: compare the state across ranks in ``state_dict()`` (None: when
     torch.distributed is initialized; it is a collective, so every rank must call it).
     ``read_ahead_bytes``: each worker starts the reads of the recipes it will materialize in
@@ -396,6 +408,7 @@ def get_loader(
         recover_workers=recover_workers,
         read_ahead_bytes=read_ahead_bytes,
         read_ahead_steps=read_ahead_steps,
+        ray_options=ray_options,
     )
     loader.check_consistency = check_consistency
     if start_step is not None:

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -35,9 +36,16 @@ class RandomCropEncoder(DefaultTaskEncoder):
 
 
 def _in_worker() -> bool:
-    return torch.utils.data.get_worker_info() is not None or (
-        threading.current_thread().name.startswith("fpipe-materialize")
+    return (
+        torch.utils.data.get_worker_info() is not None
+        or threading.current_thread().name.startswith("fpipe-materialize")
+        or _in_ray_actor()
     )
+
+
+def _in_ray_actor() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray and ray.is_initialized() and ray.get_runtime_context().get_actor_id())
 
 
 class FaultEncoder(RandomCropEncoder):

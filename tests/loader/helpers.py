@@ -43,6 +43,7 @@ def build(
     worker_mode="process",
     recover_workers=True,
     error_policy="raise",
+    ray_options=None,
 ):
     from tests.loader.encoders import RandomCropEncoder
 
@@ -63,6 +64,8 @@ def build(
         error_policy=error_policy,
     )
     extra = {} if timeout is None else {"timeout": timeout}
+    if ray_options is not None:
+        extra["ray_options"] = ray_options
     return fpipe.get_loader(
         ds,
         num_workers=num_workers,

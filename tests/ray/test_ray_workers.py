@@ -1,0 +1,184 @@
+"""Ray actor workers (``worker_mode="ray"``) on a two-node local Ray cluster: the batches and the
+state bytes of process mode for 1, 2 and 3 actors and every kind of plan; resume across modes;
+a killed actor, a hung actor and a poison sample recovered as in process mode; typed errors.
+Also ``prepare_on_ray`` (in this module so that Ray starts once for the suite)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+
+import pytest
+import yaml
+
+from fpipe.core import ConfigError, MaterializeError
+from fpipe.loader import _ray_workers
+from tests.loader.encoders import FaultEncoder
+from tests.loader.helpers import build, digest
+from tests.ray.datasets import loader, make_all
+
+KINDS = ("images", "video_buckets", "blend_pack_ramp_skip", "every_hook")
+N = 6  # batches compared per run
+#: three actors fit the two one-CPU nodes, spread over both; every test uses these options, so
+#: the same three actors serve them all (a new actor takes seconds to start on a busy machine)
+OPTIONS = {"num_cpus": 0.5, "scheduling_strategy": "SPREAD"}
+
+
+def _run(ld, n=N):
+    """(digest, snapshot bytes) of the first ``n`` batches."""
+    out = []
+    for batch in ld:
+        out.append((digest(batch), ld.snapshot()))
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    return make_all(tmp_path_factory.mktemp("ray_data"))
+
+
+@pytest.fixture(scope="module")
+def reference(paths):
+    """Each kind's batches and snapshots at num_workers=0 (the same as process workers: checked
+    here for the images, elsewhere for the rest)."""
+    return {kind: _run(loader(paths, kind)) for kind in KINDS}
+
+
+def test_ray_mode_gives_the_batches_and_state_bytes_of_process_mode(ray_cluster, paths, reference):
+    _, cluster = ray_cluster
+    procs = _run(loader(paths, "images", num_workers=1))
+    assert procs == reference["images"]
+    for kind in KINDS:
+        for actors in (1, 2, 3):
+            ld = loader(paths, kind, num_workers=actors, worker_mode="ray", ray_options=OPTIONS)
+            it = iter(ld)
+            got = [(digest(next(it)), ld.snapshot()) for _ in range(N)]
+            nodes = {node for _, _, node in _ray_workers.actors_in_use()}
+            it.close()
+            assert got == reference[kind], (kind, actors)
+            if actors == 3:  # at most two fit a node: the actors are on both nodes
+                assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes
+
+
+def test_resume_from_ray_into_process_mode_and_back(ray_cluster, paths, reference):
+    ref = [d for d, _ in reference["images"]]
+    ray_loader = loader(paths, "images", num_workers=2, worker_mode="ray", ray_options=OPTIONS)
+    it = iter(ray_loader)
+    got = [digest(next(it)) for _ in range(2)]
+    it.close()
+    procs = loader(paths, "images", num_workers=1)
+    procs.load_state_dict(ray_loader.state_dict())
+    it = iter(procs)
+    got += [digest(next(it)) for _ in range(2)]
+    it.close()
+    again = loader(paths, "images", num_workers=3, worker_mode="ray", ray_options=OPTIONS)
+    again.load_state_dict(procs.state_dict())
+    got += [d for d, _ in _run(again, N - 4)]
+    assert got == ref and again.snapshot() == reference["images"][-1][1]
+
+
+def _fault_loader(paths, tmp_path, mode, key, **kw):
+    trigger = tmp_path / "trigger"
+    trigger.write_text("on")
+    return build(
+        paths["images"], num_workers=2, encoder=FaultEncoder(mode, trigger, key),
+        worker_mode="ray", ray_options=OPTIONS, **kw,
+    )  # fmt: skip
+
+
+def _key_of_batch(reference_loader, i):
+    it = iter(reference_loader)
+    batches = [next(it) for _ in range(i + 1)]
+    return batches[i]["keys"][1]
+
+
+def test_killed_and_hung_actors_are_replaced_and_the_output_is_unchanged(
+    ray_cluster, paths, reference, tmp_path, caplog
+):
+    ray, _ = ray_cluster
+    long = _run(build(paths["images"]), 12)  # past what the actors had made before the kill
+    ld = build(paths["images"], num_workers=2, worker_mode="ray", ray_options=OPTIONS)
+    it = iter(ld)
+    got = [(digest(next(it)), ld.snapshot())]
+    victim = _ray_workers.actors_in_use()[0][0]
+    ray.kill(victim)  # mid-run, with recipes in flight on it
+    got += [(digest(next(it)), ld.snapshot()) for _ in range(len(long) - 1)]
+    it.close()
+    assert got == long
+    assert ld.stats().recoveries == 1 and ld.stats().recovered == {"died": 1}
+
+    ref = reference["images"]
+
+    key = _key_of_batch(build(paths["images"]), 3)
+    hung = _fault_loader(paths, tmp_path, "hang-once", key, timeout=1.5)
+    with caplog.at_level(logging.WARNING, logger="fpipe.loader"):
+        assert _run(hung) == ref
+    assert hung.stats().recovered == {"timed out": 1}
+    assert "worker fault (timed out) at step 3" in caplog.text
+
+
+@pytest.mark.slow  # three actors killed and started again: tens of seconds on a busy machine
+def test_a_sample_that_kills_its_actor_follows_the_error_policy(ray_cluster, paths, tmp_path):
+    key = _key_of_batch(build(paths["images"]), 2)
+    ld = _fault_loader(paths, tmp_path, "kill", key, error_policy="skip")
+    got = _run(ld, 4)
+    assert len(got) == 4
+    stats = ld.stats()
+    # unnamed the first time (a dead actor says nothing), named by the marked runs after
+    assert stats.skipped == 1 and stats.recoveries == 3
+    ref = _run(build(paths["images"], error_policy="skip"), 4)
+    assert [d for d, _ in got[:2]] == [d for d, _ in ref[:2]] and got[3][0] == ref[3][0]
+
+
+def test_an_error_in_an_actor_keeps_its_type_and_names_hook_key_and_step(
+    ray_cluster, paths, tmp_path
+):
+    key = _key_of_batch(build(paths["images"]), 1)
+    ld = _fault_loader(paths, tmp_path, "raise", key)
+    with pytest.raises(MaterializeError) as info:
+        _run(ld)
+    err = info.value
+    assert err.hook == "encode_sample" and err.step == 1 and key in err.keys
+    assert "hook failed on purpose" in str(err) and ld.stats().batches == 1
+
+
+def test_prepare_on_ray_writes_the_index_of_a_single_process_prepare(ray_cluster, tmp_path):
+    from fpipe.cli.main import main
+    from fpipe.storage import prepare_dataset
+    from fpipe.storage.prepare.ray_prepare import prepare_on_ray
+    from tests.storage.helpers import make_image_caption_dataset
+
+    options = dict(fields={"image": "jpg", "caption": "txt"}, split="2,1")
+    one, api, cli = tmp_path / "one", tmp_path / "api", tmp_path / "cli"
+    make_image_caption_dataset(one, shards=5, per_shard=4, with_json=False)
+    shutil.copytree(one, api)
+    shutil.copytree(one, cli)
+    single = prepare_dataset(one, **options)
+    _ray_workers.release_actors()  # the CLI's tasks take a whole CPU each
+    report = prepare_on_ray(api, parts=3, num_cpus=0.5, **options)
+    assert report.num_samples == single.num_samples == 20 and report.num_shards == 5
+    argv = ["prepare", str(cli), "--ray", "--ray-parts", "2", "--split", "2,1", "--no-progress"]
+    assert main([*argv, "--field", "image=jpg", "--field", "caption=txt"]) == 0
+    assert _index(api) == _index(cli) == _index(one)
+
+
+def _index(root):
+    """Every file of the index by path: its bytes, info.yaml's parsed, without ``source``
+    (``merged-webdataset`` after a merge: where the index came from, not what it is)."""
+    out = {}
+    for f in sorted((root / ".fpipe").rglob("*")):
+        if f.is_file():
+            data = f.read_bytes()
+            if f.name == "info.yaml":
+                data = {k: v for k, v in yaml.safe_load(data).items() if k != "source"}
+            out[str(f.relative_to(root))] = data
+    return out
+
+
+def test_ray_mode_without_ray_installed_is_a_config_error(monkeypatch, paths):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does when it is missing
+    with pytest.raises(ConfigError, match=r'pip install "fpipe\[ray\]"'):
+        loader(paths, "images", num_workers=2, worker_mode="ray")
