@@ -47,20 +47,30 @@ def reference(paths):
     return {kind: _run(loader(paths, kind)) for kind in KINDS}
 
 
-def test_ray_mode_gives_the_batches_and_state_bytes_of_process_mode(ray_cluster, paths, reference):
+def _same_as_process_mode(ray_cluster, paths, reference, runs):
     _, cluster = ray_cluster
-    procs = _run(loader(paths, "images", num_workers=1))
-    assert procs == reference["images"]
-    for kind in KINDS:
-        for actors in (1, 2, 3):
-            ld = loader(paths, kind, num_workers=actors, worker_mode="ray", ray_options=OPTIONS)
-            it = iter(ld)
-            got = [(digest(next(it)), ld.snapshot()) for _ in range(N)]
-            nodes = {node for _, _, node in _ray_workers.actors_in_use()}
-            it.close()
-            assert got == reference[kind], (kind, actors)
-            if actors == 3:  # at most two fit a node: the actors are on both nodes
-                assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes
+    for kind, actors in runs:
+        ld = loader(paths, kind, num_workers=actors, worker_mode="ray", ray_options=OPTIONS)
+        it = iter(ld)
+        got = [(digest(next(it)), ld.snapshot()) for _ in range(N)]
+        nodes = {node for _, _, node in _ray_workers.actors_in_use()}
+        it.close()
+        assert got == reference[kind], (kind, actors)
+        if actors == 3:  # at most two fit a node: the actors are on both nodes
+            assert nodes == {n.node_id for n in cluster.list_all_nodes()}, nodes
+
+
+def test_ray_mode_gives_the_batches_and_state_bytes_of_process_mode(ray_cluster, paths, reference):
+    """Images on three actors spread over both nodes (the suite's quick check)."""
+    assert _run(loader(paths, "images", num_workers=1)) == reference["images"]
+    _same_as_process_mode(ray_cluster, paths, reference, [("images", 3)])
+
+
+@pytest.mark.ray_full
+def test_ray_mode_equals_process_mode_for_every_kind_and_actor_count(ray_cluster, paths, reference):
+    """Every kind of plan on 1, 2 and 3 actors (a minute here: run by .ci/run, see README)."""
+    runs = [(kind, actors) for kind in KINDS for actors in (1, 2, 3)]
+    _same_as_process_mode(ray_cluster, paths, reference, runs)
 
 
 def test_resume_from_ray_into_process_mode_and_back(ray_cluster, paths, reference):
@@ -95,6 +105,7 @@ def _key_of_batch(reference_loader, i):
     return batches[i]["keys"][1]
 
 
+@pytest.mark.ray_full
 def test_killed_and_hung_actors_are_replaced_and_the_output_is_unchanged(
     ray_cluster, paths, reference, tmp_path, caplog
 ):
@@ -120,7 +131,7 @@ def test_killed_and_hung_actors_are_replaced_and_the_output_is_unchanged(
     assert "worker fault (timed out) at step 3" in caplog.text
 
 
-@pytest.mark.slow  # three actors killed and started again: tens of seconds on a busy machine
+@pytest.mark.ray_full  # three actors killed and started again: tens of seconds
 def test_a_sample_that_kills_its_actor_follows_the_error_policy(ray_cluster, paths, tmp_path):
     key = _key_of_batch(build(paths["images"]), 2)
     ld = _fault_loader(paths, tmp_path, "kill", key, error_policy="skip")
