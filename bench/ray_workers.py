@@ -140,7 +140,7 @@ def two_nodes(root: Path, n: int, reference: list[str]) -> tuple[bool, int]:
         got = digests_of_iter(it, n)
         nodes = {node for _, _, node in _ray_workers.actors_in_use()}
         it.close()
-        _ray_workers.release_actors()
+        _ray_workers.release_ray_actors()
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         rows = {"processes2": run("process"), "ray2": run("ray")}
         wall, _ = measure(rows, args.batches, args.repeats, lambda m: print(m, flush=True))
-        _ray_workers.release_actors()
+        _ray_workers.release_ray_actors()
         inside_ms, added_ms, size, recipe = overhead(ray, root, args.overhead_batches)
     finally:
         ray.shutdown()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from fpipe.loader._ray_workers import release_ray_actors
     from fpipe.loader.consistency import ConsistencyError
     from fpipe.loader.dataloader import Loader, LoaderStats, get_loader, get_savable_loader
     from fpipe.loader.planned import PlannedDataset
@@ -26,6 +27,7 @@ _LAZY = {
     "WorkerConfig": "fpipe.loader.topology",
     "get_loader": "fpipe.loader.dataloader",
     "get_savable_loader": "fpipe.loader.dataloader",
+    "release_ray_actors": "fpipe.loader._ray_workers",
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "WorkerConfig",
     "get_loader",
     "get_savable_loader",
+    "release_ray_actors",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -12,7 +12,7 @@ as a worker process (:func:`fpipe.loader._recovery.run_task`). The materializer 
 per loader through Ray's object store (its opener and paths: datasets are opened in the actor,
 once); an actor keeps the last few materializers it was sent, so train and validation loaders
 (or a loader iterated again) reuse the actors and their opened datasets. Idle actors stay in
-this process's pool, per set of actor options, until :func:`release_actors` or the end of the
+this process's pool, per set of actor options, until :func:`release_ray_actors` or the end of the
 process (Ray ends the actors of a driver that exits).
 
 Faults: an exception raised while materializing comes back as a value
@@ -48,7 +48,7 @@ from fpipe.materialize.recipe_codec import decode_recipe
 if TYPE_CHECKING:  # the loader calls this with itself
     from fpipe.loader.dataloader import Loader
 
-__all__ = ["MaterializeActor", "actors_in_use", "import_ray", "iterate_ray", "release_actors"]
+__all__ = ["MaterializeActor", "actors_in_use", "import_ray", "iterate_ray", "release_ray_actors"]
 
 #: Seconds a new actor may take to be placed on a node and start (a busy cluster queues it).
 ACTOR_START_S = 120.0
@@ -244,7 +244,7 @@ def actors_in_use() -> list[tuple[Any, int | None, str | None]]:
         return [(a.handle, a.pid, a.node) for a in _POOL.lent.values()]
 
 
-def release_actors() -> None:
+def release_ray_actors() -> None:
     """End this process's idle Ray actors (those of loaders not iterating now)."""
     import ray
 

@@ -35,9 +35,9 @@ def ray_cluster():
     try:
         yield ray, cluster
     finally:
-        from fpipe.loader._ray_workers import release_actors
+        from fpipe.loader._ray_workers import release_ray_actors
 
-        release_actors()
+        release_ray_actors()
         ray.shutdown()
         cluster.shutdown()
         if path is None:

@@ -168,7 +168,7 @@ def test_prepare_on_ray_writes_the_index_of_a_single_process_prepare(ray_cluster
     shutil.copytree(one, api)
     shutil.copytree(one, cli)
     single = prepare_dataset(one, **options)
-    _ray_workers.release_actors()  # the CLI's tasks take a whole CPU each
+    _ray_workers.release_ray_actors()  # the CLI's tasks take a whole CPU each
     report = prepare_on_ray(api, parts=3, num_cpus=0.5, **options)
     assert report.num_samples == single.num_samples == 20 and report.num_shards == 5
     argv = ["prepare", str(cli), "--ray", "--ray-parts", "2", "--split", "2,1", "--no-progress"]
