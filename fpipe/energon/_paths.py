@@ -18,7 +18,7 @@ from types import ModuleType
 
 from fpipe._lazy import lazy_exports
 
-__all__ = ["PATHS", "install"]
+__all__ = ["PATHS", "TYPED_WEBDATASETS", "install"]
 
 _PREFIX = "fpipe.energon."
 
@@ -47,7 +47,8 @@ _WEBDATASET = (
     "SampleDecoder",
     "StandardWebdatasetFactory",
 )
-_TYPED_WEBDATASETS = (
+#: Energon's deprecated per-type dataset classes (refused: fpipe.energon lists them too).
+TYPED_WEBDATASETS = (
     "CaptioningWebdataset",
     "CrudeWebdataset",
     "ImageClassificationWebdataset",
@@ -130,7 +131,7 @@ PATHS: dict[str, tuple[str, ...]] = {
         "DefaultCrudeJsonlDatasetFactory",
         *_SAMPLE_TYPES,
         *_WEBDATASET,
-        *_TYPED_WEBDATASETS,
+        *TYPED_WEBDATASETS,
     ),
     "flavors.base_dataset": ("Sample", "SavableDataset", "BaseCoreDatasetFactory"),
     "flavors.webdataset": _WEBDATASET,

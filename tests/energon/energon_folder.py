@@ -58,3 +58,12 @@ def make_plain_energon_folder(
     (meta / "split.yaml").write_text(yaml.dump(split, sort_keys=False))
     (meta / "dataset.yaml").write_text(yaml.dump(dataset_yaml, sort_keys=False))
     return root
+
+
+#: dataset.yaml of a crude dataset, as Energon writes it
+CRUDE_CONFIG = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
+#: dataset.yaml of a text dataset (its .txt member as the text), as Energon writes it
+TEXT_CONFIG = {
+    "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+    "field_map": {"text": "txt"},
+}

@@ -30,13 +30,9 @@ from fpipe.energon import (
     get_loader,
     get_val_dataset,
 )
+from tests.energon.energon_folder import CRUDE_CONFIG as CRUDE
+from tests.energon.energon_folder import TEXT_CONFIG as TEXT
 from tests.energon.energon_folder import make_plain_energon_folder
-
-CRUDE = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
-TEXT = {
-    "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
-    "field_map": {"text": "txt"},
-}
 
 
 @dataclasses.dataclass

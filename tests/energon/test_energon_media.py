@@ -32,9 +32,8 @@ from fpipe.energon import (
     prepare_filesystem_dataset,
 )
 from tests.decode.av_helpers import write_audio, write_video
+from tests.energon.energon_folder import CRUDE_CONFIG as CRUDE
 from tests.storage.helpers import write_tar
-
-CRUDE = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
 
 
 def _image(size, fmt):

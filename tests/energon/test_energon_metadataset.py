@@ -21,12 +21,8 @@ import yaml
 from fpipe.core.errors import ConfigError
 from fpipe.energon import Sample, TextSample, get_loader, get_train_dataset, get_val_dataset
 from fpipe.samples import register_joiner
+from tests.energon.energon_folder import TEXT_CONFIG as TEXT
 from tests.energon.energon_folder import make_plain_energon_folder
-
-TEXT = {
-    "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
-    "field_map": {"text": "txt"},
-}
 
 
 @pytest.fixture(scope="module")

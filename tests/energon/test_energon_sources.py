@@ -19,9 +19,9 @@ from fpipe.energon import (
     get_val_dataset,
     stateless,
 )
+from tests.energon.energon_folder import CRUDE_CONFIG as CRUDE
 from tests.energon.energon_folder import make_plain_energon_folder
 
-CRUDE = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
 CLASSES = {
     "sample_type": {"__module__": "megatron.energon", "__class__": "ImageClassificationSample"},
     "field_map": {"image": "jpg", "label": "cls"},

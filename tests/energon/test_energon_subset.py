@@ -14,12 +14,8 @@ import yaml
 
 from fpipe.core.errors import ConfigError
 from fpipe.energon import WorkerConfig, get_loader, get_train_dataset
+from tests.energon.energon_folder import TEXT_CONFIG as TEXT
 from tests.storage.helpers import write_tar, write_tar_idx
-
-TEXT = {
-    "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
-    "field_map": {"text": "txt"},
-}
 
 
 def _text_folder(root, offset, n=55, per_shard=10):

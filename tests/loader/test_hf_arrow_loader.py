@@ -10,7 +10,15 @@ import fpipe
 from fpipe.decode.image import ImageDecodeOptions
 from fpipe.loader import Topology
 from fpipe.storage import prepare_dataset
-from tests.storage.parquet_helpers import write_saved_dataset
+from tests.storage.parquet_helpers import (
+    assert_same_batches as _same,
+)
+from tests.storage.parquet_helpers import (
+    take_batches as _take,
+)
+from tests.storage.parquet_helpers import (
+    write_saved_dataset,
+)
 
 datasets = pytest.importorskip("datasets")
 DECODE = ImageDecodeOptions(target_size=8)
@@ -31,18 +39,6 @@ def _train(path, **kw):
     )  # fmt: skip
     args.update(kw)
     return fpipe.get_train_dataset(path, topology=Topology(0, 1), **args)
-
-
-def _take(loader, n):
-    it = iter(loader)
-    return [next(it) for _ in range(n)]
-
-
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.__key__ == y.__key__ and x.caption == y.caption
-        assert bool((x.image == y.image).all())
 
 
 def test_workers_and_exact_resume(saved):

@@ -19,7 +19,15 @@ from fpipe.samples import TextSample
 from fpipe.storage import open_dataset, prepare_dataset
 from tests.distributed.helpers import batch_keys
 from tests.loader.helpers import prepared_images
-from tests.storage.parquet_helpers import write_hub_dataset
+from tests.storage.parquet_helpers import (
+    assert_same_batches as _same,
+)
+from tests.storage.parquet_helpers import (
+    take_batches as _take,
+)
+from tests.storage.parquet_helpers import (
+    write_hub_dataset,
+)
 
 DECODE = ImageDecodeOptions(target_size=8)
 
@@ -37,18 +45,6 @@ def _train(path, *, rank=0, world=1, **kw):
     if "global_batch_size" not in args:
         args.setdefault("batch_size", 4)
     return fpipe.get_train_dataset(path, topology=Topology(rank, world), **args)
-
-
-def _take(loader, n):
-    it = iter(loader)
-    return [next(it) for _ in range(n)]
-
-
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.__key__ == y.__key__ and x.caption == y.caption
-        assert bool((x.image == y.image).all())
 
 
 def test_workers_and_exact_resume(hub):

@@ -93,3 +93,17 @@ def write_saved_dataset(root: Path, *, train=(17, 17, 16), val=(12,), batch=7) -
         datasets.config.ARROW_RECORD_BATCH_SIZE_FOR_IMAGE_DATASETS = old
     (root / "dataset_dict.json").write_text('{"splits": ["train", "validation"]}')
     return root
+
+
+def take_batches(loader, n: int) -> list:
+    """The first ``n`` batches of ``loader``."""
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+def assert_same_batches(a, b) -> None:
+    """Batches ``a`` and ``b`` have the same keys, captions and image pixels."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.__key__ == y.__key__ and x.caption == y.caption
+        assert bool((x.image == y.image).all())
