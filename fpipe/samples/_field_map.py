@@ -24,7 +24,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.samples.base import BASE_FIELDS
-from fpipe.storage.config.field_spec import parse_field_spec
+from fpipe.samples.field_spec import parse_field_spec
 
 __all__ = ["FieldMap", "FieldSource", "FieldSpec", "compile_field_map", "parse_source"]
 
@@ -75,7 +75,7 @@ class FieldMap:
 
 
 def parse_source(spec: str) -> FieldSource:
-    """Parse one source such as ``"json[a][0][b]"`` (see :mod:`fpipe.storage.config.field_spec`).
+    """Parse one source such as ``"json[a][0][b]"`` (see :mod:`fpipe.samples.field_spec`).
 
     Examples:
       >>> parse_source("json[a][0][b]")

@@ -9,8 +9,8 @@ Example::
     ds.read(ds.split_indices("train")[0])["jpg"][:2]   # b'\xff\xd8'
 """
 
+from fpipe.samples.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
-from fpipe.storage.config.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.config.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
 from fpipe.storage.prepare.run import PrepareOptions, PrepareReport, Problem, prepare_dataset
 from fpipe.storage.read.dataset import Dataset

@@ -20,9 +20,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "plan": ("core",),
     "decode": ("core",),
     "storage.paths": ("core",),
-    "storage.config": ("decode", "storage.paths"),
+    "samples": ("decode",),
+    "storage.config": ("samples", "storage.paths"),
     "storage.read": ("storage.config",),
-    "samples": ("storage.config",),
     "storage.prepare": ("storage.read", "samples"),
     "storage": ("storage.prepare",),  # the package facade: re-exports its subpackages
     "encode": ("samples",),

@@ -16,7 +16,7 @@ import msgspec
 import yaml
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.config.field_spec import field_spec_value
+from fpipe.samples.field_spec import field_spec_value
 from fpipe.storage.paths import expand_braces
 
 __all__ = [
@@ -51,7 +51,7 @@ class DatasetConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: name of the typed sample, e.g. ``"CaptioningSample"``; ``"CrudeSample"`` for raw fields.
     sample_type: str = CRUDE
     #: sample field -> source: ``"jpg"``, ``"json[a][0]"``, or alternatives ``["jpg", "png"]``
-    #: (first present wins; see :mod:`fpipe.storage.config.field_spec`).
+    #: (first present wins; see :mod:`fpipe.samples.field_spec`).
     field_map: dict[str, str | list[str]] = msgspec.field(default_factory=dict)
     #: free-form labels handed to the sample (Energon's ``subflavors``).
     subflavors: dict[str, Any] = msgspec.field(default_factory=dict)

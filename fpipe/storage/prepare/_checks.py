@@ -17,8 +17,8 @@ from pathlib import Path
 
 from fpipe.core.errors import ConfigError
 from fpipe.decode.extensions import GZ
+from fpipe.samples.field_spec import parse_field_spec
 from fpipe.storage.config.dataset_yaml import CRUDE
-from fpipe.storage.config.field_spec import parse_field_spec
 from fpipe.storage.read.webdataset import peek_extensions
 
 __all__ = ["PEEK_SAMPLES", "check_fields_present", "check_sample_type"]

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.samples.field_spec import ColumnSpec, field_spec_value, parse_column
 from fpipe.storage.config.dataset_yaml import SplitConfig
-from fpipe.storage.config.field_spec import ColumnSpec, field_spec_value, parse_column
 from fpipe.storage.read.remote import StorageOptions
 
 __all__ = [

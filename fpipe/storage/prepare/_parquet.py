@@ -27,7 +27,7 @@ import numpy as np
 
 from fpipe.core.errors import error_text
 from fpipe.decode.extensions import ext_kind, last_part
-from fpipe.storage.config.field_spec import parse_field_spec
+from fpipe.samples.field_spec import parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.read.arrow_stream import ArrowStreamFile

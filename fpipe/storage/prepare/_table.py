@@ -19,8 +19,8 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import ext_kind, strip_gz
+from fpipe.samples.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
-from fpipe.storage.config.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.layouts import open_dataset

@@ -35,7 +35,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
 from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip_chunks
-from fpipe.storage.config.field_spec import ColumnSpec, FieldSpec, parse_field_spec
+from fpipe.samples.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.members import MemberTable, build_members

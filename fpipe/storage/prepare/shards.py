@@ -18,7 +18,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.decode.extensions import strip_gz
-from fpipe.storage.config.field_spec import parse_field_spec
+from fpipe.samples.field_spec import parse_field_spec
 from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.prepare.scan import ScanOptions, ShardScan, dense_column, scan_shard
 from fpipe.storage.read import av_meta
