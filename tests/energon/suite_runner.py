@@ -33,8 +33,8 @@ in its imports". This script checks it on Energon's own test suite:
 
 4. torchvision: ``test_transforms.py`` and ``test_av_decoder.py`` import it at module level,
    and what they (and Energon's ``transforms``) use of it is ``torchvision.transforms``: pure
-   Python over torch's own operators. Wheels of torchvision for a given torch release are CUDA
-   builds; on a CPU-only torch, ``torchvision/_C`` fails to load (it needs ``libtorch_cuda``) and
+   Python over torch's own operators. torchvision's Linux wheels on PyPI are CUDA builds; on a
+   CPU-only torch, ``torchvision/_C`` fails to load (it needs ``libtorch_cuda``) and
    ``import torchvision`` then stops in ``torchvision._meta_registrations`` ("operator
    torchvision::nms does not exist"), before ``transforms`` is reached. The runner therefore
    puts a ``sitecustomize.py`` of its own (written into the temporary copy, ``_SHIM_MODULE``
@@ -46,8 +46,9 @@ in its imports". This script checks it on Energon's own test suite:
    of the two files calls it. Where torchvision is not installed at all, the shim does nothing
    and the two files fail to collect (counted as "not collectable here" in the summary). The
    venv used here got the wheel with ``pip install --no-deps
-   torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl`` (the release made for torch 2.13);
-   the runner's first line says which torchvision the venv has and whether the shim is active.
+   torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl`` (the release made for torch 2.13),
+   and ``soundfile`` (``test_av_decoder.py``'s WAV comparison skips itself without it); the
+   runner's first line says which torchvision the venv has and whether the shim is active.
 
 It prints per-file counts, one line per failing test with its first error, and the total over
 the user-facing tests: every test of the suite except those listed in ``EXCLUDED`` below (each
