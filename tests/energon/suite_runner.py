@@ -31,6 +31,25 @@ in its imports". This script checks it on Energon's own test suite:
    needs that the venv lacks (``msgspec``, ``av``) are linked from the Python running this script
    into a side folder (``--extras``), which is also on ``PYTHONPATH``.
 
+4. torchvision: ``test_transforms.py`` and ``test_av_decoder.py`` import it at module level,
+   and what they (and Energon's ``transforms``) use of it is ``torchvision.transforms``: pure
+   Python over torch's own operators. torchvision's Linux wheels on PyPI are CUDA builds; on a
+   CPU-only torch, ``torchvision/_C`` fails to load (it needs ``libtorch_cuda``) and
+   ``import torchvision`` then stops in ``torchvision._meta_registrations`` ("operator
+   torchvision::nms does not exist"), before ``transforms`` is reached. The runner therefore
+   puts a ``sitecustomize.py`` of its own (written into the temporary copy, ``_SHIM_MODULE``
+   below) first on ``PYTHONPATH`` of both runs, fpipe's and ``--reference``: when torchvision's
+   C operators are absent, ``torchvision._meta_registrations`` and
+   ``torchvision._autograd_registrations`` import as empty modules (they only register fake
+   and autograd kernels of the C operators: ``nms``, ``roi_align``, ...), and nothing else
+   changes. So ``torchvision.ops`` (detection operators) would still fail where called; no test
+   of the two files calls it. Where torchvision is not installed at all, the shim does nothing
+   and the two files fail to collect (counted as "not collectable here" in the summary). The
+   venv used here got the wheel with ``pip install --no-deps
+   torchvision-0.28.0-cp311-cp311-manylinux_2_28_x86_64.whl`` (the release made for torch 2.13),
+   and ``soundfile`` (``test_av_decoder.py``'s WAV comparison skips itself without it); the
+   runner's first line says which torchvision the venv has and whether the shim is active.
+
 It prints per-file counts, one line per failing test with its first error, and the total over
 the user-facing tests: every test of the suite except those listed in ``EXCLUDED`` below (each
 with its reason: Energon internals that no porting user imports, tests whose subject is
@@ -194,6 +213,75 @@ def resolve_module(module):
     except ImportError:
         return _missing(f"missing module: {{mirrored}} (Energon's {{module}})")
 '''
+
+
+#: ``sitecustomize.py`` of the runs (see point 4 of the module docstring).
+_SHIM_MODULE = '''"""Written by suite_runner.py: lets ``import torchvision`` work when its C
+operators are absent (a CUDA wheel on a CPU-only torch), by importing the two modules that
+register fake / autograd kernels of those operators as empty modules.
+``torchvision.transforms`` (pure Python) is all Energon's tests use."""
+import importlib.abc
+import importlib.machinery
+import sys
+
+_REGISTRATIONS = ("torchvision._meta_registrations", "torchvision._autograd_registrations")
+
+
+def _c_ops_absent():
+    import torch
+
+    try:
+        torch.ops.torchvision.nms
+    except (AttributeError, RuntimeError):
+        return True
+    return False
+
+
+class _EmptyRegistrations(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name in _REGISTRATIONS and _c_ops_absent():
+            return importlib.machinery.ModuleSpec(name, self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.SHIMMED = True
+
+
+sys.meta_path.insert(0, _EmptyRegistrations())
+'''
+
+#: Run in the venv with the shim on its path: which torchvision it has, and whether shimmed.
+_TORCHVISION_PROBE = """
+try:
+    import torchvision, torchvision.transforms
+except Exception as e:
+    print(f"not importable ({type(e).__name__}: {e})"[:200])
+else:
+    shimmed = getattr(torchvision._meta_registrations, "SHIMMED", False)
+    print(torchvision.__version__ + (" (C operators absent: their registrations skipped; "
+          "torchvision.transforms only)" if shimmed else ""))
+"""
+
+
+def write_shim(workdir: Path) -> Path:
+    """The folder holding the runs' ``sitecustomize.py`` (first on their ``PYTHONPATH``)."""
+    folder = workdir / "_site_shim"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(_SHIM_MODULE)
+    return folder
+
+
+def torchvision_status(python: str, env: dict, cwd: Path) -> str:
+    """What ``import torchvision`` gives to ``python`` in the runs' environment ``env`` (the
+    shim first on its ``PYTHONPATH``): the version, or why it does not import."""
+    proc = subprocess.run(
+        [python, "-c", _TORCHVISION_PROBE], capture_output=True, text=True, env=env, cwd=cwd
+    )
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[-1] if lines else f"probe failed (exit {proc.returncode})"
 
 
 def _is_energon(module: str | None) -> bool:
@@ -400,17 +488,20 @@ def main(argv: list[str] | None = None) -> int:
     ensure_extras(args.python, args.extras)
     workdir = Path(tempfile.mkdtemp(prefix="energon-suite-"))
     files = prepare_copy(args.energon, workdir, args.reference)
+    shim = write_shim(workdir)
     if args.files:
         files = [f for f in files if f in args.files]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            [str(workdir)]
+            [str(shim), str(workdir)]
             + ([] if args.reference else [str(args.fpipe.resolve())])
             + [str(args.extras)]
         ),
     }
     env.pop("PYTEST_ADDOPTS", None)
+    torchvision = torchvision_status(args.python, env, workdir)
+    print(f"torchvision in the venv: {torchvision}", flush=True)
 
     out: list[str] = []
     total = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
@@ -456,11 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.status_file:
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         args.status_file.write_text(
-            f"# Energon suite runner, {stamp}\n\n{summary}\n\n"
-            + "\n".join(out)
-            + "\n\n"
-            + "\n".join(failing)
-            + "\n"
+            f"# Energon suite runner, {stamp}\n\ntorchvision in the venv: {torchvision}\n\n"
+            f"{summary}\n\n" + "\n".join(out) + "\n\n" + "\n".join(failing) + "\n"
         )
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)

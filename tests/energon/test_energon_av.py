@@ -62,7 +62,7 @@ def test_metadata_has_energons_field_names(video):
     assert (meta.video_width, meta.video_height) == (64, 48)
     assert meta.audio_sample_rate == 16000 and meta.audio_channels == 1
     assert meta.audio_duration == pytest.approx(3.0, abs=0.1)
-    assert meta.audio_num_samples == round(meta.audio_duration * 16000)
+    assert meta.audio_num_samples is None  # Energon counts them only when asked
     video_only = dec.get_metadata(get_audio=False)
     assert video_only.audio_sample_rate is None and video_only.video_num_frames == 90
     assert dec.get_metadata(get_video=False).video_duration is None
@@ -137,3 +137,68 @@ def test_get_clips_leaves_out_ranges_past_the_end(video):
     assert [c.shape[0] for c in kept.video_clips] == [16, 0, 16]
     late = get_clips_uniform(AVDecoder(video), 1.0, 3, request_video=True)
     assert all(c.shape[0] > 0 for c in late.video_clips)
+
+
+def test_get_metadata_is_energons_dataclass(video):
+    import dataclasses
+
+    import av
+
+    from fpipe.energon import AVMetadata
+
+    dec = AVDecoder(io.BytesIO(video))
+    meta = dec.get_metadata(get_audio_num_samples=True)
+    # Energon's tests compare records field by field: type(a) is type(b), dataclasses.fields
+    assert type(meta) is AVMetadata and dataclasses.is_dataclass(meta)
+    assert [f.name for f in dataclasses.fields(meta)] == [
+        "video_duration",
+        "video_num_frames",
+        "video_fps",
+        "video_width",
+        "video_height",
+        "audio_duration",
+        "audio_channels",
+        "audio_sample_rate",
+        "audio_num_samples",
+    ]
+    # counted by decoding the audio, as Energon does: AAC's last frame runs past the
+    # duration (48128 samples where 3 s at 16 kHz are 48000)
+    with av.open(io.BytesIO(video)) as container:
+        decoded = sum(frame.samples for frame in container.decode(audio=0))
+    assert meta.audio_num_samples == decoded != round(meta.audio_duration * 16000)
+    assert dec.get_metadata(get_audio=False, get_audio_num_samples=True).audio_num_samples is None
+    assert meta == AVMetadata(
+        video_duration=meta.video_duration,
+        video_num_frames=90,
+        video_fps=30.0,
+        video_width=64,
+        video_height=48,
+        audio_duration=meta.audio_duration,
+        audio_channels=1,
+        audio_sample_rate=16000,
+        audio_num_samples=decoded,
+    )
+
+
+def test_audio_ranges_past_the_end_are_left_out(video):
+    from fpipe.decode.av import AVDecoder as FpipeDecoder
+
+    ranges = [(0.5, 0.6), (5.0, 5.1), (1.0, 1.1)]  # the audio ends at 3 s
+    out = AVDecoder(video).get_clips(None, audio_clip_ranges=ranges)
+    assert [c.shape for c in out.audio_clips] == [(1, 1600), (1, 1600)]
+    assert [round(start, 3) for start, _ in out.audio_timestamps] == [0.5, 1.0]
+    own = FpipeDecoder(video).get_clips(None, audio_clip_ranges=ranges)  # fpipe's: one per range
+    assert [c.shape for c in own.audio_clips] == [(1, 1600), (1, 0), (1, 1600)]
+    clips, stamps = AVDecoder(video).get_audio_clips(ranges)
+    assert len(clips) == len(stamps) == 2
+
+
+def test_decoder_pickles(video):
+    import pickle
+
+    dec = AVDecoder(io.BytesIO(video))
+    before = dec.get_metadata()
+    again = pickle.loads(pickle.dumps(dec))
+    assert type(again) is type(dec) and again.get_metadata() == before
+    frames = get_single_frames_uniform(again, 4, video_out_frame_size=(32, 24))
+    assert frames.shape == (4, 3, 24, 32)

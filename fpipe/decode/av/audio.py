@@ -21,7 +21,7 @@ from fpipe.decode.av.probe import seek
 from fpipe.decode.av.records import AVMetadata
 from fpipe.decode.limits import limit_hint
 
-__all__ = ["audio_layout", "decode_audio"]
+__all__ = ["audio_layout", "count_audio_samples", "decode_audio"]
 
 _EPS = 1e-6  # seconds
 _LEAD_IN_S = 0.05  # audio decoded before a clip's start, so the resampler is settled there
@@ -152,3 +152,11 @@ def decode_audio(
         clips.append(torch.from_numpy(clip))
         stamps.append((t0 + i0 / rate, t0 + (i0 + clip.shape[1]) / rate))
     return clips, stamps, decoded
+
+
+def count_audio_samples(container) -> int:
+    """Samples per channel in the first audio stream of an open container, counted by
+    decoding it all (the number ``frame.samples`` adds up to; a stream's header or duration
+    can be a few codec frames off). Reads the container to its end."""
+    stream = container.streams.audio[0]
+    return sum(frame.samples for frame in container.decode(stream))

@@ -17,15 +17,18 @@ Megatron-Energon's decoder"):
   exclusive default (``range_end="inclusive"`` gives Energon's);
 - frames in frame units are exact on every container (Energon converts them with the average
   rate, with a warning, on Matroska), so ``suppress_warnings`` has nothing to suppress;
-- the metadata is fpipe's :class:`~fpipe.decode.av.AVMetadata`, which also answers to Energon's
-  field names (``video_duration``, ``video_width``, ``audio_duration`` ...);
+- fpipe's own decoder's ``get_metadata`` is fpipe's :class:`~fpipe.decode.av.AVMetadata`,
+  which also answers to Energon's field names (``video_duration``, ``video_width``,
+  ``audio_duration`` ...);
 - data that is not audio or video raises :class:`~fpipe.core.errors.BadSampleError` naming the
   sample where Energon's ``get_frames`` returns None.
 
-``fpipe.energon.av.AVDecoder`` is :class:`EnergonAVDecoder`, which returns what Energon's
-decoder returns where fpipe's own differs: ``get_clips`` leaves out video ranges with no frame
-(past the end of the video), and audio comes in the codec's sample format (``int16`` for 16-bit
-PCM, FLAC ...), where fpipe's decoder gives ``float32`` in ``[-1, 1]``.
+``fpipe.energon.av.AVDecoder`` is :class:`~fpipe.decode.av.energon_decoder.EnergonAVDecoder`,
+which returns what Energon's decoder returns where fpipe's own differs: ``get_clips`` leaves out
+ranges past the end of their stream (video ranges with no frame, audio ranges starting after the
+audio's end), audio comes in the codec's sample format (``int16`` for 16-bit PCM, FLAC ...),
+where fpipe's decoder gives ``float32`` in ``[-1, 1]``, and ``get_metadata`` returns Energon's
+``AVMetadata`` dataclass (``audio_num_samples`` counted by decoding, when asked for).
 """
 
 from __future__ import annotations
@@ -132,67 +135,12 @@ def get_single_frames_uniform(
     return video
 
 
-#: PyAV sample formats whose samples fpipe's float32 audio holds exactly, and their dtype
-_EXACT_PCM = {"s16": (np.int16, 32768.0), "s16p": (np.int16, 32768.0)}
-
-
 def _energon_decoder_class() -> type:
-    """:class:`EnergonAVDecoder`, defined on first use (so this module imports no PyAV)."""
-    global _ENERGON_DECODER
-    if _ENERGON_DECODER is not None:
-        return _ENERGON_DECODER
-    import dataclasses
+    """:class:`~fpipe.decode.av.energon_decoder.EnergonAVDecoder`, imported on first use (so
+    this module imports no PyAV)."""
+    from fpipe.decode.av.energon_decoder import EnergonAVDecoder
 
-    import torch
-
-    from fpipe.decode.av.decoder import AVDecoder
-
-    class EnergonAVDecoder(AVDecoder):
-        """Energon's ``AVDecoder``: fpipe's decoder with Energon's output where they differ
-        (see the module doc): ``get_clips`` (and so ``get_clips_uniform``, ``get_audio``,
-        ``get_frames``) leaves out video ranges with no frame, and audio of a 16-bit PCM
-        codec is ``int16``, as Energon's ``frame.to_ndarray()`` gives it; other sample formats
-        stay ``float32``. ``get_clips(..., audio_sample_rate=...)`` (fpipe's resampling) keeps
-        ``float32``."""
-
-        def get_clips(self, *args: Any, **kwargs: Any) -> AVClips:
-            out = super().get_clips(*args, **kwargs)
-            kept = [i for i, c in enumerate(out.video_clips) if c.shape[0] > 0]
-            changes: dict[str, Any] = {}
-            if len(kept) != len(out.video_clips):
-                changes["video_clips"] = [out.video_clips[i] for i in kept]
-                changes["video_timestamps"] = [out.video_timestamps[i] for i in kept]
-                if out.video_frame_times:
-                    changes["video_frame_times"] = [out.video_frame_times[i] for i in kept]
-            pcm = _EXACT_PCM.get(self._audio_format() or "")
-            resampled = kwargs.get("audio_sample_rate") or kwargs.get("audio_channels")
-            if out.audio_clips and pcm is not None and not resampled:
-                dtype, scale = pcm
-                info = np.iinfo(dtype)
-                changes["audio_clips"] = [
-                    torch.from_numpy(
-                        np.clip(np.rint(c.numpy() * scale), info.min, info.max).astype(dtype)
-                    )
-                    for c in out.audio_clips
-                ]
-            return dataclasses.replace(out, **changes) if changes else out
-
-        def _audio_format(self) -> str | None:
-            """The first audio stream's PyAV sample format name (None without audio)."""
-            if not hasattr(self, "_energon_audio_format"):
-                fmt = None
-                if self.metadata.audio_sample_rate is not None:
-                    with self._open() as container:
-                        streams = container.streams.audio
-                        fmt = streams[0].format.name if streams else None
-                self._energon_audio_format = fmt
-            return self._energon_audio_format
-
-    _ENERGON_DECODER = EnergonAVDecoder
     return EnergonAVDecoder
-
-
-_ENERGON_DECODER: type | None = None
 
 
 def __getattr__(name: str) -> Any:
