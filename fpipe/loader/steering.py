@@ -290,12 +290,51 @@ class SteeredPlan:
 
 
 def seek_state(
-    plan: Pipeline, target: int, ranges: StepRanges, changes: Sequence[MixChange]
+    plan: Pipeline,
+    target: int,
+    ranges: StepRanges,
+    changes: Sequence[MixChange],
+    *,
+    fast: bool = True,
 ) -> tuple[Any, int, int, int]:
     """``(plan state before step target, batches, samples, epoch)``: what a loader that took
-    every step before ``target`` holds, from the plan alone. Skipped steps are passed over on
-    metadata (:meth:`fpipe.core.Pipeline.skip`), delivered steps are planned (their refs are
-    counted, nothing is read); each change is applied before its step."""
+    every step before ``target`` holds, from the plan alone. Steps are passed over on metadata
+    (:meth:`fpipe.core.Pipeline.advance`: on counts where the plan's steps can, a whole
+    range of steps at once; else planned, their refs counted, nothing read); each change is
+    applied before its step. ``fast=False`` plans every step (the reference the fast path is
+    tested against)."""
+    if not fast:
+        return _seek_by_next(plan, target, ranges, changes)
+    state = plan.init()
+    step, i = 0, 0
+    batches = samples = epoch = 0
+    while step < target:
+        state, i = _apply_due(plan, state, step, changes, i)
+        stop = target if i == len(changes) else min(target, changes[i].step)
+        end = skip_end(step, ranges) if ranges else None
+        if end is not None:
+            stop = min(stop, end)
+        else:
+            for a, _ in ranges:
+                if a > step:
+                    stop = min(stop, a)
+                    break
+        state, got = plan.advance(state, stop - step)
+        if got.outputs < stop - step:
+            raise ConfigError(f"step {target} is past the end of the stream ({step + got.outputs})")
+        if end is None:  # delivered steps: the loader counts them
+            batches += got.outputs
+            samples += got.refs
+            epoch = max(epoch, got.epoch)
+        step = stop
+    state, i = _apply_due(plan, state, step, changes, i)
+    return state, batches, samples, epoch
+
+
+def _seek_by_next(
+    plan: Pipeline, target: int, ranges: StepRanges, changes: Sequence[MixChange]
+) -> tuple[Any, int, int, int]:
+    """:func:`seek_state` planning every delivered step."""
     state = plan.init()
     step, i = 0, 0
     batches = samples = epoch = 0

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Recipe, Refs, State
 from fpipe.core.rng import Key
@@ -121,6 +122,12 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
             return step(state, chunk)[0], 0
         return BatchState(state.key, state.step + 1, state.dropped), 1
 
+    def advance(state: BatchState, blocks: int, inputs: Passed):
+        # whole blocks of a fixed size: one recipe each, holding every input ref
+        return BatchState(state.key, state.step + blocks, state.dropped), Passed(
+            blocks, inputs.refs, inputs.epoch
+        )
+
     return Stage(
         name=name,
         config=config,
@@ -130,6 +137,7 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
         block_size=block,
         stats=_batch_stats,
         skip=skip,
+        advance=BlockAdvance(1, advance) if isinstance(block, int) else None,
     )
 
 

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Stage, View
@@ -143,6 +144,12 @@ def distribute(
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
+    def advance(state: DistributeState, blocks: int, inputs: Passed):
+        # whole global batches on one rank: it takes every ref. (On several ranks the highest
+        # epoch of a rank's part depends on which refs it got: no advance on counts.)
+        taken = state.taken + inputs.refs
+        return DistributeState(state.dropped, max(state.epoch, inputs.epoch), taken), inputs
+
     return Stage(
         name=name,
         config=DistributeConfig(
@@ -157,6 +164,7 @@ def distribute(
         block_size=global_batch_size,
         stats=_distribute_stats,
         position=_position,
+        advance=BlockAdvance(global_batch_size, advance) if world_size == 1 else None,
     )
 
 
