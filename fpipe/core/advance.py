@@ -12,9 +12,11 @@ them where the steps can say it from counts alone:
   blocks at once and finishes a block part way through (at either end) the ordinary way.
 
 Both reach the very state ``next`` reaches; a step that cannot say from counts (a packer, whose
-output depends on the sizes of its inputs; a distribution over several ranks, whose rank's
-highest epoch depends on which refs it got) returns None and ``next`` does the work, so the
-fast path is never wrong, only slower where it does not apply.
+output depends on the sizes of its inputs) has no advance or returns None, and ``next`` does
+the work, so the fast path is never wrong, only slower where it does not apply. A stage over
+an input that cannot count builds its blocks too (counting would save nothing). A rank's part
+of global batches is counted, but its highest epoch is left unknown (``Passed.epoch`` None)
+for the caller to find (:func:`fpipe.loader.steering.seek_state` plans the last steps).
 
 Example:
     >>> from fpipe.core import Pipeline, chain
@@ -40,26 +42,31 @@ __all__ = ["BlockAdvance", "Passed", "advance", "passed_of"]
 
 class Passed(msgspec.Struct, frozen=True):
     """What a run of outputs held: ``outputs``, ``refs`` in them (a recipe or a pack holds
-    several) and the highest ``epoch`` of those refs (0 when there are none)."""
+    several) and the highest ``epoch`` of those refs (0 when there are none; None when the
+    counts cannot say: a rank's part of global batches, whose highest epoch depends on which
+    refs it got)."""
 
     outputs: int = 0
     refs: int = 0
-    epoch: int = 0
+    epoch: int | None = 0
 
     def __add__(self, other: Passed) -> Passed:
-        return Passed(
-            self.outputs + other.outputs, self.refs + other.refs, max(self.epoch, other.epoch)
-        )
+        a, b = self.epoch, other.epoch
+        epoch = None if a is None or b is None else max(a, b)
+        return Passed(self.outputs + other.outputs, self.refs + other.refs, epoch)
 
 
 class BlockAdvance(msgspec.Struct, frozen=True):
-    """A block stage's advance on counts: ``outputs``: what one whole block emits;
-    ``run(state, blocks, inputs) -> (state, Passed) | None``: the state after ``blocks``
-    whole blocks whose inputs held ``inputs``, and what the blocks emit (None: it cannot
-    say from counts; the blocks are then built)."""
+    """A block stage's advance on counts: ``outputs``: what one whole block emits (an int, or
+    ``S -> int`` from the stage's state at the block start); ``run(state, blocks, inputs) ->
+    (state, Passed) | None``: the state after ``blocks`` whole blocks whose inputs held
+    ``inputs``, and what the blocks emit (None: it cannot say from counts; the blocks are then
+    built). ``span``: for a stage whose block size follows its state (a batch size schedule),
+    ``S -> blocks`` from that state on with the same block size and outputs (None: all)."""
 
-    outputs: int
+    outputs: int | Callable[[Any], int]
     run: Callable[[Any, int, Passed], tuple[Any, Passed] | None]
+    span: Callable[[Any], int | None] | None = None
 
 
 def _epoch_max(epochs: np.ndarray) -> int:
@@ -79,8 +86,10 @@ def passed_of(chunk: Any) -> Passed:
             sum(len(r) for r in refs),
             max(_epoch_max(r.epoch) for r in refs),
         )
-    inner = [passed_of(r) for r in refs]
-    return Passed(len(refs), sum(p.refs for p in inner), max(p.epoch for p in inner))
+    total = Passed()
+    for r in refs:
+        total = total + passed_of(r)
+    return Passed(len(refs), total.refs, total.epoch)
 
 
 def advance(source: Any, state: Any, n: int) -> tuple[Any, Passed]:

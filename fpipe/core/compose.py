@@ -272,13 +272,16 @@ def lift(upstream: Source, stage: Stage) -> Source:
             skip_fn = skip_block
 
         fast = stage.advance
-        if fast is not None and isinstance(bs, int) and fast.outputs > 0:
-            per_block, fast_run = fast.outputs, fast.run
+        if fast is not None and (isinstance(bs, int) or fast.span is not None):
+            fast_run, fast_span, per = fast.run, fast.span, fast.outputs
+            outputs_of: Callable[[Any], int] = (lambda _st: per) if isinstance(per, int) else per
 
             def whole_blocks(state, k):
                 """The state after ``k`` whole blocks from a block start, on counts (None:
                 the stream ends within them, or the stage cannot count them)."""
-                need = k * bs
+                if upstream.advance is None:
+                    return None  # its input builds every block: counting saves nothing
+                need = k * sizer(state.st)
                 up_end, got = advance(upstream, state.up, need)
                 if got.outputs < need:
                     return None
@@ -296,11 +299,15 @@ def lift(upstream: Source, stage: Stage) -> Source:
                     total = passed_of(out)
                     if not len(out):
                         return state, total
-                k = (n - total.outputs) // per_block
-                if k:
-                    moved = whole_blocks(state, k)
-                    if moved is not None:
-                        state, total = moved[0], total + moved[1]
+                while True:  # runs of whole blocks of one size (one run for a fixed size)
+                    per_block = outputs_of(state.st)
+                    k = (n - total.outputs) // per_block if per_block > 0 else 0
+                    same = fast_span(state.st) if fast_span is not None else None
+                    take = k if same is None else min(k, same)
+                    moved = whole_blocks(state, take) if take else None
+                    if moved is None:
+                        break
+                    state, total = moved[0], total + moved[1]
                 state, rest = advance_by_next(lifted, state, n - total.outputs)
                 return state, total + rest
 

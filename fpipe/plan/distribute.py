@@ -145,10 +145,15 @@ def distribute(
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
     def advance(state: DistributeState, blocks: int, inputs: Passed):
-        # whole global batches on one rank: it takes every ref. (On several ranks the highest
-        # epoch of a rank's part depends on which refs it got: no advance on counts.)
+        # whole global batches: every rank takes per_rank items of each. The highest epoch of
+        # a rank's part depends on which refs it got: unknown on several ranks.
+        if inputs.epoch is None or (world_size > 1 and inputs.refs != inputs.outputs):
+            return None  # packs: a rank's refs depend on its packs' sizes
         taken = state.taken + inputs.refs
-        return DistributeState(state.dropped, max(state.epoch, inputs.epoch), taken), inputs
+        new = DistributeState(state.dropped, max(state.epoch, inputs.epoch), taken)
+        if world_size == 1:
+            return new, inputs
+        return new, Passed(blocks * per_rank, blocks * per_rank, None)
 
     return Stage(
         name=name,
@@ -164,7 +169,7 @@ def distribute(
         block_size=global_batch_size,
         stats=_distribute_stats,
         position=_position,
-        advance=BlockAdvance(global_batch_size, advance) if world_size == 1 else None,
+        advance=BlockAdvance(per_rank, advance),
     )
 
 
@@ -191,6 +196,21 @@ def _scheduled(
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
+    def advance(state: ScheduledDistributeState, blocks: int, inputs: Passed):
+        # whole global batches of one size (see distribute's advance)
+        if inputs.epoch is None or (world_size > 1 and inputs.refs != inputs.outputs):
+            return None
+        per = per_rank_schedule.size_at(state.step)
+        new = ScheduledDistributeState(
+            state.dropped,
+            max(state.epoch, inputs.epoch),
+            state.taken + inputs.refs,
+            state.step + blocks,
+        )
+        if world_size == 1:
+            return new, inputs
+        return new, Passed(blocks * per, blocks * per, None)
+
     return Stage(
         name=name,
         config=ScheduledDistributeConfig(
@@ -202,6 +222,11 @@ def _scheduled(
         block_size=lambda state: schedule.size_at(state.step),
         stats=_distribute_stats,
         position=_position,
+        advance=BlockAdvance(
+            lambda state: per_rank_schedule.size_at(state.step),
+            advance,
+            span=lambda state: schedule.steps_left(state.step),
+        ),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fpipe.core import Pipeline, chain
 from fpipe.core.advance import Passed
 from fpipe.core.stage import View
+from fpipe.loader.steering import apply_change
 from fpipe.plan import batch, blend, distribute, samples, slice_shuffle, window_shuffle
 
 
@@ -65,15 +66,69 @@ def test_advance_from_part_way_through_a_window_and_to_part_way():
     assert state.up.up.cur == 80  # it ended part way through a window
 
 
-def test_a_distribution_over_several_ranks_builds_its_steps():
-    # a rank's highest epoch depends on which refs it got: no advance on counts, same state
+def test_a_rank_of_several_counts_its_steps_but_not_its_highest_epoch():
+    # a rank's part of the global batches: the counts give its state, steps and refs, not the
+    # highest epoch of the refs it got
     seen = [0]
     p = plan(seen, world=2)
-    assert p.source.advance is not None  # the batch counts, over an input that builds
-    state, passed = p.advance(p.init(), 2_000)
-    assert seen[0] >= 8 * 2_000
+    state, passed = p.advance(p.init(), 20_000)
+    assert seen[0] < 40_000
+    assert passed == Passed(20_000, 4 * 20_000, None)
     ref = p.init()
-    for _ in range(2_000):
+    for _ in range(20_000):
         ref, _ = p.next(ref, 1)
     assert p.snapshot(state) == p.snapshot(ref)
-    assert passed.outputs == 2_000 and passed.refs == 4 * 2_000
+
+
+def test_seek_finds_a_ranks_highest_epoch_further_back_when_the_last_steps_lack_it():
+    # dataset 2 (110 samples, weight 6 of 7) goes through several epochs in the first 100
+    # steps, then weighs 0; the large datasets stay in epoch 0. The last steps hold only
+    # epoch 0, so the seek plans further back until it finds the rank's highest epoch
+    from fpipe.loader.steering import MixChange, seek_state
+
+    def ranked(rank):
+        head = blend(counting_views((10_000, 10_000, 110), [0]), weights=[1, 0, 6])
+        stages = (window_shuffle(100), distribute(8, rank=rank, world_size=2), batch(4))
+        return Pipeline(chain(head, *stages), seed=4)
+
+    changes = [MixChange(100, (1.0, 1.0, 0.0))]
+    for rank in (0, 1):
+        fast = seek_state(ranked(rank), 900, (), changes)
+        slow = seek_state(ranked(rank), 900, (), changes, fast=False)
+        assert ranked(rank).snapshot(fast[0]) == ranked(rank).snapshot(slow[0])
+        assert fast[1:] == slow[1:] and slow[3] >= 4
+        live, state, last = ranked(rank), None, []
+        state = live.init()
+        for step in range(900):
+            state, out = live.next(state, 1)
+            if step + 1 == 100:  # the change applies before step 100
+                state = apply_change(live, state, changes[0])
+            last.append(int(out[0].refs.epoch.max()))
+        assert max(last[-200:]) == 0  # the last steps lack it
+
+
+def test_a_batch_size_ramp_passes_each_run_of_one_size_on_counts():
+    from fpipe.plan import BatchSchedule
+
+    sizes = BatchSchedule.of({0: 2, 5: 4, 300: 8})
+    seen = [0]
+
+    def ramp(world=1, rank=0):
+        head = blend(counting_views((300, 170, 110), seen), weights=[3, 1, 2])
+        stages = (
+            window_shuffle(100),
+            distribute(sizes, rank=rank, world_size=world),
+            batch(sizes.per_rank(world)),
+        )
+        return Pipeline(chain(head, *stages), seed=4)
+
+    for world, rank in ((1, 0), (2, 1)):
+        seen[0] = 0
+        p = ramp(world, rank)
+        state, passed = p.advance(p.init(), 20_000)
+        assert seen[0] < 80_000  # of 160,000: the windows at each size change are read
+        assert passed.outputs == 20_000 and passed.refs == sizes.refs_before(20_000) // world
+        ref = p.init()
+        for _ in range(20_000):
+            ref, _ = p.next(ref, 1)
+        assert p.snapshot(state) == p.snapshot(ref)
