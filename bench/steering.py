@@ -34,14 +34,21 @@ This file is shared by the steering features; each adds its own section and JSON
    the next step found, the change applied at the blend's frontier; no torch.distributed),
    median of 50; ``seek_1e6_s``: :func:`fpipe.loader.steering.seek_state` to step
    ``--seek-steps`` (default 1e6; scaled to 1e6 steps when another count is given, which
-   ``seek_steps`` says) from the configuration with 10 online changes on the way;
-   ``seek_1e6_packing_s``: the same for the packed plan of [1] (``--packs`` packs per step);
+   ``seek_steps`` says) from the configuration with 10 online changes on the way (the steps
+   passed on counts, :meth:`fpipe.core.Pipeline.advance`); ``seek_1e6_packing_s``: the same
+   for the packed plan of [1] (``--packs`` packs per step), whose packer needs every ref's
+   token count, so every step is planned;
    ``online_blend_refs_per_s``: refs planned per CPU second pulling ``--online-steps`` steps
    of ``--online-global`` refs (default 256) with the weights changed every 100 steps, and
    ``online_vs_static_blend`` its ratio to the same plan without changes (target >= 0.9).
    Each change re-gathers the refs the blend had prepared past its frontier (one block of
    8,192 positions over the 100 datasets), so the ratio falls when changes come more often
    than every few blocks (every 100 steps of 8 refs: about 0.4).
+   ``state_bytes_{samples,tokens}[_online|_pending]``: the loader snapshot's bytes for that
+   plan blended by samples and by tokens: fixed weights, one online change in force, and a
+   second one waiting behind the shuffle window.
+
+``--sections 5`` runs only section 5 (any comma-separated list of 1-5).
 
 Usage: ``python bench/steering.py [--repeats 3]``. The last line of output is one JSON object.
 """
@@ -219,16 +226,24 @@ def token_blend_rates(args) -> dict:
     return out
 
 
-def seek_plan(args, packed: bool = False, global_batch: int | None = None) -> Pipeline:
+def seek_plan(
+    args, packed: bool = False, global_batch: int | None = None, unit: str | None = None
+) -> Pipeline:
     """The plan of section 5 (``packed``: the plan of section 1), ``global_batch`` refs per
-    step (default ``--seek-global``)."""
+    step (default ``--seek-global``); ``unit="tokens"``: blended by tokens."""
     if packed:
         return blend_pack_plan(args)
-    views = [slice_shuffle(samples(args.per_dataset, dataset=d), 100) for d in range(args.datasets)]
+    rng = np.random.default_rng(args.seed)
+    views = []
+    for d in range(args.datasets):
+        n = args.per_dataset
+        cols = {"tokens": rng.integers(16, 4096, n)} if unit else {}
+        views.append(slice_shuffle(samples(n, dataset=d, columns=cols), 100))
     head = blend(
         views,
         weights=[1 + d % 7 for d in range(args.datasets)],
         names=[f"ds{d:03d}" for d in range(args.datasets)],
+        unit=unit,
     )
     g = global_batch or args.seek_global
     return Pipeline(chain(head, window_shuffle(1000), distribute(g), batch(g)), seed=args.seed)
@@ -242,6 +257,30 @@ def _changes(args, every: int, until: int) -> list:
         MixChange(step, tuple(float(w) for w in rng.integers(1, 8, args.datasets)))
         for step in range(every, until, every)
     ]
+
+
+def state_sizes(args) -> dict:
+    """Loader snapshot bytes of the section-5 plan by samples and by tokens: without online
+    weights, with one change in force, and with a second one waiting behind the shuffle
+    window (the most a window -> distribute -> batch plan holds)."""
+    from fpipe.loader.state import LoaderState, encode_loader_state
+    from fpipe.loader.steering import MixChange, seek_state
+
+    out: dict = {}
+    rng = np.random.default_rng(args.seed)
+    for unit, name in ((None, "samples"), ("tokens", "tokens")):
+        p = seek_plan(args, unit=unit)
+        first, second = (
+            MixChange(step, tuple(rng.integers(1, 8, args.datasets) * 1.0)) for step in (1, 130)
+        )
+        sizes = []
+        for target, changes in ((1, []), (1, [first]), (130, [first, second])):
+            state, batches, refs, epoch = seek_state(p, target, (), changes)
+            data = encode_loader_state(p, LoaderState(state, batches, refs, 0, epoch))
+            sizes.append(len(data))
+        for key, size in zip(("", "_online", "_pending"), sizes):
+            out[f"state_bytes_{name}{key}"] = size
+    return out
 
 
 def online_rates(args) -> dict:
@@ -319,62 +358,86 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--online-global", type=int, default=256, help="refs per step, online rows")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--sections", default="1,2,3,4,5", help="sections to run, e.g. 5 (comma-separated)"
+    )
     args = ap.parse_args(argv)
     params = " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items())
     print(f"bench/steering.py {params}")
     print(machine_line())
     result: dict = {}
 
-    print(
-        f"\n[1] skip {args.skip_steps:,} steps: blend of {args.datasets} datasets -> window "
-        f"shuffle -> pack (greedy, 4096 tokens) -> batch of {args.packs} packs"
-    )
-    result.update(skip_time(args))
-    print(
-        f"  {result['skip_10000_steps_s']:.3f} s per CPU ({result['skip_10000_steps_wall_s']:.3f}"
-        f" s wall), {result['skip_refs_per_step']} refs per step (target < 1 s)"
-    )
+    sections = {int(x) for x in args.sections.split(",")}
+    if 1 in sections:
+        print(
+            f"\n[1] skip {args.skip_steps:,} steps: blend of {args.datasets} datasets -> window "
+            f"shuffle -> pack (greedy, 4096 tokens) -> batch of {args.packs} packs"
+        )
+        result.update(skip_time(args))
+        print(
+            f"  {result['skip_10000_steps_s']:.3f} s per CPU "
+            f"({result['skip_10000_steps_wall_s']:.3f} s wall), "
+            f"{result['skip_refs_per_step']} refs per step (target < 1 s)"
+        )
 
-    print(
-        f"\n[2] find_key over {args.find_steps:,} steps of {args.global_batch} refs, "
-        f"table of {args.table_rows:,} rows"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        table = write_table(Path(tmp), args.table_rows)
-        for world in sorted({1, args.world}):
-            rate, wall, hits = find_rate(args, table, world)
-            print(f"  world {world}: {rate:,.0f} refs/s per CPU ({wall:,.0f} wall), {hits} hits")
-            result[f"find_key_refs_per_s_w{world}"] = round(rate)
-        result["find_key_refs_per_s"] = result[f"find_key_refs_per_s_w{args.world}"]
+    if 2 in sections:
+        print(
+            f"\n[2] find_key over {args.find_steps:,} steps of {args.global_batch} refs, "
+            f"table of {args.table_rows:,} rows"
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            table = write_table(Path(tmp), args.table_rows)
+            for world in sorted({1, args.world}):
+                rate, wall, hits = find_rate(args, table, world)
+                print(
+                    f"  world {world}: {rate:,.0f} refs/s per CPU ({wall:,.0f} wall), {hits} hits"
+                )
+                result[f"find_key_refs_per_s_w{world}"] = round(rate)
+            result["find_key_refs_per_s"] = result[f"find_key_refs_per_s_w{args.world}"]
 
-    start, incr, ramp_samples = args.ramp
-    print(
-        f"\n[3] ramp-up {start} + {incr} over {ramp_samples:,} samples to {args.final}, "
-        f"{args.world} ranks, {args.ramp_refs:,} global refs"
-    )
-    result.update(rampup_rates(args))
-    print(
-        f"  {result['rampup_refs_per_s']:,} refs/s per CPU ({result['rampup_steps']} ramp "
-        f"steps); fixed batch of {args.final}: {result['fixed_batch_refs_per_s']:,}"
-    )
-    print("\n[4] blend of 3 datasets by tokens, blocks of 256 refs")
-    result.update(token_blend_rates(args))
-    print(
-        f"  by tokens {result['token_blend_refs_per_s']:,} refs/s per CPU; by samples "
-        f"{result['sample_blend_refs_per_s']:,}"
-    )
-    print(
-        f"\n[5] online weights and seek: {args.datasets} datasets, window 1000, "
-        f"{args.seek_global} refs per step"
-    )
-    result.update(online_rates(args))
-    print(
-        f"  set_weights {result['set_weights_ms']} ms; seek to step 1e6: "
-        f"{result['seek_1e6_s']} s CPU (packed plan: {result['seek_1e6_packing_s']} s; "
-        f"measured over {result['seek_steps']:,} steps); online blend "
-        f"{result['online_blend_refs_per_s']:,} refs/s per CPU, "
-        f"{result['online_vs_static_blend']} of static"
-    )
+    if 3 in sections:
+        start, incr, ramp_samples = args.ramp
+        print(
+            f"\n[3] ramp-up {start} + {incr} over {ramp_samples:,} samples to {args.final}, "
+            f"{args.world} ranks, {args.ramp_refs:,} global refs"
+        )
+        result.update(rampup_rates(args))
+        print(
+            f"  {result['rampup_refs_per_s']:,} refs/s per CPU ({result['rampup_steps']} ramp "
+            f"steps); fixed batch of {args.final}: {result['fixed_batch_refs_per_s']:,}"
+        )
+
+    if 4 in sections:
+        print("\n[4] blend of 3 datasets by tokens, blocks of 256 refs")
+        result.update(token_blend_rates(args))
+        print(
+            f"  by tokens {result['token_blend_refs_per_s']:,} refs/s per CPU; by samples "
+            f"{result['sample_blend_refs_per_s']:,}"
+        )
+
+    if 5 in sections:
+        print(
+            f"\n[5] online weights and seek: {args.datasets} datasets, window 1000, "
+            f"{args.seek_global} refs per step"
+        )
+        result.update(online_rates(args))
+        result.update(state_sizes(args))
+        print(
+            f"  set_weights {result['set_weights_ms']} ms; seek to step 1e6: "
+            f"{result['seek_1e6_s']} s CPU (packed plan: {result['seek_1e6_packing_s']} s; "
+            f"measured over {result['seek_steps']:,} steps); online blend "
+            f"{result['online_blend_refs_per_s']:,} refs/s per CPU, "
+            f"{result['online_vs_static_blend']} of static"
+        )
+        print(
+            "  loader snapshot bytes (samples / tokens): "
+            + ", ".join(
+                f"{label} {result[f'state_bytes_samples{k}']:,} / "
+                f"{result[f'state_bytes_tokens{k}']:,}"
+                for label, k in (("fixed", ""), ("online", "_online"), ("pending", "_pending"))
+            )
+        )
+
     print(json.dumps(result))
     return 0
 

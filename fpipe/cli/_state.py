@@ -104,7 +104,7 @@ def show_envelope(data: bytes) -> dict[str, Any]:
     """The envelope and plain payload of snapshot bytes, without needing the pipeline (a
     checksum that does not match is reported in ``checksum_ok``, not refused)."""
     env = read_envelope(data, verify=False)
-    parts = unpack_parts(env.parts)
+    parts = unpack_parts(env.parts, env.format_version)
     return {
         "bytes": env.size,
         "checksum_ok": env.checksum_ok,

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
+from fpipe.core.advance import Passed, advance, advance_by_next, passed_of
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.graph import check_unique_names, step_key, step_parts
 from fpipe.core.records import Config, Refs, State
@@ -153,6 +154,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
     state_type = _parametrize(Lifted, (upstream.state_type, stage.state_type))
     up_next = upstream.next
     skip_fn: Callable[[Any, int], tuple[Any, int]] | None = None
+    advance_fn: Callable[[Any, int], tuple[Any, Passed]] | None = None
 
     def init(key):
         return Lifted(upstream.init(key), stage.init(step_key(key, stage.name)), 0)
@@ -269,6 +271,48 @@ def lift(upstream: Source, stage: Stage) -> Source:
         if count_step is not None:
             skip_fn = skip_block
 
+        fast = stage.advance
+        if fast is not None and (isinstance(bs, int) or fast.span is not None):
+            fast_run, fast_span, per = fast.run, fast.span, fast.outputs
+            outputs_of: Callable[[Any], int] = (lambda _st: per) if isinstance(per, int) else per
+
+            def whole_blocks(state, k):
+                """The state after ``k`` whole blocks from a block start, on counts (None:
+                the stream ends within them, or the stage cannot count them)."""
+                if upstream.advance is None:
+                    return None  # its input builds every block: counting saves nothing
+                need = k * sizer(state.st)
+                up_end, got = advance(upstream, state.up, need)
+                if got.outputs < need:
+                    return None
+                moved = fast_run(state.st, k, got)
+                if moved is None:
+                    return None
+                return Lifted(up_end, moved[0], 0), moved[1]
+
+            def advance_blocks(state, n):
+                # next_block's walk: the block part way through the ordinary way, then the
+                # whole blocks on counts, then what is left of the last one the ordinary way
+                total = Passed()
+                if state.cur:
+                    state, out = next_block(state, n)
+                    total = passed_of(out)
+                    if not len(out):
+                        return state, total
+                while True:  # runs of whole blocks of one size (one run for a fixed size)
+                    per_block = outputs_of(state.st)
+                    k = (n - total.outputs) // per_block if per_block > 0 else 0
+                    same = fast_span(state.st) if fast_span is not None else None
+                    take = k if same is None else min(k, same)
+                    moved = whole_blocks(state, take) if take else None
+                    if moved is None:
+                        break
+                    state, total = moved[0], total + moved[1]
+                state, rest = advance_by_next(lifted, state, n - total.outputs)
+                return state, total + rest
+
+            advance_fn = advance_blocks
+
     block_read = None if stage.block_size is None else compute_block
 
     def drawn(state):
@@ -291,6 +335,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
         position=stage.position,
         skip=skip_fn,
         drawn=drawn,
+        advance=advance_fn,
     )
     step_parts(lifted)  # refuses two steps with one name, when the chain is built
     return lifted

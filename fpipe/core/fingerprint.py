@@ -1,7 +1,7 @@
 """Fingerprints of a pipeline's configuration, and a readable diff between two of them.
 
 A pipeline is described by its parts, ``(name, config)`` pairs in data-flow order. Each part is
-summarized as ``[name, config type name, [16-bit hash of each field]]``; the fingerprint is a
+summarized as ``[name, config type name, [short hash of each field]]``; the fingerprint is a
 hash of the canonical msgpack encoding of all of it. Fields a config declares ``compatible``
 (rank, world size...) are left out, so changing them does not refuse a restore.
 """
@@ -59,20 +59,22 @@ def _config_fields(config: Config) -> list[tuple[str, Any]]:
     return [(f, canonical(getattr(config, f))) for f in config.__struct_fields__ if f not in skip]
 
 
-def _h16(value: Any) -> bytes:
-    return hashlib.blake2b(_encoder.encode(value), digest_size=2).digest()
+def _field_hash(value: Any, width: int) -> bytes:
+    return hashlib.blake2b(_encoder.encode(value), digest_size=width).digest()
 
 
-def part_digest(name: str, config: Config) -> list:
-    """``[name, type name, 2-byte hash per fingerprinted field, concatenated]`` for one part.
+def part_digest(name: str, config: Config, width: int = 2) -> list:
+    """``[name, type name, hash of ``width`` bytes per fingerprinted field, concatenated]`` for
+    one part.
 
     Fixed-width bytes, so a snapshot's size does not depend on the hash values.
     """
-    return [name, type(config).__name__, b"".join(_h16(v) for _, v in _config_fields(config))]
+    fields = _config_fields(config)
+    return [name, type(config).__name__, b"".join(_field_hash(v, width) for _, v in fields)]
 
 
-def _field_hashes(digest: bytes) -> list[bytes]:
-    return [digest[i : i + 2] for i in range(0, len(digest), 2)]
+def _field_hashes(digest: bytes, width: int) -> list[bytes]:
+    return [digest[i : i + width] for i in range(0, len(digest), width)]
 
 
 def fingerprint(parts: Sequence[tuple[str, Config]]) -> bytes:
@@ -81,8 +83,9 @@ def fingerprint(parts: Sequence[tuple[str, Config]]) -> bytes:
     return hashlib.blake2b(_encoder.encode(canon), digest_size=16).digest()
 
 
-def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
-    """Readable differences between saved part digests and the current pipeline's parts.
+def diff_parts(saved: list, current: Sequence[tuple[str, Config]], width: int = 2) -> list[str]:
+    """Readable differences between saved part digests (field hashes of ``width`` bytes) and
+    the current pipeline's parts.
 
     Parts are matched by step path (name), so a step added or removed elsewhere does not hide
     a changed field: each differing field is reported as ``step 'NAME': field 'FIELD' ...``.
@@ -100,7 +103,7 @@ def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
         s = by_name.get(name)
         if s is None:
             continue
-        d = part_digest(name, config)
+        d = part_digest(name, config, width)
         hint = getattr(type(config), "mismatch_hint", "")
         if s[1] != d[1]:
             out.append(f"step {name!r}: snapshot has a {s[1]}, pipeline has a {d[1]}")
@@ -108,7 +111,7 @@ def diff_parts(saved: list, current: Sequence[tuple[str, Config]]) -> list[str]:
                 out.append(hint)
             continue
         before = len(out)
-        saved_h, cur_h = _field_hashes(s[2]), _field_hashes(d[2])
+        saved_h, cur_h = _field_hashes(s[2], width), _field_hashes(d[2], width)
         for (field, value), hs, hc in zip(_config_fields(config), saved_h, cur_h):
             if hs != hc:
                 out.append(f"step {name!r}: field {field!r} differs (now {value!r})")

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from fpipe.core.advance import Passed, advance
 from fpipe.core.errors import ConfigError
 from fpipe.core.fingerprint import fingerprint
 from fpipe.core.graph import (
@@ -108,6 +109,13 @@ class Pipeline(msgspec.Struct, frozen=True):
                 break
             passed += 1
         return state, passed
+
+    def advance(self, state: Any, n: int) -> tuple[Any, Passed]:
+        """The state :meth:`skip` reaches after the next ``n`` outputs, and a
+        :class:`~fpipe.core.advance.Passed` of them (outputs, refs, highest epoch): computed
+        on counts where the steps can (a seek far into a run), else by building the outputs
+        (see :mod:`fpipe.core.advance`)."""
+        return advance(self.source, state, n)
 
     def snapshot(self, state: Any) -> bytes:
         """Bytes that :meth:`restore` turns back into ``state`` (see :mod:`fpipe.core.snapshot`)."""

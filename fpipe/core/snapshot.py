@@ -8,7 +8,12 @@ pipeline's structure, never on how far it has run. Decoding parses plain values 
 them to the pipeline's typed state records with msgspec: no pickle, no code runs.
 
 Versions:
-  FORMAT_VERSION: the byte layout; bumped on a CHECKPOINT BREAKING CHANGE.
+  FORMAT_VERSION: the byte layout; bumped on a CHECKPOINT BREAKING CHANGE. Version 4 (this
+    one) keeps a state's bytes fields as bytes in the payload (version 3 wrote them as base64
+    text), writes a list of integers as one array (no tag per integer) and hashes each config
+    field in 1 byte for the diff a mismatch prints (the 16-byte fingerprint still decides):
+    a 100-dataset blend's loader snapshot is about 1.2 KB smaller. Version 3 snapshots are
+    still read (:data:`OLDER_FORMATS`).
   ORDER_VERSION: the iteration order of the plan stages for a given config and seed; bumped
     on an ITERATION ORDER BREAKING CHANGE (golden tests pin it).
 """
@@ -22,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from fpipe.core.errors import SnapshotError, SnapshotMismatchError
 from fpipe.core.fingerprint import diff_parts, fingerprint, part_digest
@@ -31,6 +37,7 @@ __all__ = [
     "Envelope",
     "FORMAT_VERSION",
     "MAGIC",
+    "OLDER_FORMATS",
     "ORDER_VERSION",
     "decode_state",
     "encode_state",
@@ -41,8 +48,16 @@ __all__ = [
 ]
 
 MAGIC = "fpipe-snapshot"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 ORDER_VERSION = 2
+#: Older format versions this fpipe still reads.
+OLDER_FORMATS = (3,)
+#: Bytes of each per-field config hash, by format version (1 from version 4 on).
+_FIELD_HASH_BYTES = {3: 2}
+
+
+def _hash_bytes(format_version: int) -> int:
+    return _FIELD_HASH_BYTES.get(format_version, 1)
 _CHECKSUM = 8
 
 
@@ -65,14 +80,32 @@ _F64 = struct.Struct("<d")
 _U32 = struct.Struct("<I")
 
 
-def pack(value: Any) -> bytes:
-    """Encode plain values (None, bool, int, float, str, bytes, lists) in fixed-width form."""
+_INT64 = (-(1 << 63), 1 << 63)
+_UINT64 = (0, 1 << 64)
+
+
+def pack(value: Any, *, int_arrays: bool = False) -> bytes:
+    """Encode plain values (None, bool, int, float, str, bytes, lists) in fixed-width form;
+    ``int_arrays``: a non-empty list of integers as one array of 8-byte values (format 4
+    payloads), not one tagged value each."""
     out = bytearray()
-    _pack(value, out)
+    _pack(value, out, int_arrays)
     return bytes(out)
 
 
-def _pack(v: Any, out: bytearray) -> None:
+def _int_array(v: list | tuple) -> bytes | None:
+    """``v`` as a tagged array of 8-byte integers, or None when it is not all integers of one
+    kind (signed or unsigned 64-bit)."""
+    if not v or not all(type(x) is int for x in v):
+        return None
+    lo, hi = min(v), max(v)
+    for tag, (a, b), code in ((b"A", _INT64, "<i8"), (b"Z", _UINT64, "<u8")):
+        if a <= lo and hi < b:
+            return tag + _U32.pack(len(v)) + np.asarray(v, dtype=code).tobytes()
+    return None
+
+
+def _pack(v: Any, out: bytearray, int_arrays: bool = False) -> None:
     if v is None:
         out += b"N"
     elif v is True or v is False:
@@ -92,9 +125,13 @@ def _pack(v: Any, out: bytearray) -> None:
     elif isinstance(v, (bytes, bytearray)):
         out += b"B" + _U32.pack(len(v)) + bytes(v)
     elif isinstance(v, (list, tuple)):
+        array = _int_array(v) if int_arrays else None
+        if array is not None:
+            out += array
+            return
         out += b"L" + _U32.pack(len(v))
         for x in v:
-            _pack(x, out)
+            _pack(x, out, int_arrays)
     else:
         raise SnapshotError(f"cannot put a {type(v).__name__} in plan state (plain values only)")
 
@@ -125,6 +162,13 @@ def _unpack(m: memoryview, pos: int, depth: int) -> tuple[Any, int]:
         return _U64.unpack_from(m, pos)[0], pos + 8
     if tag == b"D":
         return _F64.unpack_from(m, pos)[0], pos + 8
+    if tag in (b"A", b"Z"):
+        (n,) = _U32.unpack_from(m, pos)
+        pos += 4
+        if pos + 8 * n > len(m):
+            raise SnapshotError("state payload declares an array longer than the payload")
+        code = "<i8" if tag == b"A" else "<u8"
+        return np.frombuffer(m, dtype=code, count=n, offset=pos).tolist(), pos + 8 * n
     if tag in (b"S", b"B", b"L"):
         (n,) = _U32.unpack_from(m, pos)
         pos += 4
@@ -154,21 +198,25 @@ _MAX_NAMES_BYTES = 1 << 24
 
 def _pack_parts(parts: Sequence[tuple[str, Config]]) -> tuple[bytes, bytes]:
     """The part digests of a pipeline: ``(zlib(msgpack([[path, config type, number of fields],
-    ...])), the 2-byte hashes of every fingerprinted field, concatenated)``.
+    ...])), the hashes of every fingerprinted field, concatenated)``: 1 byte each (2 in
+    format 3); they only name the fields that differ once the fingerprint differs.
 
     Paths and type names repeat from one dataset of a blend to the next (``blend/57/samples``,
     ``SamplesConfig``), so compressing them keeps a hundred-dataset plan's digests near 2 KB
     instead of 9; the hashes stay uncompressed, so the size depends on the pipeline's structure
     only, never on config values or the step.
     """
-    digests = [part_digest(n, c) for n, c in parts]
-    names = [(d[0], d[1], len(d[2]) // 2) for d in digests]
+    width = _hash_bytes(FORMAT_VERSION)
+    digests = [part_digest(n, c, width) for n, c in parts]
+    names = [(d[0], d[1], len(d[2]) // width) for d in digests]
     return zlib.compress(_enc.encode(names), 9), b"".join(d[2] for d in digests)
 
 
-def unpack_parts(packed: Sequence[bytes]) -> list[list]:
-    """Inverse of :func:`_pack_parts`: ``[[path, config type, field hashes], ...]``; raises
-    SnapshotError on malformed, truncated or oversized bytes."""
+def unpack_parts(packed: Sequence[bytes], format_version: int = FORMAT_VERSION) -> list[list]:
+    """Inverse of :func:`_pack_parts` for snapshots of ``format_version``: ``[[path, config
+    type, field hashes], ...]``; raises SnapshotError on malformed, truncated or oversized
+    bytes."""
+    width = _hash_bytes(format_version)
     try:
         blob, hashes = packed
         d = zlib.decompressobj()
@@ -180,8 +228,8 @@ def unpack_parts(packed: Sequence[bytes]) -> list[list]:
         raise SnapshotError(f"snapshot part digests are malformed: {e}") from None
     out, pos, hashes = [], 0, bytes(hashes)
     for path, type_name, nfields in names:
-        out.append([path, type_name, hashes[pos : pos + 2 * nfields]])
-        pos += 2 * nfields
+        out.append([path, type_name, hashes[pos : pos + width * nfields]])
+        pos += width * nfields
     if pos != len(hashes):
         raise SnapshotError("snapshot part digests do not match their field hashes")
     return out
@@ -189,7 +237,7 @@ def unpack_parts(packed: Sequence[bytes]) -> list[list]:
 
 def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
     """Snapshot bytes of ``state`` for the pipeline described by ``parts``."""
-    payload = pack(msgspec.to_builtins(state))
+    payload = pack(msgspec.to_builtins(state, builtin_types=(bytes,)), int_arrays=True)
     body = _enc.encode(
         _Envelope(
             MAGIC,
@@ -268,10 +316,10 @@ def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: byt
         names each stage and field that differs.
     """
     env = read_envelope(data)
-    if env.format_version != FORMAT_VERSION:
+    if env.format_version != FORMAT_VERSION and env.format_version not in OLDER_FORMATS:
         raise SnapshotError(
             f"snapshot format version {env.format_version} is not supported by this fpipe "
-            f"(it reads version {FORMAT_VERSION})"
+            f"(it reads versions {sorted({*OLDER_FORMATS, FORMAT_VERSION})})"
         )
     if env.order_version != ORDER_VERSION:
         raise SnapshotMismatchError(
@@ -279,7 +327,12 @@ def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: byt
             f"produces order version {ORDER_VERSION}: resuming would not continue the same stream"
         )
     if env.fingerprint != fingerprint(parts):
-        diffs = diff_parts(unpack_parts(env.parts), parts) or ["configs differ"]
+        saved = unpack_parts(env.parts, env.format_version)
+        width = _hash_bytes(env.format_version)
+        diffs = diff_parts(saved, parts, width) or [
+            "the configuration differs from the snapshot's in a field its 1-byte field "
+            "digests cannot name (compare the configs with `fpipe state show`)"
+        ]
         raise SnapshotMismatchError(
             "snapshot was taken from a differently configured pipeline:\n  " + "\n  ".join(diffs)
         )

@@ -51,6 +51,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.records import Config, Refs, Unit
 from fpipe.core.rng import Key
 
@@ -114,6 +115,10 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
         return and the number of outputs it would emit, without building them (a batch step
         counts its recipe instead of joining its refs). :meth:`fpipe.core.Pipeline.skip` uses
         it to pass over outputs (skipped training steps) on the state alone.
+      advance: optional :class:`~fpipe.core.advance.BlockAdvance`, for a stage with a fixed
+        int ``block_size``: its state after many whole blocks and what they emit, from counts
+        of their inputs (see :mod:`fpipe.core.advance`); ``chain`` then passes over many blocks
+        at once without reading them (a seek).
     """
 
     name: str
@@ -127,6 +132,7 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
     members: tuple = ()
     position: Callable[[Any], tuple[int, int]] | None = None
     skip: Callable[[Any, Any], tuple[Any, int]] | None = None
+    advance: BlockAdvance | None = None
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,6 +164,10 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
         block's end). What an input has given up to there is all that the outputs so far
         depend on (online blend weights change from there). None: a source without inputs,
         whose state is already its position.
+      advance: optional ``(S, n) -> (S, Passed)``: the state ``next`` reaches after the next
+        ``n`` outputs and a :class:`~fpipe.core.advance.Passed` of them (outputs, refs, highest
+        epoch), computed on counts where possible (see :mod:`fpipe.core.advance`). None:
+        :meth:`fpipe.core.Pipeline.advance` pulls the outputs with ``next``.
     """
 
     name: str
@@ -172,6 +182,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     position: Callable[[Any], tuple[int, int]] | None = None
     skip: Callable[[Any, int], tuple[Any, int]] | None = None
     drawn: Callable[[Any], Any] | None = None
+    advance: Callable[[Any, int], tuple[Any, Passed]] | None = None
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 
+from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.errors import ConfigError
 from fpipe.core.graph import step_key
 from fpipe.core.records import Config, Refs, State
@@ -148,6 +149,10 @@ def window_shuffle(window_size: int, *, name: str = "window_shuffle") -> Stage:
         perm = permutation(fold_in(state.key, state.block), len(chunk))
         return WindowShuffleState(state.key, state.block + 1), chunk[perm]
 
+    def advance(state: WindowShuffleState, blocks: int, inputs: Passed):
+        # a whole block emits its refs, permuted: the same refs, the same highest epoch
+        return WindowShuffleState(state.key, state.block + blocks), inputs
+
     return Stage(
         name=name,
         config=WindowShuffleConfig(window_size=window_size),
@@ -155,4 +160,5 @@ def window_shuffle(window_size: int, *, name: str = "window_shuffle") -> Stage:
         step=step,
         state_type=WindowShuffleState,
         block_size=window_size,
+        advance=BlockAdvance(window_size, advance),
     )

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Recipe, Refs, State
 from fpipe.core.rng import Key
@@ -121,6 +122,17 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
             return step(state, chunk)[0], 0
         return BatchState(state.key, state.step + 1, state.dropped), 1
 
+    def span(state: BatchState) -> int | None:
+        # a schedule's steps from here with this size (BatchSchedule only)
+        assert isinstance(batch_size, BatchSchedule)
+        return batch_size.steps_left(state.step)
+
+    def advance(state: BatchState, blocks: int, inputs: Passed):
+        # whole blocks of one size: one recipe each, holding every input ref
+        return BatchState(state.key, state.step + blocks, state.dropped), Passed(
+            blocks, inputs.refs, inputs.epoch
+        )
+
     return Stage(
         name=name,
         config=config,
@@ -130,6 +142,7 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
         block_size=block,
         stats=_batch_stats,
         skip=skip,
+        advance=BlockAdvance(1, advance, span=None if isinstance(block, int) else span),
     )
 
 

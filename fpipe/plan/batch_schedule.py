@@ -188,6 +188,11 @@ class BatchSchedule(msgspec.Struct, frozen=True, kw_only=True):
         """The batch size of step ``step``."""
         return self.sizes[bisect.bisect_right(self.steps, step) - 1]
 
+    def steps_left(self, step: int) -> int | None:
+        """Steps from ``step`` on that keep its batch size (None: every later step does)."""
+        j = bisect.bisect_right(self.steps, step)
+        return self.steps[j] - step if j < len(self.steps) else None
+
     def refs_before(self, step: int) -> int:
         """Refs that the steps before ``step`` take (all full)."""
         total, j = 0, bisect.bisect_right(self.steps, step) - 1

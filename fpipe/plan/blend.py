@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 import msgspec
 import numpy as np
 
+from fpipe.core.advance import Passed, advance_by_next
 from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
 from fpipe.core.graph import input_root, step_key
 from fpipe.core.records import Config, Refs, State
@@ -68,6 +69,7 @@ BlendMode = Literal["weighted", "epochized"]
 
 _CHOICE = 0xB1E2D  # fold_in tag of the blend's choice key
 _BLOCK = 8192  # positions computed at once when callers ask for fewer (memoized, invisible)
+_COUNT_BLOCK = 1 << 20  # positions whose choices advance counts at once (bounded memory)
 
 CHANGED_MIX_HINT = (
     "the datasets of a blend changed: a snapshot keeps one counter per dataset, so adding, "
@@ -412,8 +414,31 @@ def blend(
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
 
+    size_array = np.asarray(sizes, dtype=np.int64)
+
+    def advance(state: BlendState, want: int) -> tuple[BlendState, Passed]:
+        """next_'s state after ``want`` positions, from their choices counted per dataset
+        (no ref gathered); a blend by units needs each ref's units: it builds them."""
+        if (
+            unit is not None
+            or state.weights[: len(digests)] != digests
+            or (len(state.weights) > len(digests) and mode != "weighted")
+        ):
+            return advance_by_next(source, state, want)  # next_ checks or resets these
+        start = state.position
+        stop = start + (want if limit is None else max(0, min(want, limit - start)))
+        counts_ = np.zeros(n, dtype=np.int64)
+        for lo in range(start, stop, _COUNT_BLOCK):
+            positions = np.arange(lo, min(lo + _COUNT_BLOCK, stop), dtype=np.int64)
+            counts_ += np.bincount(choose(state, positions), minlength=n)
+        taken = np.asarray(state.taken, dtype=np.int64) + counts_
+        drew = np.flatnonzero(counts_)
+        epoch = int(((taken[drew] - 1) // size_array[drew]).max()) if len(drew) else 0
+        new = BlendState(state.key, stop, tuple(taken.tolist()), own_weights(state, stop))
+        return new, Passed(stop - start, stop - start, epoch)
+
     no_input_state = (None,) * n
-    return Source(
+    source = Source(
         name=name,
         config=config,
         init=init,
@@ -422,7 +447,9 @@ def blend(
         inputs=tuple(views),
         split=lambda s: (s, no_input_state),
         check=check,
+        advance=advance,
     )
+    return source
 
 
 def online_mix(state: BlendState, n: int) -> OnlineMix | None:

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.stage import Stage, View
@@ -143,6 +144,17 @@ def distribute(
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
+    def advance(state: DistributeState, blocks: int, inputs: Passed):
+        # whole global batches: every rank takes per_rank items of each. The highest epoch of
+        # a rank's part depends on which refs it got: unknown on several ranks.
+        if inputs.epoch is None or (world_size > 1 and inputs.refs != inputs.outputs):
+            return None  # packs: a rank's refs depend on its packs' sizes
+        taken = state.taken + inputs.refs
+        new = DistributeState(state.dropped, max(state.epoch, inputs.epoch), taken)
+        if world_size == 1:
+            return new, inputs
+        return new, Passed(blocks * per_rank, blocks * per_rank, None)
+
     return Stage(
         name=name,
         config=DistributeConfig(
@@ -157,6 +169,7 @@ def distribute(
         block_size=global_batch_size,
         stats=_distribute_stats,
         position=_position,
+        advance=BlockAdvance(per_rank, advance),
     )
 
 
@@ -183,6 +196,21 @@ def _scheduled(
         bounds = np.linspace(0, n, world_size + 1).round().astype(np.int64)
         return state, chunk[int(bounds[rank]) : int(bounds[rank + 1])]
 
+    def advance(state: ScheduledDistributeState, blocks: int, inputs: Passed):
+        # whole global batches of one size (see distribute's advance)
+        if inputs.epoch is None or (world_size > 1 and inputs.refs != inputs.outputs):
+            return None
+        per = per_rank_schedule.size_at(state.step)
+        new = ScheduledDistributeState(
+            state.dropped,
+            max(state.epoch, inputs.epoch),
+            state.taken + inputs.refs,
+            state.step + blocks,
+        )
+        if world_size == 1:
+            return new, inputs
+        return new, Passed(blocks * per, blocks * per, None)
+
     return Stage(
         name=name,
         config=ScheduledDistributeConfig(
@@ -194,6 +222,11 @@ def _scheduled(
         block_size=lambda state: schedule.size_at(state.step),
         stats=_distribute_stats,
         position=_position,
+        advance=BlockAdvance(
+            lambda state: per_rank_schedule.size_at(state.step),
+            advance,
+            span=lambda state: schedule.steps_left(state.step),
+        ),
     )
 
 

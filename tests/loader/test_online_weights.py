@@ -327,3 +327,24 @@ def test_a_blend_inside_a_nested_metadataset(mix):
         dataset(mix, "outer.yaml"), start_step=20, mix_history=loader.mix_history()
     )
     assert at.snapshot() == snaps[19]
+
+
+def test_a_hundred_dataset_state_stays_under_4_kb_with_online_weights(tmp_path):
+    # a blend by tokens (its unit counters in the state), one change in force and one waiting
+    # behind the shuffle window
+    n, rng = 100, np.random.default_rng(0)
+    for d in range(n):
+        tokens = rng.integers(1, 500, 20).tolist()
+        rows = (json.dumps({"text": f"{d} {i}", "tokens": t}) for i, t in enumerate(tokens))
+        (tmp_path / f"ds{d:03d}.jsonl").write_text("\n".join(rows) + "\n")
+    blend = "".join(f"      - {{weight: {1 + d % 7}, path: ds{d:03d}.jsonl}}\n" for d in range(n))
+    head = "splits:\n  train:\n    blend_unit: tokens\n    blend:\n"
+    (tmp_path / "mix.yaml").write_text(head + blend)
+    loader = fpipe.get_loader(dataset(tmp_path, shuffle_buffer_size=1000), start_step=1)
+    loader.set_weights([1 + d % 5 for d in range(n)])
+    loader.seek(130, mix_history=loader.mix_history())  # the blend's window past the change
+    loader.set_weights([1 + d % 3 for d in range(n)])
+    from fpipe.loader.steering import state_mix
+
+    assert len(state_mix(loader.plan, loader._state.plan).entries) == 2
+    assert len(loader.snapshot()) <= 4096

@@ -1,0 +1,113 @@
+"""Advancing a plan over many outputs at once, on counts (what a seek to step 1e6 runs).
+
+:meth:`fpipe.core.Pipeline.advance` moves a state over ``n`` outputs and says what they held
+(:class:`Passed`: how many outputs, how many refs in them, their highest epoch) without building
+them where the steps can say it from counts alone:
+
+* a source may give ``Source.advance`` (``(S, n) -> (S, Passed)``): a weighted blend counts the
+  choices of a whole range of positions in one numpy pass;
+* a block stage may give ``Stage.advance`` (a :class:`BlockAdvance`): its state after ``k``
+  whole blocks and what they emit, from the :class:`Passed` of their inputs (a window shuffle
+  counts blocks, a batch counts recipes). ``chain`` then advances its input over the ``k``
+  blocks at once and finishes a block part way through (at either end) the ordinary way.
+
+Both reach the very state ``next`` reaches; a step that cannot say from counts (a packer, whose
+output depends on the sizes of its inputs) has no advance or returns None, and ``next`` does
+the work, so the fast path is never wrong, only slower where it does not apply. A stage over
+an input that cannot count builds its blocks too (counting would save nothing). A rank's part
+of global batches is counted, but its highest epoch is left unknown (``Passed.epoch`` None)
+for the caller to find (:func:`fpipe.loader.steering.seek_state` plans the last steps).
+
+Example:
+    >>> from fpipe.core import Pipeline, chain
+    >>> from fpipe.plan import batch, repeat, samples, window_shuffle
+    >>> p = Pipeline(chain(repeat(samples(10)), window_shuffle(5), batch(4)), seed=0)
+    >>> state, passed = p.advance(p.init(), 5)
+    >>> passed, state == p.skip(p.init(), 5)[0]
+    (Passed(outputs=5, refs=20, epoch=1), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from fpipe.core.records import Refs
+
+__all__ = ["BlockAdvance", "Passed", "advance", "passed_of"]
+
+
+class Passed(msgspec.Struct, frozen=True):
+    """What a run of outputs held: ``outputs``, ``refs`` in them (a recipe or a pack holds
+    several) and the highest ``epoch`` of those refs (0 when there are none; None when the
+    counts cannot say: a rank's part of global batches, whose highest epoch depends on which
+    refs it got)."""
+
+    outputs: int = 0
+    refs: int = 0
+    epoch: int | None = 0
+
+    def __add__(self, other: Passed) -> Passed:
+        a, b = self.epoch, other.epoch
+        epoch = None if a is None or b is None else max(a, b)
+        return Passed(self.outputs + other.outputs, self.refs + other.refs, epoch)
+
+
+class BlockAdvance(msgspec.Struct, frozen=True):
+    """A block stage's advance on counts: ``outputs``: what one whole block emits (an int, or
+    ``S -> int`` from the stage's state at the block start); ``run(state, blocks, inputs) ->
+    (state, Passed) | None``: the state after ``blocks`` whole blocks whose inputs held
+    ``inputs``, and what the blocks emit (None: it cannot say from counts; the blocks are then
+    built). ``span``: for a stage whose block size follows its state (a batch size schedule),
+    ``S -> blocks`` from that state on with the same block size and outputs (None: all)."""
+
+    outputs: int | Callable[[Any], int]
+    run: Callable[[Any, int, Passed], tuple[Any, Passed] | None]
+    span: Callable[[Any], int | None] | None = None
+
+
+def _epoch_max(epochs: np.ndarray) -> int:
+    return int(epochs.max()) if len(epochs) else 0
+
+
+def passed_of(chunk: Any) -> Passed:
+    """The :class:`Passed` of a chunk of outputs: refs, or items (recipes, packs) of refs."""
+    if isinstance(chunk, Refs):
+        return Passed(len(chunk), len(chunk), _epoch_max(chunk.epoch))
+    refs = [getattr(item, "refs", item) for item in chunk]
+    if not refs:
+        return Passed()
+    if all(isinstance(r, Refs) for r in refs):
+        return Passed(
+            len(refs),
+            sum(len(r) for r in refs),
+            max(_epoch_max(r.epoch) for r in refs),
+        )
+    total = Passed()
+    for r in refs:
+        total = total + passed_of(r)
+    return Passed(len(refs), total.refs, total.epoch)
+
+
+def advance(source: Any, state: Any, n: int) -> tuple[Any, Passed]:
+    """The state after the next ``n`` outputs of ``source`` (fewer at the end of the stream)
+    and what they held: ``source.advance`` where the source has one, else ``next``."""
+    if n <= 0:
+        return state, Passed()
+    if source.advance is not None:
+        return source.advance(state, n)
+    return advance_by_next(source, state, n)
+
+
+def advance_by_next(source: Any, state: Any, n: int) -> tuple[Any, Passed]:
+    """:func:`advance` by building the outputs with ``source.next``."""
+    total = Passed()
+    while total.outputs < n:
+        state, out = source.next(state, min(1024, n - total.outputs))
+        if not len(out):
+            break
+        total = total + passed_of(out)
+    return state, total

@@ -1,0 +1,134 @@
+"""``Pipeline.advance``: a blend -> window shuffle -> distribute -> batch plan passes many steps on
+counts, without gathering their refs, and reaches the state ``next`` reaches."""
+
+from __future__ import annotations
+
+from fpipe.core import Pipeline, chain
+from fpipe.core.advance import Passed
+from fpipe.core.stage import View
+from fpipe.loader.steering import apply_change
+from fpipe.plan import batch, blend, distribute, samples, slice_shuffle, window_shuffle
+
+
+def counting_views(sizes, seen: list) -> list[View]:
+    """Views that add the number of refs they gather to ``seen[0]``."""
+    out = []
+    for d, n in enumerate(sizes):
+        view = slice_shuffle(samples(n, dataset=d), 10)
+
+        def gather(root, epoch, positions, _inner=view.gather):
+            seen[0] += len(positions)
+            return _inner(root, epoch, positions)
+
+        out.append(View(name=view.name, config=view.config, size=n, gather=gather))
+    return out
+
+
+def plan(seen: list, world: int = 1) -> Pipeline:
+    head = blend(counting_views((300, 170, 110), seen), weights=[3, 1, 2])
+    stages = (window_shuffle(100), distribute(8, world_size=world), batch(8 // world))
+    return Pipeline(chain(head, *stages), seed=4)
+
+
+def test_advance_passes_steps_on_counts_and_reaches_the_state_next_reaches():
+    seen = [0]
+    p = plan(seen)
+    steps = 50_000  # 400,000 refs
+    state, passed = p.advance(p.init(), steps)
+    fast_gathered = seen[0]
+    assert passed.outputs == steps and passed.refs == 8 * steps
+    # every position chosen by counts: only the windows around the ends were gathered
+    assert fast_gathered < 40_000
+
+    seen[0] = 0
+    q = plan(seen)
+    ref, epoch = q.init(), 0
+    for _ in range(steps):
+        ref, out = q.next(ref, 1)
+        epoch = max(epoch, int(out[0].refs.epoch.max()))
+    assert seen[0] >= 8 * steps  # the ordinary way gathers every ref
+    assert p.snapshot(state) == q.snapshot(ref)
+    assert passed.epoch == epoch > 0
+
+
+def test_advance_from_part_way_through_a_window_and_to_part_way():
+    p = plan([0])
+    start = p.init()
+    for _ in range(7):  # inside the first window (12.5 steps each)
+        start, _ = p.next(start, 1)
+    assert start.up.up.cur == 56
+    state, passed = p.advance(start, 1003)
+    ref = start
+    for _ in range(1003):
+        ref, _ = p.next(ref, 1)
+    assert passed == Passed(1003, 8 * 1003, passed.epoch)
+    assert p.snapshot(state) == p.snapshot(ref)
+    assert state.up.up.cur == 80  # it ended part way through a window
+
+
+def test_a_rank_of_several_counts_its_steps_but_not_its_highest_epoch():
+    # a rank's part of the global batches: the counts give its state, steps and refs, not the
+    # highest epoch of the refs it got
+    seen = [0]
+    p = plan(seen, world=2)
+    state, passed = p.advance(p.init(), 20_000)
+    assert seen[0] < 40_000
+    assert passed == Passed(20_000, 4 * 20_000, None)
+    ref = p.init()
+    for _ in range(20_000):
+        ref, _ = p.next(ref, 1)
+    assert p.snapshot(state) == p.snapshot(ref)
+
+
+def test_seek_finds_a_ranks_highest_epoch_further_back_when_the_last_steps_lack_it():
+    # dataset 2 (110 samples, weight 6 of 7) goes through several epochs in the first 100
+    # steps, then weighs 0; the large datasets stay in epoch 0. The last steps hold only
+    # epoch 0, so the seek plans further back until it finds the rank's highest epoch
+    from fpipe.loader.steering import MixChange, seek_state
+
+    def ranked(rank):
+        head = blend(counting_views((10_000, 10_000, 110), [0]), weights=[1, 0, 6])
+        stages = (window_shuffle(100), distribute(8, rank=rank, world_size=2), batch(4))
+        return Pipeline(chain(head, *stages), seed=4)
+
+    changes = [MixChange(100, (1.0, 1.0, 0.0))]
+    for rank in (0, 1):
+        fast = seek_state(ranked(rank), 900, (), changes)
+        slow = seek_state(ranked(rank), 900, (), changes, fast=False)
+        assert ranked(rank).snapshot(fast[0]) == ranked(rank).snapshot(slow[0])
+        assert fast[1:] == slow[1:] and slow[3] >= 4
+        live, state, last = ranked(rank), None, []
+        state = live.init()
+        for step in range(900):
+            state, out = live.next(state, 1)
+            if step + 1 == 100:  # the change applies before step 100
+                state = apply_change(live, state, changes[0])
+            last.append(int(out[0].refs.epoch.max()))
+        assert max(last[-200:]) == 0  # the last steps lack it
+
+
+def test_a_batch_size_ramp_passes_each_run_of_one_size_on_counts():
+    from fpipe.plan import BatchSchedule
+
+    sizes = BatchSchedule.of({0: 2, 5: 4, 300: 8})
+    seen = [0]
+
+    def ramp(world=1, rank=0):
+        head = blend(counting_views((300, 170, 110), seen), weights=[3, 1, 2])
+        stages = (
+            window_shuffle(100),
+            distribute(sizes, rank=rank, world_size=world),
+            batch(sizes.per_rank(world)),
+        )
+        return Pipeline(chain(head, *stages), seed=4)
+
+    for world, rank in ((1, 0), (2, 1)):
+        seen[0] = 0
+        p = ramp(world, rank)
+        state, passed = p.advance(p.init(), 20_000)
+        assert seen[0] < 80_000  # of 160,000: the windows at each size change are read
+        assert passed.outputs == 20_000 and passed.refs == sizes.refs_before(20_000) // world
+        ref = p.init()
+        for _ in range(20_000):
+            ref, _ = p.next(ref, 1)
+        assert p.snapshot(state) == p.snapshot(ref)
