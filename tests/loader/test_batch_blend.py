@@ -232,3 +232,27 @@ def test_a_blend_of_metadatasets_resumes_and_refuses_online_weights(tmp_path):
     assert [list(b.text) for b in itertools.islice(resumed, 6)] == texts[4:]
     with pytest.raises(ConfigError, match="head of the plan"):
         resumed.set_weights([1, 2])
+
+
+def test_a_snapshot_restores_on_another_world_size(tmp_path):
+    from fpipe.loader import Topology
+
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "a{i}"}}\n' for i in range(90)))
+    opts = dict(sample_type="TextSample", field_map={"text": "text"}, seed=5)
+
+    def loader(world, rank):
+        def ds(per_rank, seed):
+            return fpipe.get_train_dataset(
+                str(tmp_path / "a.jsonl"), batch_size=per_rank // world,
+                topology=Topology(rank=rank, world_size=world), **{**opts, "seed": seed},
+            )  # fmt: skip
+
+        return fpipe.get_loader(blend_datasets([(ds(4, 1), 1), (ds(6, 2), 3)]))
+
+    whole = [list(b.text) for b in itertools.islice(loader(1, 0), 8)]
+    ranks = [loader(2, r) for r in (0, 1)]
+    halves = [[list(b.text) for b in itertools.islice(r, 3)] for r in ranks]
+    assert [a + b for a, b in zip(*halves)] == whole[:3]  # each rank its slice of a global batch
+    resumed = loader(1, 0)
+    resumed.load_state_dict(ranks[0].state_dict())
+    assert [list(b.text) for b in itertools.islice(resumed, 5)] == whole[3:]
