@@ -150,6 +150,8 @@ class Recipe(msgspec.Struct, frozen=True, kw_only=True):
     are folded from (``fold_in(key, dataset, index, epoch)``); ``bucket``: bucket id or -1;
     ``shape``: the bucket's sample shape, ``(frames, height, width)`` for OpenSora's buckets
     (``()`` when the batch has no bucket), which the task encoder resizes and crops to.
+    ``part``: in a blend or concatenation of whole datasets (:mod:`fpipe.plan.recipe_blend`),
+    which of them made the recipe, so the dataset's own materializer builds it (0 otherwise).
     """
 
     step: int
@@ -157,6 +159,7 @@ class Recipe(msgspec.Struct, frozen=True, kw_only=True):
     key: Key
     bucket: int = -1
     shape: tuple[int, ...] = ()
+    part: int = 0
 
     def __len__(self) -> int:
         return len(self.refs)

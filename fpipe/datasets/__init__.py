@@ -10,15 +10,24 @@ from typing import TYPE_CHECKING
 from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from fpipe.datasets.batch_blend import blend_datasets, concat_datasets
     from fpipe.datasets.dataset import get_train_dataset, get_val_dataset
     from fpipe.datasets.options import DatasetOptions
 
 _LAZY = {
     "DatasetOptions": "fpipe.datasets.options",
+    "blend_datasets": "fpipe.datasets.batch_blend",
+    "concat_datasets": "fpipe.datasets.batch_blend",
     "get_train_dataset": "fpipe.datasets.dataset",
     "get_val_dataset": "fpipe.datasets.dataset",
 }
 
-__all__ = ["DatasetOptions", "get_train_dataset", "get_val_dataset"]
+__all__ = [
+    "DatasetOptions",
+    "blend_datasets",
+    "concat_datasets",
+    "get_train_dataset",
+    "get_val_dataset",
+]
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

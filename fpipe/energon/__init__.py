@@ -71,7 +71,14 @@ _MEDIA = (
     "serialize_media_metadata",
 )
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
-_WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
+_WRAPPERS = (
+    "BlendDataset",
+    "ConcatDataset",
+    "LimitDataset",
+    "RepeatDataset",
+    "edataclass",
+    "get_val_datasets",
+)
 _DATASETS = ("get_train_dataset", "get_val_dataset")
 _CONSTANTS = (
     "DatasetBlendMode",
@@ -113,8 +120,6 @@ _LAZY = {
 _REFUSED = dict.fromkeys(
     (
         "BatchDataset",
-        "BlendDataset",
-        "ConcatDataset",
         "EpochizeDataset",
         "FilterDataset",
         "GcDataset",

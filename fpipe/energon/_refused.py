@@ -29,12 +29,6 @@ _SUBCLASS = (
 #: Energon name -> why fpipe refuses it, and the fpipe way.
 REFUSED: dict[str, str] = {
     "BatchDataset": f"{_WRAPPER}: batch_size= of get_train_dataset",
-    "BlendDataset": (
-        "blending finished datasets would blend batches built by separate materializers; "
-        "fpipe blends samples in the plan: a metadataset with blend: and weights, passed to "
-        "get_train_dataset"
-    ),
-    "ConcatDataset": f"{_WRAPPER}: a metadataset (blend_epochized:, or get_val_dataset)",
     "EpochizeDataset": f"{_WRAPPER}: num_epochs= / repeat= of get_train_dataset",
     "FilterDataset": f"{_WRAPPER}: plan_stages=[fpipe.plan.filter_refs(...)] on index "
     "columns, or raise SkipSample in encode_sample",

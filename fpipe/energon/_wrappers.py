@@ -2,8 +2,10 @@
 
 ``LimitDataset`` and ``RepeatDataset`` wrap the dataset's plan (:mod:`fpipe.plan.passes`), so
 the result is again a planned dataset: exact resume, the same batches for any number of
-workers, a small state. ``get_val_datasets`` builds one validation dataset per dataset of a
-metadataset split. Each returns a ``PlannedDataset``; the names are Energon's so that its code
+workers, a small state. ``BlendDataset`` and ``ConcatDataset`` blend or concatenate the batches
+of whole datasets (:mod:`fpipe.datasets.batch_blend`), again a planned dataset.
+``get_val_datasets`` builds one validation dataset per dataset of a metadataset split. Each
+returns a ``PlannedDataset``; the names are Energon's so that its code
 runs with the import line changed.
 """
 
@@ -19,7 +21,14 @@ from fpipe.core.errors import ConfigError
 from fpipe.loader.planned import PlannedDataset
 from fpipe.plan.passes import limit_passes, repeat_passes
 
-__all__ = ["LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets"]
+__all__ = [
+    "BlendDataset",
+    "ConcatDataset",
+    "LimitDataset",
+    "RepeatDataset",
+    "edataclass",
+    "get_val_datasets",
+]
 
 
 def _planned(dataset: Any, wrapper: str) -> PlannedDataset:
@@ -97,6 +106,37 @@ def RepeatDataset(  # noqa: N802 - Energon's name
     if repeats is not None and ds.num_batches is not None:
         n = int(ds.num_batches * repeats)
     return dataclasses.replace(ds, plan=Pipeline(source, seed=ds.plan.seed), num_batches=n)
+
+
+class BlendDataset:
+    """Energon's ``BlendDataset((dataset, weight), ..., worker_config=...)``: each step is the
+    next batch of one dataset, chosen by weight among those not ended (see
+    :func:`fpipe.datasets.blend_datasets`). Constructing it returns a
+    :class:`~fpipe.loader.PlannedDataset`, which ``get_loader`` takes as it takes any."""
+
+    def __new__(  # type: ignore[misc]  # returns the planned dataset, as the wrappers here do
+        cls, *dataset_weights: tuple[Any, float], worker_config: Any = None
+    ) -> PlannedDataset:
+        from fpipe.datasets.batch_blend import blend_datasets
+
+        for ds, _weight in dataset_weights:
+            _check_topology(_planned(ds, "BlendDataset"), worker_config, "BlendDataset")
+        return blend_datasets(dataset_weights)
+
+
+class ConcatDataset:
+    """Energon's ``ConcatDataset(dataset, ..., worker_config=...)``: every batch of the first
+    dataset, then of the next (see :func:`fpipe.datasets.concat_datasets`). Constructing it
+    returns a :class:`~fpipe.loader.PlannedDataset`."""
+
+    def __new__(  # type: ignore[misc]  # returns the planned dataset, as the wrappers here do
+        cls, *datasets: Any, worker_config: Any = None
+    ) -> PlannedDataset:
+        from fpipe.datasets.batch_blend import concat_datasets
+
+        for ds in datasets:
+            _check_topology(_planned(ds, "ConcatDataset"), worker_config, "ConcatDataset")
+        return concat_datasets(datasets)
 
 
 def get_val_datasets(path: str | os.PathLike, **kwargs: Any) -> list[tuple[PlannedDataset, Any]]:

@@ -155,10 +155,11 @@ class Healer:
                     "(the loader recovers once per recipe when no sample can be named).",
                 )
                 raise err
-            path = str(self.materializer.sources[int(recipe.refs.dataset[position])].path)
+            leaf = self.materializer.leaf(recipe)  # a blend of datasets: the recipe's own
+            path = str(leaf.sources[int(recipe.refs.dataset[position])].path)
             what = f"killed its DataLoader worker {MAX_FAULTS} times ({reason})"
             self.excluded[step] = self.excluded.get(step, frozenset()) | {position}
-            if self.materializer.error_policy is ErrorPolicy.RAISE:
+            if leaf.error_policy is ErrorPolicy.RAISE:
                 # raised when its step comes up (the workers go on without the sample until
                 # then), so the consumer has every batch before it
                 poisoned = BadSampleError(

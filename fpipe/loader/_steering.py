@@ -12,6 +12,7 @@ from fpipe.loader.state import LoaderState
 from fpipe.loader.steering import (
     MixChange,
     MixHistory,
+    _chain_blend,
     apply_change,
     blend_of,
     check_ranks_agree,
@@ -61,6 +62,8 @@ def _count(loader: Loader, plan_state: Any = None) -> tuple[int, bytes]:
     if not loader._mix.changes and not loader._mix.base and plan_state is not None:
         return 0, EMPTY_DIGEST  # nothing known to apply: no need to look
     if not any(isinstance(c, BlendConfig) and c.mode == "weighted" for _, c in loader.plan.parts):
+        return 0, EMPTY_DIGEST
+    if _chain_blend(loader.plan) is None:  # blends inside datasets blended whole
         return 0, EMPTY_DIGEST
     state = loader._state.plan if plan_state is None else plan_state
     mix = state_mix(loader.plan, state)

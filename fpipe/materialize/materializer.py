@@ -231,6 +231,11 @@ class Materializer:
         except Exception:  # noqa: BLE001 - only used to name a sample in an error
             return f"{self.sources[dataset].path}#{index}"
 
+    def leaf(self, recipe: Recipe) -> Materializer:
+        """The materializer that builds ``recipe`` and knows its refs' datasets: this one (a
+        blend of datasets has one per dataset, :mod:`fpipe.materialize.parts`)."""
+        return self
+
     def recipe_keys(self, recipe: Recipe) -> tuple[str, ...]:
         """The sample keys of a recipe, in order."""
         refs = recipe.refs

@@ -54,13 +54,13 @@ def read_ahead(materializer: Materializer, hint: ReadAheadHint, step: int) -> wi
         win.let_go(step - hint.keep)
         for data in hint.recipes:
             recipe = decode_recipe(data)
-            refs = recipe.refs
+            refs, mat = recipe.refs, materializer.leaf(recipe)  # the datasets its refs name
             for d in np.unique(refs.dataset).tolist():
-                ranges_of = getattr(materializer.dataset(d), "read_ahead", None)
-                src = materializer.sources[d]
+                ranges_of = getattr(mat.dataset(d), "read_ahead", None)
+                src = mat.sources[d]
                 if ranges_of is None or src.join:
                     continue
-                got = ranges_of(refs.index[refs.dataset == d].tolist(), materializer.wanted(src))
+                got = ranges_of(refs.index[refs.dataset == d].tolist(), mat.wanted(src))
                 if got is not None:
                     win.add(recipe.step, *got)
     except Exception as e:  # noqa: BLE001 - the read that needs the bytes reports it

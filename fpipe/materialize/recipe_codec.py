@@ -2,7 +2,8 @@
 
 A recipe travels to a DataLoader worker process (or a thread worker) as compact msgpack bytes,
 never as a pickle of fpipe objects: the step, key, bucket and shape, and the refs' dataset,
-index and epoch columns (plus each ref's pack number after a pack step) as raw arrays.
+index and epoch columns (plus each ref's pack number after a pack step) as raw arrays, and the
+recipe's ``part`` (which dataset of a blend of whole datasets made it) when it is not 0.
 """
 
 from __future__ import annotations
@@ -19,23 +20,24 @@ def encode_recipe(recipe: Recipe) -> bytes:
     """Recipe -> compact msgpack bytes (the refs' id columns only)."""
     r = recipe.refs
     packs = r.columns.get("pack")  # after a pack step: each ref's pack number in the batch
-    return msgspec.msgpack.encode(
-        [
-            recipe.step,
-            recipe.key,
-            recipe.bucket,
-            r.dataset.tobytes(),
-            r.index.tobytes(),
-            r.epoch.tobytes(),
-            None if packs is None else np.asarray(packs, dtype=np.int64).tobytes(),
-            list(recipe.shape),
-        ]
-    )
+    fields = [
+        recipe.step,
+        recipe.key,
+        recipe.bucket,
+        r.dataset.tobytes(),
+        r.index.tobytes(),
+        r.epoch.tobytes(),
+        None if packs is None else np.asarray(packs, dtype=np.int64).tobytes(),
+        list(recipe.shape),
+    ]
+    if recipe.part:
+        fields.append(recipe.part)
+    return msgspec.msgpack.encode(fields)
 
 
 def decode_recipe(data: bytes) -> Recipe:
     """Inverse of :func:`encode_recipe`."""
-    step, key, bucket, ds, idx, ep, packs, shape = msgspec.msgpack.decode(data)
+    step, key, bucket, ds, idx, ep, packs, shape, *part = msgspec.msgpack.decode(data)
     cols = {
         "dataset": np.frombuffer(ds, dtype=np.int32),
         "index": np.frombuffer(idx, dtype=np.int64),
@@ -44,4 +46,11 @@ def decode_recipe(data: bytes) -> Recipe:
     if packs is not None:
         cols["pack"] = np.frombuffer(packs, dtype=np.int64)
     refs = Refs(cols)
-    return Recipe(step=step, refs=refs, key=key, bucket=bucket, shape=tuple(shape))
+    return Recipe(
+        step=step,
+        refs=refs,
+        key=key,
+        bucket=bucket,
+        shape=tuple(shape),
+        part=part[0] if part else 0,
+    )

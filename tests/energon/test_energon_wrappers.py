@@ -229,3 +229,47 @@ def test_similarity_interleaved_sample_is_registered():
         "similarity_matrix",
         "matched_text_indices",
     ]
+
+
+def test_blend_dataset_blends_batches_by_weight_as_energon(dataset):
+    # Energon's test_blending, scaled down: batches of two datasets with their own batch sizes
+    import torch
+
+    from fpipe.energon import BlendDataset, WorkerConfig, get_loader, get_train_dataset
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    opts = dict(worker_config=wc, shuffle_buffer_size=None, max_samples_per_sequence=None)
+    blend = BlendDataset(
+        (get_train_dataset(dataset, batch_size=1, **opts), 2),
+        (get_train_dataset(dataset, batch_size=2, **opts), 8),
+        worker_config=wc,
+    )
+    assert not isinstance(blend, BlendDataset)  # a planned dataset, as the other wrappers
+    loader = get_loader(blend)
+    sizes = {1: 0, 2: 0}
+    for _, batch in zip(range(300), loader):
+        assert isinstance(batch.image, torch.Tensor)
+        sizes[batch.image.shape[0]] += 1
+    assert 40 <= sizes[1] <= 80 and 220 <= sizes[2] <= 260
+    state = loader.save_state_rank()
+    again = get_loader(blend)
+    again.restore_state_rank(state)
+    assert [b.__key__ for _, b in zip(range(5), again)] == [
+        b.__key__ for _, b in zip(range(5), loader)
+    ]
+    batch = next(iter(again))
+    assert loader.restore_sample(batch.__restore_key__).__key__ == batch.__key__
+    other = WorkerConfig(rank=1, world_size=2, num_workers=0)
+    with pytest.raises(ConfigError, match="worker_config"):
+        BlendDataset((get_train_dataset(dataset, batch_size=1, **opts), 1), worker_config=other)
+
+
+def test_concat_dataset_plays_each_dataset_in_turn(dataset):
+    from fpipe.energon import ConcatDataset, WorkerConfig, get_loader, get_val_dataset
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    a = get_val_dataset(dataset, batch_size=3, worker_config=wc)  # 8 samples: 3 batches
+    b = get_val_dataset(dataset, batch_size=5, worker_config=wc)  # 2 batches
+    both = ConcatDataset(a, b, worker_config=wc)
+    assert len(both) == 5
+    assert _keys(get_loader(both)) == _keys(get_loader(a)) + _keys(get_loader(b))
