@@ -74,8 +74,11 @@ def dataset_view(
     the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
     it by key."""
     ds = _open(path, options.open_kwargs)
-    split_config = join.split_config if join is not None else None  # the leaf's override
-    indices = ds.split_indices(split, split_config)
+    # The config files to read: the leaf's (a metadataset entry), else the options' (a dataset
+    # folder); a split_config named in the dataset config wins, as in Energon.
+    files = join if join is not None else options
+    cfg = ds.dataset_config(files.dataset_config)
+    indices = ds.split_indices(split, cfg.split_config or files.split_config)
     subset = join.subset if join is not None else None
     if subset is not None:  # a metadataset's subset: one range of the split's samples
         start, end = subset_bounds(subset, len(indices), join.where)
@@ -84,7 +87,7 @@ def dataset_view(
         indices = indices[:limit]
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
-    source = _source(path, ds, options, extra_subflavors)
+    source = _source(path, cfg, options, extra_subflavors, ds.layout, files.dataset_config)
     if join is not None and join.aux:
         if not is_crude(source.sample_type):
             raise ConfigError(
@@ -114,7 +117,7 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
         if len(ds.split_indices(part.split_part)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
         own = DatasetOptions(open_kwargs=open_kwargs)  # a part keeps its own dataset.yaml
-        source = _source(part.path, ds, own, part.subflavors)
+        source = _source(part.path, ds.config, own, part.subflavors, ds.layout)
         parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name))
         tags.append(f"{Path(part.path).name}#{part.split_part}#{len(ds)}:{part.nonmatch}")
     named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
@@ -122,11 +125,13 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
     return with_join(primary, parts, leaf.joiner, leaf.where), tag
 
 
-def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSource:
-    """How to read and cook ``ds``: its dataset.yaml, with the options' overrides applied."""
+def _source(
+    path, cfg, options: DatasetOptions, extra_subflavors, layout, config_file=None
+) -> DatasetSource:
+    """How to read and cook the dataset at ``path`` (``layout``): its dataset config ``cfg``
+    (read from ``config_file``; None: dataset.yaml), with the options' overrides applied."""
     sample_type, field_map = options.sample_type, options.field_map
     subflavors, open_kwargs = options.subflavors, options.open_kwargs
-    cfg = ds.config
     st = sample_type if sample_type is not None else cfg.sample_type
     if not isinstance(st, str):
         from fpipe.samples import sample_type_name
@@ -134,7 +139,8 @@ def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSourc
         st = sample_type_name(st)
     if field_map is None and not cfg.field_map and cfg.sample_loader and not is_crude(st):
         raise ConfigError(
-            f"{path}: dataset.yaml maps fields with an Energon sample_loader "
+            f"{path}: {config_file or 'dataset.yaml'} maps fields with an Energon "
+            "sample_loader "
             f"({cfg.sample_loader}); fpipe does not run code named in data files. Set a field "
             f"map instead: `fpipe prepare {path} --field image=jpg --field caption=txt` (or "
             "field_map={...} here), or use sample_type='CrudeSample' with a cooker"
@@ -142,7 +148,7 @@ def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSourc
     sub = dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {}))
     sub.update(extra_subflavors or {})
     open_kwargs = dict(open_kwargs or {})
-    if getattr(ds, "layout", "") == "parquet" and "row_group_cache" not in open_kwargs:
+    if layout == "parquet" and "row_group_cache" not in open_kwargs:
         # Workers keep the row groups of the slices a shuffle window interleaves, so a
         # slice read in order decodes each of its row groups once.
         open_kwargs["row_group_cache"] = row_group_cache_for(
@@ -174,6 +180,12 @@ def _mix_views(
     """A metadataset split resolved: its mix, the leaves' names, and each leaf's source and
     index-order view (dataset id = the leaf's position); ``unit``: the blend's unit column,
     which every leaf's index must have; ``mix``: the split already resolved."""
+    for key in ("dataset_config", "split_config"):
+        if getattr(options, key) is not None:
+            raise ConfigError(
+                f"{path}: {key}={getattr(options, key)!r} names a file of a dataset folder; "
+                f"in a metadataset, set '{key}:' on the dataset's entry"
+            )
     if mix is None:
         mix = resolve_mix(load_metadataset(path), options.split, training=training)
     sources, views = [], []

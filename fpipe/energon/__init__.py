@@ -100,7 +100,7 @@ _LAZY = {
     "SampleDecoder": "fpipe.decode",
     "SourceInfo": "fpipe.samples",
     "BaseWebdatasetFactory": "fpipe.energon._prepare",
-    "get_dataset_from_config": "fpipe.energon._prepare",
+    "get_dataset_from_config": "fpipe.energon._factory",
     "log_exception": "fpipe.energon._errors",
     "reraise_exception": "fpipe.energon._errors",
     "SavableDataLoader": "fpipe.energon._aliases",

@@ -42,7 +42,6 @@ from fpipe.storage.config.metadataset_entries import (
     aux_refs,
     combine_multipliers,
     config_name,
-    dataset_config_refused,
     entry_name,
     is_metadataset,
     join_leaf,
@@ -359,15 +358,17 @@ def _reference(node, base, split, entry, subflavors, stack, subset=None):
     if not is_url(raw) and not path.exists():
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
     mult = multiplier(node, where, entry)
-    if node.get("dataset_config") is not None:
-        raise ConfigError(dataset_config_refused(where, entry))
-    split_config = config_name(node.get("split_config"), where, entry, "split_config")
+    configs = {
+        key: config_name(node.get(key), where, entry, key)
+        for key in ("dataset_config", "split_config")
+    }
     aux = aux_refs(node, base, where, entry)
     nested = not is_url(raw) and is_metadataset(path)
     subset = node_subset(node, subset, where, entry, leaf=not nested)
     if nested:
-        if split_config is not None or aux:
-            key = "split_config" if split_config is not None else "aux"
+        given = [key for key, value in configs.items() if value is not None]
+        if given or aux:
+            key = given[0] if given else "aux"
             raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
         inner = _load(path, stack)
         if split_part not in inner.splits:
@@ -402,7 +403,8 @@ def _reference(node, base, split, entry, subflavors, stack, subset=None):
         subflavors=merged,
         where=f"{where}: {entry}",
         shuffle_over_epochs_multiplier=mult,
-        split_config=split_config,
+        dataset_config=configs["dataset_config"],
+        split_config=configs["split_config"],
         aux=aux,
         subset=subset,
     )

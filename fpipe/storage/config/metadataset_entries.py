@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.storage.config.dataset_yaml import is_config_file_name
 from fpipe.storage.config.metadataset_subset import SampleRange, node_subset
 from fpipe.storage.paths import is_url
 
@@ -27,7 +28,6 @@ __all__ = [
     "aux_refs",
     "combine_multipliers",
     "config_name",
-    "dataset_config_refused",
     "entry_name",
     "is_metadataset",
     "join_leaf",
@@ -135,8 +135,9 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     the registered sample type the parts are joined into (``function:module.name``: a
     registered joiner function); ``join_name``: the primary's key when ``join:`` is a mapping;
     ``shuffle_over_epochs_multiplier``: this dataset's factor of Energon's multiplier (the
-    product down the levels; None: slices in index order); ``split_config``: the dataset's
-    split file to read instead of ``split.yaml``; ``aux``: auxiliary file stores passed to the
+    product down the levels; None: slices in index order); ``dataset_config`` /
+    ``split_config``: the dataset's config / split file to read instead of ``dataset.yaml`` /
+    ``split.yaml`` (file names in its index folder); ``aux``: auxiliary file stores passed to the
     cookers of a crude dataset (:class:`AuxRef`); ``subset``: the range of the split's samples
     kept (a metadataset's ``subset:``, composed down the levels; None: all).
     """
@@ -152,6 +153,7 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     joiner: str | None = None
     join_name: str = ""
     shuffle_over_epochs_multiplier: int | None = 1
+    dataset_config: str | None = None
     split_config: str | None = None
     aux: tuple[AuxRef, ...] = ()
     subset: SampleRange | None = None
@@ -252,14 +254,14 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
         if not isinstance(part, dict) or "path" not in part:
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
-        if part.get("dataset_config") is not None:
-            raise ConfigError(dataset_config_refused(where, e))
-        if part.get("split_config") is not None:
-            raise ConfigError(
-                f"{where}: {e}: 'split_config' is not supported on the datasets of a join (a "
-                "joined dataset is matched by key in its split.yaml split); set it on a plain "
-                "dataset entry, or write the split into the joined dataset's split.yaml"
-            )
+        for key in ("dataset_config", "split_config"):
+            if part.get(key) is not None:
+                raise ConfigError(
+                    f"{where}: {e}: {key!r} is not supported on the datasets of a join (a "
+                    "joined dataset is matched by key in its dataset.yaml / split.yaml split); "
+                    "set it on a plain dataset entry, or write it into the joined dataset's "
+                    "dataset.yaml / split.yaml"
+                )
         raw = str(part["path"])
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
         if not is_url(raw) and not Path(p).exists():
@@ -323,22 +325,12 @@ def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
 
 
 def config_name(value: Any, where: str, entry: str, key: str) -> str | None:
-    """A ``split_config`` file name (None when absent)."""
+    """A ``dataset_config`` / ``split_config`` file name (None when absent)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or "/" in value:
+    if not is_config_file_name(value):
         raise ConfigError(f"{where}: {entry}: {key} must be a file name, got {value!r}")
     return value
-
-
-def dataset_config_refused(where: str, entry: str) -> str:
-    """The message refusing a ``dataset_config`` override."""
-    return (
-        f"{where}: {entry}: 'dataset_config' (another dataset.yaml of the dataset) is not "
-        "supported: fpipe reads one dataset.yaml per dataset. Give the sample type and field "
-        "map to get_train_dataset (sample_type=, field_map=), or prepare a copy of the dataset "
-        "with that config"
-    )
 
 
 #: Prefix of a joiner that names a registered function (``__function__``), not a sample type.
