@@ -73,6 +73,13 @@ _MEDIA = (
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
 _WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
 _DATASETS = ("get_train_dataset", "get_val_dataset")
+_METADATASET = (
+    "DatasetLoader",
+    "DatasetLoaderInterface",
+    "load_dataset",
+    "prepare_metadataset",
+    "traverse_metadataset",
+)
 _CONSTANTS = (
     "DatasetBlendMode",
     "INDEX_SQLITE_FILENAME",
@@ -105,7 +112,7 @@ _LAZY = {
     "reraise_exception": "fpipe.energon._errors",
     "SavableDataLoader": "fpipe.energon._aliases",
     "cooker": "fpipe.energon._aliases",
-    "prepare_metadataset": "fpipe.energon._metadataset",
+    **dict.fromkeys(_METADATASET, "fpipe.energon._metadataset"),
     **dict.fromkeys(_CONSTANTS, "fpipe.energon._constants"),
 }
 #: Energon names that fpipe refuses (see docs/energon_migration.md): importable, and raising a
@@ -134,13 +141,9 @@ _REFUSED = dict.fromkeys(
         "DefaultGenericWebdatasetFactory",
         "JoinedWebdatasetFactory",
         "StandardWebdatasetFactory",
-        "DatasetLoader",
-        "DatasetLoaderInterface",
-        "load_dataset",
         *_paths.TYPED_WEBDATASETS,  # the deprecated per-type dataset classes
         "Metadataset",
         "MetadatasetV2",
-        "traverse_metadataset",
         "concat_pad",
         "generic_concat",
         "homogeneous_concat_mix",

@@ -61,9 +61,6 @@ REFUSED: dict[str, str] = {
     "DefaultGenericWebdatasetFactory": _FACTORY,
     "JoinedWebdatasetFactory": f"{_FACTORY}; joins are a metadataset's join:",
     "StandardWebdatasetFactory": _FACTORY,
-    "DatasetLoader": _FACTORY,
-    "DatasetLoaderInterface": _FACTORY,
-    "load_dataset": _FACTORY,
     "CaptioningWebdataset": _SUBCLASS,
     "CrudeWebdataset": _SUBCLASS,
     "ImageClassificationWebdataset": _SUBCLASS,
@@ -84,7 +81,6 @@ REFUSED: dict[str, str] = {
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"
     ),
-    "traverse_metadataset": "use fpipe.storage.load_metadataset and fpipe.storage.resolve_mix",
     "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",
     "generic_concat": "a helper of MixBatchDataset (refused); batch in the task encoder",
     "homogeneous_concat_mix": "a helper of MixBatchDataset (refused); batch in the task encoder",
