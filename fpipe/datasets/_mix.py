@@ -114,12 +114,15 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
     parts, tags = [], []
     for part in leaf.join:
         ds = _open(part.path, open_kwargs)
-        if len(ds.split_indices(part.split_part)) == 0:
+        cfg = ds.dataset_config(part.dataset_config)  # a part keeps its own dataset config
+        split_config = cfg.split_config or part.split_config
+        if len(ds.split_indices(part.split_part, split_config)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
-        own = DatasetOptions(open_kwargs=open_kwargs)  # a part keeps its own dataset.yaml
-        source = _source(part.path, ds.config, own, part.subflavors, ds.layout)
-        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name))
-        tags.append(f"{Path(part.path).name}#{part.split_part}#{len(ds)}:{part.nonmatch}")
+        own = DatasetOptions(open_kwargs=open_kwargs)
+        source = _source(part.path, cfg, own, part.subflavors, ds.layout, part.dataset_config)
+        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name, split_config))
+        files = "".join(f"[{f}]" for f in (part.dataset_config, split_config) if f)
+        tags.append(f"{Path(part.path).name}#{part.split_part}{files}#{len(ds)}:{part.nonmatch}")
     named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
     tag = f" joined as {leaf.name!r}: [{', '.join(tags)}] joiner={leaf.joiner} names={named}"
     return with_join(primary, parts, leaf.joiner, leaf.where), tag

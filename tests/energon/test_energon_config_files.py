@@ -9,7 +9,9 @@ merged over the caller's, so a ``split_config:`` in the dataset config wins.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +19,7 @@ import yaml
 import fpipe
 from fpipe.core.errors import ConfigError
 from fpipe.energon import (
+    Sample,
     TextSample,
     WorkerConfig,
     get_dataset_from_config,
@@ -44,6 +47,8 @@ def folder(tmp_path_factory):
     (meta / "dataset_exclude.yaml").write_text(
         yaml.dump({**TEXT_CONFIG, "split_config": "split_exclude.yaml"})
     )
+    no5 = {"split_parts": swapped["split_parts"], "exclude": ["parts/data-1.tar/000005"]}
+    (meta / "split_no5.yaml").write_text(yaml.dump(no5))
     (meta / "dataset_loader.yaml").write_text(
         yaml.dump({**TEXT_CONFIG, "field_map": None, "sample_loader": "sample_loader.py:load"})
     )
@@ -171,3 +176,43 @@ def test_an_exclude_entry_names_a_key_of_its_shard(tmp_path):
     prepare_dataset(root)  # fpipe's index of the folder keeps the same samples out
     assert open_dataset(root).layout == "tar"
     assert open_dataset(root).split_indices("train").tolist() == [0, 1, 3, 5]
+
+
+@dataclasses.dataclass
+class TextPair(Sample):
+    first: Any = None
+    second: Any = None
+
+
+def join_pair(first, second):
+    """The joiner of the join below (found in this imported module, as in Energon)."""
+    keys = ("__key__", "__restore_key__", "__subflavors__")
+    return TextPair(**{k: getattr(first, k) for k in keys}, first=first.text, second=second.text)
+
+
+def test_the_datasets_of_a_join_name_their_files(folder):
+    mds = folder.parent / "join.yaml"
+    mds.write_text(
+        textwrap.dedent(
+            f"""\
+            splits:
+              train:
+                join:
+                  - path: ds
+                    split_config: split_exclude.yaml
+                  - path: ds
+                    split_config: split_no5.yaml
+                    dataset_config: dataset_cls.yaml
+                    nonmatch: skip
+                joiner:
+                  __module__: {__name__}
+                  __function__: join_pair
+            """
+        )
+    )
+    # primary: keys 000003 and 000005 (split_exclude.yaml); 000005 is not in the joined
+    # split (split_no5.yaml), so it is skipped; the joined part reads its cls member as text
+    ds = get_val_dataset(mds, split_part="train", batch_size=2, worker_config=WC)
+    with get_loader(ds) as loader:
+        batches = list(loader)
+    assert [(b.__key__, b.first, b.second) for b in batches] == [(["000003"], ["13"], ["0"])]

@@ -33,6 +33,7 @@ from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import _load_yaml
 from fpipe.storage.config.metadataset_entries import (
     BLEND_ENTRY_KEYS,
+    CONFIG_FILE_KEYS,
     EPOCH_ENTRY_KEYS,
     JOIN_KEYS,
     AuxRef,
@@ -358,10 +359,7 @@ def _reference(node, base, split, entry, subflavors, stack, subset=None):
     if not is_url(raw) and not path.exists():
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
     mult = multiplier(node, where, entry)
-    configs = {
-        key: config_name(node.get(key), where, entry, key)
-        for key in ("dataset_config", "split_config")
-    }
+    configs = {key: config_name(node.get(key), where, entry, key) for key in CONFIG_FILE_KEYS}
     aux = aux_refs(node, base, where, entry)
     nested = not is_url(raw) and is_metadataset(path)
     subset = node_subset(node, subset, where, entry, leaf=not nested)

@@ -19,6 +19,7 @@ from fpipe.storage.paths import is_url
 __all__ = [
     "AuxRef",
     "BLEND_ENTRY_KEYS",
+    "CONFIG_FILE_KEYS",
     "EPOCH_ENTRY_KEYS",
     "JOINER_FUNCTION",
     "JOIN_KEYS",
@@ -68,7 +69,9 @@ class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
 
     ``nonmatch`` says what a primary sample without a match here becomes: ``"error"`` (a bad
     sample), ``"skip"`` (left out, counted) or ``"none"`` (this part's fields are None);
-    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name).
+    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name);
+    ``dataset_config`` / ``split_config``: the part's config / split file to read instead of
+    ``dataset.yaml`` / ``split.yaml`` (file names in its index folder).
     """
 
     path: str
@@ -76,6 +79,8 @@ class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
     nonmatch: str = "error"
     subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
     name: str = ""
+    dataset_config: str | None = None
+    split_config: str | None = None
 
 
 class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -254,14 +259,7 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
         if not isinstance(part, dict) or "path" not in part:
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
-        for key in ("dataset_config", "split_config"):
-            if part.get(key) is not None:
-                raise ConfigError(
-                    f"{where}: {e}: {key!r} is not supported on the datasets of a join (a "
-                    "joined dataset is matched by key in its dataset.yaml / split.yaml split); "
-                    "set it on a plain dataset entry, or write it into the joined dataset's "
-                    "dataset.yaml / split.yaml"
-                )
+        configs = {k: config_name(part.get(k), where, e, k) for k in CONFIG_FILE_KEYS}
         raw = str(part["path"])
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
         if not is_url(raw) and not Path(p).exists():
@@ -283,6 +281,7 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
                 nonmatch=nonmatch,
                 subflavors={**subflavors_of(part, where, e), **outer},
                 name=names[i] if names else "",
+                **configs,
             )
         )
     return Leaf(
@@ -294,6 +293,8 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
         join=tuple(resolved[1:]),
         joiner=_joiner_name(node.get("joiner"), where, entry),
         join_name=resolved[0].name,
+        dataset_config=resolved[0].dataset_config,
+        split_config=resolved[0].split_config,
         shuffle_over_epochs_multiplier=multiplier(node, where, entry),
         subset=subset,
     )
@@ -322,6 +323,10 @@ def multiplier(node: dict, where: str, entry: str) -> int | None:
 def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
     """Energon's composition of multipliers down the levels: None wins, else the product."""
     return None if outer is None or inner is None else outer * inner
+
+
+#: The keys of an entry that name another config file of its dataset.
+CONFIG_FILE_KEYS = ("dataset_config", "split_config")
 
 
 def config_name(value: Any, where: str, entry: str, key: str) -> str | None:
