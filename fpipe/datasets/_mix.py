@@ -30,7 +30,7 @@ from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
 from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
-from fpipe.plan.worker_split import worker_split
+from fpipe.plan.worker_split import energon_repeat_count, worker_range, worker_split
 from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
     Leaf,
@@ -274,6 +274,7 @@ def train_head(
     )
     # Energon shifts each dataset's leftover samples by the samples of those before it
     rotations = [sum(v.size for v in views[:i]) for i in range(len(views))]
+    counts = _energon_counts(mix, views, rotations, options, topology)
     views = [shuffled(v, leaf, r) for v, leaf, r in zip(views, mix.leaves, rotations, strict=True)]
     blended = names
     if options.distribution == "energon" and len(views) > 1:
@@ -291,12 +292,33 @@ def train_head(
                 f"{path}: blend_unit={unit!r} applies to a weighted 'blend:'; "
                 "'blend_epochized' takes whole passes of samples"
             )
-        src = blend(views, repetitions=[leaf.repetitions for leaf in mix.leaves], **common)
+        reps = [leaf.repetitions for leaf in mix.leaves]
+        per_view = None
+        if counts is not None:  # by name: the datasets this rank blends; a tile's passes kept
+            per_view = [c * (v.size // part) for (c, part), v in
+                        zip((counts[n] for n in blended), views)]  # fmt: skip
+        src = blend(views, repetitions=reps, counts=per_view, **common)
         return src, sources, names
     schedule = _schedule(weight_schedule, options.schedule_mode, names) or _plan_schedule(
         mix.schedule
     )
     return blend(views, schedule=schedule, unit=unit, **common), sources, names
+
+
+def _energon_counts(mix, views, rotations, options, topology):
+    """With ``distribution="energon"``, an epochized blend's refs per epoch of each dataset on
+    this rank as Energon counts them (each worker's part times the repetitions, rounded down
+    per worker), with the rank's part size: ``{name: (count, part)}``; None otherwise."""
+    if options.distribution != "energon" or mix.mode != "blend_epochized":
+        return None
+    out = {}
+    for leaf, view, rotation in zip(mix.leaves, views, rotations, strict=True):
+        where = dict(rank=topology.rank, world_size=topology.world_size,
+                     workers=topology.num_workers, rotation=rotation)  # fmt: skip
+        lo, hi = worker_range(view.size, **where)
+        count = energon_repeat_count(view.size, leaf.repetitions, **where)
+        out[leaf.name] = (max(1, count), max(1, hi - lo))
+    return out
 
 
 def _leaf_options(options: DatasetOptions, leaf: Leaf | None, path) -> DatasetOptions:
