@@ -205,19 +205,23 @@ class MetadatasetLoader(DatasetLoaderInterface):
 
     def traverse(self, mds_path: Any = None, *, split_part: str) -> list[TraversedDatasetReference]:
         """The split's leaf datasets, nested files flattened (see :func:`traverse_metadataset`)."""
-        from fpipe.energon.epath import EPath
-        from fpipe.storage.config.metadataset import resolve_mix
+        return _traverse(self._md, split_part, check_paths=True)
 
-        mix = resolve_mix(self._md, split_part, training=True)
-        return [
-            TraversedDatasetReference(
-                path=EPath(leaf.path),
-                split_part=leaf.split_part,
-                aux={a.name: EPath(a.path) for a in leaf.aux},
-                subflavors=dict(leaf.subflavors),
-            )
-            for leaf in mix.leaves
-        ]
+
+def _traverse(md: Any, split_part: str, *, check_paths: bool) -> list[TraversedDatasetReference]:
+    from fpipe.energon.epath import EPath
+    from fpipe.storage.config.metadataset import resolve_mix
+
+    mix = resolve_mix(md, split_part, training=True, check_paths=check_paths)
+    return [
+        TraversedDatasetReference(
+            path=EPath(leaf.path),
+            split_part=leaf.split_part,
+            aux={a.name: EPath(a.path) for a in leaf.aux},
+            subflavors=dict(leaf.subflavors),
+        )
+        for leaf in mix.leaves
+    ]
 
 
 def load_dataset(path: Any, **kwargs: Any) -> DatasetLoaderInterface:
@@ -238,15 +242,16 @@ def load_dataset(path: Any, **kwargs: Any) -> DatasetLoaderInterface:
 def traverse_metadataset(path: Any, *, split_part: str, **kwargs: Any) -> list:
     """Energon's ``traverse_metadataset``: the leaf datasets of split ``split_part`` of a
     metadataset file (nested files flattened), each with its path, split part, ``aux`` stores
-    and the subflavors the metadataset levels give it. fpipe reads and checks the whole file
-    (every path must exist)."""
-    from fpipe.storage.config.metadataset import is_metadataset
+    and the subflavors the metadataset levels give it. Nothing is opened: a dataset or ``aux:``
+    folder that does not exist (yet) is listed as named, as in Energon."""
+    from fpipe.storage.config.metadataset import is_metadataset, load_metadataset
 
     if not is_metadataset(os.fspath(path)):
         raise ConfigError(f"traverse_metadataset({path}): not a metadataset file")
     if kwargs:
         raise ConfigError(f"traverse_metadataset: unknown keyword(s) {sorted(kwargs)}")
-    return MetadatasetLoader(str(path)).traverse(split_part=split_part)
+    md = load_metadataset(os.fspath(path), check_paths=False)
+    return _traverse(md, split_part, check_paths=False)
 
 
 def prepare_metadataset(path: Any) -> None:

@@ -114,3 +114,15 @@ def test_traverse_metadataset_gives_the_leaves_and_the_levels_subflavors(root):
     ]
     with pytest.raises(ConfigError, match="not a metadataset"):
         traverse_metadataset(root / "ds1", split_part="train")
+
+
+def test_traverse_metadataset_lists_folders_that_do_not_exist_yet(root):
+    path = root / "missing.yaml"
+    path.write_text(
+        "splits: {train: {path: nowhere, aux: {labels: gone, media: filesystem://media}}}\n"
+    )
+    refs = traverse_metadataset(path, split_part="train")
+    assert [(r.path, r.split_part) for r in refs] == [(EPath(root / "nowhere"), "train")]
+    assert refs[0].aux == {"labels": EPath(root / "gone"), "media": EPath(root / "media")}
+    with pytest.raises(ConfigError, match="does not exist"):  # loading it checks the paths
+        load_dataset(path)

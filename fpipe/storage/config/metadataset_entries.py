@@ -94,10 +94,13 @@ class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
 
 
-def aux_refs(node: dict, base: Path, where: str, entry: str) -> tuple[AuxRef, ...]:
+def aux_refs(
+    node: dict, base: Path, where: str, entry: str, *, check: bool = True
+) -> tuple[AuxRef, ...]:
     """The ``aux:`` mapping of a reference as records (``()`` without one): a plain path is a
     prepared dataset, ``filesystem://path`` a folder; relative paths are relative to the file
-    that names them. Raises ConfigError naming the file, the entry and the name."""
+    that names them. Raises ConfigError naming the file, the entry and the name (``check``:
+    also when the folder does not exist)."""
     raw = node.get("aux")
     if raw is None:
         return ()
@@ -123,7 +126,7 @@ def aux_refs(node: dict, base: Path, where: str, entry: str) -> tuple[AuxRef, ..
             )
         path = Path(target) if os.path.isabs(target) else base.parent / target
         path = path.resolve()
-        if not path.is_dir():
+        if check and not path.is_dir():
             raise ConfigError(f"{at}: {ref!r} is not a folder ({path})")
         out.append(AuxRef(name=name, path=str(path), kind=kind))
     return tuple(out)
@@ -235,13 +238,13 @@ def _default_name(ref: dict, split_part: str | None) -> str:
     return f"{stem}.{split_part}" if split_part else stem
 
 
-def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
+def join_leaf(node, base, split, entry, subflavors, stack, subset=None, *, check=True) -> Leaf:
     """A ``join:`` node as one leaf: the first (primary) dataset, the others joined by key.
 
     ``join:`` is a list of parts, or a mapping name -> part (the names reach a custom joiner's
     ``from_joined`` as keyword arguments). Part paths may be URLs of datasets on object storage.
     ``subset``: the range of the levels above; the join's own ``subset:`` selects samples of
-    the primary.
+    the primary. ``check``: refuse paths that do not exist.
     """
     where = stack[-1]
     subset = node_subset(node, subset, where, entry, leaf=True)
@@ -262,7 +265,7 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
         configs = {k: config_name(part.get(k), where, e, k) for k in CONFIG_FILE_KEYS}
         raw = str(part["path"])
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
-        if not is_url(raw) and not Path(p).exists():
+        if check and not is_url(raw) and not Path(p).exists():
             raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")
         if not is_url(raw) and is_metadataset(p):
             raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")
