@@ -78,7 +78,7 @@ def dataset_view(
     # folder); a split_config named in the dataset config wins, as in Energon.
     files = join if join is not None else options
     cfg = ds.dataset_config(files.dataset_config)
-    indices = ds.split_indices(split, cfg.split_config or files.split_config)
+    indices = ds.split_indices(split, files.split_config, dataset_config=files.dataset_config)
     subset = join.subset if join is not None else None
     if subset is not None:  # a metadataset's subset: one range of the split's samples
         start, end = subset_bounds(subset, len(indices), join.where)
@@ -115,13 +115,14 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
     for part in leaf.join:
         ds = _open(part.path, open_kwargs)
         cfg = ds.dataset_config(part.dataset_config)  # a part keeps its own dataset config
-        split_config = cfg.split_config or part.split_config
-        if len(ds.split_indices(part.split_part, split_config)) == 0:
+        files = dict(split_config=part.split_config, dataset_config=part.dataset_config)
+        if len(ds.split_indices(part.split_part, **files)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
         own = DatasetOptions(open_kwargs=open_kwargs)
         source = _source(part.path, cfg, own, part.subflavors, ds.layout, part.dataset_config)
-        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name, split_config))
-        files = "".join(f"[{f}]" for f in (part.dataset_config, split_config) if f)
+        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name, **files))
+        named = (part.dataset_config, cfg.split_config or part.split_config)
+        files = "".join(f"[{f}]" for f in named if f)
         tags.append(f"{Path(part.path).name}#{part.split_part}{files}#{len(ds)}:{part.nonmatch}")
     named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
     tag = f" joined as {leaf.name!r}: [{', '.join(tags)}] joiner={leaf.joiner} names={named}"

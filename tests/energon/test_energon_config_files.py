@@ -216,3 +216,43 @@ def test_the_datasets_of_a_join_name_their_files(folder):
     with get_loader(ds) as loader:
         batches = list(loader)
     assert [(b.__key__, b.first, b.second) for b in batches] == [(["000003"], ["13"], ["0"])]
+
+
+def test_fpipe_info_counts_the_samples_of_the_named_files(folder, capsys):
+    from fpipe.cli.main import main
+
+    mds = folder.parent / "info.yaml"
+    mds.write_text(
+        textwrap.dedent(
+            f"""\
+            splits:
+              train:
+                blend:
+                  - path: ds
+                    dataset_config: dataset_exclude.yaml
+                  - path: ds
+                    name: no5
+                    split_config: split_no5.yaml
+                  - name: joined
+                    join:
+                      - path: ds
+                      - path: ds
+                        split_config: split_exclude.yaml
+                        nonmatch: skip
+                    joiner:
+                      __module__: {__name__}
+                      __function__: join_pair
+            """
+        )
+    )
+    bad = folder.parent / "clash.yaml"
+    bad.write_text("splits: {train: {blend: [{path: ds}, {path: ds, weight: 2}]}}\n")
+    assert main(["info", str(bad)]) == 2  # the two entries named in the error
+    assert "(" + f"{bad}: splits.train.blend[0] and {bad}: splits.train.blend[1])" in (
+        capsys.readouterr().err
+    )
+    assert main(["info", str(mds)]) == 0
+    out = capsys.readouterr().out
+    assert "ds: weight 0.3333, 2 samples" in out  # dataset_exclude.yaml's split_config:
+    assert "no5: weight 0.3333, 5 samples" in out
+    assert "joined: 2 samples (train of" in out

@@ -243,8 +243,8 @@ def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...
     for name, idxs in by_name.items():
         if len(idxs) > 1:
             for i, prefix in zip(idxs, _telling_folders([leaves[i] for i in idxs])):
-                if prefix is None:
-                    _clash(leaves[idxs[0]], leaves[i], where, split)
+                if prefix is None:  # the same folder twice: name the first two entries
+                    _clash(leaves[idxs[0]], leaves[idxs[1]], where, split)
                 out[i] = msgspec.structs.replace(leaves[i], name=f"{prefix}/{name}")
     seen: dict[str, Leaf] = {}
     for leaf in out:

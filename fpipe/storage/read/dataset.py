@@ -149,17 +149,20 @@ class Dataset:
         """Split names from split.yaml (empty when there is none)."""
         return tuple(self.split.split_parts) if self.split else ()
 
-    def split_indices(self, name: str, split_config: str | None = None) -> np.ndarray:
+    def split_indices(
+        self, name: str, split_config: str | None = None, *, dataset_config: str | None = None
+    ) -> np.ndarray:
         """Sample indices of split ``name`` (all samples without a split). ``split_config``:
         another split file of the dataset to read instead of ``split.yaml`` (Energon's
-        override: a file name in ``.nv-meta/``, or in ``.fpipe/``); None: the one dataset.yaml
-        names (its ``split_config:``), else ``split.yaml``."""
+        override: a file name in ``.nv-meta/``, or in ``.fpipe/``). The dataset config read
+        (``dataset_config``, see :meth:`dataset_config`; None: dataset.yaml) may name the split
+        file itself (its ``split_config:``), which wins, as in Energon."""
+        own = self.dataset_config(dataset_config).split_config
+        split_config = own or split_config
         if isinstance(self.reader, TableReader):
             if split_config is not None:
                 raise ConfigError(f"{self.path}: split_config applies to sharded datasets")
             return self.reader.split_indices(name)
-        if split_config is None:
-            split_config = self.config.split_config
         split, where = self.split, self._where
         if split_config is not None:
             path = self._index_file(split_config, "split_config")
