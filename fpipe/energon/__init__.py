@@ -71,7 +71,14 @@ _MEDIA = (
     "serialize_media_metadata",
 )
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
-_WRAPPERS = ("LimitDataset", "RepeatDataset", "edataclass", "get_val_datasets")
+_WRAPPERS = (
+    "BatchDataset",
+    "LimitDataset",
+    "MapDataset",
+    "RepeatDataset",
+    "edataclass",
+    "get_val_datasets",
+)
 _DATASETS = ("get_train_dataset", "get_val_dataset")
 _METADATASET = (
     "DatasetLoader",
@@ -119,7 +126,6 @@ _LAZY = {
 #: ConfigError with the reason and the fpipe way where ported code uses them.
 _REFUSED = dict.fromkeys(
     (
-        "BatchDataset",
         "BlendDataset",
         "ConcatDataset",
         "EpochizeDataset",
@@ -128,7 +134,6 @@ _REFUSED = dict.fromkeys(
         "GroupBatchDataset",
         "IterMapDataset",
         "LogSampleDataset",
-        "MapDataset",
         "MixBatchDataset",
         "PackingDataset",
         "SavableDataset",

@@ -11,12 +11,58 @@ it, so it has the exact resume and worker independence of every fpipe dataset.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 from fpipe.core.errors import ConfigError
+from fpipe.loader.planned import PlannedDataset
 
-__all__ = ["DatasetFactory", "get_dataset_from_config"]
+__all__ = ["DatasetFactory", "FactoryDataset", "get_dataset_from_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How a factory's dataset is built, so that Energon's ``MapDataset`` / ``BatchDataset``
+    over it can build it again with their step added (fpipe builds one plan per dataset, never
+    a dataset over another): the folder, train or validation, the builder's keywords, the
+    functions mapped over each sample and, once batched, the batch size, batcher and the
+    functions mapped over each batch."""
+
+    path: str
+    training: bool
+    options: dict[str, Any]
+    sample_maps: tuple[Any, ...] = ()
+    batch_size: int | None = None
+    batcher: Any = None
+    drop_last: bool = False
+    batch_maps: tuple[Any, ...] = ()
+
+    def build(self) -> FactoryDataset:
+        """The planned dataset of this recipe."""
+        from fpipe.datasets import get_train_dataset, get_val_dataset
+
+        options = dict(self.options, batch_size=self.batch_size)
+        if self.sample_maps or self.batcher is not None or self.batch_maps:
+            from fpipe.energon._mapping import MappingEncoder  # imports torch
+
+            options["task_encoder"] = MappingEncoder(
+                self.sample_maps, self.batcher, self.batch_maps
+            )
+        if self.training:
+            ds = get_train_dataset(self.path, drop_last=self.drop_last, **options)
+        else:
+            ds = get_val_dataset(self.path, **options)
+        fields = {f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)}
+        return FactoryDataset(**fields, recipe=self)
+
+
+@dataclasses.dataclass(frozen=True)
+class FactoryDataset(PlannedDataset):
+    """The planned dataset a factory builds, with its :class:`Recipe` (``recipe``), which
+    Energon's ``MapDataset`` / ``BatchDataset`` build on."""
+
+    recipe: Recipe | None = None
 
 
 class DatasetFactory:
@@ -53,17 +99,9 @@ class DatasetFactory:
         self._built = (dict(self.subflavors), first if not subflavors else self._build_now())
         self._length: int | None = None
 
-    def _build(self, subflavors: dict[str, Any] | None) -> Any:
-        from fpipe.datasets import get_train_dataset, get_val_dataset
-
-        make = get_train_dataset if self._training else get_val_dataset
-        return make(
-            self._path,
-            batch_size=None,
-            worker_config=self._worker_config,
-            subflavors=subflavors,
-            **self._options,
-        )
+    def _build(self, subflavors: dict[str, Any] | None) -> FactoryDataset:
+        options = dict(self._options, worker_config=self._worker_config, subflavors=subflavors)
+        return Recipe(self._path, self._training, options).build()
 
     def _build_now(self) -> Any:
         return self._build(dict(self.subflavors))
@@ -113,9 +151,11 @@ def get_dataset_from_config(
     (``.build()`` gives the dataset). ``dataset_config`` / ``split_config``: another
     dataset.yaml / split.yaml of the dataset's ``.nv-meta/`` folder, by file name;
     ``subflavors`` are merged over the dataset config's; ``sample_type`` only checks the
-    dataset's type, as in Energon. An Energon ``sample_loader`` named in the dataset config is
-    refused (no code named in a data file runs)."""
+    dataset's type, as in Energon; images decode as Energon's factories decode them by default
+    (``image_decode="torchrgb"``: float32 in [0, 1]). An Energon ``sample_loader`` named in
+    the dataset config is refused (no code named in a data file runs)."""
     options = dict(kwargs)
+    options.setdefault("image_decode", "torchrgb")  # Energon's factories decode so by default
     for key, value in (
         ("dataset_config", dataset_config),
         ("split_config", split_config),

@@ -28,7 +28,6 @@ _SUBCLASS = (
 
 #: Energon name -> why fpipe refuses it, and the fpipe way.
 REFUSED: dict[str, str] = {
-    "BatchDataset": f"{_WRAPPER}: batch_size= of get_train_dataset",
     "BlendDataset": (
         "blending finished datasets would blend batches built by separate materializers; "
         "fpipe blends samples in the plan: a metadataset with blend: and weights, passed to "
@@ -42,7 +41,6 @@ REFUSED: dict[str, str] = {
     "GroupBatchDataset": f"{_WRAPPER}: bucket_config= or fpipe.plan.group_batches",
     "IterMapDataset": f"{_WRAPPER}: a generator encode_sample (yield) in the task encoder",
     "LogSampleDataset": f"{_WRAPPER}: loader.stats() and fpipe plan --step N list the samples",
-    "MapDataset": f"{_WRAPPER}: the task encoder's encode_sample / encode_batch",
     "MixBatchDataset": (
         "mixing batches of several finished datasets needs one materializer per dataset in one "
         "batch; blend in a metadataset (weights) and batch in the task encoder"
