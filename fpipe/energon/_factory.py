@@ -72,7 +72,8 @@ class DatasetFactory:
     (the dataset config's, merged with those given; may be changed before ``build()``),
     ``__sample_type__`` (the class the samples are). ``len()`` is the number of samples of the
     split over all ranks. The dataset is built once here, so a bad path, config file or
-    keyword fails at once, as Energon's factory does.
+    keyword fails at once, as Energon's factory does. Images decode as Energon's factories
+    decode them unless ``image_decode`` is given: ``"torchrgb"``.
     """
 
     def __init__(
@@ -90,7 +91,8 @@ class DatasetFactory:
         self._path = os.fspath(path)
         self._training = training
         self._worker_config = worker_config
-        self._options = options
+        # Energon's factories decode images so by default (float32 in [0, 1])
+        self._options = {"image_decode": "torchrgb", **options}
         first = self._build(None)
         source = first.materializer.sources[0]
         self.paths = [EPath(self._path)]
@@ -155,7 +157,6 @@ def get_dataset_from_config(
     (``image_decode="torchrgb"``: float32 in [0, 1]). An Energon ``sample_loader`` named in
     the dataset config is refused (no code named in a data file runs)."""
     options = dict(kwargs)
-    options.setdefault("image_decode", "torchrgb")  # Energon's factories decode so by default
     for key, value in (
         ("dataset_config", dataset_config),
         ("split_config", split_config),
