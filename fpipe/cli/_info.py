@@ -182,7 +182,11 @@ def format_metadataset_info(path: str) -> str:
         mix = resolve_mix(md, split, training=split == "train")
         lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s)")
         for leaf in mix.leaves:
-            n = len(open_dataset(leaf.path).split_indices(leaf.split_part))
+            n = len(
+                open_dataset(leaf.path).split_indices(
+                    leaf.split_part, leaf.split_config, dataset_config=leaf.dataset_config
+                )
+            )
             kept = ""
             if leaf.subset is not None:  # subset: the samples kept of the split part
                 from fpipe.storage.config.metadataset_subset import subset_bounds
@@ -199,7 +203,11 @@ def format_metadataset_info(path: str) -> str:
                 + (f", subflavors {leaf.subflavors}" if leaf.subflavors else "")
             )
             for part in leaf.join:  # joined datasets: matched by key, in the workers
-                n = len(open_dataset(part.path).split_indices(part.split_part))
+                n = len(
+                    open_dataset(part.path).split_indices(
+                        part.split_part, part.split_config, dataset_config=part.dataset_config
+                    )
+                )
                 lines.append(
                     f"    joined: {n} samples ({part.split_part} of {part.path}), "
                     f"nonmatch {part.nonmatch}"

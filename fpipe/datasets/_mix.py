@@ -30,7 +30,7 @@ from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
 from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
-from fpipe.plan.worker_split import worker_split
+from fpipe.plan.worker_split import energon_repeat_count, worker_range, worker_split
 from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
     Leaf,
@@ -74,8 +74,11 @@ def dataset_view(
     the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
     it by key."""
     ds = _open(path, options.open_kwargs)
-    split_config = join.split_config if join is not None else None  # the leaf's override
-    indices = ds.split_indices(split, split_config)
+    # The config files to read: the leaf's (a metadataset entry), else the options' (a dataset
+    # folder); a split_config named in the dataset config wins, as in Energon.
+    files = join if join is not None else options
+    cfg = ds.dataset_config(files.dataset_config)
+    indices = ds.split_indices(split, files.split_config, dataset_config=files.dataset_config)
     subset = join.subset if join is not None else None
     if subset is not None:  # a metadataset's subset: one range of the split's samples
         start, end = subset_bounds(subset, len(indices), join.where)
@@ -84,7 +87,7 @@ def dataset_view(
         indices = indices[:limit]
     if len(indices) == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
-    source = _source(path, ds, options, extra_subflavors)
+    source = _source(path, cfg, options, extra_subflavors, ds.layout, files.dataset_config)
     if join is not None and join.aux:
         if not is_crude(source.sample_type):
             raise ConfigError(
@@ -111,22 +114,28 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
     parts, tags = [], []
     for part in leaf.join:
         ds = _open(part.path, open_kwargs)
-        if len(ds.split_indices(part.split_part)) == 0:
+        cfg = ds.dataset_config(part.dataset_config)  # a part keeps its own dataset config
+        files = dict(split_config=part.split_config, dataset_config=part.dataset_config)
+        if len(ds.split_indices(part.split_part, **files)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
-        own = DatasetOptions(open_kwargs=open_kwargs)  # a part keeps its own dataset.yaml
-        source = _source(part.path, ds, own, part.subflavors)
-        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name))
-        tags.append(f"{Path(part.path).name}#{part.split_part}#{len(ds)}:{part.nonmatch}")
+        own = DatasetOptions(open_kwargs=open_kwargs)
+        source = _source(part.path, cfg, own, part.subflavors, ds.layout, part.dataset_config)
+        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name, **files))
+        named = (part.dataset_config, cfg.split_config or part.split_config)
+        files = "".join(f"[{f}]" for f in named if f)
+        tags.append(f"{Path(part.path).name}#{part.split_part}{files}#{len(ds)}:{part.nonmatch}")
     named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
     tag = f" joined as {leaf.name!r}: [{', '.join(tags)}] joiner={leaf.joiner} names={named}"
     return with_join(primary, parts, leaf.joiner, leaf.where), tag
 
 
-def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSource:
-    """How to read and cook ``ds``: its dataset.yaml, with the options' overrides applied."""
+def _source(
+    path, cfg, options: DatasetOptions, extra_subflavors, layout, config_file=None
+) -> DatasetSource:
+    """How to read and cook the dataset at ``path`` (``layout``): its dataset config ``cfg``
+    (read from ``config_file``; None: dataset.yaml), with the options' overrides applied."""
     sample_type, field_map = options.sample_type, options.field_map
     subflavors, open_kwargs = options.subflavors, options.open_kwargs
-    cfg = ds.config
     st = sample_type if sample_type is not None else cfg.sample_type
     if not isinstance(st, str):
         from fpipe.samples import sample_type_name
@@ -134,7 +143,8 @@ def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSourc
         st = sample_type_name(st)
     if field_map is None and not cfg.field_map and cfg.sample_loader and not is_crude(st):
         raise ConfigError(
-            f"{path}: dataset.yaml maps fields with an Energon sample_loader "
+            f"{path}: {config_file or 'dataset.yaml'} maps fields with an Energon "
+            "sample_loader "
             f"({cfg.sample_loader}); fpipe does not run code named in data files. Set a field "
             f"map instead: `fpipe prepare {path} --field image=jpg --field caption=txt` (or "
             "field_map={...} here), or use sample_type='CrudeSample' with a cooker"
@@ -142,7 +152,7 @@ def _source(path, ds, options: DatasetOptions, extra_subflavors) -> DatasetSourc
     sub = dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {}))
     sub.update(extra_subflavors or {})
     open_kwargs = dict(open_kwargs or {})
-    if getattr(ds, "layout", "") == "parquet" and "row_group_cache" not in open_kwargs:
+    if layout == "parquet" and "row_group_cache" not in open_kwargs:
         # Workers keep the row groups of the slices a shuffle window interleaves, so a
         # slice read in order decodes each of its row groups once.
         open_kwargs["row_group_cache"] = row_group_cache_for(
@@ -174,6 +184,12 @@ def _mix_views(
     """A metadataset split resolved: its mix, the leaves' names, and each leaf's source and
     index-order view (dataset id = the leaf's position); ``unit``: the blend's unit column,
     which every leaf's index must have; ``mix``: the split already resolved."""
+    for key in ("dataset_config", "split_config"):
+        if getattr(options, key) is not None:
+            raise ConfigError(
+                f"{path}: {key}={getattr(options, key)!r} names a file of a dataset folder; "
+                f"in a metadataset, set '{key}:' on the dataset's entry"
+            )
     if mix is None:
         mix = resolve_mix(load_metadataset(path), options.split, training=training)
     sources, views = [], []
@@ -259,6 +275,7 @@ def train_head(
     )
     # Energon shifts each dataset's leftover samples by the samples of those before it
     rotations = [sum(v.size for v in views[:i]) for i in range(len(views))]
+    counts = _energon_counts(mix, views, rotations, options, topology)
     views = [shuffled(v, leaf, r) for v, leaf, r in zip(views, mix.leaves, rotations, strict=True)]
     blended = names
     if options.distribution == "energon" and len(views) > 1:
@@ -276,12 +293,33 @@ def train_head(
                 f"{path}: blend_unit={unit!r} applies to a weighted 'blend:'; "
                 "'blend_epochized' takes whole passes of samples"
             )
-        src = blend(views, repetitions=[leaf.repetitions for leaf in mix.leaves], **common)
+        reps = [leaf.repetitions for leaf in mix.leaves]
+        per_view = None
+        if counts is not None:  # by name: the datasets this rank blends; a tile's passes kept
+            per_view = [c * (v.size // part) for (c, part), v in
+                        zip((counts[n] for n in blended), views)]  # fmt: skip
+        src = blend(views, repetitions=reps, counts=per_view, **common)
         return src, sources, names
     schedule = _schedule(weight_schedule, options.schedule_mode, names) or _plan_schedule(
         mix.schedule
     )
     return blend(views, schedule=schedule, unit=unit, **common), sources, names
+
+
+def _energon_counts(mix, views, rotations, options, topology):
+    """With ``distribution="energon"``, an epochized blend's refs per epoch of each dataset on
+    this rank as Energon counts them (each worker's part times the repetitions, rounded down
+    per worker), with the rank's part size: ``{name: (count, part)}``; None otherwise."""
+    if options.distribution != "energon" or mix.mode != "blend_epochized":
+        return None
+    out = {}
+    for leaf, view, rotation in zip(mix.leaves, views, rotations, strict=True):
+        where = dict(rank=topology.rank, world_size=topology.world_size,
+                     workers=topology.num_workers, rotation=rotation)  # fmt: skip
+        lo, hi = worker_range(view.size, **where)
+        count = energon_repeat_count(view.size, leaf.repetitions, **where)
+        out[leaf.name] = (max(1, count), max(1, hi - lo))
+    return out
 
 
 def _leaf_options(options: DatasetOptions, leaf: Leaf | None, path) -> DatasetOptions:

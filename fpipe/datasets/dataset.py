@@ -75,6 +75,8 @@ def get_train_dataset(
     shuffle_over_epochs_multiplier: int | None = 1,
     parallel_shard_iters: int | None = None,
     handler: Any = None,
+    dataset_config: str | None = None,
+    split_config: str | None = None,
 ) -> PlannedDataset:
     """A shuffled, repeated, distributed training stream of batches of ``batch_size`` per rank.
 
@@ -158,6 +160,11 @@ def get_train_dataset(
         read, decode or encode is skipped and counted (``error_policy="skip"``) after the
         handler is called; a handler that raises stops the loader. The ``WorkerConfig``'s
         ``global_error_handler`` takes precedence, as in Energon.
+      dataset_config, split_config: Energon's: read another dataset.yaml (sample type, field
+        map, subflavors) or split.yaml of the dataset's ``.nv-meta/`` (or ``.fpipe/``) folder,
+        by file name, instead of ``dataset.yaml`` / ``split.yaml``; a ``split_config:`` in the
+        dataset config read wins, as in Energon. For a dataset folder only (a metadataset sets
+        them on its entries).
       image_decode also takes Energon's specs (``"pil"``, ``"torchrgb"``, ... as
       ``SampleDecoder``).
 
@@ -350,14 +357,16 @@ def get_val_dataset(
     packing_buffer_size: int | None = None,
     split_part: str | None = None,
     handler: Any = None,
+    dataset_config: str | None = None,
+    split_config: str | None = None,
 ) -> PlannedDataset:
     """One deterministic pass over ``split`` in index order, no shuffle, the last batch kept
     even if short; samples are dealt to ranks by global batch.
     ``limit``: at most this many batches on each rank (Energon's: the first ``limit`` global
     batches; 0 or None: all); every ``for`` loop over the loader is the same limited pass.
     ``packing_buffer_size``: the task encoder's packing hooks, as in :func:`get_train_dataset`.
-    ``split_part``, ``handler``, ``image_decode="pil"``: Energon's, as in
-    :func:`get_train_dataset`.
+    ``split_part``, ``handler``, ``image_decode="pil"``, ``dataset_config``,
+    ``split_config``: Energon's, as in :func:`get_train_dataset`.
 
     A metadataset's split is its datasets concatenated in file order (weights and repetitions
     ignored, as in Energon), each sample once across all ranks.

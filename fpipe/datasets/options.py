@@ -59,6 +59,8 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     field_map: dict[str, Any] | None = None
     subflavors: dict[str, Any] | None = None
     open_kwargs: dict[str, Any] | None = None
+    dataset_config: str | None = None  # Energon's: another dataset.yaml in the index folder
+    split_config: str | None = None  # Energon's: another split.yaml in the index folder
     limit: int | None = None  # get_val_dataset: the first ``limit`` samples
     # The order of the samples.
     seed: int = 0

@@ -72,14 +72,23 @@ _MEDIA = (
 )
 _LOADER = ("WorkerConfig", "get_loader", "get_savable_loader")
 _WRAPPERS = (
+    "BatchDataset",
     "BlendDataset",
     "ConcatDataset",
     "LimitDataset",
+    "MapDataset",
     "RepeatDataset",
     "edataclass",
     "get_val_datasets",
 )
 _DATASETS = ("get_train_dataset", "get_val_dataset")
+_METADATASET = (
+    "DatasetLoader",
+    "DatasetLoaderInterface",
+    "load_dataset",
+    "prepare_metadataset",
+    "traverse_metadataset",
+)
 _CONSTANTS = (
     "DatasetBlendMode",
     "INDEX_SQLITE_FILENAME",
@@ -107,26 +116,24 @@ _LAZY = {
     "SampleDecoder": "fpipe.decode",
     "SourceInfo": "fpipe.samples",
     "BaseWebdatasetFactory": "fpipe.energon._prepare",
-    "get_dataset_from_config": "fpipe.energon._prepare",
+    "get_dataset_from_config": "fpipe.energon._factory",
     "log_exception": "fpipe.energon._errors",
     "reraise_exception": "fpipe.energon._errors",
     "SavableDataLoader": "fpipe.energon._aliases",
     "cooker": "fpipe.energon._aliases",
-    "prepare_metadataset": "fpipe.energon._metadataset",
+    **dict.fromkeys(_METADATASET, "fpipe.energon._metadataset"),
     **dict.fromkeys(_CONSTANTS, "fpipe.energon._constants"),
 }
 #: Energon names that fpipe refuses (see docs/energon_migration.md): importable, and raising a
 #: ConfigError with the reason and the fpipe way where ported code uses them.
 _REFUSED = dict.fromkeys(
     (
-        "BatchDataset",
         "EpochizeDataset",
         "FilterDataset",
         "GcDataset",
         "GroupBatchDataset",
         "IterMapDataset",
         "LogSampleDataset",
-        "MapDataset",
         "MixBatchDataset",
         "PackingDataset",
         "SavableDataset",
@@ -139,13 +146,9 @@ _REFUSED = dict.fromkeys(
         "DefaultGenericWebdatasetFactory",
         "JoinedWebdatasetFactory",
         "StandardWebdatasetFactory",
-        "DatasetLoader",
-        "DatasetLoaderInterface",
-        "load_dataset",
         *_paths.TYPED_WEBDATASETS,  # the deprecated per-type dataset classes
         "Metadataset",
         "MetadatasetV2",
-        "traverse_metadataset",
         "concat_pad",
         "generic_concat",
         "homogeneous_concat_mix",

@@ -1,6 +1,5 @@
-"""Energon's Python prepare API and ``get_dataset_from_config``, over fpipe's one
-implementation (:func:`fpipe.storage.prepare_dataset`, :func:`fpipe.get_train_dataset` /
-:func:`fpipe.get_val_dataset`).
+"""Energon's Python prepare API over fpipe's one implementation
+(:func:`fpipe.storage.prepare_dataset`).
 
 ``BaseWebdatasetFactory.prepare_dataset(parent_path, paths, split_parts_ratio=...)`` indexes
 the shards and writes the split Energon's call writes (the same shards in each split part, in
@@ -19,7 +18,7 @@ from typing import Any, NoReturn
 
 from fpipe.core.errors import ConfigError
 
-__all__ = ["BaseWebdatasetFactory", "get_dataset_from_config"]
+__all__ = ["BaseWebdatasetFactory"]
 
 _FACTORY = (
     "megatron.energon.BaseWebdatasetFactory is not supported by fpipe: fpipe reads the "
@@ -128,49 +127,3 @@ class BaseWebdatasetFactory:
 
     def __init_subclass__(cls, **kwargs: Any) -> NoReturn:
         raise ConfigError(_FACTORY)
-
-
-def get_dataset_from_config(
-    path: str | os.PathLike,
-    *,
-    dataset_config: str | None = None,
-    split_config: str | None = None,
-    split_part: str | None = None,
-    training: bool = True,
-    subflavors: dict[str, Any] | None = None,
-    worker_config: Any,
-    sample_type: type | None = None,
-    **kwargs: Any,
-) -> Any:
-    """Energon's ``get_dataset_from_config``: the samples of one split of a dataset folder,
-    one at a time (``batch_size=None``), as :func:`fpipe.get_train_dataset` (``training``) or
-    :func:`fpipe.get_val_dataset` builds them, where Energon returns a factory to build that
-    stream. ``sample_type`` only checks the dataset's type, as in Energon; ``subflavors``
-    are merged over the dataset's. Other dataset.yaml / split.yaml file names are refused."""
-    for name, value, default in (
-        ("dataset_config", dataset_config, "dataset.yaml"),
-        ("split_config", split_config, "split.yaml"),
-    ):
-        if value is not None and value != default:
-            raise ConfigError(
-                f"get_dataset_from_config({name}={value!r}) is not supported by fpipe: it reads "
-                f".nv-meta/{default} (or .fpipe/); pass that folder's path"
-            )
-    from fpipe.datasets import get_train_dataset, get_val_dataset
-
-    build = get_train_dataset if training else get_val_dataset
-    split = {"split_part": split_part} if split_part is not None else {}
-    ds = build(
-        path, batch_size=None, worker_config=worker_config, subflavors=subflavors, **split,
-        **kwargs,
-    )  # fmt: skip
-    if sample_type is not None:
-        from fpipe.samples import sample_type_from_name
-
-        have = sample_type_from_name(ds.materializer.sources[0].sample_type)
-        if not (isinstance(have, type) and issubclass(have, sample_type)):
-            raise ConfigError(
-                f"get_dataset_from_config(sample_type={sample_type.__name__}): {path} holds "
-                f"{getattr(have, '__name__', have)} samples"
-            )
-    return ds

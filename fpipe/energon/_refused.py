@@ -28,7 +28,6 @@ _SUBCLASS = (
 
 #: Energon name -> why fpipe refuses it, and the fpipe way.
 REFUSED: dict[str, str] = {
-    "BatchDataset": f"{_WRAPPER}: batch_size= of get_train_dataset",
     "EpochizeDataset": f"{_WRAPPER}: num_epochs= / repeat= of get_train_dataset",
     "FilterDataset": f"{_WRAPPER}: plan_stages=[fpipe.plan.filter_refs(...)] on index "
     "columns, or raise SkipSample in encode_sample",
@@ -36,7 +35,6 @@ REFUSED: dict[str, str] = {
     "GroupBatchDataset": f"{_WRAPPER}: bucket_config= or fpipe.plan.group_batches",
     "IterMapDataset": f"{_WRAPPER}: a generator encode_sample (yield) in the task encoder",
     "LogSampleDataset": f"{_WRAPPER}: loader.stats() and fpipe plan --step N list the samples",
-    "MapDataset": f"{_WRAPPER}: the task encoder's encode_sample / encode_batch",
     "MixBatchDataset": (
         "mixing batches of several finished datasets needs one materializer per dataset in one "
         "batch; blend in a metadataset (weights) and batch in the task encoder"
@@ -55,9 +53,6 @@ REFUSED: dict[str, str] = {
     "DefaultGenericWebdatasetFactory": _FACTORY,
     "JoinedWebdatasetFactory": f"{_FACTORY}; joins are a metadataset's join:",
     "StandardWebdatasetFactory": _FACTORY,
-    "DatasetLoader": _FACTORY,
-    "DatasetLoaderInterface": _FACTORY,
-    "load_dataset": _FACTORY,
     "CaptioningWebdataset": _SUBCLASS,
     "CrudeWebdataset": _SUBCLASS,
     "ImageClassificationWebdataset": _SUBCLASS,
@@ -78,7 +73,6 @@ REFUSED: dict[str, str] = {
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"
     ),
-    "traverse_metadataset": "use fpipe.storage.load_metadataset and fpipe.storage.resolve_mix",
     "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",
     "generic_concat": "a helper of MixBatchDataset (refused); batch in the task encoder",
     "homogeneous_concat_mix": "a helper of MixBatchDataset (refused); batch in the task encoder",

@@ -22,9 +22,11 @@ from fpipe.loader.planned import PlannedDataset
 from fpipe.plan.passes import limit_passes, repeat_passes
 
 __all__ = [
+    "BatchDataset",
     "BlendDataset",
     "ConcatDataset",
     "LimitDataset",
+    "MapDataset",
     "RepeatDataset",
     "edataclass",
     "get_val_datasets",
@@ -137,6 +139,86 @@ class ConcatDataset:
         for ds in datasets:
             _check_topology(_planned(ds, "ConcatDataset"), worker_config, "ConcatDataset")
         return concat_datasets(datasets)
+
+
+def _recipe(dataset: Any, wrapper: str) -> Any:
+    recipe = getattr(dataset, "recipe", None)
+    if recipe is None:
+        raise ConfigError(
+            f"{wrapper} wraps the dataset of a factory (get_dataset_from_config(...).build(), "
+            "or another MapDataset / BatchDataset of one), where fpipe can build the plan "
+            f"again with the step added; got {type(dataset).__name__}. For get_train_dataset "
+            "/ get_val_dataset, give the step to the task encoder (encode_sample, batch, "
+            "encode_batch) and batch_size="
+        )
+    return recipe
+
+
+def MapDataset(  # noqa: N802 - Energon's name
+    dataset: Any,
+    map_fn: Any,
+    *,
+    len_map_fn: Any = None,
+    error_handler: Any = None,
+    stateless_map_fn: bool = False,
+    map_fn_config: Any = None,
+    failure_tolerance: int | None = None,
+    worker_config: Any = None,
+) -> PlannedDataset:
+    """``map_fn`` applied to every sample (every batch, over a ``BatchDataset``) of a
+    factory's dataset, as Energon's ``MapDataset``: the dataset is built again with the
+    function as a task-encoder step, so it stays one plan (exact resume, any number of
+    workers). ``len()`` is the wrapped dataset's. ``len_map_fn`` (a length change) and
+    ``error_handler`` are refused: a sample that raises ``SkipSample`` is left out and counted,
+    as everywhere in fpipe."""
+    recipe = _recipe(dataset, "MapDataset")
+    _check_topology(dataset, worker_config, "MapDataset")
+    if len_map_fn is not None or error_handler is not None:
+        raise ConfigError(
+            "MapDataset(len_map_fn=, error_handler=) is not supported by fpipe: a map keeps "
+            "the length; pass handler= to get_dataset_from_config for failing samples"
+        )
+    if recipe.batch_size is None:
+        recipe = dataclasses.replace(recipe, sample_maps=(*recipe.sample_maps, map_fn))
+    else:
+        recipe = dataclasses.replace(recipe, batch_maps=(*recipe.batch_maps, map_fn))
+    return recipe.build()
+
+
+def BatchDataset(  # noqa: N802 - Energon's name
+    dataset: Any,
+    batch_size: int,
+    batcher: Any,
+    *,
+    batcher_stateless: bool = False,
+    batcher_config: Any = None,
+    drop_last: bool = False,
+    error_handler: Any = None,
+    failure_tolerance: int | None = None,
+    worker_config: Any = None,
+) -> PlannedDataset:
+    """Batches of ``batch_size`` samples of a factory's dataset collated by ``batcher``, as
+    Energon's ``BatchDataset``: the dataset is built again with that batch size (the plan
+    batches) and ``batcher`` as the task encoder's ``batch``. The last batch may be short
+    unless ``drop_last`` (training datasets only: a validation pass keeps every sample)."""
+    recipe = _recipe(dataset, "BatchDataset")
+    _check_topology(dataset, worker_config, "BatchDataset")
+    if recipe.batch_size is not None:
+        raise ConfigError("BatchDataset wraps a dataset of single samples; this one is batched")
+    if error_handler is not None:
+        raise ConfigError(
+            "BatchDataset(error_handler=) is not supported by fpipe: pass handler= to "
+            "get_dataset_from_config for failing samples"
+        )
+    if drop_last and not recipe.training:
+        raise ConfigError(
+            "BatchDataset(drop_last=True) over a validation dataset (training=False): fpipe's "
+            "validation pass keeps every sample"
+        )
+    recipe = dataclasses.replace(
+        recipe, batch_size=int(batch_size), batcher=batcher, drop_last=drop_last
+    )
+    return recipe.build()
 
 
 def get_val_datasets(path: str | os.PathLike, **kwargs: Any) -> list[tuple[PlannedDataset, Any]]:

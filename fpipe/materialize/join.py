@@ -43,12 +43,16 @@ _PART_TAG = 2  # fold_in tag of part k's cooking rng: 2 + k (0 and 1: the primar
 @dataclasses.dataclass(frozen=True)
 class JoinSource:
     """A secondary dataset of a join: how to read and cook it (``source``), the split whose
-    samples are matched, the ``nonmatch`` policy and the part's name (mapping form)."""
+    samples are matched, the ``nonmatch`` policy, the part's name (mapping form) and the
+    config / split files that split is read with (None: the dataset's own; see
+    :meth:`fpipe.storage.Dataset.split_indices`)."""
 
     source: DatasetSource
     split_part: str
     nonmatch: str = "error"
     name: str = ""
+    split_config: str | None = None
+    dataset_config: str | None = None
 
 
 class NoMatch(SkipSample):  # noqa: N818 - a SkipSample, counted the same way
@@ -143,7 +147,10 @@ def _lookup(m, d: int, k: int):
 
         part = m.sources[d].join[k]
         ds = _part_dataset(m, d, k)
-        idx = np.asarray(ds.split_indices(part.split_part), np.int64)
+        idx = ds.split_indices(
+            part.split_part, part.split_config, dataset_config=part.dataset_config
+        )
+        idx = np.asarray(idx, np.int64)
         where = f"{part.source.path} (split {part.split_part!r})"
         lk = m.joins[("lookup", d, k)] = KeyLookup(member_keys(ds, idx), idx, where)
     return lk

@@ -142,6 +142,7 @@ def blend(
     weights: Sequence[float] | None = None,
     schedule: WeightSchedule | None = None,
     repetitions: Sequence[float] | None = None,
+    counts: Sequence[int] | None = None,
     names: Sequence[str] | None = None,
     num_epochs: int | None = None,
     allow_changed_weights: bool = False,
@@ -157,6 +158,8 @@ def blend(
         over the global position).
       repetitions: an epochized blend: each blend epoch takes ``round(r_d * size_d)`` refs
         from dataset ``d`` (``r_d`` whole passes when ``r_d`` is an integer), interleaved.
+      counts: with ``repetitions``, the refs each blend epoch takes from each dataset instead
+        of ``round(r_d * size_d)`` (Energon's per-worker rounding, for instance; each >= 1).
       names: unique dataset names (default ``d0, d1, ...``): keys, messages and stats use them.
       num_epochs: blend epochs before the end (None: forever).
       allow_changed_weights: accept a snapshot taken with other weights; each dataset goes on
@@ -177,12 +180,18 @@ def blend(
         raise ConfigError("blend: give exactly one of weights, schedule or repetitions")
     if num_epochs is not None and num_epochs < 0:
         raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
-    counts: tuple[int, ...] = ()
+    given_counts, counts = counts, ()
     mode: BlendMode
+    if given_counts is not None and repetitions is None:
+        raise ConfigError("blend: counts apply to an epochized blend (repetitions)")
     if repetitions is not None:
         if len(repetitions) != n or any(not r > 0 for r in repetitions):
             raise ConfigError(f"blend: repetitions must be > 0, one per dataset: {repetitions}")
         counts = tuple(max(1, round(r * s)) for r, s in zip(repetitions, sizes))
+        if given_counts is not None:
+            if len(given_counts) != n or any(int(c) < 1 for c in given_counts):
+                raise ConfigError(f"blend: counts must be >= 1, one per dataset: {given_counts}")
+            counts = tuple(int(c) for c in given_counts)
         mode, epoch_len = "epochized", sum(counts)
     else:
         if schedule is None:

@@ -22,7 +22,13 @@ from fpipe.core.records import Config
 from fpipe.core.stage import View
 from fpipe.plan.distribute import PER_RANK_HINT
 
-__all__ = ["WorkerSplitConfig", "remainder_order", "worker_range", "worker_split"]
+__all__ = [
+    "WorkerSplitConfig",
+    "energon_repeat_count",
+    "remainder_order",
+    "worker_range",
+    "worker_split",
+]
 
 
 def remainder_order(n: int) -> list[int]:
@@ -56,17 +62,42 @@ def worker_range(
     >>> [worker_range(55, rank=r, world_size=3, workers=5) for r in range(3)]
     [(0, 19), (19, 38), (38, 55)]
     """
-    if world_size < 1 or not 0 <= rank < world_size:
+    counts = _worker_counts(n, world_size=world_size, workers=workers, rotation=rotation)
+    if not 0 <= rank < world_size:
         raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     per_rank = max(1, workers)
-    total = per_rank * world_size
+    lo = int(counts[: rank * per_rank].sum())
+    return lo, lo + int(counts[rank * per_rank : (rank + 1) * per_rank].sum())
+
+
+def _worker_counts(n: int, *, world_size: int, workers: int, rotation: int) -> np.ndarray:
+    """Samples of each global worker under Energon's split of ``n`` samples."""
+    if world_size < 1:
+        raise ConfigError(f"need world_size >= 1, got {world_size}")
+    total = max(1, workers) * world_size
     base, extra = divmod(n, total)
     counts = np.full(total, base, dtype=np.int64)
     for j, worker in enumerate(remainder_order(total)):
         if (j - rotation) % total < extra:
             counts[worker] += 1
-    lo = int(counts[: rank * per_rank].sum())
-    return lo, lo + int(counts[rank * per_rank : (rank + 1) * per_rank].sum())
+    return counts
+
+
+def energon_repeat_count(
+    n: int, repeats: float, *, rank: int, world_size: int, workers: int, rotation: int = 0
+) -> int:
+    """Samples that rank ``rank`` reads from ``n`` samples repeated ``repeats`` times under
+    Energon's split: each of its workers reads ``int(part * repeats)`` of its own part
+    (Energon's ``RepeatDataset`` counts per worker, so a fractional ``repeats`` rounds down
+    on every worker, not once for the rank).
+
+    >>> energon_repeat_count(55, 1.5, rank=0, world_size=2, workers=2, rotation=55)
+    40
+    """
+    counts = _worker_counts(n, world_size=world_size, workers=workers, rotation=rotation)
+    per_rank = max(1, workers)
+    mine = counts[rank * per_rank : (rank + 1) * per_rank]
+    return sum(int(int(c) * repeats) for c in mine)
 
 
 class WorkerSplitConfig(Config, frozen=True):

@@ -59,3 +59,35 @@ def test_blend_epochized_without_repeat_has_a_length(root):
     ds = get_train_dataset(_yaml(root, "epo.yaml", body), batch_size=1, repeat=False, **PLAIN)
     assert len(ds) == 2 * 20 + 3 * 10
     assert len(list(get_loader(ds))) == len(ds)
+
+
+def test_fractional_repetitions_round_down_per_worker_on_several_ranks(tmp_path):
+    """Energon's ``RepeatDataset`` counts each worker's part: 55 samples on 2 ranks of 2
+    workers are parts of 14, 14 | 14, 13 (and 14, 13 | 14, 14 for the second dataset, shifted
+    by the first's 55); repetitions 0.7 and 1.5 give rank 0 ``9 + 9 + 21 + 19 = 58`` samples
+    and rank 1 ``9 + 9 + 21 + 21 = 60`` (Energon's test_metadataset_fixed_fractional_epochs),
+    where rounding each rank's 27 or 28 samples once gives 60 on both."""
+    make_text_dataset(tmp_path / "ds1", shards=11, per_shard=5)
+    make_text_dataset(tmp_path / "ds2", shards=11, per_shard=5)
+    body = textwrap.dedent(
+        """\
+        splits:
+          train:
+            blend_epochized:
+              - {repetitions: 0.7, path: ds1}
+              - {repetitions: 1.5, path: ds2}
+        """
+    )
+    path = _yaml(tmp_path, "frac.yaml", body)
+    got = []
+    for rank in (0, 1):
+        wc = WorkerConfig(rank=rank, world_size=2, num_workers=2)
+        ds = get_train_dataset(
+            path, batch_size=1, repeat=False, worker_config=wc, shuffle_buffer_size=None,
+            max_samples_per_sequence=None, shuffle_over_epochs_multiplier=None,
+        )  # fmt: skip
+        with get_loader(ds) as loader:
+            got.append((len(ds), sum(1 for _ in loader)))
+    assert got == [(58, 58), (60, 60)]
+    one = get_train_dataset(path, batch_size=1, repeat=False, **PLAIN)  # one rank: 38 + 82
+    assert len(one) == 120

@@ -193,13 +193,14 @@ def test_joiner_function_of_imported_code_or_registered(folders):
     assert batch.first == batch.second == ["10", "11", "12", "13"]
 
 
-def test_aux_of_a_typed_dataset_and_dataset_config_are_refused_with_the_fpipe_way(folders):
+def test_aux_of_a_typed_dataset_and_a_missing_dataset_config_are_refused(folders):
     # aux: feeds cookers (tests/energon/test_energon_aux.py); a typed dataset has none
     aux = _write(folders, "aux.yaml", "splits: {train: {path: ds1, aux: {media: ds2}}}\n")
     with pytest.raises(ConfigError, match="aux applies to crude datasets"):
         get_train_dataset(aux, batch_size=2, max_samples_per_sequence=2)
+    # dataset_config: another file of .nv-meta (tests/energon/test_energon_config_files.py)
     cfg = _write(folders, "cfg.yaml", "splits: {train: {path: ds1, dataset_config: x.yaml}}\n")
-    with pytest.raises(ConfigError, match="dataset_config.*field_map"):
+    with pytest.raises(ConfigError, match="dataset_config 'x.yaml': there is no .nv-meta/x.yaml"):
         get_train_dataset(cfg, batch_size=2, max_samples_per_sequence=2)
     assert TextSample  # the sample type of these datasets
 

@@ -80,10 +80,10 @@ def test_get_dataset_from_config_gives_the_split_one_sample_at_a_time(tmp_path):
         root, split_part="train", training=False, worker_config=WC,
         sample_type=ImageClassificationSample,
     )  # fmt: skip
-    samples = list(ds)
+    samples = list(ds.build())  # Energon's factory: build() gives the dataset
     assert [s.__key__ for s in samples] == [f"{i:06d}" for i in range(10)]
     assert isinstance(samples[0], ImageClassificationSample) and samples[3].label == 0
     with pytest.raises(ConfigError, match="holds ImageClassificationSample"):
         get_dataset_from_config(root, split_part="train", worker_config=WC, sample_type=TextSample)
-    with pytest.raises(ConfigError, match="dataset_config='other.yaml'"):
+    with pytest.raises(ConfigError, match="dataset_config 'other.yaml': there is no"):
         get_dataset_from_config(root, dataset_config="other.yaml", worker_config=WC)

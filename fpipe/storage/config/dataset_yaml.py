@@ -23,6 +23,7 @@ __all__ = [
     "DatasetConfig",
     "SplitConfig",
     "dump_yaml",
+    "is_config_file_name",
     "is_crude",
     "load_dataset_config",
     "load_split_config",
@@ -57,6 +58,9 @@ class DatasetConfig(msgspec.Struct, frozen=True, kw_only=True):
     subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
     #: Energon ``sample_loader`` reference, recorded but never executed by storage.
     sample_loader: str | None = None
+    #: the split file of the dataset's index folder to read instead of ``split.yaml``
+    #: (Energon's ``split_config:`` key; it wins over one a caller or metadataset names).
+    split_config: str | None = None
 
 
 class SplitConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -134,12 +138,22 @@ def dataset_config_from_obj(obj: Any, where: str) -> DatasetConfig:
     if not isinstance(subflavors, dict):
         raise ConfigError(f"{where}: subflavors must be a mapping")
     loader = obj.get("sample_loader")
+    split_config = obj.get("split_config")
+    if split_config is not None and not is_config_file_name(split_config):
+        raise ConfigError(f"{where}: split_config must be a file name, got {split_config!r}")
     return DatasetConfig(
         sample_type=st,
         field_map=field_map,
         subflavors=subflavors,
         sample_loader=None if loader is None else str(loader),
+        split_config=split_config,
     )
+
+
+def is_config_file_name(name: Any) -> bool:
+    """Whether ``name`` is a plain file name (no folder part), as ``dataset_config`` /
+    ``split_config`` name a file of a dataset's index folder."""
+    return isinstance(name, str) and bool(name) and Path(name).name == name and name != ".."
 
 
 def load_dataset_config(path: str | Path) -> DatasetConfig:

@@ -33,6 +33,7 @@ from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import _load_yaml
 from fpipe.storage.config.metadataset_entries import (
     BLEND_ENTRY_KEYS,
+    CONFIG_FILE_KEYS,
     EPOCH_ENTRY_KEYS,
     JOIN_KEYS,
     AuxRef,
@@ -42,7 +43,6 @@ from fpipe.storage.config.metadataset_entries import (
     aux_refs,
     combine_multipliers,
     config_name,
-    dataset_config_refused,
     entry_name,
     is_metadataset,
     join_leaf,
@@ -115,13 +115,17 @@ class Metadataset(msgspec.Struct, frozen=True, kw_only=True):
     splits: dict[str, Any]
 
 
-def load_metadataset(path: str | os.PathLike) -> Metadataset:
+def load_metadataset(path: str | os.PathLike, *, check_paths: bool = True) -> Metadataset:
     """Parse and check a metadataset file, nested files included.
 
     Raises ConfigError naming the file and the entry for unknown keys, bad weights or
-    repetitions, missing paths and cycles between nested files.
+    repetitions, missing paths and cycles between nested files. ``check_paths=False`` only
+    parses the top file (to list what it names, datasets that do not exist yet included:
+    :func:`resolve_mix` with ``check_paths=False``).
     """
     md = _load(Path(path).resolve(), ())
+    if not check_paths:
+        return md
     for split in md.splits:
         for mode in ("train", "val"):  # every node is checked in both readings
             resolve_mix(md, split, training=mode == "train")
@@ -181,11 +185,14 @@ def _v1_split(node: Any, where: str, entry: str) -> dict:
     return {"blend": out}
 
 
-def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
+def resolve_mix(
+    md: Metadataset, split: str, *, training: bool = True, check_paths: bool = True
+) -> Mix:
     """Flatten split ``split`` of ``md`` into its leaf datasets (see the module docstring).
 
     With ``training=False`` (validation and test) weights and repetitions are ignored and the
-    leaves are concatenated in file order, as Energon does.
+    leaves are concatenated in file order, as Energon does. ``check_paths=False``: a dataset
+    or ``aux:`` folder that does not exist is listed as named, not refused.
 
     Example::
 
@@ -195,8 +202,9 @@ def resolve_mix(md: Metadataset, split: str, *, training: bool = True) -> Mix:
     if split not in md.splits:
         raise ConfigError(f"{md.path}: no split {split!r}; the file has {sorted(md.splits)}")
     mode, leaves, schedule = _node(
-        md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True
-    )
+        md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True,
+        check=check_paths,
+    )  # fmt: skip
     leaves = _unique_names(leaves, md.path, split)
     unit = _unit(md.splits[split], md.path, f"splits.{split}")
     if not training:
@@ -235,8 +243,8 @@ def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...
     for name, idxs in by_name.items():
         if len(idxs) > 1:
             for i, prefix in zip(idxs, _telling_folders([leaves[i] for i in idxs])):
-                if prefix is None:
-                    _clash(leaves[idxs[0]], leaves[i], where, split)
+                if prefix is None:  # the same folder twice: name the first two entries
+                    _clash(leaves[idxs[0]], leaves[idxs[1]], where, split)
                 out[i] = msgspec.structs.replace(leaves[i], name=f"{prefix}/{name}")
     seen: dict[str, Leaf] = {}
     for leaf in out:
@@ -267,10 +275,10 @@ def _clash(first: Leaf, second: Leaf, where: str, split: str) -> None:
     )
 
 
-def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subset=None):
+def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subset=None, check=True):
     """(mode, leaves, schedule) of one node; ``subflavors`` and ``subset`` (a
     :class:`~fpipe.storage.config.metadataset_subset.SampleRange`) come from the levels
-    above."""
+    above; ``check``: refuse paths that do not exist."""
     where = stack[-1]
     if not isinstance(node, dict):
         raise ConfigError(f"{where}: {entry}: expected a mapping, got {type(node).__name__}")
@@ -283,9 +291,10 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subse
     kind = kinds[0]
     if kind == "path":
         no_unknown(node, _REF_KEYS, where, entry)
-        return _reference(node, base, split, entry, subflavors, stack, subset)
+        return _reference(node, base, split, entry, subflavors, stack, subset, check=check)
     if kind == "join":
-        return "single", [join_leaf(node, base, split, entry, subflavors, stack, subset)], None
+        leaf = join_leaf(node, base, split, entry, subflavors, stack, subset, check=check)
+        return "single", [leaf], None
     extra = BLEND_ENTRY_KEYS if kind == "blend" else EPOCH_ENTRY_KEYS
     no_unknown(node, {kind, "schedule", "schedule_mode", "blend_unit", "subset"}, where, entry)
     subset = node_subset(node, subset, where, entry, leaf=False)
@@ -305,13 +314,15 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subse
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         if "join" in item:
             no_unknown(item, JOIN_KEYS | extra, where, e)
-            leaves = [join_leaf(item, base, split, e, subflavors, stack, subset)]
+            leaves = [join_leaf(item, base, split, e, subflavors, stack, subset, check=check)]
             inner_mode = "single"
         else:
             if "path" not in item:
                 raise ConfigError(f"{where}: {e}: missing 'path'")
             no_unknown(item, _REF_KEYS | extra, where, e)
-            inner_mode, leaves, _ = _reference(item, base, split, e, subflavors, stack, subset)
+            inner_mode, leaves, _ = _reference(
+                item, base, split, e, subflavors, stack, subset, check=check
+            )
         if kind == "blend":
             if inner_mode == "blend_epochized":
                 raise ConfigError(f"{where}: {e}: cannot blend an epochized blend by weight")
@@ -343,7 +354,7 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subse
     return kind, out, schedule
 
 
-def _reference(node, base, split, entry, subflavors, stack, subset=None):
+def _reference(node, base, split, entry, subflavors, stack, subset=None, *, check=True):
     where = stack[-1]
     raw = node["path"]
     if not isinstance(raw, str) or not raw:
@@ -356,18 +367,17 @@ def _reference(node, base, split, entry, subflavors, stack, subset=None):
     # Subflavors: the levels above override the entry's own (Energon's merge order).
     merged = {**subflavors_of(node, where, entry), **subflavors}
     name = entry_name(node)
-    if not is_url(raw) and not path.exists():
+    if check and not is_url(raw) and not path.exists():
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
     mult = multiplier(node, where, entry)
-    if node.get("dataset_config") is not None:
-        raise ConfigError(dataset_config_refused(where, entry))
-    split_config = config_name(node.get("split_config"), where, entry, "split_config")
-    aux = aux_refs(node, base, where, entry)
+    configs = {key: config_name(node.get(key), where, entry, key) for key in CONFIG_FILE_KEYS}
+    aux = aux_refs(node, base, where, entry, check=check)
     nested = not is_url(raw) and is_metadataset(path)
     subset = node_subset(node, subset, where, entry, leaf=not nested)
     if nested:
-        if split_config is not None or aux:
-            key = "split_config" if split_config is not None else "aux"
+        given = [key for key, value in configs.items() if value is not None]
+        if given or aux:
+            key = given[0] if given else "aux"
             raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
         inner = _load(path, stack)
         if split_part not in inner.splits:
@@ -383,6 +393,7 @@ def _reference(node, base, split, entry, subflavors, stack, subset=None):
             merged,
             (*stack, str(path)),
             subset=subset,
+            check=check,
         )
         leaves = [
             msgspec.structs.replace(
@@ -402,7 +413,8 @@ def _reference(node, base, split, entry, subflavors, stack, subset=None):
         subflavors=merged,
         where=f"{where}: {entry}",
         shuffle_over_epochs_multiplier=mult,
-        split_config=split_config,
+        dataset_config=configs["dataset_config"],
+        split_config=configs["split_config"],
         aux=aux,
         subset=subset,
     )

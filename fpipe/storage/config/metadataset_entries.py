@@ -12,12 +12,14 @@ from typing import Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.storage.config.dataset_yaml import is_config_file_name
 from fpipe.storage.config.metadataset_subset import SampleRange, node_subset
 from fpipe.storage.paths import is_url
 
 __all__ = [
     "AuxRef",
     "BLEND_ENTRY_KEYS",
+    "CONFIG_FILE_KEYS",
     "EPOCH_ENTRY_KEYS",
     "JOINER_FUNCTION",
     "JOIN_KEYS",
@@ -27,7 +29,6 @@ __all__ = [
     "aux_refs",
     "combine_multipliers",
     "config_name",
-    "dataset_config_refused",
     "entry_name",
     "is_metadataset",
     "join_leaf",
@@ -68,7 +69,9 @@ class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
 
     ``nonmatch`` says what a primary sample without a match here becomes: ``"error"`` (a bad
     sample), ``"skip"`` (left out, counted) or ``"none"`` (this part's fields are None);
-    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name).
+    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name);
+    ``dataset_config`` / ``split_config``: the part's config / split file to read instead of
+    ``dataset.yaml`` / ``split.yaml`` (file names in its index folder).
     """
 
     path: str
@@ -76,6 +79,8 @@ class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
     nonmatch: str = "error"
     subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
     name: str = ""
+    dataset_config: str | None = None
+    split_config: str | None = None
 
 
 class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,10 +94,13 @@ class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
 
 
-def aux_refs(node: dict, base: Path, where: str, entry: str) -> tuple[AuxRef, ...]:
+def aux_refs(
+    node: dict, base: Path, where: str, entry: str, *, check: bool = True
+) -> tuple[AuxRef, ...]:
     """The ``aux:`` mapping of a reference as records (``()`` without one): a plain path is a
     prepared dataset, ``filesystem://path`` a folder; relative paths are relative to the file
-    that names them. Raises ConfigError naming the file, the entry and the name."""
+    that names them. Raises ConfigError naming the file, the entry and the name (``check``:
+    also when the folder does not exist)."""
     raw = node.get("aux")
     if raw is None:
         return ()
@@ -118,7 +126,7 @@ def aux_refs(node: dict, base: Path, where: str, entry: str) -> tuple[AuxRef, ..
             )
         path = Path(target) if os.path.isabs(target) else base.parent / target
         path = path.resolve()
-        if not path.is_dir():
+        if check and not path.is_dir():
             raise ConfigError(f"{at}: {ref!r} is not a folder ({path})")
         out.append(AuxRef(name=name, path=str(path), kind=kind))
     return tuple(out)
@@ -135,8 +143,9 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     the registered sample type the parts are joined into (``function:module.name``: a
     registered joiner function); ``join_name``: the primary's key when ``join:`` is a mapping;
     ``shuffle_over_epochs_multiplier``: this dataset's factor of Energon's multiplier (the
-    product down the levels; None: slices in index order); ``split_config``: the dataset's
-    split file to read instead of ``split.yaml``; ``aux``: auxiliary file stores passed to the
+    product down the levels; None: slices in index order); ``dataset_config`` /
+    ``split_config``: the dataset's config / split file to read instead of ``dataset.yaml`` /
+    ``split.yaml`` (file names in its index folder); ``aux``: auxiliary file stores passed to the
     cookers of a crude dataset (:class:`AuxRef`); ``subset``: the range of the split's samples
     kept (a metadataset's ``subset:``, composed down the levels; None: all).
     """
@@ -152,6 +161,7 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     joiner: str | None = None
     join_name: str = ""
     shuffle_over_epochs_multiplier: int | None = 1
+    dataset_config: str | None = None
     split_config: str | None = None
     aux: tuple[AuxRef, ...] = ()
     subset: SampleRange | None = None
@@ -228,13 +238,13 @@ def _default_name(ref: dict, split_part: str | None) -> str:
     return f"{stem}.{split_part}" if split_part else stem
 
 
-def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
+def join_leaf(node, base, split, entry, subflavors, stack, subset=None, *, check=True) -> Leaf:
     """A ``join:`` node as one leaf: the first (primary) dataset, the others joined by key.
 
     ``join:`` is a list of parts, or a mapping name -> part (the names reach a custom joiner's
     ``from_joined`` as keyword arguments). Part paths may be URLs of datasets on object storage.
     ``subset``: the range of the levels above; the join's own ``subset:`` selects samples of
-    the primary.
+    the primary. ``check``: refuse paths that do not exist.
     """
     where = stack[-1]
     subset = node_subset(node, subset, where, entry, leaf=True)
@@ -252,17 +262,10 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
         if not isinstance(part, dict) or "path" not in part:
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
-        if part.get("dataset_config") is not None:
-            raise ConfigError(dataset_config_refused(where, e))
-        if part.get("split_config") is not None:
-            raise ConfigError(
-                f"{where}: {e}: 'split_config' is not supported on the datasets of a join (a "
-                "joined dataset is matched by key in its split.yaml split); set it on a plain "
-                "dataset entry, or write the split into the joined dataset's split.yaml"
-            )
+        configs = {k: config_name(part.get(k), where, e, k) for k in CONFIG_FILE_KEYS}
         raw = str(part["path"])
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
-        if not is_url(raw) and not Path(p).exists():
+        if check and not is_url(raw) and not Path(p).exists():
             raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")
         if not is_url(raw) and is_metadataset(p):
             raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")
@@ -281,6 +284,7 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
                 nonmatch=nonmatch,
                 subflavors={**subflavors_of(part, where, e), **outer},
                 name=names[i] if names else "",
+                **configs,
             )
         )
     return Leaf(
@@ -292,6 +296,8 @@ def join_leaf(node, base, split, entry, subflavors, stack, subset=None) -> Leaf:
         join=tuple(resolved[1:]),
         joiner=_joiner_name(node.get("joiner"), where, entry),
         join_name=resolved[0].name,
+        dataset_config=resolved[0].dataset_config,
+        split_config=resolved[0].split_config,
         shuffle_over_epochs_multiplier=multiplier(node, where, entry),
         subset=subset,
     )
@@ -322,23 +328,17 @@ def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
     return None if outer is None or inner is None else outer * inner
 
 
+#: The keys of an entry that name another config file of its dataset.
+CONFIG_FILE_KEYS = ("dataset_config", "split_config")
+
+
 def config_name(value: Any, where: str, entry: str, key: str) -> str | None:
-    """A ``split_config`` file name (None when absent)."""
+    """A ``dataset_config`` / ``split_config`` file name (None when absent)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or "/" in value:
+    if not is_config_file_name(value):
         raise ConfigError(f"{where}: {entry}: {key} must be a file name, got {value!r}")
     return value
-
-
-def dataset_config_refused(where: str, entry: str) -> str:
-    """The message refusing a ``dataset_config`` override."""
-    return (
-        f"{where}: {entry}: 'dataset_config' (another dataset.yaml of the dataset) is not "
-        "supported: fpipe reads one dataset.yaml per dataset. Give the sample type and field "
-        "map to get_train_dataset (sample_type=, field_map=), or prepare a copy of the dataset "
-        "with that config"
-    )
 
 
 #: Prefix of a joiner that names a registered function (``__function__``), not a sample type.

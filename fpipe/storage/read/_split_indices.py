@@ -10,6 +10,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import SplitConfig
 from fpipe.storage.read.record import IndexRecord
+from fpipe.storage.read.webdataset import shard_stem
 
 __all__ = ["resolve_split"]
 
@@ -25,7 +26,9 @@ def resolve_split(
 
     Shards come in the order split.yaml lists them (as Energon reads them; ``energon prepare
     --shuffle-tars`` lists them shuffled), samples in shard order. Exclude entries are a shard
-    name, ``"<shard name>/<index within shard>"`` or a sample key ``"<shard stem>/<key>"``.
+    name, ``"<shard name>/<key in the shard>"`` (Energon reads it so: ``parts/a.tar/000035``
+    is the sample of key ``000035`` in ``parts/a.tar``), ``"<shard name>/<index within
+    shard>"`` when the shard has no sample of that key, or a sample key ``"<shard stem>/<key>"``.
     """
     n = record.num_samples
     if split is None:
@@ -45,6 +48,11 @@ def resolve_split(
             keep[starts[pos[entry]] : starts[pos[entry] + 1]] = False
             continue
         head, _, tail = entry.rpartition("/")
+        if head in pos:  # Energon's "<shard name>/<sample key>": that shard's sample of the key
+            j = index_of_key(f"{shard_stem(head)}/{tail}")
+            if j is not None and starts[pos[head]] <= j < starts[pos[head] + 1]:
+                keep[j] = False
+                continue
         if head in pos and tail.isdigit():
             count = int(starts[pos[head] + 1] - starts[pos[head]])
             if int(tail) >= count:

@@ -31,7 +31,13 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.decode.limits import DecodeLimits
-from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig, load_split_config
+from fpipe.storage.config.dataset_yaml import (
+    DatasetConfig,
+    SplitConfig,
+    is_config_file_name,
+    load_dataset_config,
+    load_split_config,
+)
 from fpipe.storage.paths import is_url
 from fpipe.storage.read._split_indices import resolve_split
 from fpipe.storage.read.av_meta import AVIndex
@@ -143,30 +149,48 @@ class Dataset:
         """Split names from split.yaml (empty when there is none)."""
         return tuple(self.split.split_parts) if self.split else ()
 
-    def split_indices(self, name: str, split_config: str | None = None) -> np.ndarray:
+    def split_indices(
+        self, name: str, split_config: str | None = None, *, dataset_config: str | None = None
+    ) -> np.ndarray:
         """Sample indices of split ``name`` (all samples without a split). ``split_config``:
         another split file of the dataset to read instead of ``split.yaml`` (Energon's
-        metadataset override: a file name in ``.nv-meta/``, or in ``.fpipe/``)."""
+        override: a file name in ``.nv-meta/``, or in ``.fpipe/``). The dataset config read
+        (``dataset_config``, see :meth:`dataset_config`; None: dataset.yaml) may name the split
+        file itself (its ``split_config:``), which wins, as in Energon."""
+        own = self.dataset_config(dataset_config).split_config
+        split_config = own or split_config
         if isinstance(self.reader, TableReader):
             if split_config is not None:
                 raise ConfigError(f"{self.path}: split_config applies to sharded datasets")
             return self.reader.split_indices(name)
-        split = self.split if split_config is None else self._split_file(split_config)
-        return resolve_split(split, name, self.record, self.index_of_key, self._where)
+        split, where = self.split, self._where
+        if split_config is not None:
+            path = self._index_file(split_config, "split_config")
+            split, where = load_split_config(path), str(path)
+        return resolve_split(split, name, self.record, self.index_of_key, where)
 
-    def _split_file(self, name: str):
-        """The split file ``name`` of this dataset's ``.nv-meta/`` (or ``.fpipe/``)."""
-        if is_url(self.path) or Path(name).name != name:
+    def dataset_config(self, name: str | None) -> DatasetConfig:
+        """The dataset config file ``name`` of this dataset's ``.nv-meta/`` (or ``.fpipe/``)
+        folder, read as data (Energon's ``dataset_config=``: another dataset.yaml of the same
+        shards); None: :attr:`config` (``dataset.yaml``)."""
+        if name is None:
+            return self.config
+        return load_dataset_config(self._index_file(name, "dataset_config"))
+
+    def _index_file(self, name: str, key: str) -> Path:
+        """The path of file ``name`` in this dataset's ``.nv-meta/`` (or ``.fpipe/``) folder,
+        which must exist; ``key`` names the option in errors."""
+        if is_url(self.path) or not is_config_file_name(name):
             raise ConfigError(
-                f"{self.path}: split_config {name!r} must be a file name in the dataset's "
+                f"{self.path}: {key} {name!r} must be a file name in the dataset's "
                 ".nv-meta/ (or .fpipe/) folder of a local dataset"
             )
         for folder in (".nv-meta", ".fpipe"):
-            found = load_split_config(Path(self.path) / folder / name)
-            if found is not None:
-                return found
+            path = Path(self.path) / folder / name
+            if path.is_file():
+                return path
         raise ConfigError(
-            f"{self.path}: split_config {name!r}: there is no .nv-meta/{name} or .fpipe/{name}"
+            f"{self.path}: {key} {name!r}: there is no .nv-meta/{name} or .fpipe/{name}"
         )
 
     def key(self, i: int) -> str:

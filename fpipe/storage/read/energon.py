@@ -310,7 +310,9 @@ class EnergonReader:
 
 
 def exclude_to_keys(root: str | Path, meta: EnergonMeta) -> list[str]:
-    """Energon ``exclude`` entries with sample indices rewritten as sample keys.
+    """Energon ``exclude`` entries with sample indices rewritten as sample keys
+    (``"<shard>/<key in the shard>"``, as Energon reads it, becomes that key; a number that is
+    no key of the shard is read as an index in it).
 
     fpipe's own index may leave bad samples out, so Energon's per-shard indices would point
     at other samples there; keys do not move.
@@ -329,10 +331,16 @@ def exclude_to_keys(root: str | Path, meta: EnergonMeta) -> list[str]:
                 arrays = ArrayStore(make=energon_arrays(str(root), record))
                 reader = EnergonReader(str(root), record, arrays, FileCache(4))
             try:
+                start = int(starts[names.index(head)])
+                shard_keys = [reader.key(start + i) for i in range(meta.shard_counts[head])]
+                key = f"{shard_stem(head)}/{tail}"
                 j = int(tail)
-                if j >= meta.shard_counts[head]:
+                if key in shard_keys:  # Energon reads the entry as a key of the shard
+                    out.append(key)
+                elif j < len(shard_keys):
+                    out.append(shard_keys[j])
+                else:
                     raise IndexError(j)
-                out.append(reader.key(int(starts[names.index(head)]) + j))
             except (BadSampleError, IndexError, ConfigError):
                 out.append(entry)
         else:
@@ -368,8 +376,11 @@ def exclude_to_keys_by_walk(
                     keys[head] = _walk_keys(root, head)
                 except (OSError, ShardError):
                     keys[head] = []
-            j = int(tail)
-            out.append(keys[head][j] if j < len(keys[head]) else entry)
+            j, key = int(tail), f"{shard_stem(head)}/{tail}"
+            if key in keys[head]:  # Energon reads the entry as a key of the shard
+                out.append(key)
+            else:
+                out.append(keys[head][j] if j < len(keys[head]) else entry)
         else:
             out.append(entry)
     return out
