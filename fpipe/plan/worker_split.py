@@ -22,7 +22,7 @@ from fpipe.core.records import Config
 from fpipe.core.stage import View
 from fpipe.plan.distribute import PER_RANK_HINT
 
-__all__ = ["WorkerSplitConfig", "remainder_order", "worker_range", "worker_split"]
+__all__ = ["WorkerSplitConfig", "remainder_order", "worker_range", "worker_split", "worker_starts"]
 
 
 def remainder_order(n: int) -> list[int]:
@@ -56,6 +56,29 @@ def worker_range(
     >>> [worker_range(55, rank=r, world_size=3, workers=5) for r in range(3)]
     [(0, 19), (19, 38), (38, 55)]
     """
+    counts = _rank_worker_counts(n, rank, world_size, workers, rotation)
+    lo = int(counts[0])
+    return lo, lo + int(counts[1:].sum())
+
+
+def worker_starts(
+    n: int, *, rank: int, world_size: int, workers: int, rotation: int = 0
+) -> list[int]:
+    """Where each worker's part starts inside rank ``rank``'s part (positions of the part,
+    the first 0; a worker with no sample repeats its neighbour's start): Energon reads each
+    worker's part on its own, so no slice crosses these.
+
+    >>> worker_starts(55, rank=0, world_size=3, workers=5)
+    [0, 4, 8, 12, 16]
+    """
+    counts = _rank_worker_counts(n, rank, world_size, workers, rotation)
+    return [0, *np.cumsum(counts[1:-1]).tolist()]
+
+
+def _rank_worker_counts(
+    n: int, rank: int, world_size: int, workers: int, rotation: int
+) -> np.ndarray:
+    """[samples of the workers before rank ``rank``, then each of its workers' samples]."""
     if world_size < 1 or not 0 <= rank < world_size:
         raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     per_rank = max(1, workers)
@@ -65,8 +88,8 @@ def worker_range(
     for j, worker in enumerate(remainder_order(total)):
         if (j - rotation) % total < extra:
             counts[worker] += 1
-    lo = int(counts[: rank * per_rank].sum())
-    return lo, lo + int(counts[rank * per_rank : (rank + 1) * per_rank].sum())
+    before = counts[: rank * per_rank].sum()
+    return np.concatenate([[before], counts[rank * per_rank : (rank + 1) * per_rank]])
 
 
 class WorkerSplitConfig(Config, frozen=True):
