@@ -101,8 +101,10 @@ def dataset_view(
         source, tag = _joined(join, source, options.open_kwargs)
         source_id += tag
     cols = {c: ds.column(c) for c in columns}
-    if options.sequence_slices == "shards" and "shard_id" in ds.column_names:
-        cols["shard_id"] = ds.column("shard_id")  # where the slices end (shard_slices)
+    joined = join is not None and bool(join.join)
+    if options.sequence_slices == "shards" and "shard_id" in ds.column_names and not joined:
+        # where the slices end (shard_slices); Energon slices a join by its workers' parts only
+        cols["shard_id"] = ds.column("shard_id")
     view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
     return source, view
 
@@ -334,9 +336,9 @@ def shard_slices(view: View, options: DatasetOptions, cuts=(), *, passes: int = 
         return None
     n = view.size
     ids = None
-    if n:
-        refs = view.gather(0, 0, np.arange(n, dtype=np.int64))  # index order: no key is used
-        ids = refs.columns.get("shard_id")
+    # index order (no key is used); one ref first: a table has no shard_id column to gather
+    if n and "shard_id" in view.gather(0, 0, np.zeros(1, dtype=np.int64)).columns:
+        ids = view.gather(0, 0, np.arange(n, dtype=np.int64)).column("shard_id")
     starts = shard_slice_starts(ids, n, options.max_samples_per_sequence, cuts)
     tiled = np.concatenate([starts + p * n for p in range(passes)]) if passes > 1 else starts
     return RaggedSlices(tiled, n * passes)

@@ -136,3 +136,31 @@ def test_exact_resume_and_any_number_of_workers(data, kw):
             if len(head) + len(rest) >= 50:
                 break
     assert head + rest[: 50 - len(head)] == whole
+
+
+def test_a_join_is_sliced_by_its_workers_parts_only(tmp_path):
+    # Energon's joined dataset slices its workers' ranges only (Sharder.slice_workers): with no
+    # limit, the joined samples come in index order, whatever the primary's shards.
+    from tests.loader.test_join import ImageText
+    from tests.storage.helpers import jpeg_bytes, write_tar
+
+    for s in range(3):
+        keys = range(4 * s, 4 * s + 4)
+        write_tar(tmp_path / "images" / f"img-{s}.tar",
+                  [(f"{k:06d}", {"jpg": jpeg_bytes(8, 8)}) for k in keys])  # fmt: skip
+    write_tar(tmp_path / "texts" / "txt-0.tar",
+              [(f"{k:06d}", {"txt": f"t{k}".encode()}) for k in range(12)])  # fmt: skip
+    fpipe.storage.prepare_dataset(tmp_path / "images", fields={"image": "jpg"},
+                                  sample_type="ImageSample")  # fmt: skip
+    fpipe.storage.prepare_dataset(tmp_path / "texts", fields={"text": "txt"},
+                                  sample_type="TextSample")  # fmt: skip
+    path = tmp_path / "joined.yaml"
+    path.write_text(
+        "splits:\n  train:\n    join:\n      - {path: ./images}\n      - {path: ./texts}\n"
+        f"    joiner: {{__module__: tests.loader.test_join, __class__: {ImageText.__name__}}}\n"
+    )
+    for seed in range(3):
+        ds = _train(path, batch_size=1, max_samples_per_sequence=None, seed=seed)
+        with fpipe.get_loader(ds) as loader:
+            texts = [b.text[0] for _, b in zip(range(12), loader)]
+        assert texts == [f"t{k}" for k in range(12)]
