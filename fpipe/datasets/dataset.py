@@ -99,7 +99,8 @@ def get_train_dataset(
         ``distribution="energon"``, a worker's part); ``max_samples_per_sequence=None`` reads
         each shard whole, in order (only the order of the shards is shuffled), and a limit
         ``k`` cuts a shard longer than ``1.5 * k`` into ``round(len / k)`` nearly equal
-        slices. A table (no shards) is one shard. See :mod:`fpipe.plan.shard_slices`.
+        slices. A table (no shards) is one shard, and so is a metadataset ``join:``. See
+        :mod:`fpipe.plan.shard_slices`.
       task_encoder: a :class:`fpipe.encode.TaskEncoder` (default: DefaultTaskEncoder).
       seed: the root of every random decision.
       num_epochs: None repeats forever (for a blend: blend epochs; a weighted blend's epoch is
