@@ -99,21 +99,22 @@ class RaggedSlices:
         self.layout = functools.lru_cache(maxsize=4)(self._layout)
 
     def _layout(self, root: Key, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source start of each slot's slice, end position of each slot) in ``epoch``."""
+        """(input position minus output position in each slot, end position of each slot) in
+        ``epoch``: slot ``s`` reads the slice that starts at ``shift[s] + ends[s - 1]``."""
         num = len(self.starts)
         order = permutation(fold_in(step_key(root, self.name), epoch), num) if num > 1 else (
             np.zeros(num, dtype=np.int64))  # fmt: skip
-        src, ends = self.starts[order], np.cumsum(self.lengths[order])
-        src.flags.writeable = ends.flags.writeable = False
-        return src, ends
+        lengths = self.lengths[order]
+        ends = np.cumsum(lengths)
+        shift = self.starts[order] - (ends - lengths)
+        shift.flags.writeable = ends.flags.writeable = False
+        return shift, ends
 
     def source_positions(self, root: Key, epoch: int, positions: np.ndarray) -> np.ndarray:
         """Where positions of the shuffled epoch read in the input view."""
-        src, ends = self.layout(root, epoch)
+        shift, ends = self.layout(root, epoch)
         p = np.asarray(positions, dtype=np.int64)
-        slot = np.searchsorted(ends, p, side="right")
-        lengths = np.diff(ends, prepend=0)
-        return src[slot] + p - (ends[slot] - lengths[slot])
+        return p + shift[np.searchsorted(ends, p, side="right")]
 
 
 def ragged_slice_shuffle(view: View, slices: RaggedSlices) -> View:

@@ -158,6 +158,7 @@ def _interleave_ragged(view: View, parallel: int, slices: RaggedSlices, name: st
     """:func:`interleave` over the ragged slices of ``view`` (their order is the epoch's)."""
     inner = view.gather
 
+    @functools.lru_cache(maxsize=4)
     def block_ends(root, epoch) -> np.ndarray:
         ends = slices.layout(root, epoch)[1]
         last = ends[parallel - 1 :: parallel]
