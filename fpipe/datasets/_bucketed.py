@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from fpipe.core import Pipeline
 from fpipe.core.errors import ConfigError
-from fpipe.datasets._mix import _open, dataset_view
+from fpipe.datasets._mix import _open, dataset_view, shard_slices
 from fpipe.datasets.options import DatasetOptions
 from fpipe.loader.planned import PlannedDataset
 from fpipe.materialize.materializer import Materializer
 from fpipe.plan import bucket_batches, load_bucket_config, slice_shuffle
+from fpipe.plan.shard_slices import ragged_slice_shuffle
 
 __all__ = ["bucketed_dataset"]
 
@@ -63,7 +64,11 @@ def bucketed_dataset(path, options: DatasetOptions, topo) -> PlannedDataset:
     width, height, frames = _bucket_columns(_open(path, options.open_kwargs))
     cols = tuple(dict.fromkeys((*options.columns, width, height, *([frames] if frames else []))))
     source, view = dataset_view(path, options.split, options, columns=cols)
-    view = slice_shuffle(view, options.max_samples_per_sequence or 1)
+    slices = shard_slices(view, options)  # sequence_slices="shards": Energon's slices
+    if slices is None:
+        view = slice_shuffle(view, options.max_samples_per_sequence or 1)
+    else:
+        view = ragged_slice_shuffle(view, slices)
     src = bucket_batches(
         view,
         table,

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.stage import Source
@@ -28,9 +29,10 @@ from fpipe.plan.blend import blend
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
+from fpipe.plan.shard_slices import RaggedSlices, ragged_slice_shuffle, shard_slice_starts
 from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
-from fpipe.plan.worker_split import energon_repeat_count, worker_range, worker_split
+from fpipe.plan.worker_split import energon_repeat_count, worker_range, worker_split, worker_starts
 from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
     Leaf,
@@ -102,6 +104,10 @@ def dataset_view(
         source, tag = _joined(join, source, options.open_kwargs)
         source_id += tag
     cols = {c: ds.column(c) for c in columns}
+    joined = join is not None and bool(join.join)
+    if options.sequence_slices == "shards" and "shard_id" in ds.column_names and not joined:
+        # where the slices end (shard_slices); Energon slices a join by its workers' parts only
+        cols["shard_id"] = ds.column("shard_id")
     view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
     return source, view
 
@@ -251,12 +257,15 @@ def train_head(
     )
 
     def shuffled(view, leaf: Leaf | None = None, rotation: int = 0):
+        cuts: list[int] = []
         if options.distribution == "per_rank":  # this rank's own contiguous part of each dataset
             view = per_rank(view, rank=topology.rank, world_size=topology.world_size)
         elif options.distribution == "energon":  # the part Energon's sharder gives this rank
-            view = worker_split(view, rank=topology.rank, world_size=topology.world_size,
-                                workers=topology.num_workers, rotation=rotation)  # fmt: skip
-        return slice_order(view, _leaf_options(options, leaf, path))
+            split = dict(rank=topology.rank, world_size=topology.world_size,
+                         workers=topology.num_workers, rotation=rotation)  # fmt: skip
+            cuts = worker_starts(view.size, **split)  # each worker reads its part on its own
+            view = worker_split(view, **split)
+        return slice_order(view, _leaf_options(options, leaf, path), cuts=cuts)
 
     if not is_metadataset(path):
         if weight_schedule is not None:
@@ -339,15 +348,38 @@ def _leaf_options(options: DatasetOptions, leaf: Leaf | None, path) -> DatasetOp
     return msgspec.structs.replace(options, shuffle_over_epochs_multiplier=combined)
 
 
-def slice_order(view: View, options: DatasetOptions) -> View:
-    """One dataset's training order of slices (``max_samples_per_sequence`` samples each):
-    shuffled over ``shuffle_over_epochs_multiplier`` passes (None: in index order), read
+def slice_order(view: View, options: DatasetOptions, cuts=()) -> View:
+    """One dataset's training order of slices (``max_samples_per_sequence`` samples each, cut
+    as ``sequence_slices`` says; ``cuts``: positions where a slice must start): shuffled over
+    ``shuffle_over_epochs_multiplier`` passes (None: in index order), read
     ``parallel_shard_iters`` slices at a time, interleaved (Energon's two knobs)."""
-    k = options.max_samples_per_sequence or 1
     passes, parallel = options.shuffle_over_epochs_multiplier, options.parallel_shard_iters or 1
-    if passes is not None:
-        view = slice_shuffle(tile(view, passes) if passes > 1 else view, k)
-    return interleave(view, parallel, k) if parallel > 1 else view
+    if passes is None:
+        return view
+    tiled = tile(view, passes) if passes > 1 else view
+    slices = shard_slices(view, options, cuts, passes=passes)
+    if slices is None:
+        k = options.max_samples_per_sequence or 1
+        view = slice_shuffle(tiled, k)
+        return interleave(view, parallel, k) if parallel > 1 else view
+    view = ragged_slice_shuffle(tiled, slices)
+    return interleave(view, parallel, 0, slices=slices) if parallel > 1 else view
+
+
+def shard_slices(view: View, options: DatasetOptions, cuts=(), *, passes: int = 1):
+    """The :class:`~fpipe.plan.shard_slices.RaggedSlices` of ``passes`` passes over ``view``
+    with ``sequence_slices="shards"`` (Energon's slices: along the ``shard_id`` column, which
+    :func:`dataset_view` then loads, and ``cuts``), or None for fpipe's fixed slices."""
+    if options.sequence_slices != "shards":
+        return None
+    n = view.size
+    ids = None
+    # index order (no key is used); one ref first: a table has no shard_id column to gather
+    if n and "shard_id" in view.gather(0, 0, np.zeros(1, dtype=np.int64)).columns:
+        ids = view.gather(0, 0, np.arange(n, dtype=np.int64)).column("shard_id")
+    starts = shard_slice_starts(ids, n, options.max_samples_per_sequence, cuts)
+    tiled = np.concatenate([starts + p * n for p in range(passes)]) if passes > 1 else starts
+    return RaggedSlices(tiled, n * passes)
 
 
 def _schedule(given, mode: str, names) -> WeightSchedule | None:

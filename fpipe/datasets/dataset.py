@@ -24,7 +24,13 @@ from fpipe.datasets._batch_sizes import global_batch_sizes
 from fpipe.datasets._energon_options import resolve_energon_options
 from fpipe.datasets._length import count_batches, epoch_refs, stream_refs, warn_if_empty
 from fpipe.datasets._mix import eval_head, train_head
-from fpipe.datasets.options import DatasetOptions, Distribution, ScheduleMode, check_keywords
+from fpipe.datasets.options import (
+    DatasetOptions,
+    Distribution,
+    ScheduleMode,
+    SequenceSlices,
+    check_keywords,
+)
 from fpipe.loader.planned import PlannedDataset
 from fpipe.loader.topology import Topology
 from fpipe.materialize.materializer import Materializer
@@ -42,6 +48,7 @@ def get_train_dataset(
     batch_size: int | None = None,
     shuffle_buffer_size: int | None = None,
     max_samples_per_sequence: int | None = None,
+    sequence_slices: SequenceSlices = "fixed",
     task_encoder: Any = None,
     seed: int = 0,
     split: str = "train",
@@ -88,6 +95,14 @@ def get_train_dataset(
       shuffle_buffer_size: window of the window shuffle (None or 1: no window shuffle).
       max_samples_per_sequence: consecutive samples read in order before jumping (slice size
         of the slice shuffle; None: every sample is its own slice, a full permutation).
+      sequence_slices: ``"fixed"`` (default): slices of exactly ``max_samples_per_sequence``
+        consecutive samples of the split, across shard boundaries. ``"shards"``: Energon's
+        slices (``fpipe.energon``'s default): a slice never crosses a shard (nor, with
+        ``distribution="energon"``, a worker's part); ``max_samples_per_sequence=None`` reads
+        each shard whole, in order (only the order of the shards is shuffled), and a limit
+        ``k`` cuts a shard longer than ``1.5 * k`` into ``round(len / k)`` nearly equal
+        slices. A table (no shards) is one shard, and so is a metadataset ``join:``. See
+        :mod:`fpipe.plan.shard_slices`.
       task_encoder: a :class:`fpipe.encode.TaskEncoder` (default: DefaultTaskEncoder).
       seed: the root of every random decision.
       num_epochs: None repeats forever (for a blend: blend epochs; a weighted blend's epoch is

@@ -26,6 +26,7 @@ __all__ = [
     "Distribution",
     "PYTHON_ONLY",
     "ScheduleMode",
+    "SequenceSlices",
     "check_keywords",
 ]
 
@@ -33,6 +34,11 @@ __all__ = [
 #: ``"per_rank"``: each rank reads its own contiguous part of the data (docs/distributed.md);
 #: ``"energon"``: per-rank, with the parts Energon's sharder gives (:mod:`fpipe.plan.worker_split`).
 Distribution = Literal["global", "per_rank", "energon"]
+
+#: How ``max_samples_per_sequence`` cuts a dataset into slices: ``"fixed"``: slices of exactly that
+#: many positions, across shards (None: one sample each); ``"shards"``: Energon's, a slice never
+#: crosses a shard (None: each shard one slice), see :mod:`fpipe.plan.shard_slices`.
+SequenceSlices = Literal["fixed", "shards"]
 
 #: How a Python ``weight_schedule`` moves between its points: in steps or linearly.
 ScheduleMode = Literal["step", "linear"]
@@ -66,6 +72,7 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     seed: int = 0
     shuffle_buffer_size: int | None = None
     max_samples_per_sequence: int | None = None
+    sequence_slices: SequenceSlices = "fixed"  # "shards": Energon's slices (fpipe.energon's)
     num_epochs: int | None = None
     repeat: bool = True
     shuffle_over_epochs_multiplier: int | None = 1  # Energon's: slices shuffled over m passes
@@ -99,6 +106,7 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     def __post_init__(self) -> None:
         _check_mode("distribution", self.distribution, Distribution)
         _check_mode("schedule_mode", self.schedule_mode, ScheduleMode)
+        _check_mode("sequence_slices", self.sequence_slices, SequenceSlices)
 
 
 def _check_mode(option: str, value: Any, modes: Any) -> None:

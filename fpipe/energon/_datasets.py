@@ -1,5 +1,10 @@
-"""Energon's ``get_train_dataset``: fpipe's, with the ranks' parts Energon gives them where a
-stream ends.
+"""Energon's ``get_train_dataset``: fpipe's, with Energon's slices and the ranks' parts Energon
+gives them where a stream ends.
+
+Energon's slices never cross a shard, and ``max_samples_per_sequence=None`` (its default) reads
+each shard whole, in order, shuffling only the order of the shards (then the shuffle buffer, if
+any); fpipe's own default shuffles single samples. ``fpipe.energon.get_train_dataset``
+therefore defaults to ``sequence_slices="shards"`` (:mod:`fpipe.plan.shard_slices`).
 
 With ``repeat=False`` on several ranks, Energon shards each dataset over its global workers
 (``num_workers * world_size``), so a rank's part, and its ``len()``, is Energon's (55 samples on
@@ -26,8 +31,10 @@ __all__ = ["get_train_dataset"]
 
 @functools.wraps(_fpipe_get_train_dataset)
 def get_train_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
-    """:func:`fpipe.get_train_dataset` with Energon's split of the data to ranks by default for
-    a stream that ends (``repeat=False``; see the module doc)."""
+    """:func:`fpipe.get_train_dataset` with Energon's slices (``sequence_slices="shards"``)
+    and, for a stream that ends (``repeat=False``), Energon's split of the data to ranks by
+    default (see the module doc)."""
+    kwargs.setdefault("sequence_slices", "shards")
     if "distribution" not in kwargs and kwargs.get("repeat", True) is False:
         topo = kwargs.get("topology") or kwargs.get("worker_config") or Topology.from_env()
         if topo.world_size > 1:

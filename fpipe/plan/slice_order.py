@@ -5,9 +5,10 @@
   ``m`` passes (each sample ``m`` times, in a keyed order). Each ref keeps the number of its
   pass as its epoch (``epoch * m + pass``), so per-sample random keys differ between passes.
 * :func:`interleave` is ``parallel_shard_iters=n``: each block of ``n`` consecutive slices of
-  ``slice_size`` positions is read as ``n`` parallel sequences, the next sample drawn from a
-  keyed random one of them (a keyed permutation of the block's slice labels). Each slice is
-  still read in order, and every position of the epoch once.
+  ``slice_size`` positions (or of the slices of a ragged slice shuffle below it, in that
+  epoch's order: :mod:`fpipe.plan.shard_slices`) is read as ``n`` parallel sequences, the next
+  sample drawn from a keyed random one of them (a keyed permutation of the block's slice
+  labels). Each slice is still read in order, and every position of the epoch once.
 
 Both are pure functions of (key, epoch, position): restores recompute nothing.
 """
@@ -23,6 +24,7 @@ from fpipe.core.graph import step_key
 from fpipe.core.records import Config, Refs
 from fpipe.core.rng import fold_in, permutation
 from fpipe.core.stage import View
+from fpipe.plan.shard_slices import RaggedSlices
 
 __all__ = ["InterleaveConfig", "TileConfig", "interleave", "tile"]
 
@@ -76,17 +78,27 @@ def _scatter(length: int, chunks: list[tuple[np.ndarray, Refs]]) -> Refs:
 
 
 class InterleaveConfig(Config, frozen=True):
-    """Read ``parallel`` slices of ``slice_size`` positions at a time, interleaved."""
+    """Read ``parallel`` slices of ``slice_size`` positions at a time, interleaved
+    (``slice_size`` 0: the ragged slices of the shuffle below, see :func:`interleave`)."""
 
     parallel: int
     slice_size: int
 
 
-def interleave(view: View, parallel: int, slice_size: int, *, name: str = "interleave") -> View:
+def interleave(
+    view: View,
+    parallel: int,
+    slice_size: int,
+    *,
+    slices: RaggedSlices | None = None,
+    name: str = "interleave",
+) -> View:
     """``view`` with each block of ``parallel * slice_size`` positions interleaved: the block's
     slices (``slice_size`` positions each, the last one of the epoch may be short) are read in
     parallel, the next position taken from a keyed random slice (a keyed permutation of the
-    block's slice labels), each slice in order.
+    block's slice labels), each slice in order. ``slices``: ``view`` is the
+    :func:`~fpipe.plan.shard_slices.ragged_slice_shuffle` of these slices, and each block is
+    ``parallel`` of them in the epoch's order (``slice_size`` is then ignored).
 
     Example:
         >>> from fpipe.plan.source import samples
@@ -95,11 +107,13 @@ def interleave(view: View, parallel: int, slice_size: int, *, name: str = "inter
         >>> sorted(out) == list(range(8)), [i for i in out if i < 4] == [0, 1, 2, 3]
         (True, True)
     """
-    if parallel < 1 or slice_size < 1:
+    if parallel < 1 or (slice_size < 1 and slices is None):
         raise ConfigError(
             f"interleave: parallel (parallel_shard_iters) and slice_size must be >= 1, "
             f"got {parallel} and {slice_size}"
         )
+    if slices is not None:
+        return _interleave_ragged(view, parallel, slices, name)
     n, block = view.size, parallel * slice_size
     inner = view.gather
 
@@ -109,14 +123,7 @@ def interleave(view: View, parallel: int, slice_size: int, *, name: str = "inter
         start = b * block
         length = min(block, n - start)
         labels = np.arange(length, dtype=np.int64) // slice_size
-        k = fold_in(step_key(root, name), epoch, b)
-        drawn = labels[permutation(k, length)]
-        # The j-th time a slice's label is drawn, that slice's j-th position is read: sorting
-        # the draws by label (stably) lists the output slots in input order.
-        src = np.empty(length, dtype=np.int64)
-        src[np.argsort(drawn, kind="stable")] = np.arange(length, dtype=np.int64)
-        src.flags.writeable = False
-        return src
+        return _interleaved(labels, fold_in(step_key(root, name), epoch, b))
 
     def gather(root, epoch, positions):
         p = np.asarray(positions, dtype=np.int64)
@@ -131,3 +138,52 @@ def interleave(view: View, parallel: int, slice_size: int, *, name: str = "inter
 
     config = InterleaveConfig(parallel=parallel, slice_size=slice_size)
     return View(name=name, config=config, size=n, gather=gather, inputs=(view,))
+
+
+def _interleaved(labels: np.ndarray, k) -> np.ndarray:
+    """Offsets into a block whose positions belong to the slices ``labels`` (each slice's
+    positions consecutive, in order), in the order the block is read: the next position from
+    a keyed random slice (``k``: the block's key), each slice in order."""
+    length = len(labels)
+    drawn = labels[permutation(k, length)]
+    # The j-th time a slice's label is drawn, that slice's j-th position is read: sorting the
+    # draws by label (stably) lists the output slots in input order.
+    src = np.empty(length, dtype=np.int64)
+    src[np.argsort(drawn, kind="stable")] = np.arange(length, dtype=np.int64)
+    src.flags.writeable = False
+    return src
+
+
+def _interleave_ragged(view: View, parallel: int, slices: RaggedSlices, name: str) -> View:
+    """:func:`interleave` over the ragged slices of ``view`` (their order is the epoch's)."""
+    inner = view.gather
+
+    @functools.lru_cache(maxsize=4)
+    def block_ends(root, epoch) -> np.ndarray:
+        ends = slices.layout(root, epoch)[1]
+        last = ends[parallel - 1 :: parallel]
+        return last if len(ends) % parallel == 0 else np.append(last, ends[-1])
+
+    @functools.lru_cache(maxsize=16)
+    def block_sources(root, epoch, b):
+        ends = slices.layout(root, epoch)[1]
+        first, stop = b * parallel, min((b + 1) * parallel, len(ends))
+        lengths = np.diff(ends[first:stop], prepend=ends[first - 1] if first else 0)
+        labels = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        return _interleaved(labels, fold_in(step_key(root, name), epoch, b))
+
+    def gather(root, epoch, positions):
+        p = np.asarray(positions, dtype=np.int64)
+        if parallel == 1 or len(p) == 0:
+            return inner(root, epoch, p)
+        ends = block_ends(root, epoch)
+        blocks = np.searchsorted(ends, p, side="right")
+        out = np.empty(len(p), dtype=np.int64)
+        for b in np.unique(blocks):
+            sel = blocks == b
+            start = int(ends[b - 1]) if b else 0
+            out[sel] = start + block_sources(root, epoch, int(b))[p[sel] - start]
+        return inner(root, epoch, out)
+
+    config = InterleaveConfig(parallel=parallel, slice_size=0)
+    return View(name=name, config=config, size=view.size, gather=gather, inputs=(view,))

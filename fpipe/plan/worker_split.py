@@ -28,6 +28,7 @@ __all__ = [
     "remainder_order",
     "worker_range",
     "worker_split",
+    "worker_starts",
 ]
 
 
@@ -62,25 +63,23 @@ def worker_range(
     >>> [worker_range(55, rank=r, world_size=3, workers=5) for r in range(3)]
     [(0, 19), (19, 38), (38, 55)]
     """
-    counts = _worker_counts(n, world_size=world_size, workers=workers, rotation=rotation)
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    per_rank = max(1, workers)
-    lo = int(counts[: rank * per_rank].sum())
-    return lo, lo + int(counts[rank * per_rank : (rank + 1) * per_rank].sum())
+    counts = _rank_worker_counts(n, rank, world_size, workers, rotation)
+    lo = int(counts[0])
+    return lo, lo + int(counts[1:].sum())
 
 
-def _worker_counts(n: int, *, world_size: int, workers: int, rotation: int) -> np.ndarray:
-    """Samples of each global worker under Energon's split of ``n`` samples."""
-    if world_size < 1:
-        raise ConfigError(f"need world_size >= 1, got {world_size}")
-    total = max(1, workers) * world_size
-    base, extra = divmod(n, total)
-    counts = np.full(total, base, dtype=np.int64)
-    for j, worker in enumerate(remainder_order(total)):
-        if (j - rotation) % total < extra:
-            counts[worker] += 1
-    return counts
+def worker_starts(
+    n: int, *, rank: int, world_size: int, workers: int, rotation: int = 0
+) -> list[int]:
+    """Where each worker's part starts inside rank ``rank``'s part (positions of the part,
+    the first 0; a worker with no sample repeats its neighbour's start): Energon reads each
+    worker's part on its own, so no slice crosses these.
+
+    >>> worker_starts(55, rank=0, world_size=3, workers=5)
+    [0, 4, 8, 12, 16]
+    """
+    counts = _rank_worker_counts(n, rank, world_size, workers, rotation)
+    return [0, *np.cumsum(counts[1:-1]).tolist()]
 
 
 def energon_repeat_count(
@@ -94,10 +93,26 @@ def energon_repeat_count(
     >>> energon_repeat_count(55, 1.5, rank=0, world_size=2, workers=2, rotation=55)
     40
     """
-    counts = _worker_counts(n, world_size=world_size, workers=workers, rotation=rotation)
+    counts = _rank_worker_counts(n, rank, world_size, workers, rotation)
+    return sum(int(int(c) * repeats) for c in counts[1:].tolist())
+
+
+def _rank_worker_counts(
+    n: int, rank: int, world_size: int, workers: int, rotation: int
+) -> np.ndarray:
+    """[samples of the workers before rank ``rank``, then each of its workers' samples]
+    under Energon's split of ``n`` samples over ``max(1, workers) * world_size`` workers."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     per_rank = max(1, workers)
-    mine = counts[rank * per_rank : (rank + 1) * per_rank]
-    return sum(int(int(c) * repeats) for c in mine)
+    total = per_rank * world_size
+    base, extra = divmod(n, total)
+    counts = np.full(total, base, dtype=np.int64)
+    for j, worker in enumerate(remainder_order(total)):
+        if (j - rotation) % total < extra:
+            counts[worker] += 1
+    before = counts[: rank * per_rank].sum()
+    return np.concatenate([[before], counts[rank * per_rank : (rank + 1) * per_rank]])
 
 
 class WorkerSplitConfig(Config, frozen=True):

@@ -120,3 +120,18 @@ def test_past_end_and_whole_ranges():
     )
     assert [a.shape[1] for a in out.audio_clips] == [800, 0, 4000, 2000]
     assert out.audio_timestamps[3] == pytest.approx((0.0, 0.25))
+
+
+def test_energon_methods_leave_out_audio_ranges_past_the_end():
+    # fpipe's own decoder, Energon's method names: get_audio_clips leaves a range that starts
+    # at or after the audio's end out, as get_video_clips does a range with no frame (and as
+    # Energon does); get_clips keeps one entry per range.
+    data = write_audio(None, seconds=2.0, sample_rate=16000, channels=1, codec="flac",
+                       container_format="flac")  # fmt: skip
+    dec = AVDecoder(data)
+    ranges = [(0.5, 0.6), (2.5, 2.6), (1.9, 2.5), (1.0, 1.1)]
+    clips, stamps = dec.get_audio_clips(ranges)
+    assert [c.shape for c in clips] == [(1, 1600), (1, 1600), (1, 1600)]
+    assert [round(start, 3) for start, _ in stamps] == [0.5, 1.9, 1.0]
+    own = dec.get_clips(None, audio_clip_ranges=ranges)
+    assert [c.shape[-1] for c in own.audio_clips] == [1600, 0, 1600, 1600]

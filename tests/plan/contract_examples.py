@@ -38,6 +38,7 @@ from fpipe.plan import (
     slice_shuffle,
     window_shuffle,
 )
+from fpipe.plan.shard_slices import RaggedSlices, ragged_slice_shuffle
 from tests.plan.interleave import interleave
 
 N = 23
@@ -178,6 +179,10 @@ def _blend(
     return chain(head, window_shuffle(5))
 
 
+def _ragged(starts=(0, 4, 5, 11, 20)):
+    return repeat(ragged_slice_shuffle(samples(N), RaggedSlices(np.array(starts), N)), 2)
+
+
 def _concat(names=("a", "b"), sizes=(9, 14), limit=None):
     views = [samples(n, dataset=d) for d, n in enumerate(sizes)]
     return repeat(concat(views, names=list(names), limit=limit), 2)
@@ -241,6 +246,12 @@ EXAMPLES: list[Example] = [
         lambda k=4: repeat(slice_shuffle(samples(N), k), 2),
         "slice_shuffle",
         {"slice_size": {"k": 5}},
+    ),
+    Example(
+        "fpipe.plan.shard_slices.ragged_slice_shuffle",
+        _ragged,
+        "slice_shuffle",
+        {"num_slices": {"starts": (0, 4, 5, 11)}, "starts": {"starts": (0, 4, 6, 11, 20)}},
     ),
     Example(
         "per_rank",

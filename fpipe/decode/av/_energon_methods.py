@@ -20,7 +20,9 @@ from fpipe.decode.av.records import AVClips, AVMetadata
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["EnergonAVMethods"]
+__all__ = ["EnergonAVMethods", "audio_clips_kept"]
+
+_EPS = 1e-6  # seconds
 
 _VIDEO_FIELDS = (
     "video_start_s",
@@ -38,6 +40,20 @@ _AUDIO_FIELDS = (
     "audio_start_s",
     "audio_duration_s",
 )
+
+
+def audio_clips_kept(
+    meta: Any, clips: Sequence[Any], stamps: Sequence[tuple[float, float]]
+) -> list[int]:
+    """Which audio clips Energon returns: all but the empty clips of ranges that start at or
+    after the end of the audio (Energon decodes nothing there and returns no clip; fpipe's
+    ``get_clips`` keeps one entry per range)."""
+    audio_end = (meta.audio_start_s or 0.0) + (meta.audio_duration_s or 0.0)
+    return [
+        i
+        for i, (clip, (start, _)) in enumerate(zip(clips, stamps))
+        if not (clip.shape[-1] == 0 and start >= audio_end - _EPS)
+    ]
 
 
 class EnergonAVMethods:
@@ -83,9 +99,12 @@ class EnergonAVMethods:
         audio_unit: Literal["samples", "seconds"] = "seconds",
     ) -> tuple[list[torch.Tensor], list[tuple[float, float]]]:
         """Energon's: ``(clips, (start, end) seconds of each)`` at the file's rate and layout
-        (``float32`` in ``[-1, 1]``, where Energon keeps the codec's sample format)."""
+        (``float32`` in ``[-1, 1]``, where Energon keeps the codec's sample format); a range
+        starting at or after the audio's end gives no clip (the lists are shorter), as a video
+        range with no frame does in :meth:`get_video_clips`."""
         out = self.get_clips(None, audio_clip_ranges=audio_clip_ranges, audio_unit=audio_unit)
-        return list(out.audio_clips), list(out.audio_timestamps)
+        kept = audio_clips_kept(self.metadata, out.audio_clips, out.audio_timestamps)
+        return [out.audio_clips[i] for i in kept], [out.audio_timestamps[i] for i in kept]
 
     def get_frames(self, video_decode_audio: bool = False) -> AVClips:
         """Energon's: the whole video (and its audio with ``video_decode_audio``), or the

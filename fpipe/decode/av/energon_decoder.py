@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fpipe.decode.av._energon_methods import audio_clips_kept
 from fpipe.decode.av.audio import count_audio_samples
 from fpipe.decode.av.decoder import AVDecoder
 from fpipe.decode.av.records import AVClips
@@ -37,7 +38,6 @@ __all__ = ["EnergonAVDecoder"]
 
 #: PyAV sample formats whose samples fpipe's float32 audio holds exactly, and their dtype
 _EXACT_PCM = {"s16": (np.int16, 32768.0), "s16p": (np.int16, 32768.0)}
-_EPS = 1e-6  # seconds
 
 
 class EnergonAVDecoder(AVDecoder):
@@ -56,15 +56,9 @@ class EnergonAVDecoder(AVDecoder):
         audio = list(out.audio_clips)
         stamps = list(out.audio_timestamps)
         if audio:
-            meta = self.metadata
-            audio_end = (meta.audio_start_s or 0.0) + (meta.audio_duration_s or 0.0)
-            past_end = [
-                c.shape[-1] == 0 and start >= audio_end - _EPS
-                for c, (start, _) in zip(audio, stamps)
-            ]
-            if any(past_end):
-                audio = [c for c, drop in zip(audio, past_end) if not drop]
-                stamps = [s for s, drop in zip(stamps, past_end) if not drop]
+            kept = audio_clips_kept(self.metadata, audio, stamps)
+            if len(kept) != len(audio):
+                audio, stamps = [audio[i] for i in kept], [stamps[i] for i in kept]
                 changes["audio_clips"], changes["audio_timestamps"] = audio, stamps
         pcm = _EXACT_PCM.get(self._audio_format() or "")
         resampled = kwargs.get("audio_sample_rate") or kwargs.get("audio_channels")
