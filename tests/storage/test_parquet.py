@@ -95,6 +95,18 @@ def test_each_row_group_decoded_once_in_order_and_columns_projected(hub):
     assert set(ds.read(0)) == {"image", "text", "tokens", "score"}
 
 
+def test_read_many_gives_what_key_and_read_give(hub):
+    ds = open_dataset(hub, row_group_cache=3)
+    order = np.random.default_rng(0).permutation(len(ds))
+    one = open_dataset(hub)
+    for exts in (None, frozenset({"image", "text"}), frozenset({"tokens"})):
+        for start in range(0, len(order), 16):
+            batch = order[start : start + 16]
+            want = [(one.key(int(i)), one.read(int(i), exts)) for i in batch]
+            assert ds.read_many(batch, exts) == want
+    assert isinstance(ds.read_many([0], frozenset({"text"}))[0][1]["text"], bytes)
+
+
 def test_object_storage_reads_the_same_rows(hub, tmp_path):
     url = hub.as_uri()
     report = prepare_dataset(url, index_dir=tmp_path / "idx")
@@ -165,6 +177,10 @@ def test_files_changed_after_prepare_raise_a_typed_error_naming_file_and_row(tmp
         ds.read(7)
     assert e.value.path.endswith("b.parquet") and e.value.key == "b/1"
     assert ds.read(7, frozenset({"text"})) == {"text": b"t1"}
+    got = ds.read_many([0, 7, 8], frozenset({"text"}))  # one bad row does not stop the others
+    assert got[0][0] == "#0" and isinstance(got[0][1], BadSampleError)
+    assert got[0][1].key == "a/0"
+    assert got[1:] == [("b/1", {"text": b"t1"}), ("b/2", {"text": b"t2"})]
     bad = _table(6)
     cells = [{"bytes": None, "path": None}] * 6
     bad = bad.set_column(1, "image", pa.array(cells, bad.schema.field("image").type))
