@@ -107,6 +107,16 @@ def test_read_many_gives_what_key_and_read_give(hub):
     assert isinstance(ds.read_many([0], frozenset({"text"}))[0][1]["text"], bytes)
 
 
+def test_row_groups_are_decoded_into_the_system_allocator(hub):
+    # pyarrow's default allocator returns a dropped row group's memory to the system at once
+    # (page faults for every row group decoded after it); fpipe's reader keeps it
+    pool = pa.system_memory_pool()
+    ds = open_dataset(hub, row_group_cache=64)
+    before = pool.bytes_allocated()
+    images = sum(len(ds.read(i, frozenset({"image"}))["image"]) for i in range(len(ds)))
+    assert pool.bytes_allocated() - before >= images  # the cached groups' image buffers
+
+
 def test_object_storage_reads_the_same_rows(hub, tmp_path):
     url = hub.as_uri()
     report = prepare_dataset(url, index_dir=tmp_path / "idx")
