@@ -151,12 +151,18 @@ def open_parquet(source: Any, *, pre_buffer: bool) -> Any:
     pf = pq.ParquetFile(source, pre_buffer=pre_buffer)
     try:
         from pyarrow._parquet import ParquetReader as _Reader
-
-        reader = _Reader(memory_pool=pa.system_memory_pool())
-        reader.open(source, metadata=pf.metadata, pre_buffer=pre_buffer)
-    except (ImportError, TypeError, AttributeError):  # another pyarrow: its default pool
+    except ImportError:  # another pyarrow: its default pool
         return pf
-    pf.reader = reader
+    # the options ParquetFile opens with (Arrow extension types on where pyarrow has them)
+    for extra in ({"arrow_extensions_enabled": True}, {}):
+        try:
+            reader = _Reader(memory_pool=pa.system_memory_pool())
+            reader.open(source, metadata=pf.metadata, pre_buffer=pre_buffer, **extra)
+        except (TypeError, AttributeError):
+            continue
+        if reader.schema_arrow.equals(pf.schema_arrow):  # the same columns, typed the same
+            pf.reader = reader
+            break
     return pf
 
 
