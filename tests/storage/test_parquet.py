@@ -13,6 +13,7 @@ import pytest
 
 from fpipe.core.errors import BadSampleError
 from fpipe.storage import open_dataset, prepare_dataset
+from fpipe.storage.read.parquet import open_parquet
 from tests.storage.parquet_helpers import image_bytes, write_hub_dataset
 
 
@@ -115,6 +116,17 @@ def test_row_groups_are_decoded_into_the_system_allocator(hub):
     before = pool.bytes_allocated()
     images = sum(len(ds.read(i, frozenset({"image"}))["image"]) for i in range(len(ds)))
     assert pool.bytes_allocated() - before >= images  # the cached groups' image buffers
+
+
+def test_open_parquet_types_columns_as_parquet_file_does(tmp_path):
+    if not hasattr(pa, "uuid"):
+        pytest.skip("this pyarrow has no uuid extension type")
+    path = tmp_path / "ext.parquet"
+    table = pa.table({"u": pa.array([bytes(range(16))], pa.uuid()), "s": ["x"]})
+    pq.write_table(table, path, store_schema=False)  # the type from the UUID logical type
+    ours = open_parquet(pa.OSFile(str(path)), pre_buffer=False).read_row_group(0)
+    assert ours.schema == pq.ParquetFile(path).read_row_group(0).schema
+    assert ours.column("u").type == pa.uuid()
 
 
 def test_object_storage_reads_the_same_rows(hub, tmp_path):
