@@ -13,7 +13,7 @@ import pytest
 
 from fpipe.core.errors import BadSampleError
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.read.parquet import open_parquet
+from fpipe.storage.read.parquet_open import open_parquet
 from tests.storage.parquet_helpers import image_bytes, write_hub_dataset
 
 
