@@ -20,12 +20,19 @@ bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``):
 - ``hf datasets nw=2``: ``load_dataset("parquet", ...)`` (its Arrow cache built before timing),
   the image column read as bytes, ``.with_format("torch")``, a torch ``DataLoader`` with a
   seeded ``RandomSampler`` and 2 workers whose ``__getitem__`` decodes and resizes like the
-  others.
+  others;
+- ``decode only nw=2``: the same ``DataLoader`` over the rows' image bytes and captions held in
+  a Python list: the ``datasets`` row with the cost of reading a row taken out (what is left is
+  the decode, resize and collate, and the ``DataLoader``'s per-sample fetch and its transfer
+  of each batch to the main process). ``decode_only_vs_hf_datasets`` is how much faster the
+  ``datasets`` loader could be if reading a row cost nothing; ``nw2_vs_decode_only`` compares
+  fpipe (which reads the Parquet files) with that.
 
-Each rate is samples over the wall time of ``--batches`` batches after a warm-up (worker start
-and the batches decoded ahead excluded), median of ``--repeats`` runs, the loaders interleaved
-within each repeat. ``prepare_parquet_samples_per_s``: ``fpipe prepare`` of the Parquet folder
-(one process: index, image headers, columns), samples over seconds, median of the repeats
+Each rate is samples over the wall time of ``--batches`` batches (60: about 2,000 samples,
+1.5-3 s per run on 2 quiet cores) after a warm-up (worker start and the batches decoded ahead
+excluded), median of ``--repeats`` runs, the loaders interleaved within each repeat.
+``prepare_parquet_samples_per_s``: ``fpipe prepare`` of the Parquet folder (one process:
+index, image headers, columns), samples over seconds, median of the repeats
 (``prepare_parquet_samples_per_cpu_s``: over the process's CPU seconds).
 
 Usage::
@@ -34,7 +41,9 @@ Usage::
 
 The last line is one JSON object: ``nw2_vs_hf_datasets_same_decode``,
 ``parquet_vs_tar_samples_per_s``, ``arrow_vs_parquet_samples_per_s``,
-``prepare_parquet_samples_per_s``, ``prepare_arrow_samples_per_s`` and the rates.
+``decode_only_vs_hf_datasets``, ``nw2_vs_decode_only``, ``prepare_parquet_samples_per_s``,
+``prepare_arrow_samples_per_s``, the rates, and the ratios per CPU-second (``cpu_*``: CPU
+seconds of the process and its workers, which move less than wall time on a shared machine).
 """
 
 from __future__ import annotations
@@ -150,6 +159,32 @@ def fpipe_iter(root: Path, nw: int) -> Iterator:
     return iter(fpipe.get_loader(ds, num_workers=nw, prefetch_factor=2))
 
 
+class BytesImages(torch.utils.data.Dataset):
+    """``(image bytes, caption)`` rows held in a list, decoded and resized as the others."""
+
+    def __init__(self, rows: list[tuple[bytes, str]]):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int):
+        data, text = self.rows[int(i)]
+        return torch.from_numpy(resize_crop_np(Image.open(io.BytesIO(data)), TARGET)), text
+
+
+def parquet_rows(root: Path) -> list[tuple[bytes, str]]:
+    """Every row's image bytes and caption, read from the Parquet files into memory."""
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[bytes, str]] = []
+    for f in sorted((root / "data").glob("train-*.parquet")):
+        t = pq.read_table(f, columns=["image", "text"])
+        images, texts = t.column("image").to_pylist(), t.column("text").to_pylist()
+        rows += [(im["bytes"], tx) for im, tx in zip(images, texts)]
+    return rows
+
+
 class HFImages(torch.utils.data.Dataset):
     """Rows of a ``datasets`` dataset (image bytes, text), decoded and resized as the others."""
 
@@ -179,13 +214,14 @@ def hf_dataset(root: Path, cache: Path):
     return train.with_format("torch")
 
 
-def hf_iter(hf, nw: int) -> Iterator:
+def torch_iter(data: torch.utils.data.Dataset, nw: int) -> Iterator:
+    """Batches of a torch ``DataLoader`` over ``data`` (seeded random order), endlessly."""
     gen = torch.Generator()
     gen.manual_seed(SEED)
     loader = torch.utils.data.DataLoader(
-        HFImages(hf),
+        data,
         batch_size=BATCH,
-        sampler=torch.utils.data.RandomSampler(hf, generator=gen),
+        sampler=torch.utils.data.RandomSampler(data, generator=gen),
         num_workers=nw,
         collate_fn=collate,
         prefetch_factor=2 if nw else None,
@@ -204,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "fpipe-bench-loader"))
     ap.add_argument("--images", type=int, default=3200, help="samples (128-512 px JPEGs)")
-    ap.add_argument("--batches", type=int, default=30, help="timed batches per run")
+    ap.add_argument("--batches", type=int, default=60, help="timed batches per run")
     ap.add_argument("--repeats", type=int, default=None, help="median of N (3; --quick: 1)")
     ap.add_argument("--torch-threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="small set, 1 repeat (smoke run)")
@@ -243,12 +279,16 @@ def main(argv: list[str] | None = None) -> None:
     log(f"fpipe prepare (save_to_disk Arrow, one process): {prepare_arrow:.0f} samples/s")
     with contextlib.redirect_stderr(io.StringIO()):
         hf = hf_dataset(pq_root, data / "hf-cache")
+    rows = parquet_rows(pq_root)
     warm = 4 if args.quick else 6
     loaders = {
         "fpipe parquet nw=2": in_process(lambda: fpipe_iter(pq_root, 2), "images", BATCH, warm),
         "fpipe tar nw=2": in_process(lambda: fpipe_iter(tar, 2), "images", BATCH, warm),
         "fpipe arrow nw=2": in_process(lambda: fpipe_iter(arrow_root, 2), "images", BATCH, warm),
-        "hf datasets nw=2": in_process(lambda: hf_iter(hf, 2), "images", BATCH, warm),
+        "hf datasets nw=2": in_process(lambda: torch_iter(HFImages(hf), 2), "images", BATCH, warm),
+        "decode only nw=2": in_process(
+            lambda: torch_iter(BytesImages(rows), 2), "images", BATCH, warm
+        ),
     }
     log(f"\n## batch {BATCH}, {args.batches} timed batches, {args.repeats} repeats")
     wall, cpu = measure(loaders, args.batches, args.repeats, log)
@@ -257,10 +297,13 @@ def main(argv: list[str] | None = None) -> None:
         return None if not a or not b else round(a / b, 3)
 
     ours, hf_rate = wall.get("fpipe parquet nw=2"), wall.get("hf datasets nw=2")
+    alone = wall.get("decode only nw=2")
     out = {
         "nw2_vs_hf_datasets_same_decode": ratio(ours, hf_rate),
         "parquet_vs_tar_samples_per_s": ratio(ours, wall.get("fpipe tar nw=2")),
         "arrow_vs_parquet_samples_per_s": ratio(wall.get("fpipe arrow nw=2"), ours),
+        "decode_only_vs_hf_datasets": ratio(alone, hf_rate),
+        "nw2_vs_decode_only": ratio(ours, alone),
         "prepare_parquet_samples_per_s": round(prepare, 1),
         "prepare_arrow_samples_per_s": round(prepare_arrow, 1),
         "prepare_parquet_samples_per_cpu_s": round(prepare_cpu, 1),
@@ -268,6 +311,10 @@ def main(argv: list[str] | None = None) -> None:
         "samples_per_cpu_s": {k: round(v, 1) for k, v in cpu.items()},
         "cpu_nw2_vs_hf_datasets": ratio(
             cpu.get("fpipe parquet nw=2"), cpu.get("hf datasets nw=2")
+        ),
+        "cpu_parquet_vs_tar": ratio(cpu.get("fpipe parquet nw=2"), cpu.get("fpipe tar nw=2")),
+        "cpu_decode_only_vs_hf_datasets": ratio(
+            cpu.get("decode only nw=2"), cpu.get("hf datasets nw=2")
         ),
         "images": args.images,
         "batches": args.batches,

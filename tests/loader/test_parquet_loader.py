@@ -4,6 +4,7 @@ follows its weights, and plan-tier packing with a Parquet column as the budget."
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections import Counter
 
@@ -17,6 +18,7 @@ from fpipe.loader import Topology
 from fpipe.plan import pack
 from fpipe.samples import TextSample
 from fpipe.storage import open_dataset, prepare_dataset
+from fpipe.storage.read.parquet import ParquetReader
 from tests.distributed.helpers import batch_keys
 from tests.loader.helpers import prepared_images
 from tests.storage.parquet_helpers import (
@@ -148,6 +150,31 @@ def test_slices_of_row_group_size_decode_each_row_group_once(tmp_path):
     keys = [k for b in fpipe.get_loader(ds) for k in b.__key__]
     assert len(keys) == 42 and len(set(keys)) == 42
     assert ds.materializer.dataset(0).reader.decoded_row_groups == 6  # 42 rows, 7 per group
+
+
+def test_each_worker_decodes_each_row_group_at_most_once(tmp_path, monkeypatch):
+    root = write_hub_dataset(tmp_path / "aligned", train=(14, 14, 14), val=(7,), row_group=7)
+    prepare_dataset(root)
+    log = tmp_path / "decoded.log"
+    decode = ParquetReader._group
+
+    def logged(self, sid, rg, columns, key, i):  # forked workers append what they decode
+        before = self.decoded_row_groups
+        entry = decode(self, sid, rg, columns, key, i)
+        if self.decoded_row_groups != before:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} {sid} {rg}\n")
+        return entry
+
+    monkeypatch.setattr(ParquetReader, "_group", logged)
+    ds = _train(str(root), batch_size=3, shuffle_buffer_size=14, num_epochs=1)
+    keys = [k for b in fpipe.get_loader(ds, num_workers=2) for k in b.__key__]
+    assert len(keys) == 42 and len(set(keys)) == 42
+    decoded = [tuple(line.split()) for line in log.read_text().splitlines()]
+    assert len({pid for pid, _, _ in decoded}) == 2  # both workers read
+    assert max(Counter(decoded).values()) == 1  # no worker decoded a row group twice
+    every = {(str(sid), str(rg)) for sid in range(3) for rg in (0, 1)}  # 3 files, 2 groups each
+    assert {(sid, rg) for _, sid, rg in decoded} == every
 
 
 def test_a_file_broken_after_prepare_is_skipped_and_counted_not_a_crash(tmp_path):

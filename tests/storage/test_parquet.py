@@ -13,6 +13,7 @@ import pytest
 
 from fpipe.core.errors import BadSampleError
 from fpipe.storage import open_dataset, prepare_dataset
+from fpipe.storage.read.parquet_open import open_parquet
 from tests.storage.parquet_helpers import image_bytes, write_hub_dataset
 
 
@@ -95,6 +96,39 @@ def test_each_row_group_decoded_once_in_order_and_columns_projected(hub):
     assert set(ds.read(0)) == {"image", "text", "tokens", "score"}
 
 
+def test_read_many_gives_what_key_and_read_give(hub):
+    ds = open_dataset(hub, row_group_cache=3)
+    order = np.random.default_rng(0).permutation(len(ds))
+    one = open_dataset(hub)
+    for exts in (None, frozenset({"image", "text"}), frozenset({"tokens"})):
+        for start in range(0, len(order), 16):
+            batch = order[start : start + 16]
+            want = [(one.key(int(i)), one.read(int(i), exts)) for i in batch]
+            assert ds.read_many(batch, exts) == want
+    assert isinstance(ds.read_many([0], frozenset({"text"}))[0][1]["text"], bytes)
+
+
+def test_row_groups_are_decoded_into_the_system_allocator(hub):
+    # pyarrow's default allocator returns a dropped row group's memory to the system at once
+    # (page faults for every row group decoded after it); fpipe's reader keeps it
+    pool = pa.system_memory_pool()
+    ds = open_dataset(hub, row_group_cache=64)
+    before = pool.bytes_allocated()
+    images = sum(len(ds.read(i, frozenset({"image"}))["image"]) for i in range(len(ds)))
+    assert pool.bytes_allocated() - before >= images  # the cached groups' image buffers
+
+
+def test_open_parquet_types_columns_as_parquet_file_does(tmp_path):
+    if not hasattr(pa, "uuid"):
+        pytest.skip("this pyarrow has no uuid extension type")
+    path = tmp_path / "ext.parquet"
+    table = pa.table({"u": pa.array([bytes(range(16))], pa.uuid()), "s": ["x"]})
+    pq.write_table(table, path, store_schema=False)  # the type from the UUID logical type
+    ours = open_parquet(pa.OSFile(str(path)), pre_buffer=False).read_row_group(0)
+    assert ours.schema == pq.ParquetFile(path).read_row_group(0).schema
+    assert ours.column("u").type == pa.uuid()
+
+
 def test_object_storage_reads_the_same_rows(hub, tmp_path):
     url = hub.as_uri()
     report = prepare_dataset(url, index_dir=tmp_path / "idx")
@@ -165,6 +199,10 @@ def test_files_changed_after_prepare_raise_a_typed_error_naming_file_and_row(tmp
         ds.read(7)
     assert e.value.path.endswith("b.parquet") and e.value.key == "b/1"
     assert ds.read(7, frozenset({"text"})) == {"text": b"t1"}
+    got = ds.read_many([0, 7, 8], frozenset({"text"}))  # one bad row does not stop the others
+    assert got[0][0] == "#0" and isinstance(got[0][1], BadSampleError)
+    assert got[0][1].key == "a/0"
+    assert got[1:] == [("b/1", {"text": b"t1"}), ("b/2", {"text": b"t2"})]
     bad = _table(6)
     cells = [{"bytes": None, "path": None}] * 6
     bad = bad.set_column(1, "image", pa.array(cells, bad.schema.field("image").type))

@@ -31,7 +31,8 @@ from fpipe.samples.field_spec import parse_field_spec
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.read.arrow_stream import ArrowStreamFile
-from fpipe.storage.read.parquet import PreadFile, file_stem
+from fpipe.storage.read.parquet import file_stem
+from fpipe.storage.read.parquet_open import PreadFile
 from fpipe.storage.read.record import ParquetLayout
 
 __all__ = ["ParquetIndex", "index_parquet", "media_ext", "open_table_file", "schema_layout"]

@@ -10,12 +10,16 @@ decodes the columns it needs of the whole row group (pyarrow), kept in a small p
 cache of decoded row groups (``row_group_cache`` of them, least recently used dropped first).
 Reading the samples of a slice in order (``max_samples_per_sequence``) then decodes each row
 group once; ``fpipe.get_train_dataset`` sizes the cache to the slices a shuffle window
-interleaves. Only the columns asked for are read (``exts``: the field map's columns).
+interleaves. Only the columns asked for are read (``exts``: the field map's columns). A decoded
+row group keeps pyarrow's buffers (:mod:`fpipe.storage.read.parquet_cells`): a row's bytes are
+sliced out when the row is read, so a worker pays only for the rows its batches hold, and
+:meth:`ParquetReader.read_many` looks a batch's rows up in the index at once.
 
-Bytes come through the same file layer as tar shards: a
-:class:`~fpipe.storage.read.reader.FileCache` (``os.pread``) for local files, a
+Local files are read by pyarrow itself (``pyarrow.OSFile``: positional reads, no Python call
+per read; one thread, as the loader's parallelism is its worker processes); on object storage
+bytes come through the same file layer as tar shards, a
 :class:`~fpipe.storage.read.remote.RemoteFiles` (ranged GETs of the footer and the column
-chunks) on object storage. pyarrow is imported on first read. Arrow stream files (a
+chunks). pyarrow is imported on first read. Arrow stream files (a
 Hugging Face ``save_to_disk`` folder, ``format: arrow`` in the layout) are read the same way
 with record batches as row groups, memory-mapped
 (:class:`~fpipe.storage.read.arrow_stream.ArrowStreamFile`, local files only).
@@ -29,23 +33,24 @@ column is a :class:`~fpipe.core.errors.BadSampleError` naming the file and the r
 
 from __future__ import annotations
 
-import io
 import os
 from collections import OrderedDict
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.read.arrow_stream import ARROW_SUFFIX, ArrowStreamFile
+from fpipe.storage.read.parquet_cells import column_cells
+from fpipe.storage.read.parquet_open import PreadFile, open_parquet
 from fpipe.storage.read.record import ArrayStore, IndexRecord, ParquetLayout
 
 __all__ = [
     "DEFAULT_ROW_GROUP_CACHE",
     "PARQUET_SUFFIX",
     "ParquetReader",
-    "PreadFile",
     "file_stem",
     "row_group_cache_for",
 ]
@@ -85,62 +90,13 @@ def file_stem(name: str) -> str:
     return name
 
 
-class PreadFile(io.RawIOBase):
-    """A read-only, seekable file over ``files.pread(path, offset, size)`` (a
-    :class:`~fpipe.storage.read.reader.FileCache` or a
-    :class:`~fpipe.storage.read.remote.RemoteFiles`), for pyarrow to read a Parquet file
-    through fpipe's file layer. ``size``: the file's length in bytes."""
-
-    def __init__(self, files: Any, path: str, size: int):
-        super().__init__()
-        self._files, self._path, self._size, self._pos = files, path, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def size(self) -> int:
-        return self._size
-
-    def read(self, size: int | None = -1) -> bytes:
-        if size is None or size < 0:
-            size = self._size - self._pos
-        size = max(0, min(size, self._size - self._pos))
-        data = self._files.pread(self._path, self._pos, size) if size else b""
-        self._pos += len(data)
-        return data
-
-    def readinto(self, buf) -> int:
-        data = self.read(len(buf))
-        buf[: len(data)] = data
-        return len(data)
-
-
-def _to_bytes(kind: str, value: Any) -> bytes:
-    """A cell as the member bytes :meth:`ParquetReader.read` gives (not for media cells)."""
-    if kind == "binary":
-        return bytes(value)
-    if kind == "string":
-        return value.encode("utf-8")
-    return _json.encode(value)
-
-
 class ParquetReader:
     """Rows of the Parquet files of a prepared dataset (see the module docstring).
 
     Args:
       path: the dataset folder (or URL); file names in ``record.shards`` are relative to it.
-      files: the file layer (``pread``), local or remote.
+      files: the file layer (``pread``), local or remote (only a remote one is read through:
+        local files are opened by pyarrow).
       row_group_cache: decoded row groups kept in this process.
     """
 
@@ -171,8 +127,9 @@ class ParquetReader:
         self._pid = os.getpid()
         #: file id -> pq.ParquetFile (or ArrowStreamFile)
         self._opened: OrderedDict[int, Any] = OrderedDict()
-        #: (file id, row group) -> {column: decoded values}; ``None`` marks a null cell
-        self._groups: OrderedDict[tuple[int, int], dict[str, list]] = OrderedDict()
+        #: (file id, row group) -> {column: its cells}; a null cell reads as ``None``
+        self._groups: OrderedDict[tuple[int, int], dict[str, Any]] = OrderedDict()
+        self._wanted: dict[frozenset[str] | None, list[str]] = {}  #: exts -> columns
         self.decoded_row_groups = 0  #: row groups decoded by this process (a statistic)
 
     def _where(self, i: int) -> tuple[int, int, int]:
@@ -200,8 +157,6 @@ class ParquetReader:
         if pf is not None:
             self._opened.move_to_end(sid)
             return pf
-        import pyarrow.parquet as pq
-
         path = self.file_path(sid)
         if self._arrow:  # memory-mapped; batches found by their offsets in the index
             pf = ArrowStreamFile(path, scan=False)
@@ -209,18 +164,22 @@ class ParquetReader:
             while len(self._opened) > 8:
                 self._opened.popitem(last=False)[1].close()
             return pf
-        size = self._record.shards[sid].bytes
-        if not hasattr(self._files, "size"):  # a local file: its size now (one stat)
-            size = os.path.getsize(path)
-        elif size < 0:  # an object whose size the index lacks: ask the store
-            size = self._files.size(path)
-        pf = pq.ParquetFile(PreadFile(self._files, path, size))
+        if hasattr(self._files, "size"):  # object storage: ranged GETs through the file layer
+            size = self._record.shards[sid].bytes
+            if size < 0:  # an object whose size the index lacks: ask the store
+                size = self._files.size(path)
+            # a row group's column chunks fetched together (one GET where they are close)
+            pf = open_parquet(PreadFile(self._files, path, size), pre_buffer=True)
+        else:  # a local file: pyarrow's own positional reads (no Python call per read)
+            import pyarrow as pa
+
+            pf = open_parquet(pa.OSFile(path), pre_buffer=False)
         self._opened[sid] = pf
         while len(self._opened) > 8:
             self._opened.popitem(last=False)[1].close()
         return pf
 
-    def _group(self, sid: int, rg: int, columns: list[str], key: str, i: int) -> dict[str, list]:
+    def _group(self, sid: int, rg: int, columns: list[str], key: str, i: int) -> dict[str, Any]:
         """Decoded ``columns`` of row group ``rg`` of file ``sid`` (from the cache, or read)."""
         entry = self._groups.get((sid, rg))
         if entry is not None:
@@ -253,7 +212,8 @@ class ParquetReader:
                     f"re-run `fpipe prepare {self.path}`",
                 )
             else:
-                table = pf.read_row_group(rg, columns=todo)
+                # one thread: the loader's parallelism is its worker processes
+                table = pf.read_row_group(rg, columns=todo, use_threads=False)
         except BadSampleError:
             raise
         except Exception as e:  # noqa: BLE001 - pyarrow's errors, OSError: the file is bad
@@ -267,7 +227,7 @@ class ParquetReader:
                 f"({type(e).__name__}: {error_text(e)})",
             ) from None
         for c in todo:
-            entry[c] = _decode_column(table.column(c), self._kinds[c])
+            entry[c] = column_cells(table.column(c), self._kinds[c])
         self.decoded_row_groups += 1
         if (sid, rg) not in self._groups:
             self._groups[(sid, rg)] = entry
@@ -276,11 +236,13 @@ class ParquetReader:
         return entry
 
     def _columns(self, exts: frozenset[str] | None) -> list[str]:
-        cols = self._layout.columns
-        if exts is None:
-            return list(cols)
-        wanted = [c for c in cols if c in exts]
-        return wanted if wanted else list(cols)
+        """The columns a read with ``exts`` gives (remembered per ``exts``)."""
+        cols = self._wanted.get(exts)
+        if cols is None:
+            every = list(self._layout.columns)
+            cols = every if exts is None else [c for c in every if c in exts] or every
+            self._wanted[exts] = cols
+        return cols
 
     def read(
         self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
@@ -288,27 +250,61 @@ class ParquetReader:
         """The cells of row ``i`` as member bytes by column name (only the columns in
         ``exts`` when any is: a field map names columns); null cells are left out."""
         sid, rg, row = self._where(i)
+        num = int(self._array("parquet/row.npy")[i])
+        return self._read_at(i, sid, rg, row, num, self._columns(exts))[1]
+
+    def read_many(
+        self, indices, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
+    ) -> list[tuple]:
+        """``(key, members)`` of each row of ``indices`` (in range), as :meth:`key` and
+        :meth:`read` give them, the index looked up for all at once; a row whose read fails
+        holds the exception instead of its members (and ``"#<index>"`` as its key), for the
+        caller to raise in its turn."""
+        idx = np.asarray(indices, dtype=np.int64)
+        where = zip(
+            idx.tolist(),
+            self._array("shard_id.npy")[idx].tolist(),
+            self._array("parquet/row_group.npy")[idx].tolist(),
+            self._array("parquet/row_in_group.npy")[idx].tolist(),
+            self._array("parquet/row.npy")[idx].tolist(),
+        )
+        columns = self._columns(exts)
+        out: list[tuple] = []
+        for i, sid, rg, row, num in where:
+            try:
+                out.append(self._read_at(i, sid, rg, row, num, columns))
+            except Exception as e:  # noqa: BLE001 - raised by the caller, in this row's turn
+                out.append((f"#{i}", e))
+        return out
+
+    def _read_at(
+        self, i: int, sid: int, rg: int, row: int, num: int, columns: list[str]
+    ) -> tuple[str, dict[str, bytes]]:
+        """``(key, members)`` of row ``i``: row ``row`` of row group ``rg`` of file ``sid``,
+        row ``num`` of that file."""
         if not 0 <= sid < len(self._record.shards):
             raise BadSampleError(self.path, f"#{i}", f"the index is corrupt (file id {sid})")
-        key = self.key(i)
-        columns = self._columns(exts)
+        key = f"{self._stems[sid]}/{num}"
         group = self._group(sid, rg, columns, key, i)
         out: dict[str, bytes] = {}
         for col in columns:
-            values = group[col]
-            if row >= len(values):
+            cells = group[col]
+            if row >= len(cells):
                 raise BadSampleError(
                     self.file_path(sid),
                     key,
-                    f"row group {rg} holds {len(values)} rows, the "
+                    f"row group {rg} holds {len(cells)} rows, the "
                     f"index wants row {row}; re-run `fpipe prepare {self.path}`",
                 )
-            v = values[row]
+            v = cells[row]
             if v is None:
                 continue
             kind = self._kinds[col]
-            out[col] = self._media(col, v, sid, key) if kind == "media" else _to_bytes(kind, v)
-        return out
+            if kind == "media":
+                out[col] = self._media(col, v, sid, key)
+            else:  # binary and string cells are bytes already
+                out[col] = v if kind in ("binary", "string") else _json.encode(v)
+        return key, out
 
     def _media(self, col: str, cell: tuple, sid: int, key: str) -> bytes:
         """The bytes of a ``{bytes, path}`` cell: its bytes, else the file its path names."""
@@ -349,19 +345,3 @@ def _column_kinds(layout: ParquetLayout) -> dict[str, str]:
     kinds.update(dict.fromkeys(layout.strings, "string"))
     kinds.update(dict.fromkeys(layout.media_columns, "media"))
     return kinds
-
-
-def _decode_column(column, kind: str) -> list:
-    """A pyarrow column of one row group as Python values (media cells: ``(bytes, path)``,
-    ``None`` where the struct itself is null)."""
-    if kind != "media":
-        return column.to_pylist()
-    arr = column.combine_chunks()
-    names = {arr.type.field(k).name for k in range(arr.type.num_fields)}
-    data = arr.field("bytes").to_pylist() if "bytes" in names else [None] * len(arr)
-    paths = arr.field("path").to_pylist() if "path" in names else [None] * len(arr)
-    valid = arr.is_valid().to_pylist() if arr.null_count else None
-    out: list = list(zip(data, paths))
-    if valid is not None:
-        out = [c if ok else None for c, ok in zip(out, valid)]
-    return out
