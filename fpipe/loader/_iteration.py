@@ -8,8 +8,11 @@ recipes from :class:`PlanSampler`) or fpipe's thread pool (:mod:`fpipe.loader.th
 
 from __future__ import annotations
 
+import atexit
 import collections
+import contextlib
 import itertools
+import weakref
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +141,26 @@ def _sampler(loader: Loader, pending, start, excluded, horizon=None) -> PlanSamp
     return PlanSampler(
         loader.plan, start, pending, excluded, loader._state.skip, changes, horizon
     )
+
+
+#: Loops over a loader not closed yet. A loop left open at interpreter exit would be closed by
+#: the interpreter's last collection, after modules are torn down, where shutting its workers
+#: down fails ("Exception ignored in ... 'NoneType' object is not callable"); an exit hook
+#: closes them first, while everything is still whole.
+_OPEN_LOOPS: weakref.WeakSet = weakref.WeakSet()
+
+
+def closed_at_exit(loop: Generator[Any, None, None]) -> Generator[Any, None, None]:
+    """``loop``, closed at interpreter exit if nothing closed it before."""
+    _OPEN_LOOPS.add(loop)
+    return loop
+
+
+@atexit.register  # registered after torch's own hooks (imported above): runs before them
+def _close_open_loops() -> None:
+    for loop in list(_OPEN_LOOPS):
+        with contextlib.suppress(Exception):  # a loop running in another thread, say
+            loop.close()
 
 
 def iterate_batches(loader: Loader) -> Generator[Any, None, None]:

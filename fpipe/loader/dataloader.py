@@ -17,7 +17,7 @@ import msgspec
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.loader import _steering
 from fpipe.loader._energon import DebugLog, check_worker_config
-from fpipe.loader._iteration import iterate_batches
+from fpipe.loader._iteration import closed_at_exit, iterate_batches
 from fpipe.loader._read_ahead import DEFAULT_READ_AHEAD_BYTES, DEFAULT_READ_AHEAD_STEPS
 from fpipe.loader._recovery import Healer
 from fpipe.loader._stats import loader_stats
@@ -136,7 +136,7 @@ class Loader:
         if limit is not None and self._state.batches >= limit:
             self._finish()
             return
-        batches = iterate_batches(self)
+        batches = closed_at_exit(iterate_batches(self))
         try:
             for batch in batches:
                 if self._debug_log:
