@@ -218,6 +218,32 @@ def test_reads_ahead_are_not_hedged_until_needed():
     assert batch[0].future.result(timeout=10) == b"x0" and sent[0] == 1
 
 
+def test_gets_in_flight_stay_within_each_lane_s_limit():
+    """At most ``concurrency`` direct reads and 4 x ``concurrency`` reads ahead are in flight;
+    the queued ones start as earlier ones end, and every read is answered once."""
+    in_flight = {False: 0, True: 0}
+    most = {False: 0, True: 0}
+
+    def request(store, name, off, size):
+        lane = off >= 1000  # reads ahead are numbered from 1000
+        in_flight[lane] += 1
+        most[lane] = max(most[lane], in_flight[lane])
+
+        async def answer():
+            await asyncio.sleep(0.002)
+            in_flight[lane] -= 1
+            return b"x%d" % off
+
+        return answer()
+
+    gets = Gets(remote._io_loop(), request, remote._as_os_error, 3, None)
+    batch = [Get(None, "x", "s3://b/x", i, 1, False) for i in range(20)]
+    batch += [Get(None, "x", "s3://b/x", 1000 + i, 1, True) for i in range(40)]
+    gets.submit(batch)
+    assert [g.future.result(timeout=10) for g in batch] == [b"x%d" % g.off for g in batch]
+    assert most == {False: 3, True: 12}
+
+
 def test_the_proxy_injects_each_fault_and_reads_still_match(s3, pair):
     local, url = pair
     options = remote.StorageOptions(
