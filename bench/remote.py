@@ -21,6 +21,10 @@ Figures:
   ``*_no_read_ahead``: the bucket with ``read_ahead_bytes=0``.
 - ``requests_per_sample_read_ahead``: the same through the loader with read-ahead on, over one
   epoch; ``first_batch_s_*``: seconds from ``iter()`` to the first batch (workers start).
+- ``remote_vs_local_samples_per_client_cpu_s``: local client CPU per sample over the bucket's
+  (this process, its workers and the fork server; the server's CPU left out), and
+  ``remote_minus_local_client_cpu_ms_per_sample``: what the bucket adds per sample;
+  ``same_batches``: the timed batches held the same samples, in the same order, on every side.
 
 The local server costs CPU on this same machine (a real bucket's does not), so the ratio is a
 lower bound for the client side.
