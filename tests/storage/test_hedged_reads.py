@@ -244,6 +244,25 @@ def test_gets_in_flight_stay_within_each_lane_s_limit():
     assert most == {False: 3, True: 12}
 
 
+def test_a_failure_while_answering_a_read_still_answers_it():
+    """The reader waits without a timeout: a failure in the bookkeeping of an answer (here the
+    hedger's) reaches it as the read's error instead of leaving it waiting."""
+
+    class Broken(Hedger):
+        def record(self, seconds):
+            raise RuntimeError("bookkeeping broke")
+
+    def request(store, name, off, size):
+        async def answer():
+            return b"x"
+
+        return answer()
+
+    hedger = Broken(quantile=0.5, max_fraction=1.0, min_delay_s=0.001)
+    got = _reads_through(hedger, request, 2)
+    assert all(isinstance(g, OSError) and "bookkeeping broke" in str(g) for g in got), got
+
+
 def test_the_proxy_injects_each_fault_and_reads_still_match(s3, pair):
     local, url = pair
     options = remote.StorageOptions(

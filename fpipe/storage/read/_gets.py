@@ -156,6 +156,15 @@ class Gets:
         request.add_done_callback(functools.partial(self._answered, get, time.monotonic(), hedge))
 
     def _answered(self, get: Get, start: float, hedge: bool, request) -> None:
+        """A request of ``get`` ended. The reader waits on ``get.future`` without a timeout,
+        so whatever goes wrong here still answers it."""
+        try:
+            self._answer(get, start, hedge, request)
+        except BaseException as e:  # noqa: BLE001 - handed to the reader, never lost
+            self._finish(get, self._as_error(get.path, e))
+            raise
+
+    def _answer(self, get: Get, start: float, hedge: bool, request) -> None:
         if request in get.requests:
             get.requests.remove(request)
         if get.future.done() or request.cancelled():
