@@ -21,6 +21,10 @@ Figures:
   ``*_no_read_ahead``: the bucket with ``read_ahead_bytes=0``.
 - ``requests_per_sample_read_ahead``: the same through the loader with read-ahead on, over one
   epoch; ``first_batch_s_*``: seconds from ``iter()`` to the first batch (workers start).
+- ``remote_vs_local_samples_per_client_cpu_s``: local client CPU per sample over the bucket's
+  (this process, its workers and the fork server; the server's CPU left out), and
+  ``remote_minus_local_client_cpu_ms_per_sample``: what the bucket adds per sample;
+  ``same_batches``: the timed batches held the same samples, in the same order, on every side.
 
 The local server costs CPU on this same machine (a real bucket's does not), so the ratio is a
 lower bound for the client side.
@@ -226,9 +230,10 @@ def loader_requests_per_sample(url: str) -> float:
     return io["requests"] / loader.stats().samples
 
 
-def rate(path: str, batches: int, warmup: int, server, **kw) -> tuple[float, ...]:
+def rate(path: str, batches: int, warmup: int, server, **kw) -> tuple:
     """(samples/s, client CPU ms per sample, server CPU ms per sample) over the timed batches,
-    and the seconds from asking for the first batch to having it (workers start included)."""
+    the seconds from asking for the first batch to having it (workers start included), and the
+    keys of the timed batches' samples (the same on every side: the same work is measured)."""
     ds = fpipe.get_train_dataset(
         path,
         batch_size=32,
@@ -244,13 +249,14 @@ def rate(path: str, batches: int, warmup: int, server, **kw) -> tuple[float, ...
     for _ in range(warmup - 1):
         next(it)
     pid = server._proc.pid
+    keys = []
     c0, s0, t0 = client_cpu_seconds(pid), server.cpu_seconds(), time.perf_counter()
     for _ in range(batches):
-        next(it)
+        keys.append(next(it).__key__)
     t = time.perf_counter() - t0
     c, s = client_cpu_seconds(pid) - c0, server.cpu_seconds() - s0
     n = batches * 32
-    return n / t, 1000 * c / n, 1000 * s / n, first
+    return n / t, 1000 * c / n, 1000 * s / n, first, keys
 
 
 def main() -> None:
@@ -291,6 +297,7 @@ def main() -> None:
               f"{figures['requests_per_sample_read_ahead']:.3f}")  # fmt: skip
         local_rates, remote_rates, server_cpu, local_cpu, remote_cpu, loads = [], [], [], [], [], []
         first_local, first_remote, first_plain, plain_cpu = [], [], [], []
+        same_batches = True  # the timed batches hold the same samples on every side
         rate(url, 1, 1, server)  # starts the fork server the bucket's workers are forked from
         # Warm-up past the read-ahead horizon (the same for every run): a worker's second batch
         # starts the reads of its next 64 steps at once, whose CPU would otherwise be counted
@@ -301,14 +308,17 @@ def main() -> None:
             local_rates.append(got[0])
             local_cpu.append(got[1])
             first_local.append(got[3])
+            keys = got[4]
             got = rate(url, batches, warmup, server)
             remote_rates.append(got[0])
             remote_cpu.append(got[1])
             server_cpu.append(got[2])
             first_remote.append(got[3])
+            same_batches &= got[4] == keys
             got = rate(url, batches, warmup, server, read_ahead_bytes=0)
             plain_cpu.append(got[1])
             first_plain.append(got[3])
+            same_batches &= got[4] == keys
             loads.append(round(os.getloadavg()[0], 2))
             print(
                 f"repeat {r}: local {local_rates[-1]:,.0f} samples/s, "
@@ -331,6 +341,10 @@ def main() -> None:
             "remote_vs_local_samples_per_client_cpu_s": round(
                 statistics.median(local_cpu) / statistics.median(remote_cpu), 3
             ),
+            # what reading from the bucket adds to the loader's CPU per sample
+            "remote_minus_local_client_cpu_ms_per_sample": round(
+                statistics.median(remote_cpu) - statistics.median(local_cpu), 3
+            ),
             "remote_client_cpu_ms_per_sample_no_read_ahead": round(
                 statistics.median(plain_cpu), 3
             ),
@@ -344,6 +358,7 @@ def main() -> None:
             "first_batch_s_remote_no_read_ahead": round(statistics.median(first_plain), 3),
             "prepare_local_samples_per_s": round(n / t_local, 1),
             "prepare_remote_samples_per_s": round(n / t_remote, 1),
+            "same_batches": same_batches,
             "samples": n,
             "server": server_kind,
             "load_avg_1m": round(os.getloadavg()[0], 2),

@@ -187,7 +187,7 @@ def test_a_failed_read_ahead_is_read_again(data, monkeypatch):
         out = []
         for path, _, _ in ranges:
             fut: concurrent.futures.Future = concurrent.futures.Future()
-            fut.read_ahead, fut.slow, fut.started = True, False, 0.0  # type: ignore[attr-defined]
+            fut.ahead, fut.slow, fut.started = True, False, 0.0  # type: ignore[attr-defined]
             fut.set_result(OSError(f"{path}: connection reset"))
             out.append(fut)
         return out

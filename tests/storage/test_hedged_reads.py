@@ -14,6 +14,7 @@ pytest.importorskip("moto.server")
 from fpipe.core.errors import ConfigError  # noqa: E402
 from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402
 from fpipe.storage.read import read_ahead, remote  # noqa: E402
+from fpipe.storage.read._gets import Get, Gets  # noqa: E402
 from fpipe.storage.read._hedge import Hedger  # noqa: E402
 from tests.storage.helpers import make_image_caption_dataset  # noqa: E402
 from tests.storage.s3_server import FaultProxy, restore_env, serving_s3, set_env  # noqa: E402
@@ -118,24 +119,33 @@ def test_a_late_read_ahead_is_hedged_and_the_bytes_are_the_same(s3, pair):
     assert proxy.counts["duplicates"] >= 1 and win.held == 0
 
 
+def _reads_through(hedger: Hedger, request, reads: int, ahead: bool = False) -> list:
+    """Results of ``reads`` reads started at once through a :class:`Gets` with ``hedger`` on
+    the I/O loop; ``request(store, name, offset, size)`` answers them (read ``i`` asks for
+    offset ``i``)."""
+    gets = Gets(remote._io_loop(), request, remote._as_os_error, 64, hedger)
+    batch = [Get(None, "x", "s3://b/x", i, 1, ahead) for i in range(reads)]
+    gets.submit(batch)
+    return [g.future.result(timeout=10) for g in batch]
+
+
 def _fake_reads(hedger: Hedger, reads: int, slow_s: float):
     """Run ``reads`` reads at once through ``hedger``; each read's first request takes
     ``slow_s``, a second one answers at once. Requests sent per read."""
     sent = [0] * reads
 
-    def fetch_for(i):
-        async def fetch():
-            sent[i] += 1
-            if sent[i] == 1:
+    def request(store, name, off, size):
+        sent[off] += 1
+        first = sent[off] == 1
+
+        async def answer():
+            if first:
                 await asyncio.sleep(slow_s)
-            return b"x%d" % i
+            return b"x%d" % off
 
-        return fetch
+        return answer()
 
-    async def main():
-        return await asyncio.gather(*(hedger.read(fetch_for(i)) for i in range(reads)))
-
-    assert asyncio.run(main()) == [b"x%d" % i for i in range(reads)]
+    assert _reads_through(hedger, request, reads) == [b"x%d" % i for i in range(reads)]
     return sent
 
 
@@ -153,19 +163,104 @@ def test_a_failed_request_is_covered_by_the_other():
     hedger.record(0.001)
     calls = itertools.count()
 
-    async def slow_then_failing():
-        if next(calls) == 0:
-            await asyncio.sleep(0.05)
-            return b"first"
-        raise OSError("hedge failed")
+    def slow_then_failing(store, name, off, size):
+        first = next(calls) == 0
 
-    assert asyncio.run(hedger.read(slow_then_failing)) == b"first"  # the hedge's error: ignored
+        async def answer():
+            if first:
+                await asyncio.sleep(0.05)
+                return b"first"
+            raise OSError("hedge failed")
 
-    async def failing():
-        raise OSError("both failed")
+        return answer()
 
-    with pytest.raises(OSError, match="both failed"):
-        asyncio.run(hedger.read(failing))
+    assert _reads_through(hedger, slow_then_failing, 1) == [b"first"]  # the hedge's error: ignored
+    assert hedger.hedges == 1
+
+    def failing(store, name, off, size):
+        number = next(calls)
+
+        async def answer():
+            await asyncio.sleep(0.0 if number % 2 else 0.05)  # the first request fails last
+            raise OSError(f"request {number} failed")
+
+        return answer()
+
+    got = _reads_through(hedger, failing, 1)[0]  # the first request's error, when both fail
+    assert isinstance(got, OSError) and str(got) == "request 2 failed", got
+    assert hedger.hedges == 2
+
+
+def test_reads_ahead_are_not_hedged_until_needed():
+    """A read ahead is hedged only once a reader waits for it (``needed_now``)."""
+    hedger = Hedger(quantile=0.5, max_fraction=1.0, min_delay_s=0.001, warmup=1)
+    hedger.observed(0.001)  # a read ended earlier: its time, and a hedge's worth of tokens
+    sent = [0, 0]
+
+    def request(store, name, off, size):
+        sent[off] += 1
+        first = sent[off] == 1
+
+        async def answer():
+            await asyncio.sleep(0.3 if first else 0.0)
+            return b"x%d" % off
+
+        return answer()
+
+    gets = Gets(remote._io_loop(), request, remote._as_os_error, 64, hedger)
+    batch = [Get(None, "x", "s3://b/x", i, 1, True) for i in range(2)]
+    gets.submit(batch)
+    time.sleep(0.05)
+    assert sent == [1, 1]  # past the hedge delay, nobody waiting: no second request
+    gets.needed_now(batch[1])
+    assert batch[1].future.result(timeout=10) == b"x1"
+    assert sent[1] == 2 and hedger.hedge_wins == 1  # the reader's wait was hedged
+    assert batch[0].future.result(timeout=10) == b"x0" and sent[0] == 1
+
+
+def test_gets_in_flight_stay_within_each_lane_s_limit():
+    """At most ``concurrency`` direct reads and 4 x ``concurrency`` reads ahead are in flight;
+    the queued ones start as earlier ones end, and every read is answered once."""
+    in_flight = {False: 0, True: 0}
+    most = {False: 0, True: 0}
+
+    def request(store, name, off, size):
+        lane = off >= 1000  # reads ahead are numbered from 1000
+        in_flight[lane] += 1
+        most[lane] = max(most[lane], in_flight[lane])
+
+        async def answer():
+            await asyncio.sleep(0.002)
+            in_flight[lane] -= 1
+            return b"x%d" % off
+
+        return answer()
+
+    gets = Gets(remote._io_loop(), request, remote._as_os_error, 3, None)
+    batch = [Get(None, "x", "s3://b/x", i, 1, False) for i in range(20)]
+    batch += [Get(None, "x", "s3://b/x", 1000 + i, 1, True) for i in range(40)]
+    gets.submit(batch)
+    assert [g.future.result(timeout=10) for g in batch] == [b"x%d" % g.off for g in batch]
+    assert most == {False: 3, True: 12}
+
+
+def test_a_failure_while_answering_a_read_still_answers_it():
+    """The reader waits without a timeout: a failure in the bookkeeping of an answer (here the
+    hedger's) reaches it as the read's error instead of leaving it waiting."""
+
+    class Broken(Hedger):
+        def record(self, seconds):
+            raise RuntimeError("bookkeeping broke")
+
+    def request(store, name, off, size):
+        async def answer():
+            return b"x"
+
+        return answer()
+
+    hedger = Broken(quantile=0.5, max_fraction=1.0, min_delay_s=0.001)
+    got = _reads_through(hedger, request, 2)
+    assert all(isinstance(g, OSError) and "bookkeeping broke" in str(g) for g in got), got
 
 
 def test_the_proxy_injects_each_fault_and_reads_still_match(s3, pair):

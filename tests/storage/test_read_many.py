@@ -61,6 +61,53 @@ def test_tar_batch_equals_one_by_one(tmp_path, exts):
     assert ds.read_many([], exts) == []
 
 
+def _reads_of(ds, read) -> list[tuple]:
+    """The ``(path, offset, size)`` reads ``read()`` makes through ``ds``'s file layer."""
+    files = ds.reader._files
+    made: list[tuple] = []
+    plain = files.pread
+
+    def pread(path, offset, size):
+        made.append((path, offset, size))
+        return plain(path, offset, size)
+
+    files.pread = pread
+    try:
+        read()
+    finally:
+        del files.pread
+    return made
+
+
+@pytest.mark.parametrize(
+    "exts", [None, frozenset({"txt"}), frozenset({"json", "cls"}), frozenset({"txt", "json"})]
+)
+def test_byte_ranges_are_the_reads_made(tmp_path, exts):
+    """What a prefetch or a read-ahead window fetches (``byte_ranges``, planned for the whole
+    batch) is exactly what ``read_many`` and ``read`` then ask for, range by range."""
+    ds = _mixed(tmp_path)
+    order = [9, 0, 4, 4, 2, 10, 3, 1, 5, 6, 8, 7]
+    ranges = ds.reader.byte_ranges(order, exts)
+    assert ranges == _reads_of(ds, lambda: _one_by_one(ds, order, exts))  # in sample order
+    # read_many reads the samples it planned first, then the others one by one
+    assert sorted(ranges) == sorted(_reads_of(ds, lambda: ds.read_many(order, exts)))
+    assert ranges == ds.reader.byte_ranges_each(order, exts)  # the one-sample path agrees
+
+
+@pytest.mark.parametrize("what", [*_BAD_MEMBER, "key offsets"])
+def test_byte_ranges_of_a_bad_entry_are_its_reads(tmp_path, what):
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
+    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"})
+    corrupt_entry(tmp_path / ".fpipe", what)
+    ds = open_dataset(tmp_path)
+    order, exts = [6, 5, 4, 0], frozenset({"jpg", "txt"})
+    ranges = ds.reader.byte_ranges(order, exts)
+    assert ranges == ds.reader.byte_ranges_each(order, exts)
+    made = _reads_of(ds, lambda: ds.read_many(order, exts))
+    # a sample whose key cannot be read fails before its read: its range is fetched unused
+    assert sorted(made) == sorted(ranges) or (what == "key offsets" and set(made) < set(ranges))
+
+
 def test_energon_and_out_of_range_fall_back_to_one_by_one(tmp_path):
     make_energon_dataset(tmp_path, shards=2, per_shard=3)
     ds = open_dataset(tmp_path)

@@ -14,17 +14,16 @@ token, a hedge takes one, so hedges never exceed ``max_fraction`` x reads). The 
 records the latency of the request that answered, measured from its own start: a stuck
 request's time is not known and does not raise the threshold.
 
-Everything here runs on the I/O loop's thread (no locks); the counts also go to the process's
-read counters (:func:`fpipe.storage.read.read_ahead.take_io_counters`).
+This is the policy; the requests are sent by :mod:`fpipe.storage.read._gets`, which watches the
+reads in flight and asks :meth:`Hedger.delay` and :meth:`Hedger.spend`. Everything here runs
+on the I/O loop's thread (no locks); the counts also go to the process's read counters
+(:func:`fpipe.storage.read.read_ahead.take_io_counters`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import math
-import time
-from collections.abc import Awaitable, Callable
 
 from fpipe.storage.read.read_ahead import count
 
@@ -33,12 +32,15 @@ __all__ = ["Hedger"]
 #: Recent latencies the threshold is taken from, and how many are needed before any hedge.
 WINDOW = 200
 WARMUP = 20
+#: The threshold is taken again after this many new latencies (not at every read: sorting the
+#: window per read cost more than the read's own bookkeeping).
+REFRESH = 16
 
 
 class Hedger:
     """The hedging policy of one reader in one process, and its counters.
 
-    ``reads``: reads started through :meth:`read`; ``hedges``: second requests sent;
+    ``reads``: reads counted (:meth:`started`, :meth:`observed`); ``hedges``: second requests sent;
     ``hedge_wins``: reads the second request answered first.
     """
 
@@ -53,6 +55,7 @@ class Hedger:
         self._burst = max(1.0, max_fraction * WINDOW)
         self._tokens = 0.0
         self._threshold: float | None = None
+        self._new = 0  # latencies recorded since the threshold was taken
         self.reads = 0
         self.hedges = 0
         self.hedge_wins = 0
@@ -68,19 +71,26 @@ class Hedger:
         return self._threshold
 
     def record(self, seconds: float) -> None:
+        """A read's latency (of the request that answered, from its own start)."""
         self.latencies.append(seconds)
-        self._threshold = None
+        self._new += 1
+        if self._new >= REFRESH or len(self.latencies) <= self.warmup:
+            self._threshold = None
+            self._new = 0
 
-    def observed(self, seconds: float) -> None:
-        """A read made outside :meth:`read` (read ahead, never hedged itself): its latency
-        counts in the threshold, and it earns its share of hedges."""
+    def started(self) -> None:
+        """A read that may be hedged started: it earns its share of hedges."""
         self.reads += 1
         self._tokens = min(self._burst, self._tokens + self.max_fraction)
+
+    def observed(self, seconds: float) -> None:
+        """A read that is not hedged itself (read ahead) ended: its latency counts in the
+        threshold, and it earns its share of hedges."""
+        self.started()
         self.record(seconds)
 
     def spend(self) -> bool:
-        """Whether the cap allows one more hedge now (counted in ``hedges`` if so): for a
-        read that was read ahead and is late."""
+        """Whether the cap allows one more hedge now (counted in ``hedges`` if so)."""
         if self._take_token():
             self.hedges += 1
             count(hedges=1)
@@ -97,41 +107,3 @@ class Hedger:
             self._tokens -= 1.0
             return True
         return False
-
-    async def read(self, fetch: Callable[[], Awaitable[bytes]]) -> bytes:
-        """``await fetch()``, hedged: a second ``fetch()`` if the first is still running after
-        :meth:`delay` and the cap allows; the first to succeed wins, the other is cancelled.
-        Raises the first request's error only when no request succeeded."""
-        self.reads += 1
-        self._tokens = min(self._burst, self._tokens + self.max_fraction)
-        delay = self.delay()
-        first = asyncio.ensure_future(_timed(fetch))
-        tasks = {first}
-        try:
-            if delay is not None:
-                done, _ = await asyncio.wait(tasks, timeout=delay)
-                if not done and self.spend():
-                    tasks.add(asyncio.ensure_future(_timed(fetch)))
-            error: BaseException | None = None
-            while tasks:
-                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: t is not first):  # the first on a tie
-                    if task.exception() is None:
-                        data, seconds = task.result()
-                        self.record(seconds)
-                        if task is not first:
-                            self.won()
-                        return data
-                    if error is None or task is first:
-                        error = task.exception()
-            assert error is not None
-            raise error
-        finally:
-            for task in tasks:  # the loser (or both, if this read was cancelled)
-                task.cancel()
-
-
-async def _timed(fetch: Callable[[], Awaitable[bytes]]) -> tuple[bytes, float]:
-    start = time.monotonic()
-    data = await fetch()
-    return data, time.monotonic() - start

@@ -95,10 +95,11 @@ def take_io_counters() -> dict[str, int]:
 
 
 class _Entry:
-    __slots__ = ("future", "size", "step")
+    __slots__ = ("future", "live", "size", "step")
 
     def __init__(self, step: int, size: int, future):
         self.step, self.size, self.future = step, size, future
+        self.live = True  # started, and not yet taken or let go
 
 
 class Window:
@@ -110,6 +111,9 @@ class Window:
         #: per range, what was started for it, by step (a range two steps read is read twice,
         #: as direct reads would)
         self._entries: dict[Range, list[_Entry]] = {}
+        #: the same entries by step (taken ones stay until their step is let go), so that
+        #: letting go of a step costs its own ranges, not every range held
+        self._steps: dict[int, list[tuple[Range, _Entry]]] = {}
         self._queued: collections.deque[tuple[int, Any, Range]] = collections.deque()
         # reentrant: a read that ends as it is let go calls _release at once, in this thread
         self._lock = threading.RLock()
@@ -126,16 +130,18 @@ class Window:
         already materialized read it directly, or a restore moved the loader elsewhere)."""
         dropped = 0
         with self._lock:
-            self._queued = collections.deque(q for q in self._queued if q[0] >= before)
-            for key, entries in list(self._entries.items()):
-                keep = [e for e in entries if e.step >= before]
-                for e in entries:
-                    if e.step < before:
-                        dropped += self._drop(e)
-                if keep:
-                    self._entries[key] = keep
-                else:
-                    del self._entries[key]
+            if any(q[0] < before for q in self._queued):  # usually empty
+                self._queued = collections.deque(q for q in self._queued if q[0] >= before)
+            for step in [s for s in self._steps if s < before]:
+                for key, entry in self._steps.pop(step):
+                    if not entry.live:
+                        continue  # taken
+                    entry.live = False
+                    entries = self._entries[key]
+                    entries.remove(entry)
+                    if not entries:
+                        del self._entries[key]
+                    dropped += self._drop(entry)
         if dropped:
             count(read_ahead_dropped=dropped)
         self.pump()
@@ -161,6 +167,7 @@ class Window:
             if not entries or entries[0].future is None:
                 return None
             entry = entries.pop(0)
+            entry.live = False
             if not entries:
                 del self._entries[key]
             self.held -= entry.size
@@ -182,6 +189,7 @@ class Window:
                 self.held += r[2]
                 entry = _Entry(step, r[2], None)
                 self._entries.setdefault(r, []).append(entry)
+                self._steps.setdefault(step, []).append((r, entry))
                 starts.setdefault(id(files), (files, []))[1].append((entry, r))
             held = self.held
         if not starts:
@@ -191,8 +199,8 @@ class Window:
             futures = files.read_ahead([r for _, r in todo])
             count(read_ahead_ranges=len(todo), read_ahead_bytes=sum(r[2] for _, r in todo))
             with self._lock:
-                for (entry, r), fut in zip(todo, futures):
-                    if any(e is entry for e in self._entries.get(r, ())):
+                for (entry, _), fut in zip(todo, futures):
+                    if entry.live:
                         entry.future = fut
                     elif fut is not None:  # let go while starting: nobody takes it
                         fut.cancel()

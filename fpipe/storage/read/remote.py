@@ -33,7 +33,6 @@ Credentials and endpoints come from the usual environment variables (``AWS_ACCES
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import tempfile
 import threading
@@ -47,6 +46,7 @@ import msgspec
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import split_url
 from fpipe.storage.read import read_ahead
+from fpipe.storage.read._gets import Get, Gets, RangeFuture
 from fpipe.storage.read._hedge import Hedger
 
 __all__ = [
@@ -236,13 +236,19 @@ class RemoteFiles:
     def __init__(self, root: str, options: StorageOptions | None = None):
         self.root = root.rstrip("/")
         self.options = options or StorageOptions()
-        self._pending: dict[tuple[str, int, int], concurrent.futures.Future] = {}
-        self._sems: tuple[int, asyncio.Semaphore, asyncio.Semaphore] | None = None
+        self._pending: dict[tuple[str, int, int], RangeFuture] = {}
+        self._engine: tuple[int, Gets] | None = None
         self._names: tuple[int, dict[str, tuple[Any, str]]] = (os.getpid(), {})
-        self._hedger = self._new_hedger()
-        #: reads started and bytes received by this process (for benchmarks and tests)
+        #: reads started by this process (for benchmarks and tests)
         self.requests = 0
-        self.bytes_read = 0
+        self._streamed = 0  # bytes of whole objects streamed (open_stream)
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes this process received (ranges and streamed objects)."""
+        engine = self._engine
+        ranges = engine[1].bytes_read if engine is not None and engine[0] == os.getpid() else 0
+        return ranges + self._streamed
 
     def _new_hedger(self) -> Hedger | None:
         o = self.options
@@ -258,7 +264,8 @@ class RemoteFiles:
         """This process's reads of this reader: ``requests`` (reads started), ``bytes_read``,
         ``hedges`` (second requests sent for slow reads) and ``hedge_wins`` (reads the second
         request answered first). GETs sent = requests + hedges (+ obstore's retries)."""
-        h = self._hedger
+        engine = self._engine
+        h = engine[1].hedger if engine is not None and engine[0] == os.getpid() else None
         return {
             "requests": self.requests,
             "bytes_read": self.bytes_read,
@@ -286,77 +293,32 @@ class RemoteFiles:
         """``size`` bytes of the object at ``path`` from ``offset`` (fewer only at its end).
 
         Waits for the range :meth:`prefetch` started or took from what was read ahead, if it
-        did; else one ranged GET. A range read ahead whose GET failed is read again here, so
-        its error is the one a direct read gives, raised by the read that needs it.
+        did; else one ranged GET. A range read ahead and not answered yet is hedged from now on
+        as a direct read; one whose GET failed is read again here, so its error is the one a
+        direct read gives, raised by the read that needs it.
         """
         key = (path, offset, size)
         fut = self._pending.pop(key, None)
         if fut is None:
-            fut = self._submit(path, offset, size)
-        elif getattr(fut, "read_ahead", False):
-            got = self._wait_ahead(fut, key)
+            fut = self._start([key])[key]
+        elif fut.ahead:
+            if fut.done():  # the read was hidden
+                slow = fut.slow
+                read_ahead.count(read_ahead_ready=1, slow_reads=slow, slow_reads_hidden=slow)
+                got = fut.result()
+            else:
+                self._gets().needed_now(fut.get)
+                got = fut.result()
+                late = time.monotonic() - fut.started >= read_ahead.SLOW_READ_S
+                read_ahead.count(read_ahead_late=1, slow_reads=late)
             if not isinstance(got, BaseException):
                 return got
             read_ahead.count(read_ahead_failed=1)
-            fut = self._submit(path, offset, size)
+            fut = self._start([key])[key]
         got = fut.result()
         if isinstance(got, BaseException):
             raise got
         return got
-
-    def _wait_ahead(self, fut: concurrent.futures.Future, key) -> Any:
-        """The result of a range read ahead: at once when its GET has ended (the read was
-        hidden); else the read is needed now, and it is hedged as a direct read would be."""
-        if fut.done():
-            got = fut.result()
-            read_ahead.count(
-                read_ahead_ready=1, slow_reads=fut.slow, slow_reads_hidden=fut.slow  # type: ignore[attr-defined]
-            )
-            return got
-        start = fut.started  # type: ignore[attr-defined]
-        out: concurrent.futures.Future = concurrent.futures.Future()
-        store, name = self._store_name(key[0])
-        _io_loop().call_soon_threadsafe(
-            lambda: asyncio.ensure_future(self._rescue(fut, store, name, key, out))
-        )
-        got = out.result()
-        read_ahead.count(
-            read_ahead_late=1, slow_reads=time.monotonic() - start >= read_ahead.SLOW_READ_S
-        )
-        return got
-
-    async def _rescue(self, ahead, store, name: str, key, out) -> None:
-        """Wait for a late read-ahead GET; past the hedge delay, race a second request."""
-        path, off, size = key
-        first = asyncio.wrap_future(ahead)
-        tasks = {first}
-        h = self._hedger
-        try:
-            delay = None if h is None else h.delay()
-            if delay is not None:
-                done, _ = await asyncio.wait(tasks, timeout=delay)
-                if not done and h is not None and h.spend():
-                    tasks.add(asyncio.ensure_future(self._fetch(store, name, off, size, False)))
-            error: Any = None
-            while tasks:
-                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    got = task.exception() or task.result()
-                    if not isinstance(got, BaseException):
-                        if task is not first and h is not None:
-                            h.won()
-                        out.set_result(got)
-                        return
-                    error = error or got
-            out.set_result(error if isinstance(error, OSError) else _as_os_error(path, error))
-        except BaseException as e:  # cancelled (the loop shutting down): still wake the reader
-            if not out.done():
-                out.set_exception(e)
-            raise
-        finally:
-            for task in tasks:
-                if task is not first:
-                    task.cancel()
 
     def prefetch(self, ranges: Sequence[tuple[str, int, int]]) -> None:
         """Start fetching ``(path, offset, size)`` ranges for the ``pread`` calls that follow.
@@ -368,118 +330,49 @@ class RemoteFiles:
         matching ``pread``.
         """
         for fut in self._pending.values():
-            if not getattr(fut, "read_ahead", False):
+            if not fut.ahead:
                 fut.cancel()
-        todo = {}
-        taken = {}
+        todo = []
+        pending: dict = {}
         for r in ranges:
-            if r[2] > 0 and r not in todo and r not in taken:
+            if r[2] > 0 and r not in pending:
                 fut = read_ahead.take(r)
+                pending[r] = fut
                 if fut is None:
-                    todo[r] = None
-                else:
-                    taken[r] = fut
-        self._pending = self._start(list(todo)) if todo else {}
-        self._pending.update(taken)
+                    todo.append(r)
+        if todo:
+            pending.update(self._start(todo))
+        self._pending = pending
 
     def read_ahead(self, ranges: Sequence[tuple[str, int, int]]) -> list:
         """Start reading ``ranges`` ahead (the :mod:`~fpipe.storage.read.read_ahead` window of
         a worker calls this): one future per range, whose result is the bytes or the
-        ``OSError`` the GET ended with. These GETs are not hedged (nobody waits for them yet)
-        and have their own limit in flight (4 x ``options.concurrency``); their latencies
+        ``OSError`` the GET ended with. These GETs are not hedged until a reader waits for
+        one, and have their own limit in flight (4 x ``options.concurrency``); their latencies
         count in the hedging threshold."""
-        jobs = []
-        for r in ranges:
-            fut: concurrent.futures.Future = concurrent.futures.Future()
-            fut.read_ahead, fut.slow, fut.started = True, False, time.monotonic()  # type: ignore[attr-defined]
-            jobs.append((self._store_name(r[0]), r, fut))
-        self.requests += len(jobs)
-        read_ahead.count(requests=len(jobs))
-        _io_loop().call_soon_threadsafe(self._spawn_ahead, jobs)
-        return [fut for _, _, fut in jobs]
+        return list(self._start(ranges, ahead=True).values())
 
-    def _spawn_ahead(self, jobs) -> None:
-        for (store, name), (path, off, size), fut in jobs:
-            asyncio.ensure_future(self._get_ahead(store, name, path, off, size, fut))
-
-    async def _get_ahead(self, store, name: str, path: str, off: int, size: int, fut) -> None:
-        if not fut.set_running_or_notify_cancel():
-            return  # let go before its GET started
-        async with self._limits()[1]:
-            start = time.monotonic()
-            try:
-                data = bytes(await _obstore().get_range_async(store, name, start=off, length=size))
-            except Exception as e:
-                fut.set_result(_as_os_error(path, e))
-                return
-            except BaseException as e:
-                fut.set_exception(e)
-                raise
-            seconds = time.monotonic() - start
-        if self._hedger is not None:
-            self._hedger.observed(seconds)
-        fut.slow = seconds >= read_ahead.SLOW_READ_S
-        self.bytes_read += len(data)
-        read_ahead.count(bytes_read=len(data))
-        fut.set_result(data)
-
-    def _limits(self) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
-        """This process's limits of GETs in flight: direct reads, and reads ahead (made on the
-        I/O loop, once per process; the hedger starts afresh there too)."""
-        pid = os.getpid()
-        if self._sems is None or self._sems[0] != pid:
-            c = self.options.concurrency
-            self._sems = (pid, asyncio.Semaphore(c), asyncio.Semaphore(4 * c))
-            self._hedger = self._new_hedger()  # latencies of another process do not apply
-        return self._sems[1], self._sems[2]
-
-    def _submit(self, path: str, off: int, size: int) -> concurrent.futures.Future:
-        return self._start([(path, off, size)])[(path, off, size)]
-
-    def _start(self, ranges: list[tuple[str, int, int]]) -> dict:
+    def _start(self, ranges: Sequence[tuple[str, int, int]], ahead: bool = False) -> dict:
         """Futures of ``ranges``, whose GETs start with one wake-up of the I/O loop."""
         # stores are opened here, in the caller's thread: the fork check runs, and each opens once
-        jobs = [(self._store_name(r[0]), r, concurrent.futures.Future()) for r in ranges]
-        self.requests += len(jobs)
-        read_ahead.count(requests=len(jobs))
-        loop = _io_loop()
-        loop.call_soon_threadsafe(self._spawn, jobs)
-        return {r: fut for _, r, fut in jobs}
+        gets = [Get(*self._store_name(p), p, off, size, ahead) for p, off, size in ranges]
+        self.requests += len(gets)
+        read_ahead.count(requests=len(gets))
+        self._gets().submit(gets)
+        return {(g.path, g.off, g.size): g.future for g in gets}
 
-    def _spawn(self, jobs) -> None:
-        for (store, name), (path, off, size), fut in jobs:
-            asyncio.ensure_future(self._get(store, name, path, off, size, fut))
+    def _gets(self) -> Gets:
+        """This process's GETs of this reader (made once per process; the hedger starts
+        afresh there too: latencies of another process do not apply)."""
+        got = self._engine
+        if got is None or got[0] != os.getpid():
+            o = self.options
+            gets = Gets(_io_loop(), self._request, _as_os_error, o.concurrency, self._new_hedger())
+            got = self._engine = (os.getpid(), gets)
+        return got[1]
 
-    async def _get(self, store, name: str, path: str, off: int, size: int, fut) -> None:
-        """Fetch one range into ``fut``, which always gets a result: ``pread`` waits on it
-        without a timeout, so any failure here becomes its result (or exception)."""
-        if not fut.set_running_or_notify_cancel():
-            return  # a later prefetch replaced this one before its GET started
-        try:
-            data = await self._fetch(store, name, off, size)
-        except Exception as e:
-            fut.set_result(_as_os_error(path, e))
-        except BaseException as e:  # cancelled (the loop shutting down): still wake the reader
-            fut.set_exception(e)
-            raise
-        else:
-            self.bytes_read += len(data)
-            read_ahead.count(bytes_read=len(data))
-            fut.set_result(data)
-
-    async def _fetch(self, store, name: str, off: int, size: int, hedged: bool = True) -> bytes:
-        sem = self._limits()[0]
-
-        async def get() -> bytes:
-            return bytes(await _obstore().get_range_async(store, name, start=off, length=size))
-
-        async with sem:  # a hedge shares its read's place: timing starts here
-            start = time.monotonic()
-            h = self._hedger if hedged else None
-            data = await (get() if h is None else h.read(get))
-            if hedged:  # a direct read (not a late read-ahead's second request)
-                read_ahead.count(slow_reads=time.monotonic() - start >= read_ahead.SLOW_READ_S)
-            return data
+    def _request(self, store, name: str, off: int, size: int):
+        return _obstore().get_range_async(store, name, start=off, length=size)
 
     def open_stream(self, path: str, chunk: int = 8 << 20):
         """A local temporary copy of the object at ``path``, made by one streamed GET (``fpipe
@@ -497,7 +390,7 @@ class RemoteFiles:
             raise _as_os_error(path, e) from None
         size = f.tell()
         self.requests += 1
-        self.bytes_read += size
+        self._streamed += size
         f.seek(0)
         return f, size
 
@@ -512,7 +405,7 @@ class RemoteFiles:
     def close(self) -> None:
         """Drop prefetched data (stores stay open for the process)."""
         for fut in self._pending.values():
-            if not getattr(fut, "read_ahead", False):
+            if not fut.ahead:
                 fut.cancel()
         self._pending = {}
 

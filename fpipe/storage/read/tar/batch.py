@@ -25,7 +25,7 @@ from fpipe.storage.read.members import MemberRows
 from fpipe.storage.read.reader import read_each
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
 
-__all__ = ["read_many"]
+__all__ = ["byte_ranges", "read_many"]
 
 
 def read_many(
@@ -45,6 +45,33 @@ def read_many(
     return out
 
 
+def byte_ranges(reader, idx: np.ndarray, exts: frozenset[str] | None) -> list[tuple] | None:
+    """``(path, offset, size)`` of the reads :func:`read_many` (and ``reader.read``) make for
+    the samples ``idx`` it plans at once, in sample order; None where the index cannot be
+    planned so (format 1). A sample the plan leaves to ``reader.read`` (or whose entry is bad)
+    gets ``reader``'s own ranges for it (:meth:`TarReader.byte_ranges` of that sample alone)."""
+    plan = _plan(reader, idx, exts, with_keys=False)
+    if plan is None:
+        return None
+    ranges: list[tuple] = []
+    paths = reader._paths
+    for j, good in enumerate(plan.ok.tolist()):
+        if not good:
+            ranges.extend(reader.byte_ranges_each([int(idx[j])], exts))
+            continue
+        s, a, b = plan.sid[j], plan.lo[j], plan.hi[j]
+        if b <= a:
+            continue  # no wanted member: no read
+        path = paths.get(s)
+        if path is None:
+            try:
+                path = reader.cached_shard_path(s)
+            except OSError:
+                continue  # the read names the shard that cannot be opened
+        ranges.append((path, a, b - a))
+    return ranges
+
+
 class _Plan:
     """Per sample of the batch: sound and readable in one range (``ok``), shard id, member
     key, byte range ``lo..hi``; the wanted members' rows from ``first[j]`` to ``first[j+1]``."""
@@ -56,7 +83,9 @@ class _Plan:
             setattr(self, k, v)
 
 
-def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
+def _plan(
+    reader, idx: np.ndarray, exts: frozenset[str] | None, with_keys: bool = True
+) -> _Plan | None:
     rec = reader._record
     rows_of = getattr(reader._members, "rows", None)
     if rows_of is None or not len(idx) or not rec.members:  # format 1: one sample at a time
@@ -99,6 +128,7 @@ def _plan(reader, idx: np.ndarray, exts: frozenset[str] | None) -> _Plan | None:
     raw = [
         kbytes[a:b].tobytes() if good else b""
         for a, b, good in zip(ka.tolist(), kb.tolist(), ok.tolist())
+        if with_keys
     ]
     return _Plan(
         ok=ok,

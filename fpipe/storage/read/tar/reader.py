@@ -33,6 +33,7 @@ from fpipe.storage.read._validate import header_mismatch, stale_reason
 from fpipe.storage.read.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.read.reader import FileCache, members_to_dict
 from fpipe.storage.read.record import ArrayStore, IndexRecord
+from fpipe.storage.read.tar.batch import byte_ranges as batch_byte_ranges
 from fpipe.storage.read.tar.batch import read_many
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
 from fpipe.storage.read.webdataset import is_gzip_shard, shard_stem
@@ -147,7 +148,16 @@ class TarReader:
     def byte_ranges(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
         """``(path, offset, size)`` of the reads :meth:`read` and :meth:`read_many` make for
         samples ``indices`` (only the members in ``exts`` when given); a sample whose index
-        entry is bad has none (its read raises the error, under the error policy)."""
+        entry is bad has none (its read raises the error, under the error policy). The index
+        is looked up for all of them at once, as :meth:`read_many` does
+        (:func:`fpipe.storage.read.tar.batch.byte_ranges`)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        got = batch_byte_ranges(self, idx, exts) if len(idx) else []
+        return self.byte_ranges_each(idx.tolist(), exts) if got is None else got
+
+    def byte_ranges_each(self, indices, exts: frozenset[str] | None = None) -> list[tuple]:
+        """:meth:`byte_ranges`, one sample at a time (indexes of format 1, and the samples
+        whose reads :meth:`read` makes alone)."""
         ranges = []
         for i in indices:
             try:
