@@ -110,3 +110,32 @@ def plan_specs(draw, max_samples: int = 120, world_sizes=(1, 4)) -> PlanSpec:
             )
         ),
     )
+
+
+@st.composite
+def mix_changes(draw, steps: int, max_changes: int = 4):
+    """Online weight changes of a three-dataset blend at steps in ``[0, steps]`` (weights from
+    a few values, never all zero), in step order."""
+    from fpipe.loader.steering import MixChange
+    from fpipe.plan.online_mix import entry_weights, weights32
+
+    out = []
+    for step in sorted(draw(st.lists(st.integers(0, steps), max_size=max_changes))):
+        w = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=3, max_size=3))
+        if sum(w) == 0:
+            w[0] = 1.0
+        out.append(MixChange(step, entry_weights(weights32(w))))
+    return out
+
+
+def live_recipes(plan: Pipeline, steps: int, ranges, changes) -> list:
+    """``(state after, recipe)`` of the first ``steps`` recipes a loader delivers from the start
+    of ``plan`` with skip ``ranges`` and online weight ``changes`` (fewer at the end)."""
+    from fpipe.loader.steering import planned_recipes
+
+    out = []
+    for state, recipe in planned_recipes(plan, plan.init(), ranges, changes):
+        if recipe is None or len(out) == steps:
+            break
+        out.append((state, recipe))
+    return out

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError
-from fpipe.loader.steering import MixChange, planned_recipes, seek_state
+from fpipe.loader.steering import seek_state
 from fpipe.plan import (
     BatchSchedule,
     WeightSchedule,
@@ -36,8 +36,8 @@ from fpipe.plan import (
     slice_shuffle,
     window_shuffle,
 )
-from fpipe.plan.online_mix import entry_weights, weights32
 from fpipe.plan.skip import normalize_step_ranges
+from property_tests.strategies import live_recipes, mix_changes
 
 SIZES = (30, 17, 11)
 SCALED = settings(max_examples=max(6, settings.default.max_examples // 8), deadline=None)
@@ -87,40 +87,17 @@ def params(draw):
     }
 
 
-@st.composite
-def changes(draw, p: dict, steps: int):
-    if p["head"] == "epochized":
-        return []  # online weights are for a weighted blend
-    out = []
-    for step in sorted(draw(st.lists(st.integers(0, steps), max_size=3))):
-        w = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=3, max_size=3))
-        if sum(w) == 0:
-            w[1] = 1.0
-        out.append(MixChange(step, entry_weights(weights32(w))))
-    return out
-
-
-def live(plan: Pipeline, steps: int, ranges, chg) -> list:
-    """``(state after, recipe)`` of the first ``steps`` delivered recipes (fewer at the end)."""
-    out = []
-    for state, recipe in planned_recipes(plan, plan.init(), ranges, chg):
-        if recipe is None or len(out) == steps:
-            break
-        out.append((state, recipe))
-    return out
-
-
 @SCALED
 @given(p=params(), data=st.data())
 def test_seek_on_counts_is_the_step_by_step_seek_and_the_live_state(p, data):
     steps = 60
-    chg = data.draw(changes(p, steps))
+    chg = [] if p["head"] == "epochized" else data.draw(mix_changes(steps, 3))
     spans = st.tuples(st.integers(0, 50), st.integers(1, 12)).map(lambda t: (t[0], t[0] + t[1]))
     ranges = normalize_step_ranges(data.draw(st.lists(spans, max_size=2)))
     rank = data.draw(st.integers(0, p["world"] - 1))
     note(f"{p} rank={rank} changes={chg} skip={ranges}")
     plan = build(p, rank)
-    run = live(plan, steps, ranges, chg)
+    run = live_recipes(plan, steps, ranges, chg)
     picks = data.draw(st.lists(st.integers(0, max(0, len(run) - 1)), min_size=1, max_size=3))
     for k in picks if run else []:
         state, recipe = run[k]

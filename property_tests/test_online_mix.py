@@ -38,6 +38,7 @@ from fpipe.plan import (
 )
 from fpipe.plan.online_mix import entry_weights, weights32
 from fpipe.plan.skip import normalize_step_ranges
+from property_tests.strategies import live_recipes, mix_changes
 
 SIZES = (60, 40, 25)
 SCALED = settings(max_examples=max(4, settings.default.max_examples // 12), deadline=None)
@@ -84,27 +85,6 @@ def params(draw):
     }
 
 
-@st.composite
-def changes(draw, steps: int):
-    out = []
-    for step in sorted(draw(st.lists(st.integers(0, steps), max_size=4))):
-        w = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=3, max_size=3))
-        if sum(w) == 0:
-            w[0] = 1.0
-        out.append(MixChange(step, entry_weights(weights32(w))))
-    return out
-
-
-def live(plan: Pipeline, steps: int, ranges, chg) -> list:
-    """``(state after, recipe)`` of the first ``steps`` delivered recipes."""
-    out = []
-    for state, recipe in planned_recipes(plan, plan.init(), ranges, chg):
-        if recipe is None or len(out) == steps:
-            break
-        out.append((state, recipe))
-    return out
-
-
 def refs_of(recipe) -> list:
     r = recipe.refs
     return list(zip(r.dataset.tolist(), r.index.tolist(), r.epoch.tolist()))
@@ -114,12 +94,12 @@ def refs_of(recipe) -> list:
 @given(p=params(), data=st.data())
 def test_restore_and_seek_follow_online_changes(p, data):
     steps = 20
-    chg = data.draw(changes(steps))
+    chg = data.draw(mix_changes(steps))
     spans = st.tuples(st.integers(0, 20), st.integers(1, 4)).map(lambda t: (t[0], t[0] + t[1]))
     ranges = normalize_step_ranges(data.draw(st.lists(spans, max_size=2)))
     note(f"{p} changes={chg} skip={ranges}")
     plan = build(p)
-    run = live(plan, steps, ranges, chg)
+    run = live_recipes(plan, steps, ranges, chg)
     assert len(run) == steps
     # seek: the state after each delivered recipe, from the configuration and the changes
     for k in data.draw(st.lists(st.integers(0, steps - 1), min_size=1, max_size=3)):
@@ -161,8 +141,8 @@ def live_from(plan, state, ranges, chg, steps):
 def test_a_change_holds_from_the_frontier_and_leaves_earlier_steps_alone(p, step, data):
     w = data.draw(st.sampled_from([(0.0, 0.0, 1.0), (1.0, 0.0, 0.0), (0.0, 2.0, 1.0)]))
     chg = [MixChange(step, entry_weights(weights32(w)))]
-    base = [r for _, r in live(build(p), 80, (), ())]
-    run = [r for _, r in live(build(p), 80, (), chg)]
+    base = [r for _, r in live_recipes(build(p), 80, (), ())]
+    run = [r for _, r in live_recipes(build(p), 80, (), chg)]
     assert [refs_of(r) for r in run[:step]] == [refs_of(r) for r in base[:step]]
     # after the lookahead drawn before the change (a window block, a packing buffer and a
     # global batch at most), every ref comes from a dataset the new weights weigh
@@ -193,7 +173,7 @@ def bucket_plan(rank=0, world=1):
 def test_seek_matches_the_snapshot_with_buckets_and_skips(k, skip):
     ranges = normalize_step_ranges([(skip[0], skip[0] + skip[1])])
     plan = bucket_plan()
-    run = live(plan, 20, ranges, ())
+    run = live_recipes(plan, 20, ranges, ())
     state, recipe = run[k]
     fresh = bucket_plan()
     got, batches, _, _ = seek_state(fresh, recipe.step + 1, ranges, ())
