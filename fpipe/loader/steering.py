@@ -366,27 +366,35 @@ def _seek_on_counts(
     epoch: int | None = 0
     while step < target:
         state, i = _apply_due(plan, state, step, changes, i)
-        stop = target if i == len(changes) else min(target, changes[i].step)
-        end = skip_end(step, ranges) if ranges else None
-        if end is not None:
-            stop = min(stop, end)
-        else:
-            for a, _ in ranges:
-                if a > step:
-                    stop = min(stop, a)
-                    break
+        stop, skipped = _run_end(step, target, ranges, changes, i)
         state, got = plan.advance(state, stop - step)
         if got.outputs < stop - step:
             raise ConfigError(
                 f"step {asked or target} is past the end of the stream ({step + got.outputs})"
             )
-        if end is None:  # delivered steps: the loader counts them
+        if not skipped:  # delivered steps: the loader counts them
             batches += got.outputs
             samples += got.refs
             epoch = None if epoch is None or got.epoch is None else max(epoch, got.epoch)
         step = stop
     state, i = _apply_due(plan, state, step, changes, i)
     return state, batches, samples, epoch
+
+
+def _run_end(
+    step: int, target: int, ranges: StepRanges, changes: Sequence[MixChange], i: int
+) -> tuple[int, bool]:
+    """Where the run of steps from ``step`` that a seek passes at once ends (before
+    ``target``, the next change ``changes[i]`` and the next skip range's edge), and whether
+    its steps are skipped ones."""
+    stop = target if i == len(changes) else min(target, changes[i].step)
+    end = skip_end(step, ranges) if ranges else None
+    if end is not None:
+        return min(stop, end), True
+    for a, _ in ranges:
+        if a > step:
+            return min(stop, a), False
+    return stop, False
 
 
 def _seek_by_next(
@@ -404,16 +412,10 @@ def _seek_by_next(
     batches = samples = epoch = 0
     while step < target:
         state, i = _apply_due(plan, state, step, changes, i)
-        stop = target if i == len(changes) else min(target, changes[i].step)
-        end = skip_end(step, ranges) if ranges else None
-        if end is not None:
-            stop = min(stop, end)
+        stop, skipped = _run_end(step, target, ranges, changes, i)
+        if skipped:
             state, passed = plan.skip(state, stop - step)
         else:
-            for a, _ in ranges:
-                if a > step:
-                    stop = min(stop, a)
-                    break
             passed = 0
             while passed < stop - step:
                 state, out = plan.next(state, min(1024, stop - step - passed))
