@@ -7,7 +7,6 @@ Finds the files, indexes them in place (:mod:`._parquet`), and writes ``.fpipe/`
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -17,7 +16,6 @@ from typing import Any
 from fpipe.core.errors import ConfigError
 from fpipe.decode.extensions import ext_kind
 from fpipe.storage.config.dataset_yaml import SplitConfig
-from fpipe.storage.paths import expand_braces
 from fpipe.storage.prepare._parquet import (
     ParquetIndex,
     index_parquet,
@@ -211,16 +209,9 @@ def scan_parquet(
 
 def remote_parquet(url: str, patterns, storage) -> list[str]:
     """``.parquet`` objects under ``url`` (or those matching ``patterns``), sorted."""
-    from fpipe.storage.read.remote import list_objects
+    from fpipe.storage.read.remote_index import matching_objects
 
-    names = sorted(
-        rel
-        for rel, _ in list_objects(url, storage)
-        if rel.endswith(PARQUET_SUFFIX) and not any(p.startswith(".") for p in rel.split("/"))
-    )
-    if patterns:
-        wanted = [p for pat in patterns for p in expand_braces(pat)]
-        names = [n for n in names if any(fnmatch.fnmatchcase(n, w) for w in wanted)]
+    names = matching_objects(url, PARQUET_SUFFIX, patterns, storage)
     if not names:
         raise ConfigError(f"{url}: no .parquet files found")
     return names

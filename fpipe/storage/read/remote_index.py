@@ -30,7 +30,7 @@ from fpipe.storage.read.remote import (
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.webdataset import SHARD_SUFFIXES, is_gzip_shard
 
-__all__ = ["local_index", "remote_shards", "upload_index"]
+__all__ = ["local_index", "matching_objects", "remote_shards", "upload_index"]
 
 
 def _cache_root() -> Path:
@@ -88,18 +88,28 @@ def upload_index(local: Path, url: str, options: StorageOptions) -> str:
     return base
 
 
+def matching_objects(
+    url: str, suffixes: str | tuple[str, ...], patterns, options: StorageOptions | None
+) -> list[str]:
+    """Names of the objects under ``url`` that end with ``suffixes`` (none inside a hidden
+    folder), kept where they match one of ``patterns`` (globs with brace expansion, as for
+    local folders) if any are given; sorted."""
+    names = sorted(
+        rel
+        for rel, _ in list_objects(url, options)
+        if rel.endswith(suffixes) and not any(p.startswith(".") for p in rel.split("/"))
+    )
+    if patterns:
+        wanted = [p for pat in patterns for p in expand_braces(pat)]
+        names = [n for n in names if any(fnmatch.fnmatchcase(n, w) for w in wanted)]
+    return names
+
+
 def remote_shards(url: str, patterns, options: StorageOptions | None) -> list[str]:
     """Shard names under ``url`` (all ``.tar`` objects, or those matching ``patterns``: globs
     with brace expansion, as for local folders), sorted. Gzip shards are refused: a bucket
     offers no place for the decompressed copy that random access needs."""
-    names = [
-        rel
-        for rel, _ in list_objects(url, options)
-        if rel.endswith(SHARD_SUFFIXES) and not any(p.startswith(".") for p in rel.split("/"))
-    ]
-    if patterns:
-        wanted = [p for pat in patterns for p in expand_braces(pat)]
-        names = [n for n in names if any(fnmatch.fnmatchcase(n, w) for w in wanted)]
+    names = matching_objects(url, SHARD_SUFFIXES, patterns, options)
     gz = [n for n in names if is_gzip_shard(n)]
     if gz:
         raise ConfigError(
