@@ -18,7 +18,8 @@ Faults: an exception raised while materializing is re-raised in the consumer wit
 and attributes, as at ``num_workers=0``. A recipe that produced nothing for ``timeout`` seconds
 raises one :class:`~fpipe.core.WorkerError` naming the thread, the step, its keys and the
 sample the thread was on; a thread cannot be killed, so the stuck one is abandoned (it is a
-daemon thread and its result is dropped) and the others stop after their current recipe. With
+daemon thread and its result is dropped) and the others stop after their current recipe (a
+closed loop waits for that, so no thread is left inside torch or Pillow at exit). With
 ``recover_workers`` (:mod:`fpipe.loader._recovery`) the loader then starts new threads and
 materializes the abandoned recipes again.
 """
@@ -135,6 +136,7 @@ def iterate_threads(
             waiting.append(task)
             return
 
+    stuck = None
     try:
         for _ in range(max(in_flight, num_threads)):
             submit()
@@ -144,6 +146,7 @@ def iterate_threads(
             # (by a signal handler, say) is the user's and propagates as it is
             done, _ = concurrent.futures.wait((task,), timeout=timeout or None)
             if not done:
+                stuck = task.thread
                 raise _timeout_error(task, timeout, recipe_at(0), describe)
             result = task.result()
             waiting.popleft()
@@ -155,3 +158,9 @@ def iterate_threads(
             task.cancel()
         for _ in threads:
             tasks.put(None)
+        # Wait for the threads to finish the recipe each is on (the stuck one is abandoned): a
+        # daemon thread still inside torch or Pillow when the interpreter exits is ended
+        # mid-call, which aborts the process ("terminate called without an active exception").
+        for i, t in enumerate(threads):
+            if i != stuck:
+                t.join(timeout or None)

@@ -1,6 +1,8 @@
 """Thread workers (``worker_mode="thread"``): the same batches and snapshots as worker processes
 and as ``num_workers=0``, and a resume across the three."""
 
+import threading
+
 import pytest
 
 import fpipe
@@ -50,3 +52,16 @@ def test_unknown_worker_mode_is_a_config_error(image_dataset):
     ds = build(image_dataset).dataset
     with pytest.raises(ConfigError, match="worker_mode"):
         fpipe.get_loader(ds, num_workers=2, worker_mode="greenlet")
+
+
+def test_closing_a_loop_waits_for_its_threads(image_dataset):
+    """A closed loop leaves no materialize thread running: a daemon thread still inside torch
+    or Pillow when the program ends is cut off mid-call, and the process aborted ("terminate
+    called without an active exception") on some exits after a loop left open."""
+    loader = build(image_dataset, num_workers=2, worker_mode="thread", prefetch_factor=4)
+    for _ in range(3):
+        loop = iter(loader)
+        next(loop)  # the threads are busy with the recipes prefetched behind this one
+        loop.close()
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("fpipe-materialize")]
+        assert alive == []
