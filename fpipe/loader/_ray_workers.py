@@ -325,9 +325,10 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
                 result.reraise()
             yield result
     finally:
-        for entry in waiting:  # queued recipes of an abandoned pass
-            with contextlib.suppress(Exception):
-                ray.cancel(entry[0])
+        # The recipes still queued for an abandoned pass are left to run (pure, a few per actor;
+        # their results are dropped with ``waiting``): ray.cancel of a queued actor task leaves
+        # a gap in the actor's task sequence, and Ray then holds every later task of this
+        # process for that actor until its reorder timeout (30 s) before skipping the gap.
         _POOL.give_back(key, actors)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+import time
 
 import pytest
 import yaml
@@ -72,9 +73,8 @@ def test_ray_mode_gives_the_batches_and_state_bytes_of_process_mode(ray_cluster,
     _same_as_process_mode(ray_cluster, paths, reference, [("images", 3)])
 
 
-@pytest.mark.ray_full
 def test_ray_mode_equals_process_mode_for_every_kind_and_actor_count(ray_cluster, paths, reference):
-    """Every kind of plan on 1, 2 and 3 actors (a minute here: run by .ci/run, see README)."""
+    """Every kind of plan on 1, 2 and 3 actors."""
     runs = [(kind, actors) for kind in KINDS for actors in (1, 2, 3)]
     _same_as_process_mode(ray_cluster, paths, reference, runs)
 
@@ -96,6 +96,20 @@ def test_resume_from_ray_into_process_mode_and_back(ray_cluster, paths, referenc
     assert got == ref and again.snapshot() == reference["images"][-1][1]
 
 
+def test_passes_left_early_do_not_hold_up_the_next(ray_cluster, paths, reference):
+    """Loops closed after one batch, recipes still queued on their actors: each next pass on
+    the same actors starts at once. (Cancelling the queued tasks left gaps in the actors' task
+    sequences, and Ray held their next tasks 30 s: within 20 such passes, in each of 3 runs.)"""
+    passes = []
+    for _ in range(30):
+        start = time.perf_counter()
+        ld = loader(paths, "images", num_workers=2, worker_mode="ray", ray_options=OPTIONS)
+        passes.append((_run(ld, 1), time.perf_counter() - start))
+    assert all(batches == reference["images"][:1] for batches, _ in passes)
+    slowest = max(took for _, took in passes[1:])  # the first may start the actors
+    assert slowest < 10, f"a pass waited {slowest:.1f} s for its actors"
+
+
 def _fault_loader(paths, tmp_path, mode, key, **kw):
     trigger = tmp_path / "trigger"
     trigger.write_text("on")
@@ -111,7 +125,6 @@ def _key_of_batch(reference_loader, i):
     return batches[i]["keys"][1]
 
 
-@pytest.mark.ray_full
 def test_killed_and_hung_actors_are_replaced_and_the_output_is_unchanged(
     ray_cluster, paths, reference, tmp_path, caplog
 ):
@@ -137,15 +150,17 @@ def test_killed_and_hung_actors_are_replaced_and_the_output_is_unchanged(
     assert "worker fault (timed out) at step 3" in caplog.text
 
 
-@pytest.mark.ray_full  # three actors killed and started again: tens of seconds
 def test_a_sample_that_kills_its_actor_follows_the_error_policy(ray_cluster, paths, tmp_path):
     key = _key_of_batch(build(paths["images"]), 2)
     ld = _fault_loader(paths, tmp_path, "kill", key, error_policy="skip")
     got = _run(ld, 4)
     assert len(got) == 4
     stats = ld.stats()
-    # unnamed the first time (a dead actor says nothing), named by the marked runs after
-    assert stats.skipped == 1 and stats.recoveries == 3
+    # unnamed the first time (a dead actor says nothing), named by the two marked runs after;
+    # the first fault may be taken at the step before (the dead actor's reply for the recipe
+    # it had just finished can be lost with it), which adds one unnamed recovery
+    assert stats.skipped == 1 and stats.recoveries in (3, 4)
+    assert stats.recovered == {"died": stats.recoveries}
     ref = _run(build(paths["images"], error_policy="skip"), 4)
     assert [d for d, _ in got[:2]] == [d for d, _ in ref[:2]] and got[3][0] == ref[3][0]
 
