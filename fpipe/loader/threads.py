@@ -26,11 +26,14 @@ materializes the abandoned recipes again.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -136,7 +139,8 @@ def iterate_threads(
             waiting.append(task)
             return
 
-    stuck = None
+    stuck = None  # the thread of a recipe that timed out: abandoned
+    ended = False  # the recipes ran out or the loop was closed
     try:
         for _ in range(max(in_flight, num_threads)):
             submit()
@@ -152,15 +156,39 @@ def iterate_threads(
             waiting.popleft()
             submit()
             yield result
+        ended = True
+    except GeneratorExit:
+        ended = True
+        raise
     finally:
         stop.set()
         for task in waiting:
             task.cancel()
-        for _ in threads:
-            tasks.put(None)
-        # Wait for the threads to finish the recipe each is on (the stuck one is abandoned): a
-        # daemon thread still inside torch or Pillow when the interpreter exits is ended
-        # mid-call, which aborts the process ("terminate called without an active exception").
         for i, t in enumerate(threads):
+            tasks.put(None)
             if i != stuck:
-                t.join(timeout or None)
+                _FINISHING.add(t)
+        # A closed loop waits for each thread to finish the recipe it is on; an exception (the
+        # user's, a timeout) goes on at once and the exit hook waits for them instead.
+        if ended:
+            _join(threads, timeout or None)
+
+
+#: Threads finishing their last recipe after their loop ended. A daemon thread still inside
+#: torch or Pillow when the interpreter exits is cut off mid-call, which aborts the process
+#: ("terminate called without an active exception"): the exit hook waits for them.
+_FINISHING: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+#: Seconds the exit hook waits for them, all together.
+EXIT_WAIT_S = 30.0
+
+
+def _join(threads: Iterable[threading.Thread], timeout: float | None) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for t in threads:
+        if t in _FINISHING:
+            t.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    _join(list(_FINISHING), EXIT_WAIT_S)
