@@ -197,18 +197,20 @@ def choose_online(
     if not entries or not len(positions) or int(positions.max()) < entries[0].position:
         return choose_weighted(key, schedule, positions)
     bounds = np.asarray([e.position for e in entries], dtype=np.int64)
-    seg = np.searchsorted(bounds, positions, side="right") - 1  # -1: before the first entry
+    if len(positions) > 1 and not bool((positions[1:] >= positions[:-1]).all()):
+        order = np.argsort(positions, kind="stable")  # any order: choose sorted, put back
+        out = np.empty(len(positions), dtype=np.int32)
+        out[order] = choose_online(key, schedule, entries, positions[order])
+        return out
+    # Sorted positions (a block of the blend): each entry's positions are one slice.
+    cuts = np.searchsorted(positions, bounds, side="left").tolist()
     out = np.empty(len(positions), dtype=np.int32)
-    before = seg < 0
-    if before.any():
-        out[before] = choose_weighted(key, schedule, positions[before])
-    after = ~before
-    seg_after, u = seg[after], uniform_array(key, positions[after])
-    picked = np.empty(len(u), dtype=np.int32)
-    for j in np.unique(seg_after).tolist():
-        m = seg_after == j
-        picked[m] = pick(_row(entries[j].weights), u[m])
-    out[after] = picked
+    if cuts[0]:
+        out[: cuts[0]] = choose_weighted(key, schedule, positions[: cuts[0]])
+    u = uniform_array(key, positions[cuts[0] :])
+    for j, (lo, hi) in enumerate(zip(cuts, [*cuts[1:], len(positions)])):
+        if hi > lo:
+            out[lo:hi] = pick(_row(entries[j].weights), u[lo - cuts[0] : hi - cuts[0]])
     return out
 
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, SnapshotMismatchError
+from fpipe.core.rng import uniform_array
 from fpipe.core.testing import check_pipeline, run
 from fpipe.plan import batch, distribute, samples, slice_shuffle, window_shuffle
 from fpipe.plan.blend import BlendState, blend, blend_counters
-from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted
+from fpipe.plan.blend_choice import WeightSchedule, choose_epochized, choose_weighted, pick
+from fpipe.plan.online_mix import OnlineEntry, choose_online, weights32
 
 # Upper 0.1% points of the chi-square distribution by degrees of freedom.
 CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}
@@ -216,3 +220,37 @@ def test_golden_order():
         (0, 1, 0), (2, 0, 0), (1, 2, 1), (1, 3, 1), (2, 1, 0), (0, 2, 0), (2, 4, 0),
         (0, 3, 0), (1, 0, 1), (0, 4, 0), (2, 5, 0), (1, 1, 1),
     ]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    changes=st.lists(
+        st.tuples(st.integers(0, 400), st.lists(st.integers(0, 5), min_size=3, max_size=3)),
+        min_size=1,
+        max_size=4,
+    ),
+    positions=st.lists(st.integers(0, 600), min_size=1, max_size=80),
+    contiguous=st.booleans(),
+)
+def test_online_choice_is_a_function_of_key_and_position(changes, positions, contiguous):
+    """Each position gets the dataset its own entry (or the schedule, before the first) picks,
+    whatever the other positions asked with it: a block, or any order with repeats."""
+    entries, last = [], -1
+    for pos, w in sorted(changes):
+        if pos > last and sum(w):
+            entries.append(OnlineEntry(pos, weights32(w)))
+            last = pos
+    if not entries:
+        return
+    points = [(0, {"a": 1, "b": 2, "c": 3}), (300, {"a": 3, "c": 1})]
+    s = WeightSchedule.of(points, ["a", "b", "c"])
+    p = np.array(positions)
+    if contiguous:
+        p = np.arange(positions[0], positions[0] + len(positions))
+    got = choose_online(9, s, entries, p)
+    for i, q in enumerate(p.tolist()):
+        own = [e for e in entries if e.position <= q]
+        one = np.array([q])
+        row = () if not own else tuple(np.frombuffer(own[-1].weights, "<f4").astype(float))
+        want = choose_weighted(9, s, one) if not own else pick(row, uniform_array(9, one))
+        assert got[i] == want[0], (q, own)
