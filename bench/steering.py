@@ -40,7 +40,9 @@ This file is shared by the steering features; each adds its own section and JSON
    token count, so every step is planned;
    ``online_blend_refs_per_s``: refs planned per CPU second pulling ``--online-steps`` steps
    of ``--online-global`` refs (default 256) with the weights changed every 100 steps, and
-   ``online_vs_static_blend`` its ratio to the same plan without changes (target >= 0.9).
+   ``online_vs_static_blend`` its ratio to the same plan without changes (target >= 0.9);
+   medians of ``--online-repeats`` interleaved runs (each is ~0.4 s of CPU, so three were
+   within this machine's run-to-run noise).
    Each change re-gathers the refs the blend had prepared past its frontier (one block of
    8,192 positions over the 100 datasets), so the ratio falls when changes come more often
    than every few blocks (every 100 steps of 8 refs: about 0.4).
@@ -322,7 +324,7 @@ def online_rates(args) -> dict:
     out["seek_steps"] = args.seek_steps
 
     rates: dict = {"online": [], "static": []}
-    for _ in range(args.repeats):
+    for _ in range(args.online_repeats):
         for kind in ("static", "online"):
             chg = _changes(args, 100, args.online_steps) if kind == "online" else []
             plan = seek_plan(args, global_batch=args.online_global)
@@ -357,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--online-steps", type=int, default=3000)
     ap.add_argument("--online-global", type=int, default=256, help="refs per step, online rows")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--online-repeats", type=int, default=9, help="interleaved runs of the online rows"
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
         "--sections", default="1,2,3,4,5", help="sections to run, e.g. 5 (comma-separated)"
