@@ -164,14 +164,14 @@ def iterate_threads(
         stop.set()
         for task in waiting:
             task.cancel()
-        for i, t in enumerate(threads):
+        for _ in threads:
             tasks.put(None)
-            if i != stuck:
-                _FINISHING.add(t)
+        finishing = [t for i, t in enumerate(threads) if i != stuck]
+        _FINISHING.update(finishing)
         # A closed loop waits for each thread to finish the recipe it is on; an exception (the
         # user's, a timeout) goes on at once and the exit hook waits for them instead.
         if ended:
-            _join(threads, timeout or None)
+            _join(finishing, timeout or None)
 
 
 #: Threads finishing their last recipe after their loop ended. A daemon thread still inside
@@ -185,8 +185,7 @@ EXIT_WAIT_S = 30.0
 def _join(threads: Iterable[threading.Thread], timeout: float | None) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
     for t in threads:
-        if t in _FINISHING:
-            t.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+        t.join(None if deadline is None else max(deadline - time.monotonic(), 0))
 
 
 @atexit.register
