@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fpipe.core import Pipeline, chain
 from fpipe.plan import (
+    BatchSchedule,
     batch,
     distribute,
     filter_refs,
@@ -139,3 +140,22 @@ def live_recipes(plan: Pipeline, steps: int, ranges, changes) -> list:
             break
         out.append((state, recipe))
     return out
+
+
+def steering_tail(p: dict, g: int, rank: int, world: int, *, first: int, buffer: int) -> list:
+    """The stages after the blend in the steering properties: a window shuffle of
+    ``p["window"]`` refs (none when 0), plan-tier packing (``p["tail"] == "pack"``, a greedy
+    packer over ``buffer`` refs), then ``distribute`` / ``batch`` of ``g`` refs per step on
+    ``world`` ranks, or (``p["tail"] == "ramp"``) a ramp-up from ``first`` refs per step to
+    ``g``."""
+    stages = [window_shuffle(p["window"])] if p["window"] else []
+    if p["tail"] == "pack":
+        stages.append(pack({"tokens": 40}, strategy="greedy", packing_buffer_size=buffer))
+    if p["tail"] == "ramp":
+        sizes = BatchSchedule.of({0: first, 3: 2 * first, 7: g})
+        return [
+            *stages,
+            distribute(sizes, rank=rank, world_size=world),
+            batch(sizes.per_rank(world)),
+        ]
+    return [*stages, distribute(g, rank=rank, world_size=world), batch(g // world)]

@@ -26,18 +26,13 @@ from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError
 from fpipe.loader.steering import seek_state
 from fpipe.plan import (
-    BatchSchedule,
     WeightSchedule,
-    batch,
     blend,
-    distribute,
-    pack,
     samples,
     slice_shuffle,
-    window_shuffle,
 )
 from fpipe.plan.skip import normalize_step_ranges
-from property_tests.strategies import live_recipes, mix_changes
+from property_tests.strategies import live_recipes, mix_changes, steering_tail
 
 SIZES = (30, 17, 11)
 SCALED = settings(max_examples=max(6, settings.default.max_examples // 8), deadline=None)
@@ -60,16 +55,7 @@ def build(p: dict, rank: int = 0) -> Pipeline:
     else:
         unit = "tokens" if p["head"] == "tokens" else None
         head = blend(views, weights=[2, 1, 1], unit=unit, num_epochs=epochs)
-    world = p["world"]
-    stages = [window_shuffle(p["window"])] if p["window"] else []
-    g = 2 * p["global"]
-    if p["tail"] == "pack":
-        stages.append(pack({"tokens": 40}, strategy="greedy", packing_buffer_size=20))
-    if p["tail"] == "ramp":
-        sizes = BatchSchedule.of({0: 2, 3: 4, 7: g})
-        stages += [distribute(sizes, rank=rank, world_size=world), batch(sizes.per_rank(world))]
-    else:
-        stages += [distribute(g, rank=rank, world_size=world), batch(g // world)]
+    stages = steering_tail(p, 2 * p["global"], rank, p["world"], first=2, buffer=20)
     return Pipeline(chain(head, *stages), seed=p["seed"])
 
 

@@ -25,20 +25,15 @@ from hypothesis import strategies as st
 from fpipe.core import Pipeline, chain
 from fpipe.loader.steering import MixChange, planned_recipes, seek_state
 from fpipe.plan import (
-    BatchSchedule,
     WeightSchedule,
-    batch,
     blend,
     bucket_batches,
-    distribute,
-    pack,
     samples,
     slice_shuffle,
-    window_shuffle,
 )
 from fpipe.plan.online_mix import entry_weights, weights32
 from fpipe.plan.skip import normalize_step_ranges
-from property_tests.strategies import live_recipes, mix_changes
+from property_tests.strategies import live_recipes, mix_changes, steering_tail
 
 SIZES = (60, 40, 25)
 SCALED = settings(max_examples=max(4, settings.default.max_examples // 12), deadline=None)
@@ -59,17 +54,8 @@ def build(p: dict, rank: int = 0, world: int = 1) -> Pipeline:
         head = blend(views, schedule=sched)
     else:
         head = blend(views, weights=[2, 1, 1], unit="tokens" if p["head"] == "tokens" else None)
-    stages = []
-    if p["window"]:
-        stages.append(window_shuffle(p["window"]))
-    g = 4 * p["global"]  # the same global batch on 1, 2 or 4 ranks
-    if p["tail"] == "pack":
-        stages.append(pack({"tokens": 40}, strategy="greedy", packing_buffer_size=30))
-    if p["tail"] == "ramp":
-        sizes = BatchSchedule.of({0: 4, 3: 8, 7: g})
-        stages += [distribute(sizes, rank=rank, world_size=world), batch(sizes.per_rank(world))]
-    else:
-        stages += [distribute(g, rank=rank, world_size=world), batch(g // world)]
+    # the same global batch on 1, 2 or 4 ranks
+    stages = steering_tail(p, 4 * p["global"], rank, world, first=4, buffer=30)
     return Pipeline(chain(head, *stages), seed=p["seed"])
 
 
