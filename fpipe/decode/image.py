@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from fpipe.core.errors import BadSampleError, ConfigError, error_text
+from fpipe.decode._pixels import pixel_view
 from fpipe.decode.extensions import IMAGE_EXTENSIONS
 from fpipe.decode.limits import DECODE_RATIO_FLOOR, DEFAULT_LIMITS, DecodeLimits, limit_hint
 
@@ -294,14 +295,22 @@ def _resize(
 def _to_out(img: Image.Image, out: str, dtype: str = "uint8") -> Any:
     if out == "pil":
         return img
-    arr = np.asarray(img)
-    if dtype == "float32":
-        arr = arr.astype(np.float32) / np.float32(255.0)
+    view = pixel_view(img) if out == "torch" else None
+    if view is None:
+        arr = np.asarray(img)  # a copy (Image.tobytes), in (H, W, bands)
+    else:  # Pillow's own memory: the copy to channels first below is the only one
+        arr = view
     if out == "numpy":
+        if dtype == "float32":
+            return arr.astype(np.float32) / np.float32(255.0)
         return arr.copy() if not arr.flags.writeable else arr
     import torch  # lazy: decode must not import torch at import time
 
-    chw = np.ascontiguousarray(arr.transpose(2, 0, 1) if arr.ndim == 3 else arr)
+    if arr.ndim == 3:
+        arr = arr.transpose(2, 0, 1)
+    if dtype == "float32":
+        return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32) / np.float32(255.0))
+    chw = arr.copy() if view is not None else np.ascontiguousarray(arr)
     return torch.from_numpy(chw if chw.flags.writeable else chw.copy())
 
 
