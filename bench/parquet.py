@@ -26,7 +26,12 @@ bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``):
   the decode, resize and collate, and the ``DataLoader``'s per-sample fetch and its transfer
   of each batch to the main process). ``decode_only_vs_hf_datasets`` is how much faster the
   ``datasets`` loader could be if reading a row cost nothing; ``nw2_vs_decode_only`` compares
-  fpipe (which reads the Parquet files) with that.
+  fpipe (which reads the Parquet files) with that;
+- ``decode only nw=0``: the same list decoded in this process (no worker): the decode,
+  resize and collate alone. ``cpu_decode_alone_vs_hf_datasets``, its samples per CPU-second
+  over the ``datasets`` loader's, is what a loader that spent nothing but this decode would
+  reach: the bound of ``cpu_nw2_vs_hf_datasets``, and of the wall ratio where both loaders keep
+  the cores busy.
 
 Each rate is samples over the wall time of ``--batches`` batches (60: about 2,000 samples,
 1.5-3 s per run on 2 quiet cores) after a warm-up (worker start and the batches decoded ahead
@@ -41,7 +46,8 @@ Usage::
 
 The last line is one JSON object: ``nw2_vs_hf_datasets_same_decode``,
 ``parquet_vs_tar_samples_per_s``, ``arrow_vs_parquet_samples_per_s``,
-``decode_only_vs_hf_datasets``, ``nw2_vs_decode_only``, ``prepare_parquet_samples_per_s``,
+``decode_only_vs_hf_datasets``, ``nw2_vs_decode_only``, ``cpu_decode_alone_vs_hf_datasets``,
+``prepare_parquet_samples_per_s``,
 ``prepare_arrow_samples_per_s``, the rates, and the ratios per CPU-second (``cpu_*``: CPU
 seconds of the process and its workers, which move less than wall time on a shared machine).
 """
@@ -289,6 +295,10 @@ def main(argv: list[str] | None = None) -> None:
         "decode only nw=2": in_process(
             lambda: torch_iter(BytesImages(rows), 2), "images", BATCH, warm
         ),
+        # the decode, resize and collate alone, in this process: no row read, no process hop
+        "decode only nw=0": in_process(
+            lambda: torch_iter(BytesImages(rows), 0), "images", BATCH, warm
+        ),
     }
     log(f"\n## batch {BATCH}, {args.batches} timed batches, {args.repeats} repeats")
     wall, cpu = measure(loaders, args.batches, args.repeats, log)
@@ -315,6 +325,11 @@ def main(argv: list[str] | None = None) -> None:
         "cpu_parquet_vs_tar": ratio(cpu.get("fpipe parquet nw=2"), cpu.get("fpipe tar nw=2")),
         "cpu_decode_only_vs_hf_datasets": ratio(
             cpu.get("decode only nw=2"), cpu.get("hf datasets nw=2")
+        ),
+        # what a loader whose only cost is this decode would reach per CPU-second: the bound
+        # of cpu_nw2_vs_hf_datasets (and, with both loaders keeping 2 cores busy, of the wall)
+        "cpu_decode_alone_vs_hf_datasets": ratio(
+            cpu.get("decode only nw=0"), cpu.get("hf datasets nw=2")
         ),
         "images": args.images,
         "batches": args.batches,

@@ -16,9 +16,10 @@ The copy saved is the small part: the kernel's work for a fresh segment (allocat
 of one fault per page is most of what this saves (``bench/batch_hop.py``).
 
 In fpipe's own loader the segment is a slot the worker reuses (:mod:`fpipe.encode.batch_slots`:
-the main process copies the batch out and frees the slot), which removes the kernel's part as
-well; without slots (or when a batch does not fit its slot), each batch gets its own segment,
-which lives as long as anyone holds the batch.
+the main process hands the batch over where it lies, and the slot is free again once the
+consumer has dropped it), which removes the kernel's part as well; without slots (or when a
+batch does not fit its slot), each batch gets its own segment, which lives as long as anyone
+holds the batch.
 """
 
 from __future__ import annotations

@@ -10,15 +10,20 @@ few slots in one shared file instead (an arena, in ``/dev/shm``), reused batch a
   the worker's free slot (:func:`take`), whose pages are mapped after the first use;
 * pickling such a tensor (the worker's result queue) sends only where it lies: the arena's
   name, the slot, the offset, dtype, shape and strides;
-* the main process maps the arena once (and removes its file name, so nothing is left behind),
-  copies the tensors out into ordinary memory as it unpickles them, and marks the slot free
-  in the arena's first page once the whole result is read.
+* the main process maps the arena once (and removes its file name, so nothing is left behind)
+  and hands the tensors over where they lie, without a copy: each holds the slot, which is
+  marked free in the arena's first page once the consumer has dropped every tensor of the
+  batch (and every view of one).
 
-A batch the consumer holds is then its own memory, never a slot a worker will write again. A
-batch that does not fit (the first one of a worker, which sizes the arena; a larger one, after
-which the next arena is 25% larger), or a moment with no free slot, takes the fresh-segment
-path as before. An arena's pages are reserved when it is made: where ``/dev/shm`` has no room
-for them, the worker sends every batch the fresh-segment way. The loader turns slots on for its
+A batch the consumer holds is never written by a worker: its slot stays taken. Each worker has
+``prefetch_factor + 2`` slots, room for its batches in flight and one or two the consumer still
+holds (a ``for`` loop's variable holds the previous batch while the next is fetched); a
+consumer that keeps more (a list of batches, a view of one kept for logging) leaves its workers
+fewer free slots, and a worker with none sends the batch the fresh-segment way, as torch does:
+slower, never wrong. A batch that does not fit (the first one of a worker, which sizes the
+arena; a larger one, after which the next arena is 25% larger) takes that way too. An arena's
+pages are reserved when it is made: where ``/dev/shm`` has no room for them, the worker sends
+every batch the fresh-segment way. The loader turns slots on for its
 worker processes (:class:`SlotConfig`) and off at the end of each pass (:func:`detach`);
 elsewhere nothing changes.
 """
@@ -36,6 +41,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
+import numpy as np
 
 if TYPE_CHECKING:
     import torch
@@ -196,7 +202,7 @@ def _reduce_tensor(t):
         return reduce_tensor(t)
     offset = t.data_ptr() - arena.base
     ticket = _tickets[(arena.base, (offset - _PAGE) // arena.slot_bytes)]
-    return _copy_out, (ticket, offset, t.dtype, tuple(t.shape), tuple(t.stride()))
+    return _slot_tensor, (ticket, offset, t.dtype, tuple(t.shape), tuple(t.stride()))
 
 
 def _register_reducer() -> None:
@@ -215,8 +221,9 @@ _lock = threading.Lock()
 
 
 class _Claim:
-    """The main process's hold on a slot while one result is unpickled: once the result is
-    read (the unpickler drops its memo), the slot is free for its worker again."""
+    """The main process's hold on a slot: taken when a result from it is unpickled, held by
+    every tensor made from the slot; once the last of them is gone, the slot is free for its
+    worker again."""
 
     def __init__(self, arena: _Arena, slot: int):
         self.arena, self.slot = arena, slot
@@ -235,14 +242,31 @@ def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:
     return _Claim(arena, slot)
 
 
-def _copy_out(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple):
-    """A slot's tensor, copied into ordinary memory of this process."""
+class _SlotBytes:
+    """What numpy reads a slot tensor's bytes from: their address and length, and the claim,
+    which the array (and every tensor over it) thereby holds."""
+
+    __slots__ = ("__array_interface__", "claim")
+
+    def __init__(self, claim: _Claim, offset: int, nbytes: int):
+        self.__array_interface__ = {
+            "data": (claim.arena.base + offset, False),
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+        self.claim = claim
+
+
+def _slot_tensor(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple):
+    """A slot's tensor where it lies, holding the slot until the tensor (and any view of it)
+    is gone: the batch is handed over without a copy."""
     import torch
 
     itemsize = dtype.itemsize
     span = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * itemsize if all(shape) else 0
-    flat = claim.arena.bytes[offset : offset + span].view(dtype)
-    return torch.as_strided(flat, shape, stride).clone()
+    flat = torch.from_numpy(np.asarray(_SlotBytes(claim, offset, span))).view(dtype)
+    return torch.as_strided(flat, shape, stride)
 
 
 def detach(config: SlotConfig) -> None:

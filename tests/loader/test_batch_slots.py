@@ -1,11 +1,12 @@
 """Worker processes send collated batches in reused shared-memory slots
 (``fpipe.encode.batch_slots``): the batches are those of thread workers, bit for bit; after each
-worker's first batch (which sizes its slots) the batches arrive through a slot, copied into the
-main process's own memory; a slot is freed once its batch is read (or when its task fails), and
-no file is left in ``/dev/shm``."""
+worker's first batch (which sizes its slots) the batches arrive through a slot, handed to the
+consumer where they lie; a slot is freed once the consumer drops its batch (or when its task
+fails), and no file is left in ``/dev/shm``."""
 
 from __future__ import annotations
 
+import gc
 import glob
 import pickle
 import types
@@ -62,6 +63,25 @@ def test_process_batches_come_through_slots_and_equal_thread_batches(image_datas
     assert _files() == before  # every arena's file removed
 
 
+class KeyStamped(DefaultTaskEncoder):
+    """Every image a 24 x 24 block of one value taken from its key: batches that differ in
+    their pixels (the test images alone may not)."""
+
+    def encode_sample(self, sample, rng):
+        value = zlib.crc32(sample.__key__.encode()) % 251
+        return sample.replace(image=torch.full((3, 24, 24), value, dtype=torch.uint8))
+
+
+def test_batches_the_consumer_keeps_are_never_written_again(image_dataset):
+    """A consumer that keeps every batch holds every slot: the workers send the rest the
+    fresh-segment way, and no kept batch changes."""
+    loader = build(image_dataset, encoder=KeyStamped(), num_workers=2, num_epochs=1)
+    kept = [(b, b.image.clone()) for b in loader]
+    assert len({bytes(c.numpy()) for _, c in kept}) == len(kept) > 10  # all different
+    assert all(torch.equal(b.image, c) for b, c in kept)
+    assert sum(not b.image.is_shared() for b, _ in kept) >= 2  # some came through slots
+
+
 def _fresh_worker_state(monkeypatch):
     """This process as a new worker process would be, restored after the test."""
     for name, value in dict(
@@ -110,10 +130,18 @@ def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch):
     assert arena.mm[0] == 1 and arena.mm[1] == 0
     sent = bytes(ForkingPickler.dumps({"a": a, "t": a.t()}))
     assert len(sent) < 1000  # where the tensors lie, not their bytes
-    got = pickle.loads(sent)  # the main process: copied out, then the slot is free
+    got = pickle.loads(sent)  # the main process: the slot's tensors, where they lie
     assert torch.equal(got["a"], a) and torch.equal(got["t"], a.t()) and not got["a"].is_shared()
-    assert got["a"].data_ptr() != a.data_ptr()
-    assert arena.mm[0] == 0
+    assert got["a"].data_ptr() != a.data_ptr()  # the main process's own mapping
+    a[0, 0] = 7
+    assert got["a"][0, 0] == 7  # the same memory: handed over, not copied
+    view = got["t"][1:3]
+    del got, a
+    gc.collect()
+    assert arena.mm[0] == 1  # a view of the batch still holds its slot
+    del view
+    gc.collect()
+    assert arena.mm[0] == 0  # the consumer dropped the whole batch: the slot is free
 
     batch_slots.begin_task(config)  # a task that fails after collate frees its slot
     assert batch_slots.take((2, 2), torch.float32) is not None and arena.mm[0] == 1
