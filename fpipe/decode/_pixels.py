@@ -24,22 +24,7 @@ import ctypes
 import numpy as np
 from PIL import Image
 
-
-class _ArrowSchema(ctypes.Structure):
-    pass
-
-
-_ArrowSchema._fields_ = [
-    ("format", ctypes.c_char_p),
-    ("name", ctypes.c_char_p),
-    ("metadata", ctypes.c_char_p),
-    ("flags", ctypes.c_int64),
-    ("n_children", ctypes.c_int64),
-    ("children", ctypes.POINTER(ctypes.POINTER(_ArrowSchema))),
-    ("dictionary", ctypes.c_void_p),
-    ("release", ctypes.c_void_p),
-    ("private_data", ctypes.c_void_p),
-]
+from fpipe.core.raw_memory import array_at
 
 
 class _ArrowArray(ctypes.Structure):
@@ -63,34 +48,16 @@ _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-#: Arrow formats of Pillow's export: 4 bytes per pixel (a fixed-size list of 4 uint8) or 1.
-_WIDE, _BYTE = b"+w:4", b"C"
 #: The modes whose bands are the first bytes of each stored pixel (``RGB`` is stored as
 #: ``RGBX``; ``LA`` is not here: it is stored as ``L``, two pad bytes, ``A``).
 _BANDS = {"RGB": 3, "RGBA": 4, "L": 0}
-
-
-class _Exported:
-    """What numpy reads the view from: the pointer and shape, and the exported array's capsule
-    (dropping the capsule releases the export, so the view holds it)."""
-
-    __slots__ = ("__array_interface__", "capsule")
-
-    def __init__(self, pointer: int, shape: tuple[int, ...], capsule: object):
-        self.__array_interface__ = {
-            "data": (pointer, True),
-            "shape": shape,
-            "typestr": "|u1",
-            "version": 3,
-        }
-        self.capsule = capsule
 
 
 def pixel_view(img: Image.Image) -> np.ndarray | None:
     """``img``'s pixels without a copy, as ``np.asarray(img)`` has them: uint8 ``(H, W, 3)``
     for ``RGB``, ``(H, W, 4)`` for ``RGBA``, ``(H, W)`` for ``L`` (not contiguous where
     Pillow pads a pixel to 4 bytes); None for other modes or where Pillow does not export
-    them. Read-only by contract: the memory is the image's.
+    them. Read-only: the memory is the image's.
 
     Example:
       >>> v = pixel_view(Image.new("RGB", (4, 2), (1, 2, 3)))
@@ -101,21 +68,25 @@ def pixel_view(img: Image.Image) -> np.ndarray | None:
     if bands is None:
         return None
     try:
-        schema, array = img.__arrow_c_array__()  # type: ignore[attr-defined]
+        _, array = img.__arrow_c_array__()  # type: ignore[attr-defined]
     except (AttributeError, ValueError):
         return None
-    fmt = _ArrowSchema.from_address(_capsule_pointer(schema, b"arrow_schema")).format
     a = _ArrowArray.from_address(_capsule_pointer(array, b"arrow_array"))
     w, h = img.size
     if a.offset or a.null_count or a.length != w * h:
         return None
-    if fmt == _WIDE and a.n_children == 1 and bands:
+    # Pillow's layout per mode (its schema says the same): 4 bytes per pixel as one child
+    # array (a fixed-size list of 4 uint8), or one byte per pixel in the array itself
+    if bands:
+        if a.n_children != 1:
+            return None
         values, shape = a.children[0].contents, (h, w, 4)
-    elif fmt == _BYTE and not bands:
-        values, shape = a, (h, w)
     else:
+        values, shape = a, (h, w)
+    if values.offset or values.length != w * h * (4 if bands else 1):
         return None
-    if values.offset or values.n_buffers != 2 or not values.buffers[1]:
+    if values.n_buffers != 2 or not values.buffers[1]:
         return None
-    view = np.asarray(_Exported(values.buffers[1], shape, array))
+    # the array capsule is the owner: dropping it releases Pillow's export (and the image)
+    view = array_at(values.buffers[1], shape, array, writable=False)
     return view[..., :bands] if bands else view

@@ -296,22 +296,21 @@ def _to_out(img: Image.Image, out: str, dtype: str = "uint8") -> Any:
     if out == "pil":
         return img
     view = pixel_view(img) if out == "torch" else None
-    if view is None:
-        arr = np.asarray(img)  # a copy (Image.tobytes), in (H, W, bands)
-    else:  # Pillow's own memory: the copy to channels first below is the only one
-        arr = view
-    if out == "numpy":
-        if dtype == "float32":
-            return arr.astype(np.float32) / np.float32(255.0)
-        return arr.copy() if not arr.flags.writeable else arr
-    import torch  # lazy: decode must not import torch at import time
-
-    if arr.ndim == 3:
+    # np.asarray copies (Image.tobytes); a view is Pillow's own memory, copied once below
+    arr = np.asarray(img) if view is None else view
+    if out == "torch" and arr.ndim == 3:
         arr = arr.transpose(2, 0, 1)
     if dtype == "float32":
-        return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32) / np.float32(255.0))
-    chw = arr.copy() if view is not None else np.ascontiguousarray(arr)
-    return torch.from_numpy(chw if chw.flags.writeable else chw.copy())
+        arr = np.ascontiguousarray(arr, dtype=np.float32) / np.float32(255.0)
+    # the output is always memory of its own: neither Pillow's nor a read-only buffer
+    out_arr = np.ascontiguousarray(arr)
+    if not out_arr.flags.owndata:
+        out_arr = out_arr.copy()
+    if out == "numpy":
+        return out_arr
+    import torch  # lazy: decode must not import torch at import time
+
+    return torch.from_numpy(out_arr)
 
 
 def psnr(a: Any, b: Any, *, max_value: float = 255.0) -> float:

@@ -41,7 +41,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
+
+from fpipe.core.raw_memory import array_at
 
 if TYPE_CHECKING:
     import torch
@@ -242,22 +243,6 @@ def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:
     return _Claim(arena, slot)
 
 
-class _SlotBytes:
-    """What numpy reads a slot tensor's bytes from: their address and length, and the claim,
-    which the array (and every tensor over it) thereby holds."""
-
-    __slots__ = ("__array_interface__", "claim")
-
-    def __init__(self, claim: _Claim, offset: int, nbytes: int):
-        self.__array_interface__ = {
-            "data": (claim.arena.base + offset, False),
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "version": 3,
-        }
-        self.claim = claim
-
-
 def _slot_tensor(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple):
     """A slot's tensor where it lies, holding the slot until the tensor (and any view of it)
     is gone: the batch is handed over without a copy."""
@@ -265,7 +250,8 @@ def _slot_tensor(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple)
 
     itemsize = dtype.itemsize
     span = (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * itemsize if all(shape) else 0
-    flat = torch.from_numpy(np.asarray(_SlotBytes(claim, offset, span))).view(dtype)
+    # the claim is the owner: the slot stays taken while the tensor or a view of it lives
+    flat = torch.from_numpy(array_at(claim.arena.base + offset, (span,), claim)).view(dtype)
     return torch.as_strided(flat, shape, stride)
 
 
