@@ -15,9 +15,9 @@ would have::
 
 ``--multi_gpu`` is accelerate's launcher of several processes on one machine, GPUs or not
 (``Accelerator(cpu=True)`` below keeps them on the CPU); ``--cpu --num_processes 2`` would start
-one process. (``torchrun --nproc_per_node 2 examples/accelerate_resume.py ...`` works too.) DATASET is any
-prepared dataset (``fpipe prepare``); ``--record FILE`` writes each process's batches as JSON
-(``{rank}`` in FILE is replaced by the process index).
+one process. (``torchrun --nproc_per_node 2 examples/accelerate_resume.py ...`` works too.)
+DATASET is any prepared dataset (``fpipe prepare``); ``--record FILE`` writes each process's
+batches as JSON (``{rank}`` in FILE is replaced by the process index).
 """
 
 from __future__ import annotations

@@ -33,27 +33,17 @@ from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import _load_yaml
 from fpipe.storage.config.metadataset_entries import (
     BLEND_ENTRY_KEYS,
-    CONFIG_FILE_KEYS,
     EPOCH_ENTRY_KEYS,
-    JOIN_KEYS,
-    AuxRef,
-    JoinPart,
-    Leaf,
-    MixSchedule,
-    aux_refs,
-    combine_multipliers,
-    config_name,
     entry_name,
     is_metadataset,
     join_leaf,
-    multiplier,
     no_unknown,
     number,
-    schedule_of,
-    subflavors_of,
+    read_reference,
 )
+from fpipe.storage.config.metadataset_records import AuxRef, JoinPart, Leaf, MixSchedule
+from fpipe.storage.config.metadataset_schedule import schedule_of
 from fpipe.storage.config.metadataset_subset import node_subset
-from fpipe.storage.paths import is_url
 
 __all__ = [
     "AuxRef",
@@ -69,18 +59,6 @@ __all__ = [
 
 _ENERGON_CLASSES = ("MetadatasetV2", "Metadataset")
 _TOP_KEYS = {"__module__", "__class__", "splits"}
-_REF_KEYS = {
-    "path",
-    "name",
-    "split_part",
-    "subflavors",
-    "subflavor",
-    "dataset_config",
-    "split_config",
-    "shuffle_over_epochs_multiplier",
-    "aux",
-    "subset",
-}
 #: Keys of an entry of a version-1 ``Metadataset`` split (``datasets: [...]``).
 _V1_KEYS = {
     "path",
@@ -290,7 +268,6 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subse
         )
     kind = kinds[0]
     if kind == "path":
-        no_unknown(node, _REF_KEYS, where, entry)
         return _reference(node, base, split, entry, subflavors, stack, subset, check=check)
     if kind == "join":
         leaf = join_leaf(node, base, split, entry, subflavors, stack, subset, check=check)
@@ -313,15 +290,16 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subse
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         if "join" in item:
-            no_unknown(item, JOIN_KEYS | extra, where, e)
-            leaves = [join_leaf(item, base, split, e, subflavors, stack, subset, check=check)]
+            leaf = join_leaf(
+                item, base, split, e, subflavors, stack, subset, extra=extra, check=check
+            )
+            leaves = [leaf]
             inner_mode = "single"
         else:
             if "path" not in item:
                 raise ConfigError(f"{where}: {e}: missing 'path'")
-            no_unknown(item, _REF_KEYS | extra, where, e)
             inner_mode, leaves, _ = _reference(
-                item, base, split, e, subflavors, stack, subset, check=check
+                item, base, split, e, subflavors, stack, subset, extra=extra, check=check
             )
         if kind == "blend":
             if inner_mode == "blend_epochized":
@@ -354,68 +332,46 @@ def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subse
     return kind, out, schedule
 
 
-def _reference(node, base, split, entry, subflavors, stack, subset=None, *, check=True):
-    where = stack[-1]
-    raw = node["path"]
-    if not isinstance(raw, str) or not raw:
-        raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
-    split_part = node.get("split_part") or split
-    if is_url(raw):  # a dataset on object storage: opened (and checked) when it is loaded
-        path: Any = raw
-    else:
-        path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
-    # Subflavors: the levels above override the entry's own (Energon's merge order).
-    merged = {**subflavors_of(node, where, entry), **subflavors}
-    name = entry_name(node)
-    if check and not is_url(raw) and not path.exists():
-        raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
-    mult = multiplier(node, where, entry)
-    configs = {key: config_name(node.get(key), where, entry, key) for key in CONFIG_FILE_KEYS}
-    aux = aux_refs(node, base, where, entry, check=check)
-    nested = not is_url(raw) and is_metadataset(path)
-    subset = node_subset(node, subset, where, entry, leaf=not nested)
-    if nested:
-        given = [key for key, value in configs.items() if value is not None]
-        if given or aux:
-            key = given[0] if given else "aux"
-            raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
-        inner = _load(path, stack)
-        if split_part not in inner.splits:
-            raise ConfigError(
-                f"{where}: {entry}: nested metadataset {path} has no split {split_part!r} "
-                f"(it has {sorted(inner.splits)})"
-            )
-        mode, leaves, _ = _node(
-            inner.splits[split_part],
-            path,
-            split_part,
-            f"splits.{split_part}",
-            merged,
-            (*stack, str(path)),
-            subset=subset,
-            check=check,
-        )
-        leaves = [
-            msgspec.structs.replace(
-                lf,
-                name=f"{name}/{lf.name}",
-                shuffle_over_epochs_multiplier=combine_multipliers(
-                    mult, lf.shuffle_over_epochs_multiplier
-                ),
-            )
-            for lf in leaves
-        ]
-        return mode, leaves, None
-    leaf = Leaf(
-        name=name,
-        path=str(path),
-        split_part=split_part,
-        subflavors=merged,
-        where=f"{where}: {entry}",
-        shuffle_over_epochs_multiplier=mult,
-        dataset_config=configs["dataset_config"],
-        split_config=configs["split_config"],
-        aux=aux,
-        subset=subset,
+def _reference(
+    node, base, split, entry, subflavors, stack, subset=None, *, extra=frozenset(), check=True
+):
+    """(mode, leaves, schedule) of a ``path:`` entry: its dataset, or the split of the nested
+    metadataset it names, walked with this entry's name, subflavors, multiplier and subset."""
+    ref = read_reference(
+        node, base, split, entry, subflavors, stack, subset, extra=extra, check=check
     )
-    return "single", [leaf], None
+    if isinstance(ref, Leaf):
+        return "single", [ref], None
+    where, path = stack[-1], ref.path
+    inner = _load(path, stack)
+    if ref.split_part not in inner.splits:
+        raise ConfigError(
+            f"{where}: {entry}: nested metadataset {path} has no split {ref.split_part!r} "
+            f"(it has {sorted(inner.splits)})"
+        )
+    mode, leaves, _ = _node(
+        inner.splits[ref.split_part],
+        path,
+        ref.split_part,
+        f"splits.{ref.split_part}",
+        ref.subflavors,
+        (*stack, str(path)),
+        subset=ref.subset,
+        check=check,
+    )
+    leaves = [
+        msgspec.structs.replace(
+            lf,
+            name=f"{ref.name}/{lf.name}",
+            shuffle_over_epochs_multiplier=_combine_multipliers(
+                ref.multiplier, lf.shuffle_over_epochs_multiplier
+            ),
+        )
+        for lf in leaves
+    ]
+    return mode, leaves, None
+
+
+def _combine_multipliers(outer: int | None, inner: int | None) -> int | None:
+    """Energon's composition of multipliers down the levels: None wins, else the product."""
+    return None if outer is None or inner is None else outer * inner

@@ -1,6 +1,9 @@
-"""The entries of a metadataset: leaf records, key checks, names, joins and schedules.
+"""The entries of a metadataset: leaf records, and each entry checked and read into one.
 
-Helpers of :mod:`fpipe.storage.config.metadataset`; every error names the file and the entry.
+:mod:`fpipe.storage.config.metadataset` walks a split's tree; every dataset it meets is one
+call here (:func:`read_reference` for a ``path:``, :func:`join_leaf` for a ``join:``), which
+checks the whole entry and returns its :class:`Leaf` (or the nested metadataset to walk
+next). Every error names the file and the entry.
 """
 
 from __future__ import annotations
@@ -9,25 +12,20 @@ import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import is_config_file_name
+from fpipe.storage.config.metadataset_records import AuxRef, JoinPart, Leaf, NestedRef
 from fpipe.storage.config.metadataset_subset import SampleRange, node_subset
 from fpipe.storage.paths import is_url
 
 __all__ = [
-    "AuxRef",
     "BLEND_ENTRY_KEYS",
     "CONFIG_FILE_KEYS",
     "EPOCH_ENTRY_KEYS",
     "JOINER_FUNCTION",
     "JOIN_KEYS",
-    "JoinPart",
-    "Leaf",
-    "MixSchedule",
+    "REF_KEYS",
     "aux_refs",
-    "combine_multipliers",
     "config_name",
     "entry_name",
     "is_metadataset",
@@ -35,10 +33,23 @@ __all__ = [
     "multiplier",
     "no_unknown",
     "number",
-    "schedule_of",
+    "read_reference",
     "subflavors_of",
 ]
 
+#: Keys of a reference to a dataset or a nested metadataset (a ``path:`` entry).
+REF_KEYS = {
+    "path",
+    "name",
+    "split_part",
+    "subflavors",
+    "subflavor",
+    "dataset_config",
+    "split_config",
+    "shuffle_over_epochs_multiplier",
+    "aux",
+    "subset",
+}
 #: Keys an entry of a weighted / epochized blend may add to a reference.
 BLEND_ENTRY_KEYS = {"weight"}
 EPOCH_ENTRY_KEYS = {"repetitions"}
@@ -62,36 +73,6 @@ JOIN_PART_KEYS = {
     "split_config",
 }
 NONMATCH = ("error", "skip", "none")
-
-
-class JoinPart(msgspec.Struct, frozen=True, kw_only=True):
-    """A secondary dataset of a ``join:``: its samples are found by the primary's sample keys.
-
-    ``nonmatch`` says what a primary sample without a match here becomes: ``"error"`` (a bad
-    sample), ``"skip"`` (left out, counted) or ``"none"`` (this part's fields are None);
-    ``name``: the part's key when ``join:`` is a mapping (passed to a custom joiner by name);
-    ``dataset_config`` / ``split_config``: the part's config / split file to read instead of
-    ``dataset.yaml`` / ``split.yaml`` (file names in its index folder).
-    """
-
-    path: str
-    split_part: str
-    nonmatch: str = "error"
-    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
-    name: str = ""
-    dataset_config: str | None = None
-    split_config: str | None = None
-
-
-class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
-    """An auxiliary file store of a crude dataset (Energon's ``aux:``): cookers get it as the
-    keyword ``name`` and read files from it by name. ``kind``: ``"filesystem"`` (a folder,
-    ``filesystem://dir``) or ``"dataset"`` (a prepared dataset, files named
-    ``<sample key>.<member>``); ``path``: absolute."""
-
-    name: str
-    path: str
-    kind: str
 
 
 def aux_refs(
@@ -130,54 +111,6 @@ def aux_refs(
             raise ConfigError(f"{at}: {ref!r} is not a folder ({path})")
         out.append(AuxRef(name=name, path=str(path), kind=kind))
     return tuple(out)
-
-
-class Leaf(msgspec.Struct, frozen=True, kw_only=True):
-    """One dataset of a resolved split.
-
-    ``name``: unique within the split (schedule keys, stats and messages use it); ``path``:
-    absolute dataset folder or table; ``split_part``: the split of that dataset to read;
-    ``subflavors``: labels set on every sample; ``weight`` (weighted blends) or
-    ``repetitions`` (epochized blends); ``where``: file and entry, for messages; ``join``:
-    the secondary datasets joined to this one by sample key (:class:`JoinPart`); ``joiner``:
-    the registered sample type the parts are joined into (``function:module.name``: a
-    registered joiner function); ``join_name``: the primary's key when ``join:`` is a mapping;
-    ``shuffle_over_epochs_multiplier``: this dataset's factor of Energon's multiplier (the
-    product down the levels; None: slices in index order); ``dataset_config`` /
-    ``split_config``: the dataset's config / split file to read instead of ``dataset.yaml`` /
-    ``split.yaml`` (file names in its index folder); ``aux``: auxiliary file stores passed to the
-    cookers of a crude dataset (:class:`AuxRef`); ``subset``: the range of the split's samples
-    kept (a metadataset's ``subset:``, composed down the levels; None: all).
-    """
-
-    name: str
-    path: str
-    split_part: str
-    subflavors: dict[str, Any] = msgspec.field(default_factory=dict)
-    weight: float = 1.0
-    repetitions: float = 1.0
-    where: str = ""
-    join: tuple[JoinPart, ...] = ()
-    joiner: str | None = None
-    join_name: str = ""
-    shuffle_over_epochs_multiplier: int | None = 1
-    dataset_config: str | None = None
-    split_config: str | None = None
-    aux: tuple[AuxRef, ...] = ()
-    subset: SampleRange | None = None
-
-
-class MixSchedule(msgspec.Struct, frozen=True, kw_only=True):
-    """A weighted blend's weights over the run, one per leaf, as the file gives them.
-
-    ``weights[p]`` is in force from global sample position ``points[p]`` (the first is 0);
-    ``linear``: the weights move linearly between points (``schedule_mode: linear``). Plain
-    data: the plan tier builds its own schedule from it (:class:`fpipe.plan.WeightSchedule`).
-    """
-
-    points: tuple[int, ...]
-    weights: tuple[tuple[float, ...], ...]
-    linear: bool = False
 
 
 def is_metadataset(path: str | os.PathLike) -> bool:
@@ -238,17 +171,85 @@ def _default_name(ref: dict, split_part: str | None) -> str:
     return f"{stem}.{split_part}" if split_part else stem
 
 
-def join_leaf(node, base, split, entry, subflavors, stack, subset=None, *, check=True) -> Leaf:
+def read_reference(
+    node: dict,
+    base: Path,
+    split: str,
+    entry: str,
+    subflavors: dict,
+    stack: tuple[str, ...],
+    subset: SampleRange | None = None,
+    *,
+    extra: frozenset[str] | set[str] = frozenset(),
+    check: bool = True,
+) -> Leaf | NestedRef:
+    """A ``path:`` entry of file ``stack[-1]`` (keys: :data:`REF_KEYS` and ``extra``, those
+    of the blend it is in), checked whole: the :class:`Leaf` of the dataset it names, or the
+    :class:`NestedRef` of a nested metadataset. ``subflavors`` and ``subset`` come from the
+    levels above (whose subflavors win); ``check``: refuse paths that do not exist."""
+    where = stack[-1]
+    no_unknown(node, REF_KEYS | extra, where, entry)
+    raw = node["path"]
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
+    split_part = node.get("split_part") or split
+    if is_url(raw):  # a dataset on object storage: opened (and checked) when it is loaded
+        path: Any = raw
+    else:
+        path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
+    # Subflavors: the levels above override the entry's own (Energon's merge order).
+    merged = {**subflavors_of(node, where, entry), **subflavors}
+    name = entry_name(node)
+    if check and not is_url(raw) and not path.exists():
+        raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
+    mult = multiplier(node, where, entry)
+    configs = {key: config_name(node.get(key), where, entry, key) for key in CONFIG_FILE_KEYS}
+    aux = aux_refs(node, base, where, entry, check=check)
+    nested = not is_url(raw) and is_metadataset(path)
+    subset = node_subset(node, subset, where, entry, leaf=not nested)
+    if nested:
+        given = [key for key, value in configs.items() if value is not None]
+        if given or aux:
+            key = given[0] if given else "aux"
+            raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
+        return NestedRef(
+            path=path,
+            split_part=split_part,
+            name=name,
+            subflavors=merged,
+            multiplier=mult,
+            subset=subset,
+        )
+    return Leaf(
+        name=name,
+        path=str(path),
+        split_part=split_part,
+        subflavors=merged,
+        where=f"{where}: {entry}",
+        shuffle_over_epochs_multiplier=mult,
+        dataset_config=configs["dataset_config"],
+        split_config=configs["split_config"],
+        aux=aux,
+        subset=subset,
+    )
+
+
+def join_leaf(
+    node, base, split, entry, subflavors, stack, subset=None, *, extra=None, check=True
+) -> Leaf:
     """A ``join:`` node as one leaf: the first (primary) dataset, the others joined by key.
 
     ``join:`` is a list of parts, or a mapping name -> part (the names reach a custom joiner's
     ``from_joined`` as keyword arguments). Part paths may be URLs of datasets on object storage.
     ``subset``: the range of the levels above; the join's own ``subset:`` selects samples of
-    the primary. ``check``: refuse paths that do not exist.
+    the primary. ``extra``: the keys the blend it is an entry of adds (None: a weight or
+    repetitions are let pass). ``check``: refuse paths that do not exist.
     """
     where = stack[-1]
+    if extra is None:
+        extra = BLEND_ENTRY_KEYS | EPOCH_ENTRY_KEYS
+    no_unknown(node, JOIN_KEYS | extra, where, entry)
     subset = node_subset(node, subset, where, entry, leaf=True)
-    no_unknown(node, JOIN_KEYS | BLEND_ENTRY_KEYS | EPOCH_ENTRY_KEYS, where, entry)
     parts, names = node["join"], None
     if isinstance(parts, dict):
         names, parts = [str(k) for k in parts], list(parts.values())
@@ -323,11 +324,6 @@ def multiplier(node: dict, where: str, entry: str) -> int | None:
     return m
 
 
-def combine_multipliers(outer: int | None, inner: int | None) -> int | None:
-    """Energon's composition of multipliers down the levels: None wins, else the product."""
-    return None if outer is None or inner is None else outer * inner
-
-
 #: The keys of an entry that name another config file of its dataset.
 CONFIG_FILE_KEYS = ("dataset_config", "split_config")
 
@@ -368,46 +364,3 @@ def _joiner_name(joiner: Any, where: str, entry: str) -> str | None:
     if not isinstance(joiner, str) or not joiner:
         raise ConfigError(f"{where}: {entry}.joiner: expected a sample type name")
     return joiner
-
-
-def schedule_of(node, names, groups, where, entry) -> MixSchedule:
-    """The top-level blend's schedule over its leaves: ``[[position, {name: weight}], ...]``."""
-    raw, mode = node["schedule"], node.get("schedule_mode", "step")
-    if mode not in ("step", "linear"):
-        raise ConfigError(f"{where}: {entry}: schedule_mode must be 'step' or 'linear'")
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError(f"{where}: {entry}.schedule: expected [[position, {{name: weight}}]...]")
-    index = {n: i for i, n in enumerate(names)}
-    if len(index) != len(names):
-        raise ConfigError(f"{where}: {entry}: entries of a scheduled blend need unique names")
-    points, rows = [], []
-    for j, item in enumerate(raw):
-        e = f"{entry}.schedule[{j}]"
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], dict)):
-            raise ConfigError(f"{where}: {e}: expected [position, {{name: weight, ...}}]")
-        pos, weights = item
-        if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
-            raise ConfigError(f"{where}: {e}: position must be an integer >= 0, got {pos!r}")
-        if points and pos <= points[-1]:
-            raise ConfigError(f"{where}: {e}: positions must increase ({pos} after {points[-1]})")
-        unknown = sorted(set(map(str, weights)) - set(index))
-        if unknown:
-            raise ConfigError(f"{where}: {e}: unknown dataset(s) {unknown}; entries: {names}")
-        w = [0.0] * len(names)
-        for n, v in weights.items():
-            w[index[str(n)]] = number(v, where, e, f"weight of {n!r}")
-        if sum(w) <= 0:
-            raise ConfigError(f"{where}: {e}: all weights are 0; at least one must be > 0")
-        points.append(pos)
-        rows.append(w)
-    if points[0] != 0:
-        raise ConfigError(f"{where}: {entry}.schedule: the first point must be at position 0")
-    # Spread each entry's weight over its leaves by their normalized share within the entry.
-    leaf_rows = []
-    for w in rows:
-        row = []
-        for (_, leaves), we in zip(groups, w):
-            inner_total = sum(lf.weight for lf in leaves)
-            row.extend(we * lf.weight / inner_total for lf in leaves)
-        leaf_rows.append(tuple(row))
-    return MixSchedule(points=tuple(points), weights=tuple(leaf_rows), linear=mode == "linear")
