@@ -131,7 +131,9 @@ class WorkerError(FpipeError):
     Attributes:
       worker: the worker's id (0-based), or None if unknown.
       pid: its process id, or None.
-      reason: ``"died"`` (with the exit code or signal in the message) or ``"timed out"``.
+      reason: ``"died"`` (with the exit code or signal in the message), ``"timed out"``, or
+        ``"failed"`` (no worker died or was late, but its batch could not be received: a broken
+        queue or shared-memory handle, named in the message).
       step: the step of the recipe it was materializing, or None.
       keys: the sample keys of that recipe (the first few).
       position: the position in the recipe of the sample it was reading, cooking or encoding

@@ -179,7 +179,7 @@ class Healer:
         self.by_reason[reason] += 1
         log.warning(
             "fpipe loader: worker fault (%s) at step %s%s (samples %s); restarting the workers "
-            "and materializing again from step %s (recovery %d)",
+            "and materializing again from step %s (recovery %d). The fault: %s",
             reason, step, on, show_keys(keys), recipes[0].step if recipes else step,
-            self.recoveries,
+            self.recoveries, err,
         )  # fmt: skip

@@ -258,7 +258,8 @@ class _Watch:
             "load_state_dict() to resume exactly.",
             worker=worker,
             pid=pid,
-            reason="died" if dead else "timed out",
+            # no worker died and none is late: the batch could not be received (a broken queue)
+            reason="died" if dead else ("failed" if reason == "failed" else "timed out"),
             step=step,
             keys=tuple(keys),
             position=position,

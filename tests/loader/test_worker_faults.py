@@ -8,6 +8,8 @@ afterwards (torch's SIGCHLD handler used to raise a second error inside the exce
 removes the trigger and resumes from the last state_dict in a fresh loader with 2 workers.
 """
 
+import functools
+import os
 import pickle
 import time
 
@@ -126,3 +128,27 @@ def test_bad_sample_keeps_its_type_and_fields_across_workers(tmp_path):
         list(fpipe.get_loader(ds, num_workers=2))
     assert info.value.key == "s/0003" and info.value.path.startswith(str(tmp_path))
     assert "cannot decode" in info.value.reason
+
+
+class _Unreceivable:
+    """A stand-in for torch's iterator over live workers whose next batch cannot be received:
+    ``next()`` fails inside library code (``os.read`` of a closed descriptor, as a broken
+    queue or shared-memory handle fails), with no worker dead and none late."""
+
+    num_workers = 2
+    dataset = None
+
+    def __iter__(self):
+        return iter(functools.partial(os.read, -1, 1), None)
+
+
+def test_a_batch_that_cannot_be_received_is_a_failure_not_a_timeout():
+    from fpipe.loader._workers import iterate
+
+    results = iterate(
+        _Unreceivable(), timeout=300, recipe_at=lambda ahead: None, describe=lambda r: (None, ())
+    )
+    with pytest.raises(WorkerError) as info:
+        next(results)
+    assert info.value.reason == "failed"  # it was called "timed out", with no time out
+    assert "failed while materializing" in str(info.value) and "OSError" in str(info.value)
