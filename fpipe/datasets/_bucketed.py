@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from fpipe.core import Pipeline
 from fpipe.core.errors import ConfigError
-from fpipe.datasets._mix import _open, dataset_view, shard_slices
+from fpipe.datasets._mix import shard_slices
+from fpipe.datasets._views import dataset_view, open_path
 from fpipe.datasets.options import DatasetOptions
 from fpipe.loader.planned import PlannedDataset
 from fpipe.materialize.materializer import Materializer
@@ -61,7 +62,7 @@ def bucketed_dataset(path, options: DatasetOptions, topo) -> PlannedDataset:
     if is_metadataset(path):
         raise ConfigError(f"{path}: bucket_config does not take a metadataset yet; give a dataset")
     table = load_bucket_config(options.bucket_config)
-    width, height, frames = _bucket_columns(_open(path, options.open_kwargs))
+    width, height, frames = _bucket_columns(open_path(path, options.open_kwargs))
     cols = tuple(dict.fromkeys((*options.columns, width, height, *([frames] if frames else []))))
     source, view = dataset_view(path, options.split, options, columns=cols)
     slices = shard_slices(view, options)  # sequence_slices="shards": Energon's slices

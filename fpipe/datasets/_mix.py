@@ -8,23 +8,21 @@ and the :class:`~fpipe.materialize.sources.DatasetSource` of each dataset id it 
   :func:`fpipe.plan.blend.blend` mixes them by weight (or schedule) or epochized.
 
 ``eval_head`` returns the view of a validation / test split: the leaves concatenated in file
-order, no shuffle, no repetition, cut at ``limit``.
+order, no shuffle, no repetition, cut at ``limit``. Each dataset's view and source come from
+:mod:`fpipe.datasets._views`.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import os
-from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.core.stage import Source
+from fpipe.datasets._views import dataset_name, dataset_view, mix_views
 from fpipe.datasets.options import DatasetOptions
 from fpipe.materialize.sources import DatasetSource
-from fpipe.plan import repeat, samples, slice_shuffle
+from fpipe.plan import repeat, slice_shuffle
 from fpipe.plan.blend import blend
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.concat import concat
@@ -33,194 +31,15 @@ from fpipe.plan.shard_slices import RaggedSlices, ragged_slice_shuffle, shard_sl
 from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
 from fpipe.plan.worker_split import energon_repeat_count, worker_range, worker_split, worker_starts
-from fpipe.storage.config.dataset_yaml import is_crude
 from fpipe.storage.config.metadataset import (
     Leaf,
-    Mix,
     MixSchedule,
     is_metadataset,
     load_metadataset,
     resolve_mix,
 )
-from fpipe.storage.config.metadataset_subset import subset_bounds
 
-__all__ = ["eval_head", "train_head"]
-
-
-def row_group_cache_for(shuffle_buffer_size, max_samples_per_sequence) -> int:
-    """:func:`fpipe.storage.read.parquet.row_group_cache_for`, imported when first needed."""
-    from fpipe.storage.read.parquet import row_group_cache_for as size
-
-    return size(shuffle_buffer_size, max_samples_per_sequence)
-
-
-def _open(path, open_kwargs):
-    from fpipe.storage.read.layouts import open_dataset
-
-    return open_dataset(path, **(open_kwargs or {}))
-
-
-def dataset_view(
-    path,
-    split,
-    options: DatasetOptions,
-    *,
-    dataset=0,
-    extra_subflavors=None,
-    columns=(),
-    limit=None,
-    join=None,
-) -> tuple[DatasetSource, View]:
-    """The source and the index-order view of one dataset's split (dataset id ``dataset``),
-    read as ``options`` say (sample type, field map, subflavors, open_kwargs); ``columns``:
-    the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
-    it by key."""
-    ds = _open(path, options.open_kwargs)
-    # The config files to read: the leaf's (a metadataset entry), else the options' (a dataset
-    # folder); a split_config named in the dataset config wins, as in Energon.
-    files = join if join is not None else options
-    cfg = ds.dataset_config(files.dataset_config)
-    indices = ds.split_indices(split, files.split_config, dataset_config=files.dataset_config)
-    subset = join.subset if join is not None else None
-    if subset is not None:  # a metadataset's subset: one range of the split's samples
-        start, end = subset_bounds(subset, len(indices), join.where)
-        indices = indices[start:end]
-    if limit is not None:
-        indices = indices[:limit]
-    if len(indices) == 0:
-        raise ConfigError(f"{path}: split {split!r} has no samples")
-    source = _source(path, cfg, options, extra_subflavors, ds.layout, files.dataset_config)
-    if join is not None and join.aux:
-        if not is_crude(source.sample_type):
-            raise ConfigError(
-                f"{join.where}: aux applies to crude datasets (sample_type CrudeSample), whose "
-                f"cookers read from it; {path} is read as {source.sample_type}"
-            )
-        source = dataclasses.replace(source, aux=join.aux)
-    source_id = f"{_dataset_name(path)}#{split}#{len(ds)}"
-    if subset is not None:
-        source_id += f"[{start}:{end}]"
-    if join is not None and join.join:
-        source, tag = _joined(join, source, options.open_kwargs)
-        source_id += tag
-    cols = {c: ds.column(c) for c in columns}
-    joined = join is not None and bool(join.join)
-    if options.sequence_slices == "shards" and "shard_id" in ds.column_names and not joined:
-        # where the slices end (shard_slices); Energon slices a join by its workers' parts only
-        cols["shard_id"] = ds.column("shard_id")
-    view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
-    return source, view
-
-
-def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSource, str]:
-    """The primary's source with the leaf's joined datasets (opened and checked here), and
-    what the snapshot fingerprint records of them (each part's name, split, size, nonmatch)."""
-    from fpipe.materialize.join import JoinSource, with_join
-
-    parts, tags = [], []
-    for part in leaf.join:
-        ds = _open(part.path, open_kwargs)
-        cfg = ds.dataset_config(part.dataset_config)  # a part keeps its own dataset config
-        files = dict(split_config=part.split_config, dataset_config=part.dataset_config)
-        if len(ds.split_indices(part.split_part, **files)) == 0:
-            raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
-        own = DatasetOptions(open_kwargs=open_kwargs)
-        source = _source(part.path, cfg, own, part.subflavors, ds.layout, part.dataset_config)
-        parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name, **files))
-        named = (part.dataset_config, cfg.split_config or part.split_config)
-        files = "".join(f"[{f}]" for f in named if f)
-        tags.append(f"{Path(part.path).name}#{part.split_part}{files}#{len(ds)}:{part.nonmatch}")
-    named = [leaf.join_name, *(p.name for p in leaf.join)] if leaf.join_name else []
-    tag = f" joined as {leaf.name!r}: [{', '.join(tags)}] joiner={leaf.joiner} names={named}"
-    return with_join(primary, parts, leaf.joiner, leaf.where), tag
-
-
-def _source(
-    path, cfg, options: DatasetOptions, extra_subflavors, layout, config_file=None
-) -> DatasetSource:
-    """How to read and cook the dataset at ``path`` (``layout``): its dataset config ``cfg``
-    (read from ``config_file``; None: dataset.yaml), with the options' overrides applied."""
-    sample_type, field_map = options.sample_type, options.field_map
-    subflavors, open_kwargs = options.subflavors, options.open_kwargs
-    st = sample_type if sample_type is not None else cfg.sample_type
-    if not isinstance(st, str):
-        from fpipe.samples import sample_type_name
-
-        st = sample_type_name(st)
-    if field_map is None and not cfg.field_map and cfg.sample_loader and not is_crude(st):
-        raise ConfigError(
-            f"{path}: {config_file or 'dataset.yaml'} maps fields with an Energon "
-            "sample_loader "
-            f"({cfg.sample_loader}); fpipe does not run code named in data files. Set a field "
-            f"map instead: `fpipe prepare {path} --field image=jpg --field caption=txt` (or "
-            "field_map={...} here), or use sample_type='CrudeSample' with a cooker"
-        )
-    sub = dict(subflavors if subflavors is not None else getattr(cfg, "subflavors", {}))
-    sub.update(extra_subflavors or {})
-    open_kwargs = dict(open_kwargs or {})
-    if layout == "parquet" and "row_group_cache" not in open_kwargs:
-        # Workers keep the row groups of the slices a shuffle window interleaves, so a
-        # slice read in order decodes each of its row groups once.
-        open_kwargs["row_group_cache"] = row_group_cache_for(
-            options.shuffle_buffer_size, options.max_samples_per_sequence
-        )
-    return DatasetSource(
-        path=str(path),
-        sample_type=st,
-        field_map=dict(field_map if field_map is not None else cfg.field_map),
-        subflavors=sub,
-        open_kwargs=open_kwargs,
-    )
-
-
-def _dataset_name(path) -> str:
-    """A dataset's name in a plan of one dataset: its folder's name."""
-    return Path(os.fspath(path)).name
-
-
-def _mix_views(
-    path,
-    options: DatasetOptions,
-    *,
-    training: bool,
-    columns,
-    unit: str | None = None,
-    mix: Mix | None = None,
-) -> tuple[Mix, tuple[str, ...], list[DatasetSource], list[View]]:
-    """A metadataset split resolved: its mix, the leaves' names, and each leaf's source and
-    index-order view (dataset id = the leaf's position); ``unit``: the blend's unit column,
-    which every leaf's index must have; ``mix``: the split already resolved."""
-    for key in ("dataset_config", "split_config"):
-        if getattr(options, key) is not None:
-            raise ConfigError(
-                f"{path}: {key}={getattr(options, key)!r} names a file of a dataset folder; "
-                f"in a metadataset, set '{key}:' on the dataset's entry"
-            )
-    if mix is None:
-        mix = resolve_mix(load_metadataset(path), options.split, training=training)
-    sources, views = [], []
-    for d, leaf in enumerate(mix.leaves):
-        try:
-            source, view = dataset_view(
-                leaf.path,
-                leaf.split_part,
-                options,
-                dataset=d,
-                extra_subflavors=leaf.subflavors,
-                columns=columns,
-                join=leaf,
-            )
-        except KeyError as e:
-            if unit is None or repr(unit) not in str(e):
-                raise
-            raise ConfigError(
-                f"{path}: blend_unit {unit!r}: dataset {leaf.name!r} has no index column "
-                f"{unit!r} ({e.args[0]}); prepare it with that column (e.g. a token count) "
-                "or blend by samples"
-            ) from None
-        sources.append(source)
-        views.append(view)
-    return mix, tuple(leaf.name for leaf in mix.leaves), sources, views
+__all__ = ["eval_head", "shard_slices", "train_head"]
 
 
 def _without_empty_parts(path, topology, mix, views, names):
@@ -273,13 +92,13 @@ def train_head(
         if options.blend_unit not in (None, "samples"):
             raise ConfigError(f"blend_unit={options.blend_unit!r} needs a metadataset with a blend")
         source, view = dataset_view(path, options.split, options, columns=columns)
-        return repeat(shuffled(view), num_epochs), [source], (_dataset_name(path),)
+        return repeat(shuffled(view), num_epochs), [source], (dataset_name(path),)
     mix = resolve_mix(load_metadataset(path), options.split, training=True)
     unit = mix.unit if options.blend_unit is None else options.blend_unit
     unit = None if unit == "samples" else unit
     if unit is not None and unit not in columns:
         columns = (*columns, unit)
-    mix, names, sources, views = _mix_views(
+    mix, names, sources, views = mix_views(
         path, options, training=True, columns=columns, unit=unit, mix=mix
     )
     # Energon shifts each dataset's leftover samples by the samples of those before it
@@ -404,12 +223,12 @@ def eval_head(
     split, limit = options.split, options.limit
     if not is_metadataset(path):
         source, view = dataset_view(path, split, options, limit=limit)
-        return view, [source], (_dataset_name(path),)
+        return view, [source], (dataset_name(path),)
     mix = None
     if leaf is not None:
         mix = resolve_mix(load_metadataset(path), split, training=False)
         mix = msgspec.structs.replace(mix, leaves=(mix.leaves[leaf],))
-    _, names, sources, views = _mix_views(path, options, training=False, columns=(), mix=mix)
+    _, names, sources, views = mix_views(path, options, training=False, columns=(), mix=mix)
     view = concat(views, names=list(names), limit=limit)
     if view.size == 0:
         raise ConfigError(f"{path}: split {split!r} has no samples")
