@@ -225,7 +225,11 @@ class _Watch:
                 return recipe
         return None
 
-    def error(self, reason: str, dead, awaited: int, cause: BaseException | None) -> WorkerError:
+    def error(self, what: str, dead, awaited: int, cause: BaseException | None) -> WorkerError:
+        """The error naming the worker that died (``dead``), else the one with the awaited task.
+        ``what`` says what that worker did, for the message (a dead worker's exit replaces it);
+        ``cause``: the exception raised receiving a batch. Its reason: ``"died"`` with a dead
+        worker, else ``"failed"`` with a ``cause``, else ``"timed out"``."""
         if dead:
             worker, proc = dead[0]
             idx = self._first_task_of(worker)
@@ -234,7 +238,7 @@ class _Watch:
             worker = self._worker_of(awaited)
             workers = getattr(self.it, "_workers", ())
             proc = workers[worker] if worker < len(workers) else None
-            idx, what = awaited, reason
+            idx = awaited
         marked_step, position = (-1, -1) if self.marks is None else self.marks.read(worker)
         try:
             # the recipe the worker marked (a dead worker may have sent results not yet read)
@@ -258,8 +262,8 @@ class _Watch:
             "load_state_dict() to resume exactly.",
             worker=worker,
             pid=pid,
-            # no worker died and none is late: the batch could not be received (a broken queue)
-            reason="died" if dead else ("failed" if reason == "failed" else "timed out"),
+            # a failure raised with no worker dead: its batch could not be received
+            reason="died" if dead else ("failed" if cause is not None else "timed out"),
             step=step,
             keys=tuple(keys),
             position=position,
