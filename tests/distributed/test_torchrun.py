@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # about 25 s of CPU: nine processes each import torch
+#: about 25 s of CPU (nine processes each import torch): opt-in with -m integration
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 torch_dist = pytest.importorskip("torch.distributed")
 if not (torch_dist.is_available() and torch_dist.is_gloo_available()):

@@ -35,7 +35,11 @@ def energon_python() -> str | None:
 
 
 ENERGON = energon_python()
-pytestmark = pytest.mark.skipif(ENERGON is None, reason="no Python with megatron-energon")
+#: another venv's Python, about 15 s: opt-in with -m integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(ENERGON is None, reason="no Python with megatron-energon"),
+]
 
 SCRIPT = r'''
 import dataclasses, importlib, json, sys

@@ -24,6 +24,8 @@ N = 6  # batches compared per run
 #: three actors fit the two one-CPU nodes, spread over both; every test uses these options, so
 #: the same three actors serve them all (a new actor takes seconds to start on a busy machine)
 OPTIONS = {"num_cpus": 0.5, "scheduling_strategy": "SPREAD"}
+#: a Ray cluster of two nodes, about a minute in all: opt-in with -m integration
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 def _run(ld, n=N):
