@@ -72,25 +72,61 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
     skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if _type_checking(node):
             skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     return skip
 
 
+#: the fields of a node that hold statements (an import is a statement: these reach them all)
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statements(tree: ast.AST):
+    """Every statement of ``tree`` (nested ones too) outside ``if TYPE_CHECKING:`` bodies: the
+    nodes ``ast.walk`` would give that can be imports, without walking every expression."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        annotations_only = _type_checking(node)
+        for field in _BODIES:
+            if not (field == "body" and annotations_only):
+                todo.extend(getattr(node, field, ()))
+
+
 def import_edges(root: Path) -> list[Edge]:
     """Every import of an fpipe module by a module under ``root`` (the ``fpipe`` folder)."""
+    return list(_import_edges(root, _tree_stamp(root)))
+
+
+def _tree_stamp(root: Path) -> tuple:
+    """The ``.py`` files under ``root`` with their sizes and times (a changed file: new edges)."""
+    return tuple(
+        (str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*.py"))
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _import_edges(root: Path, stamp: tuple) -> tuple[Edge, ...]:
+    # memo: the layer and circle checks read the same edges
     modules = {module_name(root, p) for p in root.rglob("*.py")}
     edges = []
     for path in sorted(root.rglob("*.py")):
-        src = module_name(root, path)
+        src, first = module_name(root, path), len(edges)
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_checking_nodes(tree)
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
+        if path.name == "__init__.py":  # strings name lazy exports: every node, not statements
+            skip = _type_checking_nodes(tree)
+            nodes = (n for n in ast.walk(tree) if id(n) not in skip)
+        else:
+            nodes = _statements(tree)
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] == root.name:
@@ -109,7 +145,8 @@ def import_edges(root: Path) -> list[Edge]:
                 and node.value in modules - {root.name, src}
             ):
                 edges.append(Edge(src, node.value, node.lineno, ()))
-    return edges
+        edges[first:] = sorted(edges[first:], key=lambda e: e.line)  # a file's in line order
+    return tuple(edges)
 
 
 def resolve(modules: set[str], name: str) -> str:

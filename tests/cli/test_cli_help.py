@@ -97,17 +97,19 @@ def test_closed_output_pipe_ends_quietly(tmp_path, argv):
     assert proc.stderr == b""
 
 
-def test_python_dash_m_fpipe_runs_the_command():
-    """``python -m fpipe`` is the ``fpipe`` command (where the script is not on PATH)."""
+def test_python_dash_m_fpipe_runs_the_command(monkeypatch, capsys):
+    """``python -m fpipe`` is the ``fpipe`` command (where the script is not on PATH): run as
+    ``-m`` runs it here (runpy, as the interpreter does) and once in a new process."""
+    import runpy
     import subprocess
 
     from fpipe._version import __version__
 
-    done = subprocess.run(
-        [sys.executable, "-m", "fpipe", "--version"], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"fpipe {__version__}"
+    monkeypatch.setattr(sys, "argv", ["fpipe", "--version"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("fpipe", run_name="__main__", alter_sys=True)
+    assert done.value.code in (0, None)
+    assert capsys.readouterr().out.strip() == f"fpipe {__version__}"
     bad = subprocess.run(
         [sys.executable, "-m", "fpipe", "no-such-command"], capture_output=True, text=True,
         timeout=60,

@@ -1,8 +1,14 @@
+import contextlib
+import io
+import subprocess
+import sys
 import tempfile
+import types
 
 import pytest
 from PIL import Image
 
+from fpipe.cli import _demo
 from fpipe.cli.main import main
 
 
@@ -24,11 +30,23 @@ def test_demo_shows_a_batch_a_preview_and_resumes_exactly(tmp_path, monkeypatch,
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the data folder was removed
 
 
+def _resume_in_this_process(cmd, **kwargs):
+    """``subprocess.run`` for the demo's resumed half, run here: the same command line through
+    the same ``main`` (the restore in a new process is the test above's)."""
+    assert cmd[:3] == [sys.executable, "-m", "fpipe.cli.main"] and "--resume-from" in cmd
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(cmd[3:])
+    return subprocess.CompletedProcess(cmd, code, out.getvalue(), "")
+
+
 @pytest.mark.slow
-def test_demo_keep_keeps_the_data(tmp_path, capsys):
+def test_demo_keep_keeps_the_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(_demo, "subprocess", types.SimpleNamespace(run=_resume_in_this_process))
     keep = tmp_path / "demo"
     assert (
         main(["demo", "--keep", str(keep), "--steps", "2", "--after", "1", "--workers", "0"]) == 0
     )
-    assert f"data kept in {keep}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"data kept in {keep}" in out and "the stream continued exactly" in out
     assert (keep / ".fpipe" / "info.yaml").exists() and (keep / "fpipe-demo-preview.png").exists()

@@ -61,6 +61,7 @@ def test_prepare_dataset_patterns_and_refusals(tmp_path):
         root,
         ["parts/data-0.tar", "parts/data-1.tar", "parts/data-2.tar"],
         split_parts_patterns=[("train", r"parts/data-[01]\.tar"), ("val", r"parts/data-2")],
+        workers=1,  # Energon's default (32: a spawned process a shard) is the test above's
     )
     assert _labels_of(root, "val") == ["000004", "000005"]
     with pytest.raises(ConfigError, match="fix_duplicates"):
@@ -74,8 +75,9 @@ def test_prepare_dataset_patterns_and_refusals(tmp_path):
 def test_get_dataset_from_config_gives_the_split_one_sample_at_a_time(tmp_path):
     root = _folder(tmp_path / "d")
     BaseWebdatasetFactory.prepare_dataset(
-        root, ["parts/data-{0..4}.tar"], split_parts_ratio=[("train", 1.0)], shuffle_seed=None
-    )
+        root, ["parts/data-{0..4}.tar"], split_parts_ratio=[("train", 1.0)], shuffle_seed=None,
+        workers=1,  # in this process: the index is the same (the first test spawns workers)
+    )  # fmt: skip
     ds = get_dataset_from_config(
         root, split_part="train", training=False, worker_config=WC,
         sample_type=ImageClassificationSample,

@@ -39,6 +39,8 @@ class S3Server:
     """An S3-compatible server at ``endpoint`` (run as ``proc`` when it is a process): the
     variables obstore and boto3 read, a client, uploads, the server's CPU time."""
 
+    _client = None
+
     def __init__(self, endpoint: str, proc: subprocess.Popen | None = None):
         self.endpoint = endpoint
         self._proc = proc
@@ -66,6 +68,12 @@ class S3Server:
         }
 
     def client(self):
+        """A boto3 client of this server (made once: making one costs ~0.1 s of CPU)."""
+        if self._client is None:
+            self._client = self._new_client()
+        return self._client
+
+    def _new_client(self):
         import boto3
 
         e = self.env()
@@ -114,13 +122,27 @@ class LocalS3(S3Server):
             logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
 
             self._thread = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
-            self._thread.start()
+            self._thread.start()  # serving, no request yet
+            server = self._thread._server
+            # TCP_NODELAY, as for the fault proxy: werkzeug writes a response's head and body
+            # apart, and Nagle held each body for the client's delayed ACK (~40 ms a request)
+            server.RequestHandlerClass = type(
+                "NoDelayHandler", (server.RequestHandlerClass,), {"disable_nagle_algorithm": True}
+            )
             host, port = self._thread.get_host_and_port()
             self.endpoint = f"http://{host}:{port}"
 
     def stop(self) -> None:
         if self._thread is not None:
-            self._thread.stop()
+            # werkzeug's serving loop looks for the stop request every 0.5 s, or after a
+            # request: connections wake it until it has stopped
+            stopping = threading.Thread(target=self._thread.stop)
+            stopping.start()
+            host, port = self._thread.get_host_and_port()
+            while stopping.is_alive():
+                with contextlib.suppress(OSError), socket.create_connection((host, port), 1):
+                    pass
+                stopping.join(0.02)
         super().stop()
 
 
@@ -198,6 +220,9 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY: a response's head and body go out as written, without Nagle's wait
+            # for the client's delayed ACK (~40 ms a GET on loopback)
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):  # quiet
                 pass
@@ -295,7 +320,10 @@ class FaultProxy:
 
         self._server = Server((HOST, 0), Handler)
         self.endpoint = f"http://{HOST}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll: stop() waits for the serving loop to see the request (0.5 s by default)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         self._timer = threading.Timer(lifetime_s, self.stop)
         self._timer.daemon = True
