@@ -107,5 +107,5 @@ def test_blend_exact_resume_and_bounded_state(case, data):
     _, ref = run(make())
     cuts = data.draw(st.lists(st.integers(0, len(ref)), min_size=1, max_size=3))
     note(f"{desc} outputs={len(ref)} cuts={cuts}")
-    assert_exact_resume(make, cuts)
+    assert_exact_resume(make, cuts, reference=ref)
     assert_bounded_state(make, [0, *cuts])

@@ -83,9 +83,11 @@ def blend_plan(num_datasets: int, seed: int = 0) -> Pipeline:
 def test_state_size_for_3_and_100_datasets():
     for n, limit in ((3, 1024), (100, 4096)):
         sizes = set()
-        for steps in (1, 40, 400):
-            p = blend_plan(n)
-            state, _ = run(p, limit=steps)
+        p = blend_plan(n)
+        state, done = p.init(), 0
+        for steps in (1, 40, 400):  # one run, snapshot on its way (the state after 1, 40, 400)
+            state, _ = run(p, state, limit=steps - done)
+            done = steps
             sizes.add(len(p.snapshot(state)))
         assert len(sizes) == 1 and max(sizes) <= limit, (n, sizes)
 
@@ -127,5 +129,5 @@ def test_token_blend_exact_resume_and_bounded_state(case, data):
     _, ref = run(make())
     cuts = data.draw(st.lists(st.integers(0, len(ref)), min_size=1, max_size=3))
     note(f"{desc} outputs={len(ref)} cuts={cuts}")
-    assert_exact_resume(make, cuts)
+    assert_exact_resume(make, cuts, reference=ref)
     assert_bounded_state(make, [0, *cuts])

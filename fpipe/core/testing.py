@@ -84,9 +84,20 @@ def _describe(outputs: Sequence, limit: int = 3) -> str:
     )
 
 
-def assert_exact_resume(make: Factory, cut_points: Iterable[int], limit: int | None = None):
-    """Snapshot after k outputs, restore the bytes in a fresh pipeline: the rest must match."""
-    _, reference = run(make(), limit=limit)
+def assert_exact_resume(
+    make: Factory,
+    cut_points: Iterable[int],
+    limit: int | None = None,
+    *,
+    reference: Sequence | None = None,
+):
+    """Snapshot after k outputs, restore the bytes in a fresh pipeline: the rest must match.
+
+    ``reference``: the outputs of ``run(make(), limit=limit)`` when the caller has them already
+    (to draw the cut points from, say); they are not computed again.
+    """
+    if reference is None:
+        _, reference = run(make(), limit=limit)
     for k in cut_points:
         k = min(k, len(reference))
         first = make()
