@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import glob
+import os
 import pickle
 import types
 import zlib
@@ -24,7 +25,9 @@ pytestmark = pytest.mark.skipif(batch_slots.new_config(2) is None, reason="no /d
 
 
 def _files() -> set[str]:
-    return set(glob.glob("/dev/shm/fpipe-slots-*"))
+    """This process's arena files: a config's names start with the pid that made it, and other
+    test processes (pytest-xdist's other worker) make and remove theirs at the same time."""
+    return set(glob.glob(f"/dev/shm/fpipe-slots-{os.getpid()}-*"))
 
 
 class FixedSize(DefaultTaskEncoder):
