@@ -30,6 +30,11 @@ __all__ = [
 
 
 _SLOT_BLOCK = 1024  # slots permuted together when a stream reads a view in order
+# A range over more than _LOOP_SLICES slices of at most _SHORT_SLICE samples is cut with array
+# ops over its positions, others slice by slice (one step of that loop costs about what array
+# ops over a dozen positions do).
+_LOOP_SLICES = 16
+_SHORT_SLICE = 16
 
 
 class SliceShuffleConfig(Config, frozen=True):
@@ -72,16 +77,25 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
         slots = np.arange(lo, min(lo + _SLOT_BLOCK, num_slices), dtype=np.int64)
         return permutation(ek, num_slices, slots).tolist()
 
-    def gather(root, epoch, positions):
-        if num_slices <= 1:
-            return inner(root, epoch, positions)
-        ek, q = epoch_params(root, epoch)
-        p = np.asarray(positions, dtype=np.int64)
+    @functools.lru_cache(maxsize=8)
+    def slot_array(ek, b) -> np.ndarray:
+        # Pure memo: slot_block(ek, b) as an array, for ranges cut with array ops.
+        return np.array(slot_block(ek, b), dtype=np.int64)
+
+    def slots(q, p):
+        # (slot, offset in it) of positions p, the short last slice being in slot q
         before = p < q * k
         in_short = (~before) & (p < q * k + short)
         r = p - short  # after the short slice: as if it were not there, one slot later
         slot = np.where(before, p // k, np.where(in_short, q, r // k + 1))
         offset = np.where(before, p % k, np.where(in_short, p - q * k, r % k))
+        return slot, offset
+
+    def gather(root, epoch, positions):
+        if num_slices <= 1:
+            return inner(root, epoch, positions)
+        ek, q = epoch_params(root, epoch)
+        slot, offset = slots(q, np.asarray(positions, dtype=np.int64))
         lo, hi = (int(slot.min()), int(slot.max())) if len(slot) else (0, -1)
         if hi - lo < len(slot):
             # Consecutive positions share slots: permute each distinct slot once.
@@ -92,10 +106,17 @@ def slice_shuffle(view: View, slice_size: int, *, name: str = "slice_shuffle") -
 
     def gather_range(root, epoch, start, stop):
         # positions start..stop-1 in order (what repeat asks for): walk the few slices they
-        # cover with integer arithmetic instead of array ops over every position.
+        # cover with integer arithmetic instead of array ops over every position; many short
+        # slices (max_samples_per_sequence=1 is one per sample) with array ops.
         if num_slices <= 1:
             return inner(root, epoch, np.arange(start, stop, dtype=np.int64))
         ek, q = epoch_params(root, epoch)
+        if k <= _SHORT_SLICE and stop - start > _LOOP_SLICES * k:
+            slot, offset = slots(q, np.arange(start, stop, dtype=np.int64))
+            b0, b1 = int(slot[0]) // _SLOT_BLOCK, int(slot[-1]) // _SLOT_BLOCK
+            blocks = [slot_array(ek, b) for b in range(b0, b1 + 1)]
+            order = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+            return inner(root, epoch, order[slot - b0 * _SLOT_BLOCK] * k + offset)
         pieces, pos = [], start
         while pos < stop:
             if pos < q * k:

@@ -11,6 +11,12 @@ from fpipe.decode.image import ImageDecodeOptions
 from tests.loader.helpers import build, take
 
 
+@pytest.fixture(scope="module")
+def ref(image_dataset):
+    """The first batches (digests) of ``build(image_dataset)``, without workers."""
+    return take(build(image_dataset), 12)
+
+
 def test_batches_and_default_collate(image_dataset):
     ds = fpipe.get_train_dataset(
         image_dataset,
@@ -26,8 +32,7 @@ def test_batches_and_default_collate(image_dataset):
     assert len(set(batch.__key__)) == 5
 
 
-def test_state_resume_in_process(image_dataset):
-    ref = take(build(image_dataset), 12)
+def test_state_resume_in_process(image_dataset, ref):
     loader = build(image_dataset)
     it = iter(loader)
     for _ in range(5):
@@ -35,11 +40,10 @@ def test_state_resume_in_process(image_dataset):
     sd = loader.state_dict()
     fresh = build(image_dataset)
     fresh.load_state_dict(sd)
-    assert take(fresh, 7) == ref[5:]
+    assert take(fresh, 7) == ref[5:12]
 
 
-def test_restore_during_iteration_restarts_from_the_state(image_dataset):
-    ref = take(build(image_dataset), 10)
+def test_restore_during_iteration_restarts_from_the_state(image_dataset, ref):
     loader = build(image_dataset, num_workers=2)
     it = iter(loader)
     next(it), next(it)
@@ -123,15 +127,14 @@ def test_error_policy(tmp_path):
     assert loader.stats().skipped == 1 and loader.stats().samples == 7
 
 
-def test_restore_in_a_fresh_process(image_dataset, tmp_path, fresh_process):
-    ref = take(build(image_dataset), 9)
+def test_restore_in_a_fresh_process(image_dataset, ref, tmp_path, fresh_process):
     loader = build(image_dataset, num_workers=1)
     it = iter(loader)
     for _ in range(4):
         next(it)
     (tmp_path / "state.bin").write_bytes(loader.snapshot())
     [got] = fresh_process.restore(image_dataset, [str(tmp_path / "state.bin")], after=5, seed=3)
-    assert got == ref[4:]
+    assert got == ref[4:9]
 
 
 def test_stats_count_the_dropped_remainder_at_the_end(image_dataset):

@@ -3,6 +3,7 @@ val passes across ranks, resume, weight changes and stats."""
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from collections import Counter
 
@@ -79,12 +80,10 @@ def train(path, **kw):
 
 
 def keys_of(loader, n):
-    out = []
-    for i, b in enumerate(loader):
-        if i == n:
-            break
-        out.append((tuple(b.__key__), tuple(map(repr, b.__subflavors__))))
-    return out
+    """Keys and subflavors of the next ``n`` batches of ``loader`` (a loader or a loop)."""
+    return [
+        (tuple(b.__key__), tuple(map(repr, b.__subflavors__))) for b in itertools.islice(loader, n)
+    ]
 
 
 def test_three_level_nested_subflavors_and_split_part(tree):
@@ -110,12 +109,11 @@ def test_three_level_nested_subflavors_and_split_part(tree):
 
 
 def test_resume_equals_uninterrupted(tree):
-    ref = keys_of(fpipe.get_loader(train(tree / "top.yaml")), 14)
     loader = fpipe.get_loader(train(tree / "top.yaml"))
     it = iter(loader)
-    for _ in range(6):
-        next(it)
-    sd = loader.state_dict()
+    ref = keys_of(it, 6)
+    sd = loader.state_dict()  # taken after 6 batches of the uninterrupted run
+    ref += keys_of(it, 8)
     fresh = fpipe.get_loader(train(tree / "top.yaml"))
     fresh.load_state_dict(sd)
     assert keys_of(fresh, 8) == ref[6:]

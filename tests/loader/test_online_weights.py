@@ -4,6 +4,7 @@ seek gives the snapshot's bytes, and what cannot work is refused naming why."""
 
 from __future__ import annotations
 
+import copy
 import json
 import textwrap
 
@@ -71,9 +72,23 @@ def steered_run(root, steps=40, name="mix.yaml", **loader_kw):
     return out, snaps, loader.mix_history()
 
 
-def test_a_change_takes_effect_at_its_step_and_leaves_earlier_steps(mix):
+@pytest.fixture(scope="module")
+def steered(mix):
+    """``steered(name)``: ``steered_run(mix, name=name)``. The run is pure: it is made once per
+    module, and each call gets its own copy."""
+    runs: dict = {}
+
+    def get(name="mix.yaml"):
+        if name not in runs:
+            runs[name] = steered_run(mix, name=name)
+        return copy.deepcopy(runs[name])
+
+    return get
+
+
+def test_a_change_takes_effect_at_its_step_and_leaves_earlier_steps(mix, steered):
     plain = [keys(b) for _, b in zip(range(40), fpipe.get_loader(dataset(mix)))]
-    out, _, hist = steered_run(mix)
+    out, _, hist = steered()
     assert out[:5] == plain[:5] and out[5:] != plain[5:]
     # weights {c: 1} from step 5: once the shuffle window drawn before it is used up (40
     # samples, 5 steps), every sample is c's until step 12
@@ -86,8 +101,8 @@ def test_a_change_takes_effect_at_its_step_and_leaves_earlier_steps(mix):
 
 
 @pytest.mark.parametrize("name", ["mix.yaml", "tokens.yaml"])
-def test_replay_seek_and_restore_continue_exactly(mix, name):
-    out, snaps, hist = steered_run(mix, name=name)
+def test_replay_seek_and_restore_continue_exactly(mix, steered, name):
+    out, snaps, hist = steered(name)
     replay = fpipe.get_loader(dataset(mix, name), mix_history=hist)
     assert [keys(b) for _, b in zip(range(40), replay)] == out
     for n in (1, 5, 6, 13, 31, 37):
@@ -107,8 +122,8 @@ def test_replay_seek_and_restore_continue_exactly(mix, name):
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
-def test_worker_modes_and_world_sizes_give_the_same_steered_run(mix, mode):
-    out, snaps, hist = steered_run(mix)
+def test_worker_modes_and_world_sizes_give_the_same_steered_run(mix, steered, mode):
+    out, snaps, hist = steered()
     loader = fpipe.get_loader(dataset(mix), num_workers=2, worker_mode=mode, mix_history=hist)
     assert [keys(b) for _, b in zip(range(40), loader)] == out
     # restored on 2 ranks at step 8: the ranks' halves are the global batches
@@ -137,8 +152,8 @@ def test_the_state_stays_bounded_and_says_what_it_holds(mix):
     assert np.frombuffer(mix_state.current, "<f4").tolist() == [1 + 59 % 3, 1, 2]
 
 
-def test_history_after_restore_and_wrong_histories(mix):
-    out, snaps, hist = steered_run(mix)
+def test_history_after_restore_and_wrong_histories(mix, steered):
+    out, snaps, hist = steered()
     loader = fpipe.get_loader(dataset(mix))
     loader.load_state_dict(snaps[20])
     with pytest.raises(ConfigError, match="load_mix_history"):
@@ -155,8 +170,8 @@ def test_history_after_restore_and_wrong_histories(mix):
         fpipe.get_loader(dataset(mix), mix_history=dict(hist, changes=hist["changes"][:1]))
 
 
-def test_a_later_step_is_scheduled_and_the_past_refused(mix):
-    out, _, _ = steered_run(mix)
+def test_a_later_step_is_scheduled_and_the_past_refused(mix, steered):
+    out, _, _ = steered()
     loader = fpipe.get_loader(dataset(mix))
     got = []
     for step, batch in zip(range(40), loader):
@@ -257,10 +272,10 @@ def test_megatron_step_batch_size_schedule(mix):
             BatchSchedule.megatron(bad)
 
 
-def test_fpipe_plan_replays_the_mix_history(mix, tmp_path):
+def test_fpipe_plan_replays_the_mix_history(mix, steered, tmp_path):
     from fpipe.cli.main import main
 
-    out, _, hist = steered_run(mix)
+    out, _, hist = steered()
     (tmp_path / "h.json").write_text(json.dumps(hist))
     plan = tmp_path / "plan.yaml"
     plan.write_text(

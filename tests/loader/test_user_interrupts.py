@@ -12,7 +12,7 @@ import pytest
 from tests.loader.encoders import FaultEncoder
 from tests.loader.helpers import build, digest
 
-ALARM_S = 0.5  # the watchdog fires this long after the loop starts waiting for batch 2
+ALARM_S = 0.2  # the watchdog fires this long after the loop starts waiting for batch 2
 
 
 class Watchdog(Exception):

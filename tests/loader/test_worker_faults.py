@@ -24,8 +24,10 @@ N = 10  # batches compared
 FAULT_BATCH = 3  # the faulting sample is in this batch of the reference stream
 
 
-def _reference(path):
-    it = iter(build(path))
+@pytest.fixture(scope="module")
+def reference(image_dataset):
+    """The batches (digests) of the run without workers, and the key that faults."""
+    it = iter(build(image_dataset))
     batches = [next(it) for _ in range(N)]
     return [digest(b) for b in batches], batches[FAULT_BATCH]["keys"][1]
 
@@ -62,10 +64,10 @@ def _resume(path, sd, n, worker_mode):
      ("hang", "thread")],
 )  # fmt: skip
 def test_worker_fault_is_one_fpipe_error_then_exact_resume(
-    image_dataset, tmp_path, mode, worker_mode
+    image_dataset, reference, tmp_path, mode, worker_mode
 ):
     """Thread workers cannot be killed from outside: "kill" is a process-mode fault only."""
-    ref, key = _reference(image_dataset)
+    ref, key = reference
     trigger = tmp_path / "trigger"
     trigger.write_text("on")
     expected = MaterializeError if mode == "raise" else WorkerError

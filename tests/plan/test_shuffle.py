@@ -83,6 +83,7 @@ def test_full_chain_contract():
     bounds=st.tuples(st.integers(0, 5000), st.integers(0, 5000)),
 )
 @example(n=3001, k=2, epoch=1, bounds=(100, 2990))  # 1,501 slices: two blocks of slot orders
+@example(n=30000, k=17, epoch=1, bounds=(17000, 18000))  # slice by slice, across two blocks
 @example(n=4100, k=1, epoch=0, bounds=(1000, 4100))
 def test_slice_shuffle_range_path_equals_general_path(n, k, epoch, bounds):
     v = slice_shuffle(samples(n), k)
