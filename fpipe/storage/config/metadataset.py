@@ -1,6 +1,6 @@
 """``metadataset.yaml``: how several datasets are mixed, as Megatron-Energon users write it.
 
-The file is read with PyYAML's safe loader only and parsed into frozen msgspec records. The
+The file is read with ``yaml.safe_load`` only and parsed into frozen msgspec records. The
 names ``__module__: megatron.energon`` / ``__class__: MetadatasetV2`` are accepted as labels,
 never imported. Relative paths are relative to the file that names them.
 

@@ -32,7 +32,6 @@ import yaml
 
 from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
-from fpipe.storage.config.dataset_yaml import SAFE_LOADER
 from fpipe.storage.read.members import MemberTable, concat_members, member_files
 
 __all__ = [
@@ -193,7 +192,7 @@ def read_info(index_dir: str | Path) -> dict[str, Any]:
     path = Path(index_dir) / "info.yaml"
     try:
         with open(path, encoding="utf-8") as f:
-            info = yaml.load(f, Loader=SAFE_LOADER)
+            info = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read index info: {e}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:
