@@ -21,7 +21,8 @@ their type through that, but lose their attributes), reports a killed worker as 
   (:func:`fpipe.loader._send.check_sendable`) and returns the failure.
 
 This module is the one place that reads private attributes of torch's multiprocessing iterator
-(``_workers``, ``_task_info``, ``_rcvd_idx``, ``_worker_pids_set``, ``_shutdown_workers``);
+(``_workers``, ``_task_info``, ``_rcvd_idx``, ``_worker_pids_set``, ``_workers_done_event``,
+``_shutdown_workers``);
 ``tests/loader/test_worker_faults.py`` checks the behaviour they support.
 """
 
@@ -160,14 +161,50 @@ def _detach_from_sigchld(it) -> None:
         it._worker_pids_set = False
 
 
+class _DoneEventWithoutLock:
+    """The main process's handle on torch's done-event for its workers, read and set without
+    the event's lock.
+
+    Workers take that lock in ``done_event.is_set()`` between tasks, and a worker killed there
+    (by the OOM killer, a user's ``kill -9``) leaves it held for good: torch's main process
+    would then wait forever in the ``is_set()`` of its dead-worker check and in the ``set()``
+    of its shutdown. torch's way out, its SIGCHLD handler raising in the main thread, is not
+    armed for fpipe's iterators (:func:`_detach_from_sigchld`) and cannot reach a loop run in
+    another thread. The event's state is its semaphore, which a dead holder cannot block: the
+    main process reads and sets that directly. (Workers never ``wait()`` on the condition, so
+    there is no one to notify.)"""
+
+    def __init__(self, event: Any):
+        self.flag = event._flag  # multiprocessing.synchronize.Event's state
+
+    def is_set(self) -> bool:
+        if self.flag.acquire(False):
+            self.flag.release()
+            return True
+        return False
+
+    def set(self) -> None:
+        if not self.is_set():
+            self.flag.release()
+
+
+def _unlock_done_event(it) -> None:
+    """Give torch's iterator a :class:`_DoneEventWithoutLock` (once its workers have theirs)."""
+    event = getattr(it, "_workers_done_event", None)
+    if event is not None and hasattr(event, "_flag"):
+        it._workers_done_event = _DoneEventWithoutLock(event)
+
+
 def _shutdown(it, *, kill: bool) -> None:
-    """Shut the iterator's workers down; with ``kill``, terminate them first (a hung or broken
-    pool would otherwise cost torch's 5 s join per worker)."""
-    if kill:
-        for w in getattr(it, "_workers", ()):
+    """Shut the iterator's workers down; with ``kill``, or when a worker was killed by a
+    signal, terminate them first (a hung or broken pool, or workers left waiting for the lock
+    a killed one held, would otherwise cost torch's 5 s join per worker)."""
+    workers = list(getattr(it, "_workers", ()))
+    if kill or any(w.exitcode is not None and w.exitcode < 0 for w in workers):
+        for w in workers:
             if w.is_alive():
                 w.terminate()
-        for w in getattr(it, "_workers", ()):
+        for w in workers:
             w.join(timeout=2.0)
     shutdown = getattr(it, "_shutdown_workers", None)
     if shutdown is not None:
@@ -337,6 +374,7 @@ def iterate(
             yield result
         return
     _detach_from_sigchld(it)
+    _unlock_done_event(it)
     marks = getattr(dataloader.dataset, "marks", None)
     watch = _Watch(it, dataloader.num_workers, recipe_at, describe, marks)
     taken, failed = 0, False

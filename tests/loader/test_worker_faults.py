@@ -11,9 +11,13 @@ removes the trigger and resumes from the last state_dict in a fresh loader with 
 import functools
 import os
 import pickle
+import signal
+import sys
+import threading
 import time
 
 import pytest
+import torch.utils.data
 
 import fpipe
 from fpipe.core import BadSampleError, FpipeError, MaterializeError, WorkerError
@@ -154,3 +158,53 @@ def test_a_batch_that_cannot_be_received_is_a_failure_not_a_timeout():
         next(results)
     assert info.value.reason == "failed"  # it was called "timed out", with no time out
     assert "failed while materializing" in str(info.value) and "OSError" in str(info.value)
+
+
+class _DiesHoldingTheDoneEvent(torch.utils.data.Dataset):
+    """Item 2 kills its worker while the worker holds the lock of torch's shared done-event
+    (workers take it in ``done_event.is_set()`` between tasks: a worker killed there leaves it
+    held for good)."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        if index == 2:
+            frame = sys._getframe()
+            while frame is not None and frame.f_code.co_name != "_worker_loop":
+                frame = frame.f_back
+            frame.f_locals["done_event"]._cond.acquire()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return index
+
+
+def test_a_worker_killed_holding_the_done_event_lock_does_not_hang_the_shutdown():
+    # torch's own shutdown sets the done-event, which waits for that lock forever; torch relies
+    # on its SIGCHLD handler to raise out of the wait, and the loader takes its workers off it
+    from fpipe.loader._workers import POLL_S, iterate
+
+    loader = torch.utils.data.DataLoader(
+        _DiesHoldingTheDoneEvent(),
+        batch_size=None,
+        num_workers=2,
+        timeout=POLL_S,
+        multiprocessing_context="fork",
+    )
+    outcome: list = []
+
+    def consume():
+        try:
+            outcome.extend(
+                iterate(
+                    loader, timeout=60, recipe_at=lambda ahead: None, describe=lambda r: (None, ())
+                )
+            )
+        except WorkerError as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "the shutdown after a worker died hung"
+    assert isinstance(outcome[-1], WorkerError) and outcome[-1].reason == "died"
+    assert "killed by signal SIGKILL" in str(outcome[-1])
