@@ -38,7 +38,7 @@ __all__ = ["AUTO_DECODE_FIX", "IMAGE_DECODE_SPECS", "SampleDecoder"]
 AUTO_DECODE_FIX = (
     "auto_decode is Energon 5's, gone since Energon 6 and not an fpipe option: decoding is set "
     "by the task encoder's `decoder` class attribute. auto_decode=True is the default "
-    "(`decoder = SampleDecoder(image_decode=\"torchrgb\")` for Energon's image values); "
+    '(`decoder = SampleDecoder(image_decode="torchrgb")` for Energon\'s image values); '
     "auto_decode=False (raw bytes) is `decoder = None` in your TaskEncoder subclass; your own "
     "decoding is a callable `decoder(sample: dict) -> dict`, or "
     "fpipe.decode.register_decoder(ext, fn) for one extension"

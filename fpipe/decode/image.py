@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from fpipe.core.errors import BadSampleError, ConfigError, error_text
+from fpipe.decode import _jpeg
 from fpipe.decode._pixels import pixel_view
 from fpipe.decode.extensions import IMAGE_EXTENSIONS
 from fpipe.decode.limits import DECODE_RATIO_FLOOR, DEFAULT_LIMITS, DecodeLimits, limit_hint
@@ -185,11 +186,23 @@ def decode_image_with(
     """Decode image bytes as :func:`decode_image` does, with the options given as one record."""
     if options.crop == "random" and options.target_size is not None and rng is None:
         raise ConfigError("crop='random' needs an explicit rng (numpy.random.Generator)")
-    img = _open(data, limits.max_image_pixels, path, key)
+    head = _jpeg.header(data) if options.out != "pil" else None  # a PIL out keeps Pillow's info
+    if head is None:
+        img = _open(data, limits.max_image_pixels, path, key)
+        full = img.size
+    else:
+        full = head[:2]
+        _check_pixels(full, limits.max_image_pixels, path, key)
+    geometry = _geometry(full, options, rng)
+    if head is not None:
+        # Pillow's reduced-scale decode, a stream libjpeg-turbo warns about: Pillow, as before
+        fast = None if _reduces(full, geometry, options) else _jpeg.decode(data, head[2])
+        img = fast if fast is not None else _open(data, limits.max_image_pixels, path, key)
     try:
-        img = _resize(img, options, limits.max_decode_ratio, rng, path, key)
+        img = _resize(img, options, geometry, limits.max_decode_ratio, path, key)
         if img.mode != options.mode:
             img = img.convert(options.mode)
+        img.load()  # Pillow decodes lazily: a truncated stream fails here, not in the caller
     except ConfigError:
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
@@ -213,7 +226,12 @@ def _open(data: bytes, max_pixels: int | None, path: str, key: str) -> Image.Ima
         raise BadSampleError(path, key, f"image refused as a decompression bomb: {e}") from e
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise BadSampleError(path, key, f"cannot decode image: {error_text(e)}") from e
-    w, h = img.size
+    _check_pixels(img.size, max_pixels, path, key)
+    return img
+
+
+def _check_pixels(size: tuple[int, int], max_pixels: int | None, path: str, key: str) -> None:
+    w, h = size
     if max_pixels is not None and w * h > max_pixels:
         raise BadSampleError(
             path,
@@ -221,7 +239,6 @@ def _open(data: bytes, max_pixels: int | None, path: str, key: str) -> Image.Ima
             f"image of {w}x{h} = {w * h} pixels exceeds max_image_pixels={max_pixels} "
             f"(decompression-bomb limit; {limit_hint('max_image_pixels')})",
         )
-    return img
 
 
 def _target_hw(target_size: int | tuple[int, int]) -> tuple[int, int]:
@@ -231,44 +248,67 @@ def _target_hw(target_size: int | tuple[int, int]) -> tuple[int, int]:
     return int(th), int(tw)
 
 
+#: Output size and the kept region of the source, in coordinates normalized to [0, 1].
+_Geometry = tuple[int, int, tuple[float, float, float, float]]
+
+
+def _geometry(
+    full: tuple[int, int], o: ImageDecodeOptions, rng: np.random.Generator | None
+) -> _Geometry | None:
+    """Where the output comes from, on the original size (None: no target size). A random crop
+    draws its offset here, once per image."""
+    if o.target_size is None:
+        return None
+    th, tw = _target_hw(o.target_size)
+    full_w, full_h = full
+    if o.resize == "exact":
+        return tw, th, (0.0, 0.0, 1.0, 1.0)
+    if o.resize == "long_side":
+        s = min(th / full_h, tw / full_w)
+        return max(1, round(full_w * s)), max(1, round(full_h * s)), (0.0, 0.0, 1.0, 1.0)
+    s = max(th / full_h, tw / full_w)
+    sw, sh = full_w * s, full_h * s
+    if o.crop == "none":
+        return max(1, round(sw)), max(1, round(sh)), (0.0, 0.0, 1.0, 1.0)
+    extra_w, extra_h = max(sw - tw, 0.0), max(sh - th, 0.0)
+    if o.crop == "center":
+        x0, y0 = extra_w / 2, extra_h / 2
+    else:
+        assert rng is not None  # checked by decode_image_with
+        x0 = float(rng.integers(0, math.floor(extra_w) + 1))
+        y0 = float(rng.integers(0, math.floor(extra_h) + 1))
+    return tw, th, (x0 / sw, y0 / sh, (x0 + tw) / sw, (y0 + th) / sh)
+
+
+def _draft_size(geometry: _Geometry) -> tuple[int, int]:
+    """The smallest decode whose kept region is still >= the output size in both directions."""
+    out_w, out_h, box = geometry
+    return math.ceil(out_w / (box[2] - box[0])), math.ceil(out_h / (box[3] - box[1]))
+
+
+def _reduces(full: tuple[int, int], geometry: _Geometry | None, o: ImageDecodeOptions) -> bool:
+    """Whether Pillow's ``draft`` would decode this JPEG at a reduced scale (1/2 or less: it
+    takes the largest of 1/8, 1/4, 1/2 that keeps :func:`_draft_size`)."""
+    if not o.draft or geometry is None:
+        return False
+    need_w, need_h = _draft_size(geometry)
+    return full[0] // need_w >= 2 and full[1] // need_h >= 2
+
+
 def _resize(
     img: Image.Image,
     o: ImageDecodeOptions,
+    geometry: _Geometry | None,
     max_ratio: float | None,
-    rng: np.random.Generator | None,
     path: str,
     key: str,
 ) -> Any:
-    if o.target_size is None:
+    if geometry is None:
         return img
-    th, tw = _target_hw(o.target_size)
+    out_w, out_h, box = geometry
     full_w, full_h = img.size
-    # Geometry on the original size: output size and the crop box in normalized coordinates.
-    if o.resize == "exact":
-        out_w, out_h, box = tw, th, (0.0, 0.0, 1.0, 1.0)
-    elif o.resize == "long_side":
-        s = min(th / full_h, tw / full_w)
-        out_w, out_h = max(1, round(full_w * s)), max(1, round(full_h * s))
-        box = (0.0, 0.0, 1.0, 1.0)
-    else:
-        s = max(th / full_h, tw / full_w)
-        sw, sh = full_w * s, full_h * s
-        if o.crop == "none":
-            out_w, out_h, box = max(1, round(sw)), max(1, round(sh)), (0.0, 0.0, 1.0, 1.0)
-        else:
-            extra_w, extra_h = max(sw - tw, 0.0), max(sh - th, 0.0)
-            if o.crop == "center":
-                x0, y0 = extra_w / 2, extra_h / 2
-            else:
-                assert rng is not None  # checked by decode_image_with
-                x0 = float(rng.integers(0, math.floor(extra_w) + 1))
-                y0 = float(rng.integers(0, math.floor(extra_h) + 1))
-            out_w, out_h = tw, th
-            box = (x0 / sw, y0 / sh, (x0 + tw) / sw, (y0 + th) / sh)
     if o.draft and img.format == "JPEG":
-        # Smallest decode whose kept region is still >= the output size in both directions.
-        need_w = math.ceil(out_w / (box[2] - box[0]))
-        need_h = math.ceil(out_h / (box[3] - box[1]))
+        need_w, need_h = _draft_size(geometry)
         if need_w < full_w and need_h < full_h:
             img.draft("RGB", (need_w, need_h))
     w, h = img.size  # may be reduced by draft
