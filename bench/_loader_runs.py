@@ -143,16 +143,17 @@ def run_together(cmds: list[list[str]], timeout: float) -> list[dict]:
     return [last_json(o, e, p.returncode) for (o, e), p in zip(outs, procs)]
 
 
-def two_bare_loops(python: str, root: Path, warm: int) -> Run:
+def two_bare_loops(python: str, root: Path, warm: int, decode: str = "pillow") -> Run:
     """Two bare loops at once (separate processes, even / odd shards), timed from the same
-    instant after both warmed up: the sum of their rates is the practical 2-core ceiling."""
+    instant after both warmed up: the sum of their rates is the practical 2-core ceiling.
+    ``decode``: the bare loop's decoder (``_peers.DECODERS``)."""
     shards = len(list(root.glob("*.tar")))
     halves = [",".join(str(i) for i in range(k, shards, 2)) for k in (0, 1)]
 
     def run(n: int) -> tuple[float, float]:
-        res = run_together(
-            [_peer_cmd(python, "bare", root, warm, n, "--shards", h, "--wait") for h in halves], 600
-        )
+        cmd = [python, PEERS, "bare", "--root", str(root), "--warm", str(warm), "--n", str(n)]
+        cmd += ["--decode", decode, "--wait", "--shards"]
+        res = run_together([[*cmd, h] for h in halves], 600)
         rate = sum(r["rate"] for r in res)
         cpu_s = sum(n * 32 / r["cpu_rate"] for r in res)
         return rate, 2 * n * 32 / cpu_s

@@ -91,6 +91,13 @@ def decode_pillow(data: bytes) -> np.ndarray:
     return resize_crop_np(Image.open(io.BytesIO(data)))
 
 
+def decode_simplejpeg(data: bytes) -> np.ndarray:
+    """libjpeg-turbo through simplejpeg, as fpipe decodes a plain JPEG: Pillow's pixels."""
+    import simplejpeg
+
+    return resize_crop_np(Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB")))
+
+
 def decode_spdl_ffmpeg(data: bytes) -> np.ndarray:
     import spdl.io
 
@@ -158,6 +165,7 @@ class Decode:
 
 DECODERS: dict[str, Callable[[bytes], np.ndarray]] = {
     "pillow": decode_pillow,
+    "simplejpeg": decode_simplejpeg,
     "spdl-ffmpeg": decode_spdl_ffmpeg,
 }
 

@@ -20,10 +20,13 @@ Sections (competitors measured alongside, interleaved within each repeat):
 
 Same work. Every image loader yields uint8 ``[32, 3, 224, 224]`` + captions from the same
 ``.tar`` files, with 2 workers or threads where it runs in parallel. All but two rows decode
-with the same Pillow full decode and the same transform (``_peers.resize_crop_np``:
-torchvision's ``Resize(224) + CenterCrop(224)`` geometry, bilinear, resampling only the kept
-box), whose output is bit-identical to fpipe's ``ImageDecodeOptions(target_size=224,
-draft=False)``; the ``nw2_*_same_decode`` ratios and ``nw2_vs_2x_bare_loop`` use the faster of
+the same pixels with the same transform (``_peers.resize_crop_np``: torchvision's
+``Resize(224) + CenterCrop(224)`` geometry, bilinear, resampling only the kept box), whose
+output is bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``. The
+peers decode with Pillow; fpipe decodes these plain JPEGs with libjpeg-turbo through simplejpeg
+(the same pixels, without Pillow's Python marker parser), so the 2-core ceiling is also measured
+with bare loops that decode as fpipe does (``threads2_vs_2x_bare_loop_simplejpeg``). The
+``nw2_*_same_decode`` ratios and ``nw2_vs_2x_bare_loop`` use the faster of
 fpipe's two ``draft=False`` rows (2 processes, 2 threads), as Grain's figure is the faster of
 its two modes; each mode has its own keys too (``processes2_*``, ``threads2_*``). fpipe's draft
 decode (reduced DCT scale, other pixels: its PSNR is printed) and SPDL's FFmpeg decode (swscale
@@ -93,6 +96,8 @@ MAX_SEQ = 100
 SEED = 1
 #: fpipe's thread workers (``worker_mode="thread"``), full decode
 FPIPE_THREADS = "fpipe threads=2 draft=False"
+#: The ceiling again, its bare loops decoding as fpipe does (libjpeg-turbo through simplejpeg).
+BARE_SJ = "2 bare loops, simplejpeg (2 processes)"
 
 # --------------------------------------------------------------------------------------------
 # The user-written transform the bare loop, WebDataset and Energon share
@@ -151,6 +156,7 @@ def same_decode_ratios(small: dict, big: dict, ratio: Callable) -> dict[str, flo
         out[f"{prefix}processes2_vs_2x_bare_loop"] = ratio(procs, ceiling)
         out[f"{prefix}threads2_vs_2x_bare_loop"] = ratio(threads, ceiling)
         out[f"{prefix}threads2_vs_processes2"] = ratio(threads, procs)
+        out[f"{prefix}threads2_vs_2x_bare_loop_simplejpeg"] = ratio(threads, rates.get(BARE_SJ))
         out[f"{prefix}grain_best_vs_2x_bare_loop"] = ratio(grain, ceiling)
         out[f"{prefix}nw2_draft_vs_2x_bare_loop"] = ratio(
             rates.get("fpipe nw=2" if not prefix else "fpipe nw=2 (draft)"),
@@ -539,6 +545,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     loaders = {
         "bare loop (1 core)": inp(lambda: bare_loop(img, 32), 2),
         "2 bare loops (2 processes)": two_bare_loops(py, img, 2),
+        BARE_SJ: two_bare_loops(py, img, 2, "simplejpeg"),
         "fpipe nw=0": inp(lambda: fpipe_iter(img, 32, 0, draft_on), 2),
         "fpipe nw=0 draft=False": inp(lambda: fpipe_iter(img, 32, 0, draft_off), 2),
         "fpipe nw=2": inp(lambda: fpipe_iter(img, 32, 2, draft_on), 6),
