@@ -296,18 +296,21 @@ def seek_state(
     changes: Sequence[MixChange],
     *,
     fast: bool = True,
+    planned: int | None = None,
 ) -> tuple[Any, int, int, int]:
     """``(plan state before step target, batches, samples, epoch)``: what a loader that took
     every step before ``target`` holds, from the plan alone. Steps are passed over on metadata
     (:meth:`fpipe.core.Pipeline.advance`: on counts where the plan's steps can, a whole
     range of steps at once; else planned, their refs counted, nothing read); each change is
     applied before its step. ``fast=False`` plans every step (the reference the fast path is
-    tested against)."""
+    tested against). ``planned``: how many of the last steps are planned one by one (None:
+    64, or enough to hold about 512 of this rank's refs); any number gives the same result,
+    only the time differs."""
     if not fast:
         return _seek_by_next(plan, target, ranges, changes)
     # on counts up to the last steps, which are planned: they give this rank's highest epoch
     # when the counts cannot (a rank's part of global batches)
-    start = max(0, target - _planned_steps(plan))
+    start = max(0, target - (_planned_steps(plan) if planned is None else max(1, planned)))
     state, batches, samples, epoch = _seek_on_counts(plan, start, ranges, changes, target)
     before = plan.position(state) if start else (0, 0)
     i = sum(c.step <= start for c in changes)  # those _seek_on_counts applied
