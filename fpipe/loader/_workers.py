@@ -175,6 +175,9 @@ class _DoneEventWithoutLock:
     there is no one to notify.)"""
 
     def __init__(self, event: Any):
+        # kept: under spawn and forkserver, a semaphore whose last handle here is collected is
+        # unlinked, and a worker still starting could no longer open the event's lock
+        self.event = event
         self.flag = event._flag  # multiprocessing.synchronize.Event's state
 
     def is_set(self) -> bool:
