@@ -35,9 +35,8 @@ from fpipe.plan.skip import normalize_step_ranges
 from property_tests.strategies import live_recipes, mix_changes, steering_tail
 
 SIZES = (30, 17, 11)
-# An example takes ~0.9 s: 2-4 fresh plans, each ~0.25-0.4 s for its first blend block (8192
-# positions read 3x ahead over datasets of 30, 17 and 11 samples: ~1,300 epochs of slice
-# permutations). ci 100 -> 8 examples, long 1000 -> 83.
+# An example takes ~0.5-0.9 s: 2-4 fresh plans and their seeks over datasets of 30, 17 and 11
+# samples (many epochs of slice permutations). ci 100 -> 8 examples, long 1000 -> 83.
 # (before seek_state took ``planned``, every target here was under its default 64-step planned
 # tail, so no example ever passed a step on counts)
 SCALED = settings(max_examples=max(6, settings.default.max_examples // 12), deadline=None)

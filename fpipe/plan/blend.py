@@ -69,6 +69,7 @@ BlendMode = Literal["weighted", "epochized"]
 
 _CHOICE = 0xB1E2D  # fold_in tag of the blend's choice key
 _BLOCK = 8192  # positions computed at once when callers ask for fewer (memoized, invisible)
+_FIRST_BLOCK = 256  # the first such block of a blend; each later one twice the last, to _BLOCK
 _COUNT_BLOCK = 1 << 20  # positions whose choices advance counts at once (bounded memory)
 
 CHANGED_MIX_HINT = (
@@ -222,6 +223,9 @@ def blend(
     ranges = [v.take_range for v in views]
     sort_dtype = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
     cache: OrderedDict = OrderedDict()
+    # a fresh plan (a restore, a seek, a small run) pays for a short block only; a long run
+    # reaches _BLOCK after a few misses
+    block_size = [_FIRST_BLOCK]
     zero_units = pack_counters(np.zeros(n, dtype=np.int64))
 
     def init(root):
@@ -390,7 +394,8 @@ def blend(
         if hit is None and len(state.weights) > len(digests):
             hit = reuse(state)
         if hit is None:
-            block = max(left, _BLOCK)
+            block = max(left, block_size[0])
+            block_size[0] = min(_BLOCK, 2 * block_size[0])
             if limit is not None:
                 block = min(block, limit - state.position)
             if unit is None:
