@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-pytest.importorskip("obstore")
-pytest.importorskip("moto.server")
+from tests.optional import skip_unless_installed  # noqa: E402
+
+skip_unless_installed("obstore", "moto")
 
 from fpipe.core.errors import ConfigError  # noqa: E402
 from fpipe.storage import open_dataset, prepare_dataset  # noqa: E402

@@ -15,13 +15,16 @@ import pytest
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.storage import open_dataset, prepare_dataset
 from fpipe.storage.prepare._hf_arrow import hf_arrow_files
+from tests.optional import skip_unless_installed
 from tests.storage.parquet_helpers import image_bytes, write_saved_dataset
 
-datasets = pytest.importorskip("datasets")
+skip_unless_installed("datasets")  # imported in the tests: ~1.6 s at collection otherwise
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
+    import datasets
+
     datasets.disable_progress_bars()
     root = write_saved_dataset(tmp_path_factory.mktemp("saved"))
     prepare_dataset(root)
@@ -29,6 +32,8 @@ def saved(tmp_path_factory):
 
 
 def test_rows_equal_what_load_from_disk_gives(saved):
+    import datasets
+
     hf = datasets.load_from_disk(str(saved))
     ds = open_dataset(saved)
     assert ds.layout == "parquet"

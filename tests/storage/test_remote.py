@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("obstore")
-pytest.importorskip("moto.server")
+from tests.optional import skip_unless_installed  # noqa: E402
+
+skip_unless_installed("obstore", "moto")
 
 import fpipe  # noqa: E402
 from fpipe.core.errors import BadSampleError, ConfigError  # noqa: E402
