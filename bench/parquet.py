@@ -319,9 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         "prepare_parquet_samples_per_cpu_s": round(prepare_cpu, 1),
         "samples_per_s": {k: round(v, 1) for k, v in wall.items()},
         "samples_per_cpu_s": {k: round(v, 1) for k, v in cpu.items()},
-        "cpu_nw2_vs_hf_datasets": ratio(
-            cpu.get("fpipe parquet nw=2"), cpu.get("hf datasets nw=2")
-        ),
+        "cpu_nw2_vs_hf_datasets": ratio(cpu.get("fpipe parquet nw=2"), cpu.get("hf datasets nw=2")),
         "cpu_parquet_vs_tar": ratio(cpu.get("fpipe parquet nw=2"), cpu.get("fpipe tar nw=2")),
         "cpu_decode_only_vs_hf_datasets": ratio(
             cpu.get("decode only nw=2"), cpu.get("hf datasets nw=2")

@@ -345,9 +345,7 @@ def main() -> None:
             "remote_minus_local_client_cpu_ms_per_sample": round(
                 statistics.median(remote_cpu) - statistics.median(local_cpu), 3
             ),
-            "remote_client_cpu_ms_per_sample_no_read_ahead": round(
-                statistics.median(plain_cpu), 3
-            ),
+            "remote_client_cpu_ms_per_sample_no_read_ahead": round(statistics.median(plain_cpu), 3),
             "remote_vs_local_samples_per_client_cpu_s_no_read_ahead": round(
                 statistics.median(local_cpu) / statistics.median(plain_cpu), 3
             ),

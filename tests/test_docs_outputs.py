@@ -133,7 +133,9 @@ def test_fpipe_plan_prints_the_documented_json_fields(tmp_path, capsys, page, co
                 "--num-epochs", "2"]  # fmt: skip
     assert main(["plan", str(data), *settings, *words]) == 0
     printed = capsys.readouterr().out
-    got = [json.loads(x) for x in printed.splitlines()] if words[-1] == "--keys" else [
-        json.loads(printed)
-    ]
+    got = (
+        [json.loads(x) for x in printed.splitlines()]
+        if words[-1] == "--keys"
+        else [json.loads(printed)]
+    )
     assert _shape(got[0]) == _shape(documented), f"{page}: {command}"

@@ -58,6 +58,8 @@ _FIELD_HASH_BYTES = {3: 2}
 
 def _hash_bytes(format_version: int) -> int:
     return _FIELD_HASH_BYTES.get(format_version, 1)
+
+
 _CHECKSUM = 8
 
 

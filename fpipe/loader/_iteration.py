@@ -138,9 +138,7 @@ def _sampler(loader: Loader, pending, start, excluded, horizon=None) -> PlanSamp
     from fpipe.loader._steering import pending_changes
 
     changes = pending_changes(loader, start)
-    return PlanSampler(
-        loader.plan, start, pending, excluded, loader._state.skip, changes, horizon
-    )
+    return PlanSampler(loader.plan, start, pending, excluded, loader._state.skip, changes, horizon)
 
 
 #: Loops over a loader not closed yet. A loop left open at interpreter exit would be closed by

@@ -36,6 +36,7 @@ class MixLog(msgspec.Struct, frozen=True):
     base: int = 0
     changes: list = msgspec.field(default_factory=list)
 
+
 __all__ = [
     "MixLog",
     "known_history",
@@ -162,12 +163,8 @@ def seek(loader: Loader, step: int, history: Any) -> None:
     if history is not None:
         _, config = blend_of(loader.plan)
         changes = MixHistory.of(history, config.datasets).changes
-    plan_state, batches, samples, epoch = seek_state(
-        loader.plan, step, loader._state.skip, changes
-    )
-    loader._state = LoaderState(
-        plan_state, batches, samples, 0, epoch, skip=loader._state.skip
-    )
+    plan_state, batches, samples, epoch = seek_state(loader.plan, step, loader._state.skip, changes)
+    loader._state = LoaderState(plan_state, batches, samples, 0, epoch, skip=loader._state.skip)
     loader._mix = MixLog(0, list(changes))
     loader._generation += 1
     loader._finished = False

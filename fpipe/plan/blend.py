@@ -303,9 +303,7 @@ def blend(
         if len(own) != len(digests):
             raise SnapshotMismatchError(f"blend {name!r}: {CHANGED_MIX_HINT}")
         changed = [
-            nm
-            for d, nm in enumerate(names)
-            if own[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
+            nm for d, nm in enumerate(names) if own[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
         ]
         raise SnapshotMismatchError(
             f"blend {name!r}: the weights of {changed} differ from the snapshot's (or the "

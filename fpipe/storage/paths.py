@@ -43,7 +43,6 @@ def join_url(base: str, *names: str) -> str:
     return out
 
 
-
 def expand_braces(pattern: str) -> list[str]:
     """Expand ``{a,b}`` alternatives and ``{000..099}`` ranges (zero padding kept), nested.
 
@@ -81,5 +80,3 @@ def expand_braces(pattern: str) -> list[str]:
             cur += ch
         options.append(cur)
     return [r for opt in options for r in expand_braces(head + opt + tail)]
-
-

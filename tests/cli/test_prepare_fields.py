@@ -75,7 +75,7 @@ def test_no_flags_no_terminal_says_what_it_wrote(tmp_path, capsys):
     assert "sample_type CaptioningSample, fields image=jpg, caption=txt" in capsys.readouterr().out
 
 
-_USER_MODULE = '''
+_USER_MODULE = """
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +87,7 @@ class PhotoNote(Sample):
     photo: Any
     note: str
     stars: int = 0
-'''
+"""
 
 
 def test_sample_type_from_the_users_module(tmp_path, monkeypatch, capsys):

@@ -82,9 +82,7 @@ def _resolves(row: dict[str, Any], media: tuple[str, ...], alt: FieldSpec) -> bo
             else:
                 return False
         return value is not None
-    return any(
-        isinstance(row.get(c), str) and strip_gz(suffix(row[c])) == alt.ext for c in media
-    )
+    return any(isinstance(row.get(c), str) and strip_gz(suffix(row[c])) == alt.ext for c in media)
 
 
 def missing_field(

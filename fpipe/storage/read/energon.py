@@ -352,9 +352,7 @@ def _walk_keys(root: str | Path, name: str) -> list[str]:
     """Sample keys of shard ``name`` in tar order (headers only), as Energon counts them."""
     f, size = open_shard(str(root), name)
     with f:
-        return [
-            f"{shard_stem(name)}/{key}" for key, *_ in iter_samples(f, size, lambda e: 0)
-        ]
+        return [f"{shard_stem(name)}/{key}" for key, *_ in iter_samples(f, size, lambda e: 0)]
 
 
 def exclude_to_keys_by_walk(

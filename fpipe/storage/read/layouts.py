@@ -187,7 +187,15 @@ def _open_table(
         config = DatasetConfig(sample_type=sample_type, field_map=config.field_map)
     args = {"sample_type": sample_type, "field_map": field_map, **table_args}
     return Dataset(
-        str(p), record, config, None, arrays, reader, FileCache(1), where=str(p), open_args=args,
+        str(p),
+        record,
+        config,
+        None,
+        arrays,
+        reader,
+        FileCache(1),
+        where=str(p),
+        open_args=args,
         reopen=open_dataset,
     )
 

@@ -41,7 +41,6 @@ from fpipe.storage.read.webdataset import is_gzip_shard, shard_stem
 __all__ = ["TarReader", "tar_arrays"]
 
 
-
 class TarReader:
     """Raw members and keys of a prepared tar dataset (see the module docstring)."""
 
