@@ -151,8 +151,7 @@ def two_bare_loops(python: str, root: Path, warm: int, decode: str = "pillow") -
     halves = [",".join(str(i) for i in range(k, shards, 2)) for k in (0, 1)]
 
     def run(n: int) -> tuple[float, float]:
-        cmd = [python, PEERS, "bare", "--root", str(root), "--warm", str(warm), "--n", str(n)]
-        cmd += ["--decode", decode, "--wait", "--shards"]
+        cmd = _peer_cmd(python, "bare", root, warm, n, "--decode", decode, "--wait", "--shards")
         res = run_together([[*cmd, h] for h in halves], 600)
         rate = sum(r["rate"] for r in res)
         cpu_s = sum(n * 32 / r["cpu_rate"] for r in res)

@@ -29,7 +29,7 @@ except ImportError:  # a platform without its wheel: Pillow decodes every JPEG
 __all__ = ["decode", "header"]
 
 #: The colorspaces this path takes, and the output simplejpeg is asked for (Pillow's mode).
-_TAKEN = {"YCbCr": ("RGB",), "Gray": ("GRAY",)}
+_TAKEN = {"YCbCr": "RGB", "Gray": "GRAY"}
 
 
 def header(data: bytes) -> tuple[int, int, str] | None:
@@ -52,11 +52,10 @@ def header(data: bytes) -> tuple[int, int, str] | None:
 def decode(data: bytes, colorspace: str) -> Any:
     """The decoded image (Pillow mode ``RGB`` or ``L``), or None where libjpeg-turbo reports
     an error or a warning (Pillow then decodes it, or names what is wrong)."""
-    turbo, gray = _TAKEN[colorspace][0], colorspace == "Gray"
     try:
-        pixels = simplejpeg.decode_jpeg(data, colorspace=turbo, strict=True)
+        pixels = simplejpeg.decode_jpeg(data, colorspace=_TAKEN[colorspace], strict=True)
     except ValueError:
         return None
-    if gray:
+    if colorspace == "Gray":
         pixels = pixels.reshape(pixels.shape[:2])
     return Image.fromarray(pixels)  # (H, W) uint8: L; (H, W, 3): RGB

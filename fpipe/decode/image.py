@@ -287,8 +287,9 @@ def _draft_size(geometry: _Geometry) -> tuple[int, int]:
 
 
 def _reduces(full: tuple[int, int], geometry: _Geometry | None, o: ImageDecodeOptions) -> bool:
-    """Whether Pillow's ``draft`` would decode this JPEG at a reduced scale (1/2 or less: it
-    takes the largest of 1/8, 1/4, 1/2 that keeps :func:`_draft_size`)."""
+    """Whether Pillow's ``draft`` decodes this JPEG at a reduced scale (1/2 or less: it takes
+    the largest of 1/8, 1/4, 1/2 that keeps :func:`_draft_size`, else decodes it whole). The
+    one test of it: :func:`_resize` drafts only then, and the simplejpeg path is left then."""
     if not o.draft or geometry is None:
         return False
     need_w, need_h = _draft_size(geometry)
@@ -306,11 +307,8 @@ def _resize(
     if geometry is None:
         return img
     out_w, out_h, box = geometry
-    full_w, full_h = img.size
-    if o.draft and img.format == "JPEG":
-        need_w, need_h = _draft_size(geometry)
-        if need_w < full_w and need_h < full_h:
-            img.draft("RGB", (need_w, need_h))
+    if img.format == "JPEG" and _reduces(img.size, geometry, o):
+        img.draft("RGB", _draft_size(geometry))
     w, h = img.size  # may be reduced by draft
     if max_ratio is not None:
         budget = max(DECODE_RATIO_FLOOR, max_ratio * out_w * out_h)
