@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fpipe.cli import add_media_root, open_args
 from fpipe.core.errors import FpipeError
 
 __all__ = ["add_parser", "run"]
@@ -36,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("path", help="prepared dataset folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_media_root(p)
     return p
 
 
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from fpipe.storage.prepare.check import check_dataset
 
     try:
-        rep = check_dataset(args.path, progress=not args.no_progress)
+        rep = check_dataset(args.path, progress=not args.no_progress, **open_args(args))
     except (FpipeError, OSError) as e:
         print(f"fpipe check: error: {e}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 
+from fpipe.cli import add_media_root, open_args
 from fpipe.core.errors import FpipeError
 from fpipe.storage import Dataset
 
@@ -55,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "path", help="prepared folder (fpipe or Energon), a .jsonl/.csv table or a metadataset.yaml"
     )
     p.add_argument("--shards", action="store_true", help="list every shard with its samples")
+    add_media_root(p)
     return p
 
 
@@ -230,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         if is_metadataset(args.path):
             print(format_metadataset_info(args.path))
             return 0
-        ds = open_dataset(args.path)
+        ds = open_dataset(args.path, **open_args(args))
         print(format_info(ds, args.shards))
     except FpipeError as e:
         print(f"fpipe info: error: {e}", file=sys.stderr)

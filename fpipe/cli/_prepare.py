@@ -76,7 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=SPEC",
         help="metadata column from JSON, e.g. aes=json[aesthetic] or "
-        "n=len(json[tags]) (repeatable)",
+        "n=len(json[tags]); for Parquet and tables, from a column: ntok=len(input_ids) "
+        "(repeatable)",
     )
     p.add_argument(
         "--extra-columns",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fpipe.cli import add_media_root, open_args
 from fpipe.core.errors import FpipeError
 
 __all__ = ["add_parser", "run"]
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=16, help="number of samples (default: 16)")
     p.add_argument("--cell-size", type=int, default=192, help="picture size of a cell in pixels")
     p.add_argument("--out", default="preview.png", help="PNG file to write (default: preview.png)")
+    add_media_root(p)
     return p
 
 
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print("fpipe preview: error: --n must be at least 1", file=sys.stderr)
         return 2
     try:
-        ds = open_dataset(args.path)
+        ds = open_dataset(args.path, **open_args(args))
         count = min(args.n, len(ds.split_indices(args.split)))
         path = save_preview(ds, args.out, split=args.split, n=args.n, cell_size=args.cell_size)
     except FpipeError as e:

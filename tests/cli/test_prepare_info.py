@@ -102,6 +102,27 @@ def test_energon_info_and_table(tmp_path, capsys):
     assert "missing.mp4" in capsys.readouterr().err
 
 
+def test_table_with_media_beside_its_folder_opens_with_media_root(tmp_path, capsys):
+    # OpenSora's layout: meta/train.csv, media/ beside it (recorded as ../media)
+    (tmp_path / "media").mkdir()
+    (tmp_path / "media" / "0.jpg").write_bytes(jpeg_bytes(9, 5))
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "t.csv").write_text("path,text\n0.jpg,hi\n")
+    media, meta = str(tmp_path / "media"), str(tmp_path / "meta")
+    assert main(["prepare", f"{meta}/t.csv", "--root", media, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["info", meta]) == 2  # the recorded media folder leads out of meta/
+    assert "'../media' leads out" in capsys.readouterr().err
+    assert main(["info", meta, "--media-root", media]) == 0
+    assert "samples: 1" in capsys.readouterr().out
+    assert main(["check", meta, "--no-progress", "--media-root", str(tmp_path)]) == 0
+    # media inside the table's folder need nothing
+    (tmp_path / "meta" / "img").mkdir()
+    (tmp_path / "meta" / "img" / "0.jpg").write_bytes(jpeg_bytes(9, 5))
+    assert main(["prepare", f"{meta}/t.csv", "--root", f"{meta}/img", "--no-progress"]) == 0
+    assert main(["info", meta]) == 0
+
+
 def test_no_prompt_without_terminal(tmp_path):
     make_image_caption_dataset(tmp_path, shards=1, per_shard=2)
     proc = subprocess.run(

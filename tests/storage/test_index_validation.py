@@ -40,9 +40,9 @@ def _edit_info(index, fn):
         (lambda i: i["shards"][0].update(name="../outside.tar"), "leaves the dataset folder"),
         (lambda i: i["shards"][0].update(name="/etc/passwd"), "leaves the dataset folder"),
         (lambda i: i.update(version="one"), "info.yaml: bad index info: version must be an"),
-        (lambda i: i.update(version=True), "version must be an integer from 1 to 2, got True"),
-        (lambda i: i.update(version=0), "version must be an integer from 1 to 2, got 0"),
-        (lambda i: i.update(version=3), "index version 3 is newer"),
+        (lambda i: i.update(version=True), "version must be an integer from 1 to 3, got True"),
+        (lambda i: i.update(version=0), "version must be an integer from 1 to 3, got 0"),
+        (lambda i: i.update(version=4), "index version 4 is newer"),
         (
             lambda i: i.update(members=["../../x", *i["members"][1:]]),
             "info.yaml: bad index info: members entry '../../x' is not a member extension",
@@ -65,10 +65,16 @@ def test_shard_linking_out_of_the_folder_is_refused(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     make_image_caption_dataset(outside, shards=1, per_shard=2)
-    os.symlink(outside / "shard-0000.tar", data / "shard-0000.tar")
+    make_image_caption_dataset(data, shards=1, per_shard=2)
     prepare_dataset(data)
+    # swapped for a link after prepare: opening refuses it
+    os.remove(data / "shard-0000.tar")
+    os.symlink(outside / "shard-0000.tar", data / "shard-0000.tar")
     with pytest.raises(ConfigError, match="outside the dataset folder"):
-        open_dataset(data)
+        open_dataset(data, shard_check="off")
+    # prepare refuses it too (tests/storage/test_containment.py: never opened)
+    with pytest.raises(ConfigError, match="outside the dataset folder"):
+        prepare_dataset(data)
 
 
 def test_short_arrays_are_refused_on_open(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 import textwrap
 
@@ -164,6 +165,31 @@ def test_parts_then_merge(ds_dir):
     assert [ds.read(i) for i in range(12)] == [e["members"] for e in expected]
     assert list(ds.column("shard_id")) == [0] * 4 + [1] * 4 + [2] * 4
     assert not (root / ".fpipe-parts").exists()
+
+
+def _index_bytes(root):
+    return {
+        str(f.relative_to(root)): f.read_bytes()
+        for f in sorted((root / ".fpipe").rglob("*"))
+        if f.is_file()
+    }
+
+
+def test_parts_then_merge_write_the_bytes_of_a_plain_prepare(ds_dir, tmp_path):
+    """What ``prepare --ray`` runs (parts, then their merge) writes the files, info.yaml
+    included, of a plain prepare."""
+    root, _ = ds_dir
+    plain = tmp_path / "plain"
+    shutil.copytree(root, plain)
+    options = dict(fields={"image": "jpg", "caption": "txt"}, split="2,1")
+    single = prepare_dataset(plain, **options)
+    for i in range(2):
+        prepare_dataset(root, part=(i, 2), **options)
+    merged = prepare_dataset(root, merge=True, **options)
+    assert merged.source == single.source == "webdataset"
+    got, want = _index_bytes(root), _index_bytes(plain)
+    assert got[".fpipe/info.yaml"] == want[".fpipe/info.yaml"]
+    assert got == want
 
 
 def test_merge_with_missing_part_fails(ds_dir):

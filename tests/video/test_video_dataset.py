@@ -82,6 +82,11 @@ def csv_ds(tmp_path_factory, videos) -> Path:
     return table
 
 
+def _media(csv_ds: Path) -> dict:
+    """Opening options of the prepared CSV, whose media folder is beside the table's."""
+    return {"media_root": csv_ds.parent / "media"}
+
+
 def _build(path, **kw):
     kw.setdefault("task_encoder", VideoTaskEncoder(CFG))
     return fpipe.get_train_dataset(path, batch_size=2, max_samples_per_sequence=2, seed=11, **kw)
@@ -107,10 +112,11 @@ def _check_batch(b: VideoBatch):
 @pytest.mark.parametrize("which", ["shards", "csv"])
 def test_batches_workers_and_exact_resume(which, shard_ds, csv_ds):
     path = shard_ds if which == "shards" else csv_ds
+    opened = {} if which == "shards" else {"open_kwargs": _media(csv_ds)}
     n, k = 9, 4  # more than one epoch (4 or 3 batches per epoch)
 
     def build(p):  # the full shuffle: slices of 2, then a window of 3 (across epochs)
-        return _build(p, shuffle_buffer_size=3)
+        return _build(p, shuffle_buffer_size=3, **opened)
 
     ref = _take(fpipe.get_loader(build(path), num_workers=0), n)
     for b in ref:
@@ -162,7 +168,9 @@ def test_index_stores_metadata_and_keyframes(shard_ds, csv_ds, videos):
         assert math.isclose(stored.duration_s, probed.duration_s)
         assert (stored.width, stored.height, stored.video_fps) == (W, H, FPS)
         assert stored.audio_sample_rate is None and ds.column("video.audio_rate")[i] == -1
-    t = open_dataset(csv_ds)
+    with pytest.raises(ConfigError, match=r"the media folder '\.\./media' leads out"):
+        open_dataset(csv_ds)  # a media folder outside the table's: only where the user says
+    t = open_dataset(csv_ds, **_media(csv_ds))
     assert "path.keyframes" not in t.column_names
     meta = t.av_metadata(1)
     assert set(meta) == {"path", "mp4"} and meta["mp4"].video_num_frames == 30
@@ -321,7 +329,7 @@ def test_unprepared_table_and_tensor_input(tmp_path, videos):
 def test_table_media_column_as_field(csv_ds):
     """A prepared table's media column (``path``) works as the video field: the stored
     metadata marks it as a video."""
-    ds = _build(csv_ds, field_map={"video": "path", "caption": "text"})
+    ds = _build(csv_ds, field_map={"video": "path", "caption": "text"}, open_kwargs=_media(csv_ds))
     sample, _ = ds.materializer.sample(0, 2, 0, 1)
     assert isinstance(sample.video, AVDecoder)
     assert sample.video.metadata.video_num_frames == 36  # stored, not probed

@@ -10,7 +10,9 @@ Two kinds of folder hold a dataset as Arrow IPC stream files (``.arrow``):
   ``cache-*.arrow`` files (results of ``map``, ``filter``) are not the dataset and are skipped.
 
 :func:`hf_arrow_files` gives the files and the split each belongs to; they are indexed as
-Parquet files are (:mod:`._parquet`), with record batches in the part of row groups.
+Parquet files are (:mod:`._parquet`), with record batches in the part of row groups. Names
+these files give are data: a file entry leading out of the folder is refused here, a file that
+is a symbolic link out of it is refused (and reported) by the indexer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
+from fpipe.storage.paths import contained
 from fpipe.storage.read.arrow_stream import ARROW_SUFFIX
 
 __all__ = ["hf_arrow_files"]
@@ -67,6 +70,8 @@ def hf_arrow_files(folder: Path) -> tuple[list[str], dict[str, list[str]]] | Non
         for split in splits:
             if "/" in split or split.startswith(".") or not (folder / split).is_dir():
                 raise ConfigError(f"{folder}: split {split!r} has no folder")
+            # a split folder linking out of the dataset folder: its state.json is not read
+            contained(folder, split, where=str(folder / "dataset_dict.json"), what="split")
             by_split[split] = _state_files(folder / split, f"{split}/")
         return [n for files in by_split.values() for n in files], by_split
     if (folder / "state.json").is_file() and "_data_files" in _json(folder / "state.json"):

@@ -49,7 +49,7 @@ class PrepareReport(msgspec.Struct, frozen=True, kw_only=True):
     path: str  #: dataset folder (or table file)
     index_dir: str  #: folder written (``.fpipe``, or a part folder)
     kind: str  #: "webdataset" | "table" | "parquet"
-    source: str  #: "webdataset" | "energon" | "table" | "parquet" | "merged-..."
+    source: str  #: "webdataset" | "energon" | "table" | "parquet" | "arrow"
     num_samples: int  #: samples in the index
     num_shards: int  #: shards indexed
     problems: tuple[Problem, ...]  #: left-out samples and unreadable shard tails

@@ -9,17 +9,19 @@ pyarrow, one row group at a time:
 - ``<column>.bytes`` for media (``{bytes, path}`` structs), binary and text columns,
   ``<column>.chars`` for text, ``<column>.width`` / ``.height`` for image columns (from the
   image header, as for tar members), ``bytes`` their sum;
+- the user's columns (``--column NAME=SPEC``, :mod:`._parquet_columns`);
 
 The columns (and their kinds) are the first readable file's; a file without one of them, an
 unreadable file (truncated, corrupt footer) or row group, a media struct with neither bytes
-nor path, an unreadable image header, or a row without a value for a mapped field is left out
+nor path or whose path leads out of the dataset folder (refused unopened:
+:func:`~fpipe.storage.paths.contained`; so is a listed file that does), an unreadable image
+header, or a row without a value for a mapped field is left out
 and reported with its file and row key (``data/train-00000-of-00002/17``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,10 +30,12 @@ import numpy as np
 from fpipe.core.errors import error_text
 from fpipe.decode.extensions import ext_kind, last_part
 from fpipe.samples.field_spec import parse_field_spec
+from fpipe.storage.paths import PathEscapeError, contained
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
+from fpipe.storage.prepare._parquet_columns import compile_columns, user_column_values
 from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.read.arrow_stream import ArrowStreamFile
-from fpipe.storage.read.parquet import file_stem
+from fpipe.storage.read.parquet import file_stem, media_file
 from fpipe.storage.read.parquet_open import PreadFile
 from fpipe.storage.read.record import ParquetLayout
 
@@ -153,6 +157,8 @@ class ParquetIndex:
         self.shards: list[dict[str, Any]] = []
         self.parts: dict[str, list[np.ndarray]] = {}
         self.problems: list[tuple[str, str, str]] = []
+        self.column_specs: tuple = ()  #: the user's ``--column`` specs
+        self.user_columns: tuple = ()  #: them checked against the first file's schema
 
     def add(self, values: Mapping[str, np.ndarray]) -> None:
         """Append the arrays of one row group (by relative file name)."""
@@ -208,6 +214,7 @@ def _scan_group(
     stem: str,
     first_row: int,
     read_path,
+    user_columns=(),
 ) -> tuple[np.ndarray, dict[str, np.ndarray], list[tuple[str, str]]]:
     """(rows kept, column values of all rows, problems as (key, reason)) of one row group."""
     import pyarrow as pa
@@ -248,7 +255,10 @@ def _scan_group(
                     why.setdefault(j, f"column {c!r}: the struct has neither bytes nor path")
                     continue
                 try:
-                    blob = read_path(paths[j])
+                    blob = read_path(paths[j], c)
+                except PathEscapeError as e:  # refused, never opened
+                    why.setdefault(j, e.reason)
+                    continue
                 except OSError as e:
                     why.setdefault(j, f"column {c!r}: no bytes, and its path cannot be read ({e})")
                     continue
@@ -269,6 +279,10 @@ def _scan_group(
         cols[f"{c}.width"], cols[f"{c}.height"] = width, height
     if "bytes" not in layout.columns:
         cols["bytes"] = total
+    user, wrong = user_column_values(table, user_columns)
+    cols.update(user)
+    for j, reason in wrong.items():
+        why.setdefault(j, reason)
     for field, alts in required.items():
         present = np.zeros(n, bool)
         for a in alts:
@@ -297,27 +311,31 @@ def index_parquet(
     field_map: Mapping[str, Any],
     progress: bool = False,
     arrow: bool = False,
+    columns: tuple = (),
 ) -> ParquetIndex:
     """Index Parquet files ``names`` (relative to ``root``, a folder or URL) read through
     ``files`` (``pread``); ``sizes``: name -> (bytes, mtime_ns). ``arrow``: the files are
-    local Arrow stream files (``save_to_disk``), record batches in the part of row groups."""
+    local Arrow stream files (``save_to_disk``), record batches in the part of row groups.
+    ``columns``: the user's :class:`~fpipe.samples.field_spec.ColumnSpec` columns."""
     out = ParquetIndex(arrow)
+    out.column_specs = tuple(columns)
     required = _required(field_map)
     exts: dict[str, str] = {}
-    local = "://" not in root
 
-    def read_path(rel: str) -> bytes:
-        if not local:
-            raise OSError("paths of media files are read from local datasets only")
-        with open(os.path.join(root, rel), "rb") as f:
+    def read_path(rel: str, col: str) -> bytes:
+        with open(media_file(root, rel, col), "rb") as f:  # PathEscapeError: leads out
             return f.read()
 
     bar = progress_bar(len(names), "indexing", unit="file", enabled=progress)
     for name in names:
         bar.update(1)
-        path = os.path.join(root, name)
         stem = file_stem(name)
         size, mtime = sizes[name]
+        try:  # a listed file (state.json, a link in the folder) leading out: never opened
+            path = contained(root, name, what="file")
+        except PathEscapeError as e:
+            out.problems.append((name, stem, e.reason))
+            continue
         try:
             pf = open_table_file(files, path, size, arrow=arrow)
             pf.metadata  # noqa: B018 - a Parquet footer is parsed here: a bad one is reported
@@ -347,6 +365,7 @@ def _index_file(out: ParquetIndex, pf, name: str, required, exts, read_path) -> 
     meta = pf.metadata
     if out.layout is None:  # media extensions: sniffed below
         out.layout = schema_layout(pf.schema_arrow, arrow=out.arrow)
+        out.user_columns = compile_columns(out.column_specs, pf.schema_arrow, name)
     layout = out.layout
     have = set(pf.schema_arrow.names)
     missing = [c for c in layout.columns if c not in have]
@@ -366,7 +385,9 @@ def _index_file(out: ParquetIndex, pf, name: str, required, exts, read_path) -> 
             table = pf.read_row_group(rg)
             if table.num_rows != n:
                 raise ValueError(f"{table.num_rows} rows, the footer says {n}")
-            idx, cols, bad = _scan_group(table, layout, required, exts, stem, first, read_path)
+            idx, cols, bad = _scan_group(
+                table, layout, required, exts, stem, first, read_path, out.user_columns
+            )
         except Exception as e:  # noqa: BLE001 - pyarrow's errors: the row group is left out
             out.problems.append(
                 (

@@ -172,10 +172,12 @@ def scan_parquet(
     field_map: Callable[[ParquetLayout], Mapping[str, Any]],
     progress: bool = False,
     arrow: bool = False,
+    columns: tuple = (),
 ) -> tuple[ParquetIndex, dict[str, Any]]:
     """Index files ``names`` under ``root`` (a folder or a URL): (index, field map), the field
     map given by ``field_map(layout)`` for the first readable file's columns before the rows
-    are checked against it. ``arrow``: local Arrow stream files (``save_to_disk``)."""
+    are checked against it. ``arrow``: local Arrow stream files (``save_to_disk``);
+    ``columns``: the user's ``--column`` specs (:mod:`._parquet_columns`)."""
     if "://" in root:
         from fpipe.storage.read.remote import RemoteFiles, list_objects
 
@@ -202,7 +204,7 @@ def scan_parquet(
             if arrow:
                 pf.close()
             break
-        return index_parquet(root, names, files, sizes, fmap, progress, arrow), fmap
+        return index_parquet(root, names, files, sizes, fmap, progress, arrow, columns), fmap
     finally:
         files.close()
 

@@ -5,13 +5,15 @@ Every media file is checked (present, image header readable, audio/video probed 
 out and reported. The kept rows are stored as the
 arrays of :func:`fpipe.storage.read.tables.table_arrays` plus ``<media column>.bytes`` (and
 ``.width`` / ``.height`` for images, the :mod:`~fpipe.storage.read.av_meta` statistics for
-audio/video) under ``<table folder>/.fpipe``.
+audio/video) and the user's columns (``--column``, ``--extra-columns``: :mod:`._table_columns`)
+under ``<table folder>/.fpipe``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,11 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import ext_kind, strip_gz
-from fpipe.samples.field_spec import FieldSpec, parse_field_spec
+from fpipe.samples.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
+from fpipe.storage.prepare._table_columns import check_table_columns, row_columns, user_column
+from fpipe.storage.prepare.scan import load_function
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.layouts import open_dataset
 from fpipe.storage.read.record import ArrayStore
@@ -45,7 +49,7 @@ def check_row(reader: TableReader, i: int, probe_av: bool) -> tuple[dict, dict, 
         v = reader.value(col, i)
         if v is None:
             raise BadSampleError(reader.table_path, key, f"column {col!r} is empty")
-        fpath = reader.media_path(str(v))
+        fpath = reader.media_path(str(v), col, key)  # refused unopened if it leads out
         kind = ext_kind(suffix(str(v)))
         on_disk = os.path.isfile(fpath)
         data: Any = fpath if on_disk else reader.media_bytes(col, str(v), key)
@@ -111,20 +115,27 @@ def table_index(
     aux: str | Path | None,
     probe_av: bool = True,
     fields: dict[str, Any] | None = None,
+    columns: Sequence[ColumnSpec] = (),
+    extra_columns_fn: str | None = None,
 ):
     """Check a table's rows and build its prepared arrays.
 
     ``fields``: the field map; a row where a field has no value is left out, as a tar sample
-    is (every mapped field is required).
+    is (every mapped field is required). ``columns``, ``extra_columns_fn``: the user's
+    columns (:mod:`._table_columns`), refused before a row is checked when they cannot give
+    a number.
 
     Returns (arrays by relative file name, index info, problems as (path, key, reason)).
     """
     record, mem = table_record(path, root=root, media_columns=media_columns, aux=aux)
     t = record.table
     assert t is not None
+    check_table_columns(columns, t, str(path))
+    extra_fn = load_function(extra_columns_fn) if extra_columns_fn else None
     reader = TableReader(record, t.root, t.aux, ArrayStore(make=mem.__getitem__), open_dataset)
     keep: list[int] = []
     rows_extra: list[dict[str, Any]] = []
+    rows_user: list[dict[str, Any]] = []
     keyframes = av_meta.KeyframeBuilder()
     problems: list[tuple[str, str, str]] = []
     names, rows = read_table(path)
@@ -135,6 +146,7 @@ def table_index(
             continue
         try:
             extra, av, kf = check_row(reader, i, probe_av)
+            user = row_columns(reader, t, i, columns, extra_fn)
         except BadSampleError as e:
             problems.append((e.path, e.key, e.reason))
             continue
@@ -143,20 +155,25 @@ def table_index(
             continue
         keep.append(i)
         rows_extra.append({**extra, **av})
+        rows_user.append(user)
         keyframes.add(kf)
-    arrays, columns, layout = table_arrays(names, [rows[i] for i in keep], t.media_columns)
+    arrays, dtypes, layout = table_arrays(names, [rows[i] for i in keep], t.media_columns)
     arrays["rows.npy"] = np.asarray(keep, np.int64)
     for name in dict.fromkeys(k for r in rows_extra for k in r):
         arr = _number_column(name, [r.get(name) for r in rows_extra])
         arrays[f"columns/{name}.npy"] = arr
-        columns[name] = str(arr.dtype)
+        dtypes[name] = str(arr.dtype)
+    for name in dict.fromkeys(k for r in rows_user for k in r):  # as Parquet's, they win
+        arr = user_column([r.get(name) for r in rows_user])
+        arrays[f"columns/{name}.npy"] = arr
+        dtypes[name] = str(arr.dtype)
     kf = keyframes.build()
     arrays.update(av_meta.keyframe_files(kf))
     info: dict[str, Any] = {
         "kind": "table",
         "num_samples": len(keep),
         "shards": [],
-        "columns": columns,
+        "columns": dtypes,
         "table": {
             "columns": list(layout.columns),
             "media_columns": list(layout.media_columns),
@@ -171,7 +188,15 @@ def table_index(
 
 
 def write_table_index(
-    path: Path, *, root, media_columns, aux, config: DatasetConfig, probe_av: bool
+    path: Path,
+    *,
+    root,
+    media_columns,
+    aux,
+    config: DatasetConfig,
+    probe_av: bool,
+    columns: Sequence[ColumnSpec] = (),
+    extra_columns_fn: str | None = None,
 ) -> tuple[Path, dict[str, Any], list]:
     """Index table ``path`` into ``<table folder>/.fpipe``; returns (folder, info, problems)."""
     folder = path.parent
@@ -182,6 +207,8 @@ def write_table_index(
         aux=aux,
         probe_av=probe_av,
         fields=dict(config.field_map),
+        columns=columns,
+        extra_columns_fn=extra_columns_fn,
     )
     info["table"]["path"] = path.name
     info["table"]["root"] = os.path.relpath(root if root is not None else folder, folder)

@@ -10,10 +10,12 @@ sample. Problems are collected with the shard and the sample key, never raised o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from fpipe.core.errors import BadSampleError, FpipeError
+from fpipe.storage.paths import PathEscapeError
 from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.read.dataset import Dataset
 from fpipe.storage.read.layouts import open_dataset
@@ -49,6 +51,8 @@ def _walk(root: str, name: str, storage) -> tuple[dict[str, set], str | None]:
         return found, f"{e.reason}" + (f" (at sample {e.key!r})" if e.key else "")
     except (OSError, EOFError) as e:
         return found, f"unreadable: {e}"
+    except PathEscapeError as e:  # never opened
+        return found, e.reason
     return found, None
 
 
@@ -79,13 +83,17 @@ def _check_tar(ds: Dataset, problems: list, bar) -> None:
         bar.update(1)
 
 
-def check_dataset(path: str | Path, *, progress: bool = True) -> CheckReport:
+def check_dataset(
+    path: str | Path, *, progress: bool = True, media_root: Any = None
+) -> CheckReport:
     """Verify every member of the dataset at ``path`` against its index (see module doc).
+    ``media_root``: as :func:`~fpipe.storage.open_dataset`'s, for a prepared table whose
+    media folder lies outside its folder.
 
     Raises:
       ConfigError: the dataset cannot be opened (a malformed or stale index).
     """
-    ds = open_dataset(path)
+    ds = open_dataset(path, **({"media_root": media_root} if media_root else {}))
     problems: list[tuple[str, str, str]] = []
     shards = len(ds.record.shards)
     if ds.layout == "tar":

@@ -3,7 +3,7 @@
 ``prepare_dataset(DIR)`` checks its options (:class:`PrepareOptions`), then runs one mode, each
 a small function of this module:
 
-- :func:`_prepare_table`: a ``.jsonl`` / ``.csv`` table (:mod:`.prepare_table`);
+- :func:`_prepare_table`: a ``.jsonl`` / ``.csv`` table (:mod:`._table`);
 - :func:`_prepare_parquet`: Parquet files (a folder, a glob or a prefix on object storage),
   or the Arrow files of a Hugging Face ``datasets`` folder (``save_to_disk``, a cache folder:
   :mod:`._hf_arrow`), indexed in place (:mod:`._parquet_dataset`);
@@ -209,6 +209,8 @@ def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
         aux=opts.aux,
         config=config,
         probe_av=opts.probe_av,
+        columns=opts.columns,
+        extra_columns_fn=opts.extra_columns_fn,
     )
     return PrepareReport(
         path=str(p),
@@ -240,6 +242,12 @@ def _prepare_parquet(
     arrow = arrow_splits is not None
     if opts.part is not None or opts.merge:
         raise ConfigError(f"{root}: part/merge runs are for tar shards")
+    if opts.extra_columns_fn:
+        raise ConfigError(
+            f"{root}: extra_columns_fn (--extra-columns) is called with a tar sample's members; "
+            "for Parquet and Arrow files compute columns from the file's columns with columns= "
+            "(--column): NAME=COLUMN, NAME=COLUMN[key], NAME=len(COLUMN)"
+        )
     local = not is_url(root)
     index_dir = Path(opts.index_dir) if opts.index_dir is not None else None
     kept = index_dir or (Path(root) / INDEX_DIR if local else None)
@@ -258,6 +266,7 @@ def _prepare_parquet(
         field_map=fields_for,
         progress=opts.progress,
         arrow=arrow,
+        columns=opts.columns,
     )
     config = _dataset_config(
         DatasetConfig(
@@ -272,8 +281,8 @@ def _prepare_parquet(
     if opts.split is None and not opts.exclude:
         if old_split is not None:
             split = old_split
-        elif arrow_splits is not None:
-            split = named_split(arrow_splits)
+        elif arrow_splits is not None:  # the files indexed (a refused one is left out)
+            split = named_split({k: [n for n in v if n in files] for k, v in arrow_splits.items()})
         else:
             split = hub_split(files)
     else:
@@ -401,15 +410,14 @@ def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
     """Scan every shard of ``src`` under ``root`` (a folder or a URL), or merge the parts."""
     config = _dataset_config(src.config, opts)
     fmap = config.field_map
+    source = src.kind  # a merge of parts writes the index of one run over every shard
     if opts.merge:
         data, kf = merge_parts(Path(root))
-        source = "merged-" + src.kind
     else:
         if "://" not in root:  # a local folder: compare with the first shard's members
             check_fields_present(Path(root), src.shards, fmap)
         scan = _scan_options(opts, fmap)
         data, kf = scan_shards(root, src.shards, scan, opts.workers, opts.progress)
-        source = src.kind
     names = [s["name"] for s in data.shards]
     if opts.split is None and not opts.exclude:
         split = src.split
@@ -484,9 +492,12 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
       workers: processes scanning shards in parallel.
       part: ``(i, n)`` or ``"i/n"``: index only the i-th (0-based) of n shard slices.
       merge: combine the n parts written by ``part`` runs into the final index.
-      columns: user columns, ``"NAME=json[path]"`` or ``"NAME=len(json[path])"``.
+      columns: user columns, ``"NAME=json[path]"`` or ``"NAME=len(json[path])"``; for
+        Parquet and Arrow files and for tables a source names a column
+        (``"ntok=len(input_ids)"``, see :mod:`._parquet_columns`, :mod:`._table_columns`).
       extra_columns_fn: ``"module:function"`` (or a top-level function) called with the
-        sample's members ``{ext: bytes}`` and returning ``{column: number}``.
+        sample's members ``{ext: bytes}`` (a table's row as ``ds.read(i)`` gives it) and
+        returning ``{column: number}``; refused for Parquet and Arrow files.
       progress: draw a progress bar on stderr.
       shards: shard patterns relative to ``path`` (brace expansion and globs); default all.
       exclude: split.yaml exclude entries to add.

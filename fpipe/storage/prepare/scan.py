@@ -18,7 +18,8 @@ Columns it computes, per sample (``-1`` where a value does not apply):
   stored as float64 (NaN when missing) or int64 when every value is an integer.
 
 A sample whose required field is missing, whose image header is unreadable, whose gzip member
-or JSON is corrupt, or that has two members with one extension, is left out and reported.
+or JSON is corrupt, that has two members with one extension, or that has a link member (a
+symbolic or hard link, never followed), is left out and reported.
 """
 
 from __future__ import annotations
@@ -36,12 +37,19 @@ from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import GZ, ext_kind, is_gz, strip_gz
 from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip_chunks
 from fpipe.samples.field_spec import ColumnSpec, FieldSpec, parse_field_spec
+from fpipe.storage.paths import PathEscapeError
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size, parse_image_size
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.members import MemberTable, build_members
 from fpipe.storage.read.reader import gunzip_member
 from fpipe.storage.read.remote import StorageOptions
-from fpipe.storage.read.webdataset import ShardError, iter_samples, open_shard, shard_stem
+from fpipe.storage.read.webdataset import (
+    ShardError,
+    iter_samples,
+    open_shard,
+    shard_stem,
+    split_name,
+)
 
 __all__ = [
     "ScanOptions",
@@ -49,6 +57,7 @@ __all__ = [
     "SparseColumn",
     "dense_column",
     "load_function",
+    "path_number",
     "scan_shard",
 ]
 
@@ -204,6 +213,18 @@ def _number(v: Any) -> float | int | None:
     return None
 
 
+def path_number(value: Any, path: tuple[str, ...], length: bool) -> float | int | None:
+    """What a ``--column`` source gives for a decoded JSON value (a JSON member's document,
+    JSON text of a Parquet column, a table's cell): the number at ``path`` in it (booleans
+    0/1), or with ``length`` the ``len()`` of what is there; None when the path leads nowhere
+    or to no number (the next alternative is tried)."""
+    try:
+        v = _access(value, path)
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+    return _number(len(v) if length and hasattr(v, "__len__") else v)
+
+
 def _row(
     s: _Sample, sizes: list[int], opts: ScanOptions, fields, extra, user: set[str]
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -339,7 +360,7 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
     shard_error = None
     try:
         f, file_size = open_shard(root, name, opts.storage)
-    except OSError as e:
+    except (OSError, PathEscapeError) as e:
         return ShardScan(
             name=name,
             keys=[],
@@ -348,11 +369,29 @@ def scan_shard(root: str, name: str, opts: ScanOptions) -> ShardScan:
             problems=[(name, "", f"cannot open shard: {e}")],
             shard_error=str(e),
         )
+    linked: set[str] = set()  # keys of samples with a link member: refused
+
+    def on_link(member: str, target: str) -> None:
+        parts = split_name(member)
+        key = parts[0] if parts else member
+        if key not in linked:
+            linked.add(key)
+            problems.append(
+                (
+                    name,
+                    f"{stem}/{key}",
+                    f"member {member!r} is a link to {target!r}; links in shards are never "
+                    "followed (write the file itself into the shard)",
+                )
+            )
+
     with f:
         try:
             for key, exts, offs, sizes, content in iter_samples(
-                f, file_size, _read_plan(opts, fields)
+                f, file_size, _read_plan(opts, fields), on_link
             ):
+                if key in linked:
+                    continue
                 s = _Sample(f, exts, offs, sizes, content, opts.limits)
                 try:
                     row, kf = _row(s, sizes, opts, fields, extra, user)

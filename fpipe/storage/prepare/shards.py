@@ -19,6 +19,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.decode.extensions import strip_gz
 from fpipe.samples.field_spec import parse_field_spec
+from fpipe.storage.paths import PathEscapeError, contained
 from fpipe.storage.prepare._progress import progress_bar
 from fpipe.storage.prepare.scan import ScanOptions, ShardScan, dense_column, scan_shard
 from fpipe.storage.read import av_meta
@@ -103,7 +104,18 @@ def _stat(root: str, name: str) -> tuple[int, int]:
 def scan_shards(
     root: str, shards: list[str], opts: ScanOptions, workers: int, progress: bool
 ) -> tuple[IndexData, Keyframes]:
-    """Index ``shards`` (in ``workers`` spawn-started processes when > 1), in order."""
+    """Index ``shards`` (in ``workers`` spawn-started processes when > 1), in order. A shard
+    whose name leads out of ``root`` (named by Energon's ``.info.yaml``, or a symbolic link
+    out of the folder) is left out of the index, reported, and never opened."""
+    refused = []
+    for name in shards:
+        try:
+            contained(root, name, what="shard")
+        except PathEscapeError as e:
+            refused.append((name, "", e.reason))
+    if refused:
+        out = {q[0] for q in refused}
+        shards = [name for name in shards if name not in out]
     bar = progress_bar(len(shards), "prepare", enabled=progress)
     samples = 0
     done: list[ShardScan] = []
@@ -133,7 +145,10 @@ def scan_shards(
         (len(scan.keys), {f: v for f, v in scan.keyframes.items() if fields is None or f in fields})
         for scan in done
     ]
-    return concat_index(datas), av_meta.concat_keyframes(keyframes)
+    index = concat_index(datas)
+    index.problems[:0] = refused
+    index.shard_errors += len(refused)
+    return index, av_meta.concat_keyframes(keyframes)
 
 
 def _av_info(kf: Keyframes, fmap: dict[str, str]) -> dict[str, Any]:

@@ -13,6 +13,9 @@ layout         index record from                           reader
 ``"parquet"``  ``DIR/.fpipe/info.yaml`` (Parquet files)      :class:`~.parquet.ParquetReader`
 =============  ==========================================  =====================================
 
+and ``"megatron"``: ``prefix.idx`` / ``prefix.bin`` (Megatron's indexed corpora, no fpipe index),
+read by :class:`~.megatron_dataset.MegatronReader`.
+
 Everything but the bytes of a sample (length, columns, aliases, splits, keys, audio/video
 metadata) is answered by :class:`Dataset` from the record and the arrays; the reader turns a
 sample index into its key and its raw members. Objects are cheap to build, hold no open file
@@ -38,7 +41,7 @@ from fpipe.storage.config.dataset_yaml import (
     load_dataset_config,
     load_split_config,
 )
-from fpipe.storage.paths import is_url
+from fpipe.storage.paths import contained, is_url
 from fpipe.storage.read._split_indices import resolve_split
 from fpipe.storage.read.av_meta import AVIndex
 from fpipe.storage.read.reader import FileCache, read_each
@@ -119,7 +122,7 @@ class Dataset:
 
     @property
     def layout(self) -> str:
-        """``"tar"``, ``"energon"``, ``"table"`` or ``"parquet"``."""
+        """``"tar"``, ``"energon"``, ``"table"``, ``"parquet"`` or ``"megatron"``."""
         return self.record.layout
 
     @property
@@ -187,7 +190,8 @@ class Dataset:
             )
         for folder in (".nv-meta", ".fpipe"):
             path = Path(self.path) / folder / name
-            if path.is_file():
+            if path.is_file():  # a link out of the dataset folder is refused, unread
+                contained(self.path, f"{folder}/{name}", where=self.path, what=key)
                 return path
         raise ConfigError(
             f"{self.path}: {key} {name!r}: there is no .nv-meta/{name} or .fpipe/{name}"

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.read._validate import confined
+from fpipe.storage.paths import contained
 
 __all__ = ["DatasetFiles", "FolderFiles", "StoredMediaMetadata"]
 
@@ -54,7 +54,13 @@ class FolderFiles:
     def read(self, name: str) -> tuple[bytes, str]:
         """``(bytes, path)`` of file ``name``; ConfigError for a name leaving the folder,
         KeyError for a missing file."""
-        path = confined(self.root, name, f"auxiliary folder {self.root}")
+        path = contained(
+            self.root,
+            name,
+            where=f"auxiliary folder {self.root}",
+            what="file name",
+            folder="the store's folder",
+        )
         try:
             return Path(path).read_bytes(), path
         except (FileNotFoundError, IsADirectoryError):

@@ -26,9 +26,11 @@ with record batches as row groups, memory-mapped
 
 A row's members are its columns, by column name: a ``{bytes, path}`` struct (Hugging Face
 ``Image`` / ``Audio``) gives its bytes (or, without bytes, the file ``path`` names, relative
-to the dataset folder), text gives UTF-8, numbers and nested values JSON. ``decode_exts`` says
-how each is decoded, as for a table's columns. A file that is unreadable, changed, or lacks a
-column is a :class:`~fpipe.core.errors.BadSampleError` naming the file and the row's key.
+to the dataset folder; a path leading out of it is refused unopened, see
+:func:`~fpipe.storage.paths.contained`), text gives UTF-8, numbers and nested values JSON.
+``decode_exts`` says how each is decoded, as for a table's columns. A file that is unreadable,
+changed, or lacks a column is a :class:`~fpipe.core.errors.BadSampleError` naming the file and
+the row's key.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import numpy as np
 
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.paths import PathEscapeError, contained, is_url
 from fpipe.storage.read.arrow_stream import ARROW_SUFFIX, ArrowStreamFile
 from fpipe.storage.read.parquet_cells import column_cells
 from fpipe.storage.read.parquet_open import PreadFile, open_parquet
@@ -52,6 +55,7 @@ __all__ = [
     "PARQUET_SUFFIX",
     "ParquetReader",
     "file_stem",
+    "media_file",
     "row_group_cache_for",
 ]
 
@@ -307,7 +311,8 @@ class ParquetReader:
         return key, out
 
     def _media(self, col: str, cell: tuple, sid: int, key: str) -> bytes:
-        """The bytes of a ``{bytes, path}`` cell: its bytes, else the file its path names."""
+        """The bytes of a ``{bytes, path}`` cell: its bytes, else the file its path names,
+        which must lie inside the dataset folder (never opened otherwise)."""
         data, rel = cell
         if data is not None:
             return bytes(data)
@@ -315,10 +320,12 @@ class ParquetReader:
             raise BadSampleError(
                 self.file_path(sid), key, f"column {col!r}: the struct has neither bytes nor path"
             )
-        fpath = os.path.join(self.path, rel)
         try:
+            fpath = media_file(self.path, rel, col)
             with open(fpath, "rb") as f:
                 return f.read()
+        except PathEscapeError as e:
+            raise BadSampleError(self.file_path(sid), key, e.reason) from None
         except OSError as e:
             raise BadSampleError(
                 self.file_path(sid),
@@ -335,6 +342,18 @@ class ParquetReader:
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
         """The key :meth:`read` gives media column ``field`` under: the column itself."""
         return (field,) if field in self._layout.media_columns else ()
+
+
+def media_file(root: str, rel: str, col: str) -> str:
+    """The local file a media struct's ``path`` names: inside the dataset folder ``root``
+    (:func:`~fpipe.storage.paths.contained`), and never under a URL (media paths are read from
+    local datasets only). Raises :class:`~fpipe.storage.paths.PathEscapeError`."""
+    what = f"column {col!r}: path"
+    if is_url(root):
+        raise PathEscapeError(
+            f"{what} {rel!r}: paths of media files are read from local datasets only", rel
+        )
+    return contained(root, rel, what=what)
 
 
 def _column_kinds(layout: ParquetLayout) -> dict[str, str]:

@@ -2,8 +2,10 @@
 
 A media value is a path relative to ``root`` (default: the table's folder), or, when an
 auxiliary prepared tar dataset is given (``aux``), a member name ``"<shard stem>/<key>.<ext>"``
-of that dataset. OpenSora's ``path,text,num_frames,height,width`` CSV works as is: ``path`` is
-the media column and the numeric columns become metadata columns.
+of that dataset. A value leading out of ``root`` (``..``, an absolute path elsewhere, a URL, a
+symbolic link out) is a bad row, and the file is never opened. OpenSora's
+``path,text,num_frames,height,width`` CSV works as is: ``path`` is the media column and the
+numeric columns become metadata columns.
 
 ``read(i)`` returns every column of the row as bytes: a media column under its own name and
 under the file's extension (``{"path": b"<mp4 bytes>", "mp4": b"<same>"}``), other columns as
@@ -18,6 +20,11 @@ A table opened as is is parsed into the same arrays ``fpipe prepare TABLE`` writ
 ``<table folder>/.fpipe`` (numeric columns, strings as a blob plus offsets), kept in memory;
 problems surface on read. Prepared, rows with missing or unreadable media are left out and
 reported, and media sizes (and image/video statistics) become columns.
+
+A prepared table records its media folder (and auxiliary dataset) in ``info.yaml``, relative
+to the table's folder. That record is data: one that leads out of the table's folder is
+refused when the table is opened (:func:`prepared_media`) unless the user names a folder
+holding it (``media_root=``), so a table folder from elsewhere cannot read ``/``.
 """
 
 from __future__ import annotations
@@ -35,10 +42,18 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import MEDIA_EXTENSIONS, last_part, strip_gz
 from fpipe.decode.limits import DecodeLimits
+from fpipe.storage.paths import PathEscapeError, contained, contained_or_allowed
 from fpipe.storage.read.record import IndexRecord, TableLayout
 from fpipe.storage.read.tar.index import encode_keys
 
-__all__ = ["TableReader", "is_table", "read_table", "table_arrays", "table_record"]
+__all__ = [
+    "TableReader",
+    "is_table",
+    "prepared_media",
+    "read_table",
+    "table_arrays",
+    "table_record",
+]
 
 TABLE_SUFFIXES = (".jsonl", ".csv")
 #: column names that name media files whatever their values look like.
@@ -209,6 +224,41 @@ def table_record(
     return record, arrays
 
 
+#: what a refusal of :func:`prepared_media` tells the user to do
+_NAME_IT = (
+    "; a prepared table's info.yaml is data, and a table folder from elsewhere could name "
+    "any folder. If this is where you keep the table's media, name that folder (or one "
+    "holding it) when opening: open_dataset(..., media_root=DIR), get_train_dataset(..., "
+    "open_kwargs={{'media_root': DIR}}), `fpipe info/preview/check --media-root DIR`; or "
+    "move the media inside {folder} and prepare the table again"
+)
+
+
+def prepared_media(
+    folder: str, table: TableLayout, allowed: tuple[str, ...], where: str
+) -> tuple[str, str | None]:
+    """(media folder, auxiliary dataset or None) of the table prepared in ``folder``, as
+    ``table`` (read from ``where``, its ``info.yaml``) records them: each inside ``folder``,
+    or inside a folder in ``allowed`` (the user's ``media_root``, see
+    :func:`~fpipe.storage.paths.allowed_folders`); else a
+    :class:`~fpipe.storage.paths.PathEscapeError` (a ``ConfigError``) naming ``where``, the
+    recorded path and the fix, before any media file is opened."""
+    root = _recorded(folder, table.root, "media folder", allowed, where)
+    if table.aux is None:
+        return root, None
+    return root, _recorded(folder, table.aux, "auxiliary dataset", allowed, where)
+
+
+def _recorded(folder: str, name: str, what: str, allowed: tuple[str, ...], where: str) -> str:
+    try:
+        return contained_or_allowed(
+            folder, name, allowed, where=where, what=what, folder=f"the table's folder {folder}"
+        )
+    except PathEscapeError as e:
+        fix = _NAME_IT.format(folder=folder)
+        raise PathEscapeError(str(e) + fix, e.name, e.reason) from None
+
+
 class TableReader:
     """Rows of a table as member dicts; media files read from ``root`` or the aux dataset.
 
@@ -268,16 +318,24 @@ class TableReader:
         """``"<table stem>/<row number>"`` (row numbers count data rows from 0)."""
         return f"{self._stem}/{int(self._array('rows.npy')[i])}"
 
-    def media_path(self, value: str) -> str:
-        """The file a media value names."""
-        return os.path.join(self._root, value)
+    def media_path(self, value: str, col: str = "", key: str = "") -> str:
+        """The file media value ``value`` (of column ``col`` in the row of key ``key``) names,
+        inside ``root`` (:func:`~fpipe.storage.paths.contained`); a value leading out of it is
+        a :class:`~fpipe.core.errors.BadSampleError` naming the table, the key and the value,
+        and the file is never opened."""
+        try:
+            return contained(
+                self._root, value, what=f"column {col!r}: path", folder="the media folder"
+            )
+        except PathEscapeError as e:
+            raise BadSampleError(self.table_path, key, e.reason) from None
 
     def media_bytes(
         self, col: str, value: str, key: str, limits: DecodeLimits | None = None
     ) -> bytes:
         """Bytes of the media file ``value`` (from ``root``, else from the aux dataset, whose
         ``.gz`` members are inflated within ``limits``)."""
-        fpath = self.media_path(value)
+        fpath = self.media_path(value, col, key)
         try:
             with open(fpath, "rb") as f:
                 return f.read()

@@ -3,8 +3,9 @@
 A sample is a run of consecutive tar members sharing a key. As in WebDataset, the key is the
 member path up to the first dot of its base name and the rest is the extension
 (``a/b.c/001.seg.png`` -> key ``a/b.c/001``, extension ``seg.png``). Members without a dot in
-their base name and Energon-style meta members (``__name__``) are skipped, as are directories,
-links and other non-regular entries.
+their base name and Energon-style meta members (``__name__``) are skipped, as are directories
+and other non-regular entries. A link member (symbolic or hard) is never followed: the walk
+tells the caller (``on_link``), which refuses its sample.
 
 The walk parses plain ustar/GNU headers of regular files with :mod:`struct`-free byte slicing
 (checksum verified) and hands every other header (pax, GNU long names, base-256 sizes, sparse
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from fpipe.storage.paths import expand_braces
+from fpipe.storage.paths import PathEscapeError, contained, expand_braces
 
 __all__ = [
     "RawSample",
@@ -72,8 +73,11 @@ def is_gzip_shard(name: str) -> bool:
 def open_shard(root: str, name: str, storage=None) -> tuple[BinaryIO, int | None]:
     """Open shard ``name`` of the dataset at ``root`` (a folder or a URL) for one sequential
     walk: ``(binary file, size in bytes or None for gzip shards)``. A shard on object storage
-    is fetched by one streamed GET into an anonymous local temporary file. Raises OSError."""
-    path = os.path.join(root, name)
+    is fetched by one streamed GET into an anonymous local temporary file. Raises OSError, or
+    :class:`~fpipe.storage.paths.PathEscapeError` (a ``ConfigError``) for a name leading out
+    of ``root`` (a shard named by ``.info.yaml``, a link in the folder), which is never
+    opened."""
+    path = contained(root, name, what="shard")
     if "://" in root:
         from fpipe.storage.paths import is_url
         from fpipe.storage.read.remote import RemoteFiles
@@ -185,13 +189,20 @@ def _read_bounded(read: Callable[[int], bytes], want: int) -> bytes:
     return b"".join(parts)
 
 
-def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> Iterator[RawSample]:
+def iter_samples(
+    f,
+    file_size: int | None,
+    read_plan: Callable[[str], int],
+    on_link: Callable[[str, str], None] | None = None,
+) -> Iterator[RawSample]:
     """Walk a tar stream and yield its samples in order.
 
     Args:
       f: a binary file object with ``seek``/``read`` (plain file or ``gzip.GzipFile``).
       file_size: bytes in the (decompressed) stream if known, to detect truncated members.
       read_plan: ext -> how many bytes of the member to read (0 none, -1 all, n a prefix).
+      on_link: called with ``(member name, link target)`` for each symbolic or hard link
+        member (a link is never followed, and its member is left out of its sample).
 
     Raises:
       ShardError: at the first header or member that cannot be read; samples yielded before
@@ -259,6 +270,8 @@ def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> I
                 raise ShardError(f"corrupt tar header at byte {off}", key or "")
             off = tf.offset
             if not ti.isreg():
+                if on_link is not None and (ti.issym() or ti.islnk()):
+                    on_link(ti.name, ti.linkname)
                 continue
             name, size, data_off = ti.name, ti.size, ti.offset_data
         parts = split_name(name)
@@ -299,16 +312,14 @@ def iter_samples(f, file_size: int | None, read_plan: Callable[[str], int]) -> I
 
 def peek_extensions(root: str | Path, name: str, max_samples: int = 50) -> list[str]:
     """Extensions seen in the first samples of a shard (for interactive prompts)."""
-    path = os.path.join(root, name)
     seen: dict[str, None] = {}
-    opener = gzip.open if is_gzip_shard(name) else open
     try:
-        with opener(path, "rb") as f:
-            size = None if is_gzip_shard(name) else os.fstat(f.fileno()).st_size
+        f, size = open_shard(str(root), name)
+        with f:
             for i, (_, exts, _, _, _) in enumerate(iter_samples(f, size, lambda e: 0)):
                 seen.update(dict.fromkeys(exts))
                 if i + 1 >= max_samples:
                     break
-    except (ShardError, OSError):
+    except (ShardError, OSError, PathEscapeError):  # leading out: refused unopened
         pass
     return list(seen)
