@@ -50,7 +50,23 @@ This file is shared by the steering features; each adds its own section and JSON
    plan blended by samples and by tokens: fixed weights, one online change in force, and a
    second one waiting behind the shuffle window.
 
-``--sections 5`` runs only section 5 (any comma-separated list of 1-5).
+6. What a seek costs on each kind of plan the loader builds: ``seek_1e6_s_<plan>``, CPU seconds
+   of :func:`fpipe.loader.steering.seek_state` to step 1,000,000 from the configuration (no
+   online changes, ``--seek-global`` refs per step, one rank), median of ``--repeats`` fresh
+   plans, for ``single`` (one dataset of ``--per-dataset`` x 10 samples: slice shuffle 100 ->
+   ``repeat`` -> window shuffle 1,000 -> ``distribute`` / ``batch``), ``blend`` and
+   ``token_blend`` (the plan of section 5, blended by samples and by tokens), ``buckets``
+   (``bucket_batches`` over ``--bucket-samples`` samples of bench/buckets.py's mix of shapes,
+   OpenSora's example config with every probability 1, rank 0 of 8) and ``packing`` (the plan
+   of section 1). Where a seek plans every step (``packing``: its packer needs each ref's
+   tokens) or reads every epoch (``buckets_drawn``: the same config with OpenSora's
+   probabilities, 0.25-1, drawn again per sample every epoch) the row is measured over
+   ``--seek-linear-steps`` steps and scaled to 1e6 (``seek_linear_steps`` says so).
+   ``seek_1e15_s_<plan>``: wall seconds to seek step 10**15, and ``seek_1e15_<plan>`` what
+   came back: ``state`` (the counts reach it) or ``refused`` (a ConfigError: past the 64-bit
+   counters of the state, or too many steps or positions decided one at a time).
+
+``--sections 5`` runs only section 5 (any comma-separated list of 1-6).
 
 Usage: ``python bench/steering.py [--repeats 3]``. The last line of output is one JSON object.
 """
@@ -341,6 +357,92 @@ def online_rates(args) -> dict:
     return out
 
 
+#: OpenSora's example bucket_config (docs/buckets.md), as bench/buckets.py uses it.
+OPENSORA_BUCKETS = {
+    "1:1": {
+        256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)},
+        512: {1: (1.0, 16), 17: (1.0, 4), 65: (0.25, 1)},
+    },
+    "16:9": {"240x426": {17: (1.0, 8), 65: (0.5, 2)}, "480x854": {17: (0.5, 2), 65: (0.25, 1)}},
+    "9:16": {"426x240": {17: (1.0, 8)}},
+}
+
+
+def bucket_plan(args, drawn: bool) -> Pipeline:
+    """``bucket_batches`` over bench/buckets.py's mix of video and image shapes, rank 0 of 8;
+    ``drawn``: OpenSora's probabilities, else every probability 1 (nothing drawn)."""
+    from fpipe.plan import bucket_batches
+
+    rng = np.random.default_rng(args.seed)
+    n = args.bucket_samples
+    short = rng.choice([240, 360, 480, 720, 1080], n, p=[0.2, 0.25, 0.25, 0.2, 0.1])
+    kind = rng.choice(3, n, p=[0.6, 0.15, 0.25])  # landscape, portrait, square-ish
+    long_ = (short * np.where(kind == 2, rng.uniform(0.9, 1.1, n), 16 / 9)).round()
+    frames = np.exp(rng.normal(np.log(80), 0.8, n)).clip(2, 300).astype(np.int64)
+    frames[rng.random(n) < 0.3] = 1
+    cols = {
+        "width": np.where(kind == 1, short, long_).astype(np.int64),
+        "height": np.where(kind == 1, long_, short).astype(np.int64),
+        "num_frames": frames,
+    }
+    config = {
+        aspect: {res: {t: (p if drawn else 1.0, bs) for t, (p, bs) in opts.items()}
+                 for res, opts in table.items()}
+        for aspect, table in OPENSORA_BUCKETS.items()
+    }  # fmt: skip
+    view = slice_shuffle(samples(n, columns=cols), 100)
+    return Pipeline(bucket_batches(view, config, rank=0, world_size=8), seed=args.seed)
+
+
+def single_plan(args) -> Pipeline:
+    """One dataset of ``--per-dataset`` x 10 samples: slice shuffle, repeat, window shuffle,
+    distribute and batch of ``--seek-global`` refs per step."""
+    from fpipe.plan import repeat
+
+    n = 10 * args.per_dataset
+    tokens = np.random.default_rng(args.seed).integers(16, 4096, n)
+    view = slice_shuffle(samples(n, columns={"tokens": tokens}), 100)
+    g = args.seek_global
+    stages = (window_shuffle(1000), distribute(g), batch(g))
+    return Pipeline(chain(repeat(view), *stages), seed=args.seed)
+
+
+def seek_costs(args) -> dict:
+    from fpipe.core.errors import ConfigError
+    from fpipe.loader.steering import seek_state
+
+    plans = {
+        "single": (lambda: single_plan(args), False),
+        "blend": (lambda: seek_plan(args), False),
+        "token_blend": (lambda: seek_plan(args, unit="tokens"), False),
+        "buckets": (lambda: bucket_plan(args, drawn=False), False),
+        "buckets_drawn": (lambda: bucket_plan(args, drawn=True), True),
+        "packing": (lambda: seek_plan(args, packed=True), True),
+    }
+    out: dict = {}
+    for name, (make, linear) in plans.items():
+        steps = args.seek_linear_steps if linear else 1_000_000
+        cpu = []
+        for _ in range(args.repeats):
+            plan = make()
+            c0 = time.process_time()
+            seek_state(plan, steps, (), ())
+            cpu.append((time.process_time() - c0) * 1_000_000 / steps)
+        out[f"seek_1e6_s_{name}"] = round(statistics.median(cpu), 3)
+        plan = make()
+        t0 = time.perf_counter()
+        try:
+            seek_state(plan, 10**15, (), ())
+            outcome = "state"
+        except ConfigError as e:
+            outcome = "refused"
+            print(f"  {name} at 1e15: {e}")
+        out[f"seek_1e15_s_{name}"] = round(time.perf_counter() - t0, 3)
+        out[f"seek_1e15_{name}"] = outcome
+    out["seek_linear_steps"] = args.seek_linear_steps
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", type=int, default=100)
@@ -356,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ramp-refs", type=int, default=200_000)
     ap.add_argument("--seek-global", type=int, default=8, help="refs per step in [5]")
     ap.add_argument("--seek-steps", type=int, default=1_000_000)
+    ap.add_argument(
+        "--seek-linear-steps", type=int, default=20_000, help="steps of the [6] rows that plan each"
+    )
+    ap.add_argument("--bucket-samples", type=int, default=100_000, help="samples of [6] buckets")
     ap.add_argument("--online-steps", type=int, default=3000)
     ap.add_argument("--online-global", type=int, default=256, help="refs per step, online rows")
     ap.add_argument("--repeats", type=int, default=3)
@@ -364,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
-        "--sections", default="1,2,3,4,5", help="sections to run, e.g. 5 (comma-separated)"
+        "--sections", default="1,2,3,4,5,6", help="sections to run, e.g. 5 (comma-separated)"
     )
     args = ap.parse_args(argv)
     params = " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items())
@@ -442,6 +548,18 @@ def main(argv: list[str] | None = None) -> int:
                 for label, k in (("fixed", ""), ("online", "_online"), ("pending", "_pending"))
             )
         )
+
+    if 6 in sections:
+        print(
+            f"\n[6] seek to step 1e6 by plan ({args.seek_global} refs per step; packing and "
+            f"drawn buckets measured over {args.seek_linear_steps:,} steps, scaled), and to 1e15"
+        )
+        result.update(seek_costs(args))
+        for name in ("single", "blend", "token_blend", "buckets", "buckets_drawn", "packing"):
+            print(
+                f"  {name:13s} {result[f'seek_1e6_s_{name}']:8.3f} s CPU per 1e6 steps; step "
+                f"1e15: {result[f'seek_1e15_{name}']} in {result[f'seek_1e15_s_{name}']} s"
+            )
 
     print(json.dumps(result))
     return 0

@@ -1,21 +1,28 @@
 """Seek on counts (``Pipeline.advance``) is the step-by-step seek, byte for byte.
 
-For random plans (a blend by samples, by tokens, with a schedule or epochized, forever or for a
-number of epochs; a window shuffle or none; fixed batches, a ramp-up or plan-tier packing; one
-rank or two), random online weight changes and random skip ranges, over runs long enough that
-the seek passes many whole windows and batches on counts:
+For random plans (one dataset, or a blend by samples, by tokens, with a schedule or epochized,
+forever or for a number of epochs, over datasets read once or twice per epoch (a tile, whose
+refs carry their pass as epoch); a window shuffle or none; fixed batches, a ramp-up or plan-tier
+packing; one rank or two), random online weight changes and random skip ranges, over runs long
+enough that the seek passes many whole epochs, windows and batches on counts:
 
 - ``seek_state(N)`` (the fast path, where the steps can count) gives the very state bytes and
   loader counters of ``seek_state(N, fast=False)`` (every step planned) and of the live run
   after the step before N;
 - a seek past the end of a finite stream is refused by both alike.
 
-Where a step cannot count (a packer, a distribution over two ranks, a blend by tokens) the
-fast path falls back to building outputs; these plans are drawn too, so a fallback is checked
-to be right, not only the counting path.
+Where a step cannot count (a packer, a distribution over two ranks) the fast path falls back
+to building outputs; these plans are drawn too, so a fallback is checked to be right, not only
+the counting path. A blend by tokens counts its segments from the datasets' cumulative units
+(here on every segment, however short, which a seek does only past a few epochs of refs), and
+that count is also checked against building the choices directly. Bucketed batching passes
+whole windows from their buckets' sizes, drawing the steps of the window it stops in: checked
+for random bucket configs, windows, remainders and ranks.
 """
 
 from __future__ import annotations
+
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,14 +31,20 @@ from hypothesis import strategies as st
 
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError
+from fpipe.core.records import Refs
 from fpipe.loader.steering import seek_state
 from fpipe.plan import (
     WeightSchedule,
+    _unit_count,
     blend,
+    bucket_batches,
+    repeat,
     samples,
     slice_shuffle,
 )
+from fpipe.plan._blend_units import take_by_units
 from fpipe.plan.skip import normalize_step_ranges
+from fpipe.plan.slice_order import tile
 from property_tests.strategies import live_recipes, mix_changes, steering_tail
 
 SIZES = (30, 17, 11)
@@ -42,14 +55,22 @@ SIZES = (30, 17, 11)
 SCALED = settings(max_examples=max(6, settings.default.max_examples // 12), deadline=None)
 
 
+def count_every_segment():
+    """A blend by tokens counts every segment it passes (a seek otherwise builds a segment
+    shorter than a few epochs of its datasets, as these short runs' are)."""
+    return mock.patch.object(_unit_count, "_COUNT_PAST", 0)
+
+
 def build(p: dict, rank: int = 0) -> Pipeline:
     rng = np.random.default_rng(0)
-    views = [
-        slice_shuffle(samples(n, dataset=d, columns={"tokens": rng.integers(1, 30, n)}), 4)
-        for d, n in enumerate(SIZES)
-    ]
+    views = []
+    for d, n in enumerate(SIZES):
+        view = samples(n, dataset=d, columns={"tokens": rng.integers(1, 30, n)})
+        views.append(slice_shuffle(tile(view, p["passes"]) if p["passes"] > 1 else view, 4))
     epochs = p["epochs"]
-    if p["head"] == "schedule":
+    if p["head"] == "single":
+        head = repeat(views[0], epochs)
+    elif p["head"] == "schedule":
         sched = WeightSchedule(
             points=(0, 70, 200), weights=((1, 2, 1), (3, 1, 0), (1, 1, 1)), linear=p["linear"]
         )
@@ -66,7 +87,10 @@ def build(p: dict, rank: int = 0) -> Pipeline:
 @st.composite
 def params(draw):
     return {
-        "head": draw(st.sampled_from(["samples", "samples", "tokens", "schedule", "epochized"])),
+        "head": draw(
+            st.sampled_from(["samples", "samples", "tokens", "schedule", "epochized", "single"])
+        ),
+        "passes": draw(st.sampled_from([1, 1, 2])),
         "linear": draw(st.booleans()),
         "epochs": draw(st.sampled_from([None, None, 3])),
         "window": draw(st.sampled_from([0, 5, 16])),
@@ -81,7 +105,7 @@ def params(draw):
 @given(p=params(), data=st.data())
 def test_seek_on_counts_is_the_step_by_step_seek_and_the_live_state(p, data):
     steps = 60
-    chg = [] if p["head"] == "epochized" else data.draw(mix_changes(steps, 3))
+    chg = [] if p["head"] in ("epochized", "single") else data.draw(mix_changes(steps, 3))
     spans = st.tuples(st.integers(0, 50), st.integers(1, 12)).map(lambda t: (t[0], t[0] + t[1]))
     ranges = normalize_step_ranges(data.draw(st.lists(spans, max_size=2)))
     rank = data.draw(st.integers(0, p["world"] - 1))
@@ -99,7 +123,8 @@ def test_seek_on_counts_is_the_step_by_step_seek_and_the_live_state(p, data):
         state, recipe = run[k]
         target = recipe.step + 1
         fast = build(p, rank)
-        got = seek_state(fast, target, ranges, chg, planned=planned)
+        with count_every_segment():
+            got = seek_state(fast, target, ranges, chg, planned=planned)
         ref = seek_state(plan, target, ranges, chg, fast=False)
         assert fast.snapshot(got[0]) == plan.snapshot(ref[0]) == plan.snapshot(state)
         assert got[1:] == ref[1:]
@@ -113,5 +138,90 @@ def test_seek_on_counts_is_the_step_by_step_seek_and_the_live_state(p, data):
         past = (run[-1][1].step + 2) if run else 1
         past = max(past, max((b for _, b in ranges), default=0) + 1)
         for fast_path in (True, False):
-            with pytest.raises(ConfigError, match="past the end"):
+            with pytest.raises(ConfigError, match="past the end"), count_every_segment():
                 seek_state(build(p, rank), past + 5, ranges, chg, fast=fast_path, planned=planned)
+
+
+@SCALED
+@given(data=st.data())
+def test_counting_a_segment_by_units_is_building_its_choices(data):
+    # datasets of a few refs, each epoch a new order of the same units, small weights and unit
+    # values (many equal tags: ties go to the lower dataset), any counters to start from
+    n = data.draw(st.integers(1, 4))
+    sizes = data.draw(st.lists(st.integers(1, 9), min_size=n, max_size=n))
+    high = data.draw(st.sampled_from([2, 3, 40]))
+    units = [np.array(data.draw(st.lists(st.integers(1, high), min_size=s, max_size=s)))
+             for s in sizes]  # fmt: skip
+    w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0]), min_size=n,
+                                    max_size=n)))  # fmt: skip
+    w[0] = w[0] or 1.0
+    w = w / w.sum()
+    taken = data.draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
+    used = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    note(f"sizes={sizes} units={units} w={w} taken={taken} used={used}")
+
+    def epoch_units(d, e):
+        return units[d][np.random.default_rng(1000 * d + e).permutation(sizes[d])]
+
+    def fetch(d, a, b):
+        u = [epoch_units(d, s // sizes[d])[s % sizes[d]] for s in range(a, b)]
+        return Refs.of(index=np.arange(a, b), tokens=np.array(u, dtype=np.int64))
+
+    for m in sorted(set(data.draw(st.lists(st.integers(1, 600), min_size=1, max_size=4)))):
+        _, ids, got_units = take_by_units(fetch, "tokens", ["d"] * n, w, taken, used, m)
+        want = np.bincount(ids, minlength=n).tolist()
+        after = (used + np.bincount(ids, weights=got_units, minlength=n)).astype(np.int64)
+        counts = _unit_count.count_segment(epoch_units, sizes, w, taken, used, m)
+        assert counts == (want, after.tolist()), m
+
+
+@st.composite
+def bucket_params(draw):
+    return {
+        "probabilities": draw(st.sampled_from([(1.0, 1.0), (0.5, 1.0), (0.3, 0.7), (0.0, 1.0)])),
+        "batch": draw(st.sampled_from([(2, 1, 3), (1, 1, 1), (4, 2, 1)])),
+        "window": draw(st.sampled_from([None, None, 25, 7])),
+        "epochs": draw(st.sampled_from([None, None, 3])),
+        "world": draw(st.sampled_from([1, 2, 3])),
+        "drop_last": draw(st.booleans()),
+        "passes": draw(st.sampled_from([1, 1, 2])),
+        "seed": draw(st.integers(0, 3)),
+    }
+
+
+def buckets(p: dict, rank: int) -> Pipeline:
+    rng = np.random.default_rng(p["seed"])
+    n = 40
+    cols = {
+        "width": rng.choice([64, 128, 300], n),
+        "height": rng.choice([64, 128, 300], n),
+        "num_frames": rng.choice([1, 1, 9, 20], n),
+    }
+    (p64, p128), (b1, b2, b3) = p["probabilities"], p["batch"]
+    config = {"1:1": {64: {1: (1.0, b1), 8: (1.0, b2)}, 128: {1: (p64, b3), 8: (p128, 1)}}}
+    view = samples(n, columns=cols)
+    view = slice_shuffle(tile(view, p["passes"]) if p["passes"] > 1 else view, 3)
+    return Pipeline(
+        bucket_batches(view, config, rank=rank, world_size=p["world"], drop_last=p["drop_last"],
+                       window=p["window"], num_epochs=p["epochs"]),
+        seed=p["seed"],
+    )  # fmt: skip
+
+
+@SCALED
+@given(p=bucket_params(), data=st.data())
+def test_buckets_pass_whole_windows_on_counts_as_stepping_does(p, data):
+    rank = data.draw(st.integers(0, p["world"] - 1))
+    targets = data.draw(st.lists(st.integers(1, 300), min_size=1, max_size=3))
+    note(f"{p} rank={rank} targets={targets}")
+    for target in sorted(set(targets)):
+        plan = buckets(p, rank)
+        try:
+            ref = seek_state(plan, target, (), (), fast=False)
+        except ConfigError as e:  # the stream ends, or windows lack a batch: the count says so
+            with pytest.raises(ConfigError) as got_error:
+                seek_state(buckets(p, rank), target, (), (), planned=1)
+            assert str(got_error.value) == str(e)
+            continue
+        got = seek_state(buckets(p, rank), target, (), (), planned=1)
+        assert plan.snapshot(got[0]) == plan.snapshot(ref[0]) and got[1:] == ref[1:]

@@ -9,7 +9,11 @@ changes at random steps and random skip ranges:
 - ``seek_state(N)`` (from the configuration and the changes alone) gives the very state, byte
   for byte, of the run after the step before N, and the loader counters of its recipes;
 - a change's weights hold for every position the blend chooses after its frontier, and the
-  steps before the change are those of the run without it.
+  steps before the change are those of the run without it;
+- after a change, the shares of samples and of tokens in windows of positions follow the
+  weights passed (by samples: binomial bounds; by tokens: the blend's deterministic bound),
+  for changes at, just before and just after multiples of the shuffle window and of the
+  blend's internal block sizes.
 
 Buckets (which take one dataset) are checked for seek with skips. The loader-level properties
 (set_weights in the loop, replay from the history, worker modes) are in
@@ -19,17 +23,20 @@ tests/loader/test_online_weights.py.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, note, settings
+from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
 from fpipe.core import Pipeline, chain
 from fpipe.loader.steering import MixChange, planned_recipes, seek_state
 from fpipe.plan import (
     WeightSchedule,
+    batch,
     blend,
     bucket_batches,
+    distribute,
     samples,
     slice_shuffle,
+    window_shuffle,
 )
 from fpipe.plan.online_mix import entry_weights, weights32
 from fpipe.plan.skip import normalize_step_ranges
@@ -168,3 +175,98 @@ def test_seek_matches_the_snapshot_with_buckets_and_skips(k, skip):
     got, batches, _, _ = seek_state(fresh, recipe.step + 1, ranges, ())
     assert fresh.snapshot(got) == plan.snapshot(state)
     assert batches == k + 1
+
+
+# Shares after a change, checked against the weights passed. Three datasets whose samples hold
+# 20-40, 60-100 and 150-250 tokens (uniform), blended 1 : 1 : 1, then changed at a step near
+# a place where the plan has a boundary: a multiple of the shuffle window, or the start of one
+# of the blend's internal blocks (256 positions, doubling up to 8192).
+LENGTHS = ((20, 40), (60, 100), (150, 250))
+BOUNDARIES = ("window", 256, 512, 768, 1024, 1792, 2048, 3840, 4096, 7936, 8192)
+NEW_WEIGHTS = ((0.4971, 0.2146, 0.2883), (0.2, 0.3, 0.5), (1.0, 0.0, 3.0))
+Z = 5.0  # standard deviations allowed to a random share
+
+
+def length_plan(unit, window: int, g: int) -> Pipeline:
+    rng = np.random.default_rng(1)
+    views = [
+        slice_shuffle(
+            samples(3000, dataset=d, columns={"tokens": rng.integers(lo, hi + 1, 3000)}), 16
+        )
+        for d, (lo, hi) in enumerate(LENGTHS)
+    ]
+    head = blend(views, weights=[1, 1, 1], unit=unit)
+    stages = [window_shuffle(window)] if window else []
+    return Pipeline(chain(head, *stages, distribute(g), batch(g)), seed=5)
+
+
+def expected_shares(unit, w: np.ndarray, k: int, tokens: int):
+    """(sample shares, their bound, token shares, their bound) that ``k`` positions holding
+    ``tokens`` tokens should show under weights ``w``, from the weights and the length
+    distributions alone."""
+    lo, hi = np.asarray(LENGTHS, dtype=np.float64).T
+    mean = (lo + hi) / 2
+    second = ((hi - lo + 1) ** 2 - 1) / 12 + mean**2
+    if unit is None:  # every position draws dataset d with probability w_d: multinomial
+        p = w
+        p_bound = Z * np.sqrt(p * (1 - p) / k) + 1 / k
+        r = p * mean / (p * mean).sum()
+        # the ratio estimator's variance (delta method) for i.i.d. positions
+        var = ((1 - r) ** 2 * p * second + r**2 * ((p * second).sum() - p * second)) / (
+            k * (p * mean).sum() ** 2
+        )
+        return p, p_bound, r, Z * np.sqrt(var) + 1e-9
+    # by tokens: each dataset's tokens since the change stay within w_d * B of its share at
+    # every position, B = max over datasets of (longest sample / weight); a window has two ends
+    active = w > 0
+    big = (hi[active] / w[active]).max()
+    r_bound = 2 * w * big / tokens + 1e-9
+    p = np.where(active, w / mean, 0.0)
+    p = p / p.sum()
+    return p, Z * np.sqrt(p * (1 - p) / k) + 2 / k, w, r_bound
+
+
+@SCALED
+@given(
+    unit=st.sampled_from([None, "tokens"]),
+    window=st.sampled_from([0, 64, 100]),
+    g=st.sampled_from([1, 4]),
+    boundary=st.sampled_from(BOUNDARIES),
+    multiple=st.integers(1, 12),
+    offset=st.sampled_from([-1, 0, 1]),
+    new=st.sampled_from(NEW_WEIGHTS),
+)
+@example(
+    unit="tokens", window=100, g=1, boundary="window", multiple=5, offset=0, new=NEW_WEIGHTS[0]
+)
+@example(unit="tokens", window=64, g=4, boundary=512, multiple=1, offset=0, new=NEW_WEIGHTS[0])
+@example(unit="tokens", window=0, g=4, boundary=256, multiple=1, offset=1, new=NEW_WEIGHTS[1])
+@example(unit=None, window=100, g=1, boundary="window", multiple=5, offset=0, new=NEW_WEIGHTS[0])
+def test_shares_after_a_change_follow_the_weights_at_block_boundaries(
+    unit, window, g, boundary, multiple, offset, new
+):
+    position = multiple * (window or 64) if boundary == "window" else boundary
+    step = max(1, position // g + offset)
+    # The change holds from the blend's frontier: the first position that no step before it
+    # drew, the end of the shuffle window block in use (step * g itself without a window).
+    frontier = -(-step * g // window) * window if window else step * g
+    k = -(-600 // window) * window if window else 600  # whole window blocks: a set of positions
+    chg = [MixChange(step, entry_weights(weights32(new)))]
+    plan = length_plan(unit, window, g)
+    recipes = [r for _, r in live_recipes(plan, -(-(frontier + 2 * k) // g), (), chg)]
+    ids = np.concatenate([r.refs.dataset for r in recipes])
+    tokens = np.concatenate([r.refs.column("tokens") for r in recipes]).astype(np.int64)
+    w = np.asarray(new) / sum(new)
+    for lo in (frontier, frontier + k):
+        d, t = ids[lo : lo + k], tokens[lo : lo + k]
+        assert len(d) == k
+        got_p = np.bincount(d, minlength=3) / k
+        got_r = np.bincount(d, weights=t, minlength=3) / t.sum()
+        p, p_bound, r, r_bound = expected_shares(unit, w, k, int(t.sum()))
+        note(
+            f"unit={unit} change at step {step} (frontier {frontier}), window [{lo}, {lo + k}): "
+            f"samples {np.round(got_p, 3)} want {np.round(p, 3)} +- {np.round(p_bound, 3)}; "
+            f"tokens {np.round(got_r, 3)} want {np.round(r, 3)} +- {np.round(r_bound, 3)}"
+        )
+        assert np.all(np.abs(got_r - r) <= r_bound), ("token shares", got_r, r, r_bound)
+        assert np.all(np.abs(got_p - p) <= p_bound), ("sample shares", got_p, p, p_bound)

@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 from fpipe._version import __version__
+from fpipe.core.keywords import closest
 
 # sub-command name -> module in fpipe.cli that defines add_parser(subparsers) and run(args)
 COMMANDS: dict[str, str] = {
@@ -25,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "prepare": "fpipe.cli._prepare",
     "preview": "fpipe.cli._preview",
     "state": "fpipe.cli._state",
+    "view": "fpipe.cli._view",
 }
 
 #: Examples shown at the end of each sub-command's help (``"state show"`` for nested ones).
@@ -47,6 +49,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "preview": ("fpipe preview data/coco --n 16 --out grid.png",),
     "state": ("fpipe state show ckpt/loader_state.bin --config plan.yaml",),
     "state show": ("fpipe state show ckpt/loader_state.bin", "fpipe state show ckpt.pt --json"),
+    "view": (
+        "fpipe view data/coco",
+        "fpipe view plan.yaml --mix-history ckpt/mix_history.json --state ckpt/loader_state.bin",
+    ),
 }
 
 DESCRIPTION = """\
@@ -137,9 +143,37 @@ def main(argv: list[str] | None = None) -> int:
         return BROKEN_PIPE_STATUS
 
 
+def _chosen_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the innermost sub-command ``args`` chose (``parser`` when none)."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, sub.dest, None) if sub is not None else None
+        if name is None:
+            return parser
+        parser = sub.choices[name]
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, extras: list[str]) -> None:
+    """Exit as argparse does for unrecognized arguments, but from the sub-command's parser
+    (its usage, not the top-level one) and with the closest of its flags for each unknown
+    one."""
+    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    typed = [arg.split("=", 1)[0] for arg in extras if arg.startswith("--")]
+    hints = {flag: close for flag in typed if (close := closest(flag, flags))}
+    if len(hints) == 1:
+        hint = f" (did you mean {next(iter(hints.values()))}?)"
+    else:
+        hint = "".join(f"\n  {flag}: did you mean {close}?" for flag, close in hints.items())
+    parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+
+
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _refuse_unknown(_chosen_parser(parser, args), extras)
     if args.command is None:
         parser.print_help()
         return 2

@@ -4,8 +4,13 @@
 (:class:`Passed`: how many outputs, how many refs in them, their highest epoch) without building
 them where the steps can say it from counts alone:
 
-* a source may give ``Source.advance`` (``(S, n) -> (S, Passed)``): a weighted blend counts the
-  choices of a whole range of positions in one numpy pass;
+* a source may give ``Source.advance`` (``(S, n) -> (S, Passed)``): ``repeat`` moves its
+  ``(epoch, position)`` by arithmetic; a weighted blend counts the choices of a whole range of
+  positions in one numpy pass per million (each position is its own draw), an epochized one
+  counts whole blend epochs by arithmetic, a blend by units finds its datasets' counts from
+  their cumulative units (a few epochs of each read, see :mod:`fpipe.plan._unit_count`);
+  grouped batching passes whole windows from their groups' sizes (see
+  :mod:`fpipe.plan.buckets._count`);
 * a block stage may give ``Stage.advance`` (a :class:`BlockAdvance`): its state after ``k``
   whole blocks and what they emit, from the :class:`Passed` of their inputs (a window shuffle
   counts blocks, a batch counts recipes). ``chain`` then advances its input over the ``k``
@@ -17,6 +22,12 @@ the work, so the fast path is never wrong, only slower where it does not apply. 
 an input that cannot count builds its blocks too (counting would save nothing). A rank's part
 of global batches is counted, but its highest epoch is left unknown (``Passed.epoch`` None)
 for the caller to find (:func:`fpipe.loader.steering.seek_state` plans the last steps).
+
+Two limits keep an advance from running for years: a count past what a state's 64-bit integers
+hold (:func:`check_state_int`), and more than :data:`MAX_ONE_BY_ONE` outputs or positions that
+must be decided one at a time (a weighted blend draws each position's dataset; a step without
+an advance builds its outputs), are refused at once with a ConfigError
+(:func:`check_one_by_one`).
 
 Example:
     >>> from fpipe.core import Pipeline, chain
@@ -35,9 +46,45 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from fpipe.core.errors import ConfigError
 from fpipe.core.records import Refs
 
-__all__ = ["BlockAdvance", "Passed", "advance", "passed_of"]
+__all__ = [
+    "BlockAdvance",
+    "MAX_ONE_BY_ONE",
+    "Passed",
+    "STATE_INT_LIMIT",
+    "advance",
+    "check_one_by_one",
+    "check_state_int",
+    "passed_of",
+]
+
+#: Integers of a plan state are signed 64-bit (snapshots and numpy columns hold them so).
+STATE_INT_LIMIT = 1 << 63
+#: The most outputs or positions an advance decides one at a time (2**36, 6.9e10: hours of
+#: CPU at tens of millions a second); more are refused rather than run for days or years.
+MAX_ONE_BY_ONE = 1 << 36
+
+
+def check_state_int(value: int, what: str) -> None:
+    """A ConfigError unless ``value`` (a count a plan state will hold) fits its 64 bits."""
+    if value >= STATE_INT_LIMIT:
+        raise ConfigError(
+            f"{what} would reach {value:,}, past the 2**63 a plan state holds: no run of this "
+            "plan gets there"
+        )
+
+
+def check_one_by_one(count: int, what: str) -> None:
+    """A ConfigError when ``count`` things (``what``: which, and why one at a time) exceed
+    :data:`MAX_ONE_BY_ONE`: passing them would take longer than any run."""
+    if count > MAX_ONE_BY_ONE:
+        raise ConfigError(
+            f"passing {count:,} {what} one at a time is refused (at most 2**36, "
+            f"{MAX_ONE_BY_ONE:,}: hours of CPU already); a run that far is resumed from its "
+            "saved state (loader.load_state_dict), not recomputed from the start"
+        )
 
 
 class Passed(msgspec.Struct, frozen=True):
@@ -102,8 +149,15 @@ def advance(source: Any, state: Any, n: int) -> tuple[Any, Passed]:
     return advance_by_next(source, state, n)
 
 
-def advance_by_next(source: Any, state: Any, n: int) -> tuple[Any, Passed]:
-    """:func:`advance` by building the outputs with ``source.next``."""
+def advance_by_next(
+    source: Any, state: Any, n: int, *, bounded: bool = False
+) -> tuple[Any, Passed]:
+    """:func:`advance` by building the outputs with ``source.next``: refused past
+    :data:`MAX_ONE_BY_ONE` of them unless ``bounded`` (the caller knows the stream ends
+    sooner)."""
+    if not bounded:
+        what = f"outputs of plan step {source.name!r} (it cannot count them, nor its end)"
+        check_one_by_one(n, what)
     total = Passed()
     while total.outputs < n:
         state, out = source.next(state, min(1024, n - total.outputs))

@@ -277,18 +277,24 @@ def lift(upstream: Source, stage: Stage) -> Source:
             outputs_of: Callable[[Any], int] = (lambda _st: per) if isinstance(per, int) else per
 
             def whole_blocks(state, k):
-                """The state after ``k`` whole blocks from a block start, on counts (None:
-                the stream ends within them, or the stage cannot count them)."""
+                """``(state, Passed)`` after ``k`` whole blocks from a block start, on counts
+                (fewer where the stream ends within them: the whole ones before its end), or
+                None (no whole block, or the stage cannot count them); and whether less than
+                a block is left after that (the stream ends there)."""
                 if upstream.advance is None:
-                    return None  # its input builds every block: counting saves nothing
-                need = k * sizer(state.st)
-                up_end, got = advance(upstream, state.up, need)
-                if got.outputs < need:
-                    return None
+                    return None, False  # its input builds every block: counting saves nothing
+                size = sizer(state.st)
+                up_end, got = advance(upstream, state.up, k * size)
+                ends = got.outputs < k * size
+                if ends:  # the whole blocks before the end, once more
+                    k = got.outputs // size
+                    if not k:
+                        return None, True
+                    up_end, got = advance(upstream, state.up, k * size)
                 moved = fast_run(state.st, k, got)
                 if moved is None:
-                    return None
-                return Lifted(up_end, moved[0], 0), moved[1]
+                    return None, False
+                return (Lifted(up_end, moved[0], 0), moved[1]), ends
 
             def advance_blocks(state, n):
                 # next_block's walk: the block part way through the ordinary way, then the
@@ -299,16 +305,20 @@ def lift(upstream: Source, stage: Stage) -> Source:
                     total = passed_of(out)
                     if not len(out):
                         return state, total
-                while True:  # runs of whole blocks of one size (one run for a fixed size)
+                ends = False
+                while not ends:  # runs of whole blocks of one size (one for a fixed size)
                     per_block = outputs_of(state.st)
                     k = (n - total.outputs) // per_block if per_block > 0 else 0
                     same = fast_span(state.st) if fast_span is not None else None
                     take = k if same is None else min(k, same)
-                    moved = whole_blocks(state, take) if take else None
+                    if not take:
+                        break
+                    moved, ends = whole_blocks(state, take)
                     if moved is None:
                         break
                     state, total = moved[0], total + moved[1]
-                state, rest = advance_by_next(lifted, state, n - total.outputs)
+                # what is left: at most a block and its flush where the stream ends
+                state, rest = advance_by_next(lifted, state, n - total.outputs, bounded=ends)
                 return state, total + rest
 
             advance_fn = advance_blocks

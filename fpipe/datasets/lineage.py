@@ -27,7 +27,7 @@ from fpipe.plan.batch import BatchConfig
 from fpipe.plan.distribute import DistributeConfig
 from fpipe.plan.skip import normalize_step_ranges, skip_end
 
-__all__ = ["find_key", "scan_steps", "step_samples", "steps_of"]
+__all__ = ["advance_steps", "find_key", "scan_steps", "step_samples", "steps_of"]
 
 #: The fields of the ``distribute -> batch`` tail whose dealing :func:`_rank_bounds` repeats.
 _DISTRIBUTE_FIELDS = {"global_batch_size", "rank", "world_size", "remainder"}
@@ -102,7 +102,13 @@ def _global_plan(cfg: PlanConfig, first: Any):
     return whole.plan
 
 
-def _advance(plan, state, steps: int):
+def advance_steps(plan, state, steps: int):
+    """``(state after steps outputs, whether they all exist)``: on counts where the plan can
+    (:meth:`fpipe.core.Pipeline.advance` reaches the state ``next`` reaches; a step far into
+    a run costs what a loader's seek does), else output by output."""
+    if hasattr(plan, "advance"):
+        state, passed = plan.advance(state, steps)
+        return state, passed.outputs == steps
     for _ in range(steps):
         state, out = plan.next(state, 1)
         if not len(out):
@@ -120,7 +126,7 @@ def scan_steps(
     world = cfg.world_size
     whole = _global_plan(cfg, first)
     if whole is not None:
-        state, ok = _advance(whole, whole.init(), a)
+        state, ok = advance_steps(whole, whole.init(), a)
         nxt, per_rank = whole.next, first.batch_size
         for step in range(a, b if ok else a):
             state, out = nxt(state, 1)
@@ -132,7 +138,7 @@ def scan_steps(
     plans = [first.plan] + [build_dataset(cfg, r).plan for r in range(1, world)]
     states: list[Any] = []
     for p in plans:
-        s, ok = _advance(p, p.init(), a)
+        s, ok = advance_steps(p, p.init(), a)
         states.append(s if ok else None)
     for step in range(a, b):
         chunks = []
@@ -236,7 +242,9 @@ def find_key(
 
 def step_samples(cfg: PlanConfig, steps: tuple[int, int] | str) -> Iterator[dict[str, Any]]:
     """Every sample of steps ``steps`` on every rank, in delivery order: ``{"step", "rank",
-    "position", "key", "index", "epoch", "dataset"}`` (``"skipped": true`` in a skip range)."""
+    "position", "key", "index", "epoch", "dataset"}`` (``"skipped": true`` in a skip range;
+    ``"pieces"``: for GPT sequences of a corpus, the ``[sequence, offset, length]`` of each
+    document piece the sample was cut from)."""
     from fpipe.storage import open_dataset
 
     first = build_dataset(cfg, 0)
@@ -262,6 +270,9 @@ def step_samples(cfg: PlanConfig, steps: tuple[int, int] | str) -> Iterator[dict
                     "epoch": int(cols["epoch"][p]),
                     "dataset": names[d],
                 }
+                pieces = getattr(opened[d].reader, "pieces", None)
+                if pieces is not None:  # GPT sequences: the documents and tokens it was cut from
+                    row["pieces"] = [list(p) for p in pieces(i)]
                 if skipped:
                     row["skipped"] = True
                 yield row

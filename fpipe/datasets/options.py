@@ -9,14 +9,12 @@ the record is built.
 
 from __future__ import annotations
 
-import difflib
-import functools
-import inspect
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar, get_args
 
 import msgspec
 
+from fpipe.core import keywords
 from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.decode.image import ImageDecodeOptions
 from fpipe.decode.limits import DecodeLimits
@@ -121,30 +119,20 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+def _energon_keyword(function: str, name: str) -> Exception | None:
+    """The error for an Energon keyword fpipe replaced (None for any other)."""
+    if name == "auto_decode":  # Energon 5's: name the fix
+        from fpipe.decode import SampleDecoder
+
+        return ConfigError(f"{function}(auto_decode=...): {SampleDecoder.AUTO_DECODE_FIX}")
+    return None
+
+
 def check_keywords(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """``fn`` with a clearer error for an unknown keyword argument: the TypeError names the
-    closest valid one (a misspelt option is a mistake, not a silently ignored setting).
+    closest valid one (:func:`fpipe.core.keywords.check_keywords`), and Energon's
+    ``auto_decode`` names its replacement.
 
     The signature and docstring stay ``fn``'s, so ``help()`` and IDEs show the options.
     """
-    params = inspect.signature(fn).parameters.values()
-    names = tuple(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
-    known = frozenset(names)
-
-    @functools.wraps(fn)
-    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        for name in kwargs:
-            if name == "auto_decode" and name not in known:  # Energon 5's: name the fix
-                from fpipe.decode import SampleDecoder
-
-                fix = SampleDecoder.AUTO_DECODE_FIX
-                raise ConfigError(f"{fn.__name__}(auto_decode=...): {fix}")
-            if name not in known:
-                close = difflib.get_close_matches(name, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise TypeError(
-                    f"{fn.__name__}() got an unexpected keyword argument {name!r}{hint}"
-                )
-        return fn(*args, **kwargs)
-
-    return call
+    return keywords.check_keywords(fn, explain=_energon_keyword)

@@ -10,17 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from fpipe.core.errors import ConfigError
+from fpipe.datasets.lineage import advance_steps
 from fpipe.datasets.plan_config import PlanConfig, build_dataset
 
 __all__ = ["bucket_histogram", "decode_with_config", "plan_step"]
-
-
-def _advance(plan, state, steps: int):
-    for done in range(steps):
-        state, out = plan.next(state, 1)
-        if not len(out):
-            return state, done
-    return state, steps
 
 
 def plan_step(cfg: PlanConfig, step: int, ranks: list[int] | None = None) -> dict[str, Any]:
@@ -53,7 +46,7 @@ def plan_step(cfg: PlanConfig, step: int, ranks: list[int] | None = None) -> dic
     start = None
     if distribution == "global":
         # At a global-batch boundary the plan state is the same on every rank: advance one.
-        state, done = _advance(first.plan, first.plan.init(), step)
+        state, _ = advance_steps(first.plan, first.plan.init(), step)
         start = first.plan.snapshot(state)
     out = []
     for r in ranks:
@@ -62,7 +55,7 @@ def plan_step(cfg: PlanConfig, step: int, ranks: list[int] | None = None) -> dic
         if start is not None:
             state = plan.restore(start)
         else:
-            state, done = _advance(plan, plan.init(), step)
+            state, _ = advance_steps(plan, plan.init(), step)
         _, got = plan.next(state, 1)
         if not len(got):
             out.append({"rank": r, "samples": None})

@@ -138,8 +138,9 @@ def known_history(loader: Loader, log: MixLog) -> MixLog:
     return MixLog(count, [])
 
 
-def load_mix_history(loader: Loader, history: Any) -> None:
-    """:meth:`fpipe.loader.Loader.load_mix_history`."""
+def _leading_history(loader: Loader, history: Any) -> MixHistory:
+    """``history`` read and checked against the loader's state: its first changes must be
+    those the state holds (by digest)."""
     _, config = blend_of(loader.plan)
     hist = MixHistory.of(history, config.datasets)
     count, digest = _count(loader)
@@ -150,8 +151,45 @@ def load_mix_history(loader: Loader, history: Any) -> None:
             f"{hist.digest(count).hex()} (a history of another run, or one saved before this "
             "checkpoint)"
         )
-    loader._mix = MixLog(0, list(hist.changes))
+    return hist
+
+
+def load_mix_history(loader: Loader, history: Any) -> None:
+    """:meth:`fpipe.loader.Loader.load_mix_history`."""
+    loader._mix = MixLog(0, list(_leading_history(loader, history).changes))
     loader._generation += 1
+
+
+def _seek_changes(loader: Loader, history: Any) -> tuple[MixChange, ...]:
+    """The changes a seek replays: those the loader knows (its run's history, however it
+    learnt it), or ``history`` where the loader knows none or ``history`` goes on from them.
+    A history that disagrees with the known one, or a seek of a loader restored from changes
+    it does not know without their history, is a ConfigError: a stream that silently left
+    out the run's changes would not be the run's."""
+    log = loader._mix
+    if history is None:
+        if log.base:
+            raise ConfigError(
+                f"seek: this loader was restored from a state with {log.base} online weight "
+                "change(s) it does not know, and a seek replays the run from step 0: pass the "
+                "history saved beside that checkpoint, loader.seek(step, mix_history=history)"
+            )
+        return tuple(log.changes)
+    if log.base:  # the known part is the state's digest: the history must lead to it
+        return _leading_history(loader, history).changes
+    _, config = blend_of(loader.plan)
+    given = MixHistory.of(history, config.datasets).changes
+    known = tuple(log.changes)
+    i = next((i for i, (a, b) in enumerate(zip(given, known)) if a != b), None)
+    if i is not None:
+        raise ConfigError(
+            f"seek: this mix history differs from the one this loader follows at change {i} "
+            f"(step {given[i].step}, weights {list(given[i].weights)}; the loader's: step "
+            f"{known[i].step}, weights {list(known[i].weights)}). A loader replays one run's "
+            "history: make a new loader (fpipe.get_loader(..., mix_history=history)) to seek "
+            "in another run"
+        )
+    return given if len(given) > len(known) else known  # an earlier save is a prefix
 
 
 def seek(loader: Loader, step: int, history: Any) -> None:
@@ -159,10 +197,7 @@ def seek(loader: Loader, step: int, history: Any) -> None:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ConfigError(f"seek: the step must be an integer >= 0, got {step!r}")
     _refuse_packing_buffer(loader, "seek")
-    changes: tuple[MixChange, ...] = ()
-    if history is not None:
-        _, config = blend_of(loader.plan)
-        changes = MixHistory.of(history, config.datasets).changes
+    changes = _seek_changes(loader, history)
     plan_state, batches, samples, epoch = seek_state(loader.plan, step, loader._state.skip, changes)
     loader._state = LoaderState(plan_state, batches, samples, 0, epoch, skip=loader._state.skip)
     loader._mix = MixLog(0, list(changes))

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import msgspec
 
 from fpipe.core.errors import ConfigError, SnapshotError
+from fpipe.core.keywords import check_keywords
+from fpipe.encode.packing import check_plan_packing
 from fpipe.loader import _steering
 from fpipe.loader._energon import DebugLog, check_worker_config
 from fpipe.loader._iteration import closed_at_exit, iterate_batches
@@ -29,6 +31,7 @@ from fpipe.loader.state import (
     loader_parts,
     snapshot_bytes,
 )
+from fpipe.materialize.parts import leaves
 from fpipe.plan.skip import normalize_step_ranges
 
 if TYPE_CHECKING:  # planned.py imports this module to iterate a dataset
@@ -92,6 +95,9 @@ class Loader:
             from fpipe.loader._ray_workers import import_ray
 
             import_ray()  # a ConfigError naming the extra now, not at the first batch
+        for mat in leaves(dataset.materializer):  # in this process, not at a worker's batch
+            if getattr(mat, "plan_packs", False):
+                check_plan_packing(mat.task_encoder)
         #: replace failed workers and materialize their recipes again (see _recovery)
         self._healer = Healer(dataset.materializer) if recover_workers else None
         skip = getattr(dataset, "skip_steps", ())
@@ -226,7 +232,14 @@ class Loader:
         weights were changed online): the state equals the snapshot a run saved after taking
         the batch before ``step``, without reading any sample (the plan runs on metadata; skip
         ranges are passed over by counting). Samples the error policy skipped are not known
-        without reading them and count as delivered. See docs/steering.md."""
+        without reading them and count as delivered.
+
+        The weight changes this loader knows (from ``get_loader(mix_history=...)``,
+        :meth:`load_mix_history`, :meth:`set_weights`, or a restored state they led to) are
+        replayed at their steps, so every seek stays in that run. ``mix_history`` may go on
+        from them (an earlier save is also accepted); one that differs is refused
+        (ConfigError), as is a seek without it after a restore from changes the loader does
+        not know. See docs/steering.md."""
         _steering.seek(self, step, mix_history)
 
     #: Compare the state across ranks in state_dict() (None: when torch.distributed
@@ -326,6 +339,7 @@ def _check_skippable(dataset: Any, skip: tuple) -> None:
         )
 
 
+@check_keywords
 def get_loader(
     dataset: PlannedDataset,
     *,

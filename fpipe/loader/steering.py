@@ -18,7 +18,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -137,26 +138,45 @@ def _floats(raw: bytes) -> tuple[float, ...]:
 
 def resolve_weights(weights: Any, names: Sequence[str]) -> bytes:
     """Float32 weight bytes from ``{name or index: weight}`` (datasets left out weigh 0) or a
-    sequence of one weight per dataset; a ConfigError names an unknown dataset."""
+    sequence of one weight per dataset. Both forms are checked the same way: a ConfigError
+    names an unknown or repeated dataset, a wrong count, or a weight that is not a finite
+    number >= 0."""
     n = len(names)
     if isinstance(weights, Mapping):
-        row = [0.0] * n
+        row: list[Any] = [0.0] * n
         index = {nm: i for i, nm in enumerate(names)}
+        given: set[int] = set()
         for k, w in weights.items():
             i = index.get(k) if isinstance(k, str) else k
             if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or not 0 <= i < n:
                 raise ConfigError(f"set_weights: unknown dataset {k!r}; blended: {list(names)}")
-            row[int(i)] = float(w)
-        return weights32(row)
-    try:
-        row = [float(w) for w in weights]
-    except (TypeError, ValueError):
+            if int(i) in given:
+                raise ConfigError(f"set_weights: dataset {names[i]!r} is given twice ({k!r})")
+            given.add(int(i))
+            row[int(i)] = w
+    elif isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
         raise ConfigError(
             f"set_weights takes {{dataset name: weight}} or one weight per dataset, got {weights!r}"
-        ) from None
-    if len(row) != n:
-        raise ConfigError(f"set_weights: {len(row)} weights for {n} datasets {list(names)}")
-    return weights32(row)
+        )
+    else:
+        row = list(weights)
+        if len(row) != n:
+            raise ConfigError(f"set_weights: {len(row)} weights for {n} datasets {list(names)}")
+    return weights32([_weight(w, name) for w, name in zip(row, names)])
+
+
+def _weight(value: Any, name: str) -> float:
+    """One dataset's weight as a float; a ConfigError naming the dataset unless it is a
+    finite number >= 0."""
+    try:
+        w = float(value)
+    except (TypeError, ValueError, OverflowError):
+        w = math.nan
+    if not math.isfinite(w) or w < 0:
+        raise ConfigError(
+            f"set_weights: the weight of {name!r} must be a finite number >= 0, got {value!r}"
+        )
+    return w
 
 
 def _chain_blend(plan: Pipeline) -> Any:
@@ -276,6 +296,29 @@ class SteeredPlan:
     def init(self) -> Any:
         """The plan's first state, with the changes of step 0."""
         return self._due(self.plan.init(), 0)
+
+    def advance(self, state: Any, n: int) -> tuple[Any, Any]:
+        """The state ``next`` reaches after ``n`` recipes, and what they held
+        (:class:`fpipe.core.advance.Passed`): the plan's own advance over each run of steps
+        between two changes, each change applied before its step. (Delegating ``advance`` to
+        the plan, as every other attribute is, would pass over the changes.)"""
+        from fpipe.core.advance import Passed
+
+        step = next_step(self.plan, state)
+        passed = Passed()
+        if step is None or n <= 0:
+            return state, passed
+        target = step + n
+        i = sum(c.step <= step for c in self.changes)  # applied with the state's own step
+        while step < target:
+            stop = target if i == len(self.changes) else min(target, self.changes[i].step)
+            state, got = self.plan.advance(state, stop - step)
+            passed = passed + got
+            if got.outputs < stop - step:
+                break
+            step = stop
+            state, i = _apply_due(self.plan, state, step, self.changes, i)
+        return state, passed
 
     def next(self, state: Any, n: int = 1) -> tuple[Any, tuple]:
         """Up to ``n`` recipes, one step at a time, each followed by the next step's changes."""

@@ -34,6 +34,7 @@ from fpipe.plan.blend_choice import WeightSchedule
 __all__ = [
     "COUNTER_BYTES",
     "LINEAR_STEP",
+    "check_counter",
     "pack_counters",
     "segment",
     "take_by_units",
@@ -49,15 +50,21 @@ LINEAR_STEP = 1024
 COUNTER_BYTES = 6
 
 
-def pack_counters(counters: np.ndarray) -> bytes:
-    """Unit counters as fixed-width 48-bit little-endian bytes (a ConfigError past 2**48)."""
-    c = np.asarray(counters, dtype=np.int64)
-    if len(c) and int(c.max()) >= 1 << (8 * COUNTER_BYTES):
+def check_counter(value: int) -> None:
+    """A ConfigError when a unit counter of ``value`` does not fit the state (2**48)."""
+    if value >= 1 << (8 * COUNTER_BYTES):
         raise ConfigError(
-            f"a blend by units counted {int(c.max())} units of one dataset in one segment of "
+            f"a blend by units counted {value} units of one dataset in one segment of "
             f"constant weights, past the 2**{8 * COUNTER_BYTES} a snapshot holds; add a "
             "schedule point (the counters start again at each) or use a coarser unit"
         )
+
+
+def pack_counters(counters: np.ndarray) -> bytes:
+    """Unit counters as fixed-width 48-bit little-endian bytes (a ConfigError past 2**48)."""
+    c = np.asarray(counters, dtype=np.int64)
+    if len(c):
+        check_counter(int(c.max()))
     raw = c.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :COUNTER_BYTES]
     return raw.tobytes()
 

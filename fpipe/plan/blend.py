@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 import msgspec
 import numpy as np
 
-from fpipe.core.advance import Passed, advance_by_next
+from fpipe.core.advance import Passed, advance_by_next, check_one_by_one, check_state_int
 from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
 from fpipe.core.graph import input_root, step_key
 from fpipe.core.records import Config, Refs, State
@@ -39,8 +39,10 @@ from fpipe.plan._blend_units import (
     COUNTER_BYTES,
     pack_counters,
     take_by_units,
+    units_of,
     unpack_counters,
 )
+from fpipe.plan._unit_count import Uncountable, pass_by_units
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
 from fpipe.plan.online_mix import (
     OnlineMix,
@@ -52,6 +54,7 @@ from fpipe.plan.online_mix import (
     online_segment,
     prune,
 )
+from fpipe.plan.slice_order import highest_epoch
 
 __all__ = [
     "BlendConfig",
@@ -426,27 +429,93 @@ def blend(
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
 
-    size_array = np.asarray(sizes, dtype=np.int64)
+    def count_choices(state: BlendState, lo: int, hi: int) -> np.ndarray:
+        """How many of positions ``lo..hi-1`` choose each dataset, one position at a time (a
+        block of :data:`_COUNT_BLOCK` per numpy pass)."""
+        counts_ = np.zeros(n, dtype=np.int64)
+        for a in range(lo, hi, _COUNT_BLOCK):
+            positions = np.arange(a, min(a + _COUNT_BLOCK, hi), dtype=np.int64)
+            counts_ += np.bincount(choose(state, positions), minlength=n)
+        return counts_
+
+    def epochized_counts(state: BlendState, start: int, stop: int) -> np.ndarray:
+        """count_choices over ``start..stop-1`` of an epochized blend: every whole blend
+        epoch gives each dataset its count; only the epochs cut at either end are counted."""
+        total = sum(counts)
+        first, last = -(-start // total), stop // total  # whole epochs first..last-1
+        if first >= last:
+            check_one_by_one(stop - start, f"positions of blend {name!r} within an epoch")
+            return count_choices(state, start, stop)
+        cut = (first * total - start) + (stop - last * total)
+        check_one_by_one(cut, f"positions of blend {name!r} in the epochs cut at either end")
+        whole = (last - first) * np.asarray(counts, dtype=np.int64)
+        head = count_choices(state, start, first * total)
+        return whole + head + count_choices(state, last * total, stop)
+
+    def epoch_units(state: BlendState, d: int, epoch: int) -> np.ndarray:
+        """The units of each ref of dataset ``d``'s epoch ``epoch``, in stream order."""
+        assert unit is not None  # a blend by units
+        refs = ranges[d](leaf_roots(state.key)[d], epoch, 0, sizes[d])
+        return units_of(refs, unit, names[d])
+
+    def units_advance(state: BlendState, start: int, stop: int):
+        """A blend by units' ``(taken, units)`` after positions ``start..stop-1``: long
+        segments counted from their datasets' cumulative units (see
+        :mod:`fpipe.plan._unit_count`), short ones built."""
+        assert schedule is not None and unit is not None  # a weighted blend by units
+        online = entries(state)
+        taken, used = pass_by_units(
+            lambda p: online_segment(schedule, online, p),
+            lambda d, e: epoch_units(state, d, e),
+            lambda d, a, b: Refs.concat(leaf_refs(state, d, a, b)),
+            unit,
+            names,
+            sizes,
+            start,
+            state.taken,
+            unpack_counters(getattr(state, "tokens", b""), n),
+            stop - start,
+        )
+        return taken, pack_counters(used)
 
     def advance(state: BlendState, want: int) -> tuple[BlendState, Passed]:
         """next_'s state after ``want`` positions, from their choices counted per dataset
-        (no ref gathered); a blend by units needs each ref's units: it builds them."""
-        if (
-            unit is not None
-            or state.weights[: len(digests)] != digests
-            or (len(state.weights) > len(digests) and mode != "weighted")
+        (no ref gathered): each position's draw of a weighted blend; the cut epochs of an
+        epochized one; a blend by units from its datasets' cumulative units."""
+        if state.weights[: len(digests)] != digests or (
+            len(state.weights) > len(digests) and mode != "weighted"
         ):
             return advance_by_next(source, state, want)  # next_ checks or resets these
         start = state.position
         stop = start + (want if limit is None else max(0, min(want, limit - start)))
-        counts_ = np.zeros(n, dtype=np.int64)
-        for lo in range(start, stop, _COUNT_BLOCK):
-            positions = np.arange(lo, min(lo + _COUNT_BLOCK, stop), dtype=np.int64)
-            counts_ += np.bincount(choose(state, positions), minlength=n)
-        taken = np.asarray(state.taken, dtype=np.int64) + counts_
-        drew = np.flatnonzero(counts_)
-        epoch = int(((taken[drew] - 1) // size_array[drew]).max()) if len(drew) else 0
-        new = BlendState(state.key, stop, tuple(taken.tolist()), own_weights(state, stop))
+        check_state_int(stop, f"blend {name!r}: the positions")
+        before = np.asarray(state.taken, dtype=np.int64)
+        tokens = b""
+        if unit is not None:
+            try:
+                taken, tokens = units_advance(state, start, stop)
+            except Uncountable:  # a dataset whose epochs hold other units: build them
+                return advance_by_next(source, state, want)
+        elif mode == "epochized":
+            taken = before + epochized_counts(state, start, stop)
+        else:
+            what = f"positions of blend {name!r} (each one's dataset is drawn on its own)"
+            check_one_by_one(stop - start, what)
+            taken = before + count_choices(state, start, stop)
+        roots = leaf_roots(state.key)
+        epoch = max(
+            (
+                highest_epoch(views[d], roots[d], int(before[d]), int(taken[d]))
+                for d in np.flatnonzero(taken - before).tolist()
+            ),
+            default=0,
+        )
+        new: BlendState
+        if unit is None:
+            new = BlendState(state.key, stop, tuple(taken.tolist()), own_weights(state, stop))
+        else:
+            weights = own_weights(state, stop)
+            new = UnitBlendState(state.key, stop, tuple(taken.tolist()), weights, tokens)
         return new, Passed(stop - start, stop - start, epoch)
 
     no_input_state = (None,) * n
@@ -476,14 +545,22 @@ def with_online_change(
 ) -> BlendState:
     """``state`` (a weighted blend of ``n`` datasets) with the weights ``weights`` (float32
     bytes, see :func:`fpipe.plan.online_mix.weights32`) in force from ``position`` (at or after
-    the state's own position) on, recorded as a change at global step ``step``."""
+    the state's own position) on, recorded as a change at global step ``step``. A blend by
+    units counts its units from ``position`` on (from zero, as at a schedule point)."""
     if position < state.position:
         raise ConfigError(
             f"online weights from blend position {position}, before the blend's {state.position}"
         )
     mix = add_change(online_mix(state, n), position=position, step=step, weights=weights)
     mix = prune(mix, state.position)
-    return msgspec.structs.replace(state, weights=state.weights[: 2 * n] + encode_mix(mix))
+    new = msgspec.structs.replace(state, weights=state.weights[: 2 * n] + encode_mix(mix))
+    if isinstance(new, UnitBlendState) and position == state.position:
+        # The change starts a segment at the state's own position (no lookahead drew past it:
+        # a shuffle window used up to the step, or none at all), so the unit counters, which
+        # count from the start of the segment holding the position, start again here. A change
+        # further ahead is reached inside a block, where the blend starts them again itself.
+        new = msgspec.structs.replace(new, tokens=bytes(COUNTER_BYTES * n))
+    return new
 
 
 def blend_counters(pipeline: Any, state: Any) -> dict[str, dict[str, int]]:

@@ -1,15 +1,18 @@
 """Epochs: turn a random-access :class:`~fpipe.plan.source.View` into a stream of ref chunks.
 
 The state is ``(root, epoch, position)``: where the stream is, not what it has produced, so a
-restore is O(1) at any step. A chunk never crosses an epoch boundary.
+restore is O(1) at any step, and so is passing any number of refs (``advance``: the arithmetic
+of the epoch walk, what a seek runs). A chunk never crosses an epoch boundary.
 """
 
 from __future__ import annotations
 
+from fpipe.core.advance import Passed, check_state_int
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.records import Config, Refs, State
 from fpipe.core.rng import Key
 from fpipe.core.stage import Source, View
+from fpipe.plan.slice_order import highest_epoch
 
 __all__ = ["RepeatConfig", "RepeatState", "repeat"]
 
@@ -63,6 +66,17 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
             epoch, pos = epoch + 1, 0
         return RepeatState(state.key, epoch, pos), chunk
 
+    def advance(state: RepeatState, n: int) -> tuple[RepeatState, Passed]:
+        # next_'s walk in one step: the refs are numbered epoch * size + position
+        if (num_epochs is not None and state.epoch >= num_epochs) or size == 0 or n <= 0:
+            return state, Passed()
+        start = state.epoch * size + state.position
+        stop = start + n if num_epochs is None else min(start + n, num_epochs * size)
+        epoch, position = divmod(stop, size)
+        check_state_int(stop, f"{name}: the refs taken")
+        top = highest_epoch(view, state.key, start, stop)
+        return RepeatState(state.key, epoch, position), Passed(stop - start, stop - start, top)
+
     def check(state: RepeatState) -> None:
         if num_epochs is not None and state.epoch >= num_epochs:  # ended
             if state.epoch > num_epochs or state.position != 0:
@@ -82,6 +96,7 @@ def repeat(view: View, num_epochs: int | None = None, *, name: str = "repeat") -
         inputs=(view,),
         split=_split,
         check=check,
+        advance=advance,
     )
 
 

@@ -26,7 +26,7 @@ from fpipe.core.rng import fold_in, permutation
 from fpipe.core.stage import View
 from fpipe.plan.shard_slices import RaggedSlices
 
-__all__ = ["InterleaveConfig", "TileConfig", "interleave", "tile"]
+__all__ = ["InterleaveConfig", "TileConfig", "highest_epoch", "interleave", "tile", "tiles"]
 
 
 class TileConfig(Config, frozen=True):
@@ -66,6 +66,25 @@ def tile(view: View, times: int, *, name: str = "tile") -> View:
 
     return View(name=name, config=TileConfig(times=times), size=n * times, gather=gather,
                 inputs=(view,))  # fmt: skip
+
+
+def tiles(view: View) -> bool:
+    """Whether ``view`` or a view it wraps is a :func:`tile` (its refs' epochs are passes)."""
+    return isinstance(view.config, TileConfig) or any(tiles(v) for v in view.inputs)
+
+
+def highest_epoch(view: View, root, start: int, stop: int) -> int:
+    """The highest ``epoch`` of refs ``start..stop-1`` (``start < stop``) of the stream of
+    ``view``'s epochs one after the other (ref ``i`` is position ``i % size`` of epoch
+    ``i // size``), from the numbers alone: the last epoch's. Over a :func:`tile` a ref's epoch
+    is its pass, which a slice shuffle above puts anywhere in the epoch, so the refs of the
+    last epoch are read (every pass of an earlier epoch is below them)."""
+    size = view.size
+    last = (stop - 1) // size
+    if not tiles(view):
+        return last
+    lo = max(start - last * size, 0)
+    return int(view.take_range(root, last, lo, stop - last * size).epoch.max())
 
 
 def _scatter(length: int, chunks: list[tuple[np.ndarray, Refs]]) -> Refs:

@@ -34,6 +34,32 @@ def test_every_command_has_plain_help_with_a_description_and_an_example():
         assert "\nexample" in text and "  fpipe " in text, f"{name} --help has no example"
 
 
+@pytest.mark.parametrize(
+    "argv, usage, problem",
+    [
+        (
+            ["prepare", "DIR", "--colunm", "x"],
+            "usage: fpipe prepare [-h]",
+            "fpipe prepare: error: unrecognized arguments: --colunm x (did you mean --column?)",
+        ),
+        (
+            ["state", "show", "--jsn", "FILE", "--confg=plan.yaml"],
+            "usage: fpipe state show [-h]",
+            "--jsn: did you mean --json?\n  --confg: did you mean --config?",
+        ),
+        (["--verison"], "usage: fpipe [-h]", "unrecognized arguments: --verison (did you mean"),
+    ],
+)
+def test_a_mistyped_flag_shows_its_commands_usage_and_the_closest_flag(
+    argv, usage, problem, capsys
+):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and problem in err
+
+
 def test_ctrl_d_at_the_prepare_prompt_ends_cleanly(tmp_path, monkeypatch, capsys):
     write_tar(tmp_path / "s.tar", [("a", {"txt": b"x"})])
 

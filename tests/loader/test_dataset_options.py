@@ -66,6 +66,11 @@ def test_help_shows_the_options():
             lambda: fpipe.get_train_dataset("nowhere", zzz=1),
             "get_train_dataset() got an unexpected keyword argument 'zzz'",
         ),
+        (
+            lambda: fpipe.get_loader(None, num_worker=2),
+            "get_loader() got an unexpected keyword argument 'num_worker'; "
+            "did you mean 'num_workers'?",
+        ),
     ],
 )
 def test_an_unknown_keyword_names_the_closest_option(call, message):

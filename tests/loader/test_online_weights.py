@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import textwrap
 
 import numpy as np
@@ -201,6 +202,34 @@ def test_refusals_name_the_problem(mix):
         fpipe.get_loader(ds).seek(3)
 
 
+def _bad_weight(name, value):
+    return re.escape(f"the weight of {name!r} must be a finite number >= 0, got {value!r}")
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        ({"a.jsonl": "heavy"}, _bad_weight("a.jsonl", "heavy")),
+        (["heavy", 1, 1], _bad_weight("a.jsonl", "heavy")),
+        ({"b.jsonl": float("nan"), "a.jsonl": 1}, _bad_weight("b.jsonl", float("nan"))),
+        ([1, float("inf"), 1], _bad_weight("b.jsonl", float("inf"))),
+        ({"c.jsonl": -1, 0: 1}, _bad_weight("c.jsonl", -1)),
+        ([1, 1, -1], _bad_weight("c.jsonl", -1)),
+        ({"a.jsonl": None}, _bad_weight("a.jsonl", None)),
+        ({"a.jsonl": 10**400}, _bad_weight("a.jsonl", 10**400)),
+        ({"d.jsonl": 1}, "unknown dataset 'd.jsonl'"),
+        ({"a.jsonl": 1, 0: 2}, "'a.jsonl' is given twice"),
+        (5, "takes {dataset name: weight} or one weight per dataset"),
+    ],
+)
+def test_both_forms_of_weights_are_checked_alike(mix, weights, match):
+    loader = fpipe.get_loader(dataset(mix))
+    before = loader.snapshot()
+    with pytest.raises(ConfigError, match=match):
+        loader.set_weights(weights)
+    assert loader.snapshot() == before
+
+
 def test_ranks_that_disagree_are_refused(mix, monkeypatch):
     import fpipe.loader.consistency as consistency
 
@@ -363,3 +392,62 @@ def test_a_hundred_dataset_state_stays_under_4_kb_with_online_weights(tmp_path):
 
     assert len(state_mix(loader.plan, loader._state.plan).entries) == 2
     assert len(loader.snapshot()) <= 4096
+
+
+@pytest.mark.parametrize(
+    "how", ["get_loader", "load_mix_history", "set_weights", "at_step", "restore"]
+)
+def test_seek_replays_the_history_the_loader_has(mix, steered, how):
+    # however the loader learnt its run's weight changes, seek(n) without a history goes to
+    # that run's step n: its state, its history up to n, its batches from n on
+    out, snaps, hist = steered()
+    loader = fpipe.get_loader(dataset(mix), mix_history=hist if how == "get_loader" else None)
+    if how == "load_mix_history":
+        loader.load_state_dict(snaps[20])
+        loader.load_mix_history(hist)
+    elif how == "set_weights":  # the original run itself, changing its weights as it goes
+        for step, _ in zip(range(35), loader):
+            if step + 1 in CHANGES:
+                loader.set_weights(CHANGES[step + 1])
+    elif how == "at_step":
+        for at, w in CHANGES.items():
+            loader.set_weights(w, at_step=at)
+    elif how == "restore":  # a state holding every change, by a loader that knew them
+        loader = fpipe.get_loader(dataset(mix), mix_history=hist)
+        loader.load_state_dict(snaps[34])
+    for n, taken in ((8, 24), (3, 3)):  # a second seek keeps it too
+        loader.seek(n)
+        assert loader.snapshot() == snaps[n - 1]
+        assert loader.mix_history()["changes"] == [c for c in hist["changes"] if c["step"] <= n]
+        assert [keys(b) for _, b in zip(range(taken), loader)] == out[n : n + taken]
+        if n == 8:  # past the changes at 12 and 30
+            assert loader.mix_history() == hist
+
+
+def test_seek_refuses_a_history_it_cannot_follow(mix, steered):
+    out, snaps, hist = steered()
+    # restored from a state with changes the loader does not know: seek needs their history
+    loader = fpipe.get_loader(dataset(mix))
+    loader.load_state_dict(snaps[20])
+    with pytest.raises(ConfigError, match="mix_history="):
+        loader.seek(8)
+    first = {k: v for k, v in hist.items() if k != "digest"}
+    with pytest.raises(ConfigError, match="does not lead"):
+        loader.seek(8, mix_history=dict(first, changes=hist["changes"][:1]))
+    loader.seek(8, mix_history=hist)
+    assert loader.snapshot() == snaps[7]
+    # a history that differs from the one the loader follows is refused, nothing changed
+    other = copy.deepcopy(hist)
+    other["changes"][1]["step"] = 13
+    other.pop("digest")
+    before = loader.snapshot()
+    with pytest.raises(ConfigError, match="differs from the one this loader follows"):
+        loader.seek(3, mix_history=other)
+    assert loader.snapshot() == before
+    # an earlier save of the same history agrees: the loader keeps the longer one
+    earlier = dict(first, changes=hist["changes"][:2])
+    loader.seek(31, mix_history=earlier)
+    assert loader.snapshot() == snaps[30] and loader.mix_history() == hist
+    short = fpipe.get_loader(dataset(mix), mix_history=earlier)
+    short.seek(31, mix_history=hist)
+    assert short.snapshot() == snaps[30]

@@ -138,3 +138,27 @@ def test_a_batch_size_ramp_passes_each_run_of_one_size_on_counts():
         for _ in range(20_000):
             ref, _ = p.next(ref, 1)
         assert p.snapshot(state) == p.snapshot(ref)
+
+
+def test_over_a_tile_the_highest_epoch_is_the_highest_pass_read():
+    # shuffle_over_epochs_multiplier: an epoch of the view is 3 passes, and each ref carries
+    # its pass as epoch (epoch * 3 + pass), in the slice shuffle's order: the counts give
+    # the refs, the last epoch's refs give the highest pass
+    from fpipe.loader.steering import seek_state
+    from fpipe.plan import repeat
+    from fpipe.plan.slice_order import tile
+
+    def tiled(d):
+        return slice_shuffle(tile(samples(10, dataset=d), 3), 2)
+
+    heads = {
+        "one dataset": lambda: repeat(tiled(0)),
+        "blend": lambda: blend([tiled(0), tiled(1)], weights=[1, 2]),
+    }
+    for name, head in heads.items():
+        for target in (5, 22, 64, 150):
+            plans = [Pipeline(chain(head(), window_shuffle(4), distribute(2), batch(2)), 1)
+                     for _ in range(2)]  # fmt: skip
+            fast = seek_state(plans[0], target, (), (), planned=1)
+            slow = seek_state(plans[1], target, (), (), fast=False)
+            assert fast[1:] == slow[1:], (name, target)

@@ -37,6 +37,7 @@ from fpipe.core.errors import ConfigError
 from fpipe.core.graph import step_key
 from fpipe.core.records import Recipe, Refs, State
 from fpipe.core.rng import Key, choice, fold_in, permutation
+from fpipe.plan.buckets._count import make_advance
 
 __all__ = ["GroupBatchState", "Window", "make_next"]
 
@@ -123,11 +124,16 @@ def make_next(
     num_groups: int | None,
     shuffle: bool,
     name: str,
+    drawn: bool = True,
+    retags_epochs: bool = False,
 ):
-    """The ``next`` function of a grouped batching source over an epoch of ``size`` refs.
+    """The ``next`` and ``advance`` functions of a grouped batching source over an epoch of
+    ``size`` refs (``advance``: see :mod:`fpipe.plan.buckets._count`).
 
     ``take(key, epoch, positions)`` gathers positions of an epoch; windows are
-    ``[b * window, (b + 1) * window)`` (``window=None``: the whole epoch).
+    ``[b * window, (b + 1) * window)`` (``window=None``: the whole epoch). ``drawn``: the
+    assigner draws (a keep-or-not per sample and epoch), so the groups of each epoch differ;
+    ``retags_epochs``: the view's refs carry epochs other than the view's (a tile's passes).
     """
     win = window or size
     num_blocks = -(-size // win) if size else 0
@@ -220,4 +226,18 @@ def make_next(
             out.append(recipe)
         return state, tuple(out)
 
-    return next_
+    advance = make_advance(
+        get_window=get_window,
+        state_type=GroupBatchState,
+        num_blocks=num_blocks,
+        window=win,
+        num_epochs=num_epochs,
+        rank=rank,
+        world_size=world_size,
+        keep_remainder=keep_remainder,
+        zeros=zeros,
+        same_every_epoch=num_blocks == 1 and not drawn,
+        retags_epochs=retags_epochs,
+        name=name,
+    )
+    return next_, advance

@@ -23,6 +23,7 @@ from fpipe.plan.batch import Remainder
 from fpipe.plan.buckets._assign import assign_buckets
 from fpipe.plan.buckets._config import BucketTable, load_bucket_config
 from fpipe.plan.buckets.group_batch import GroupBatchState, make_next
+from fpipe.plan.slice_order import tiles
 
 __all__ = [
     "BucketBatchConfig",
@@ -82,8 +83,8 @@ def _check_common(view: View, rank: int, world_size: int, window, num_epochs) ->
         raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
 
 
-def _source(view: View, name: str, config, assign, num_groups: int) -> Source:
-    nxt = make_next(
+def _source(view: View, name: str, config, assign, num_groups: int, drawn: bool) -> Source:
+    nxt, advance = make_next(
         size=view.size,
         window=config.window,
         num_epochs=config.num_epochs,
@@ -95,6 +96,8 @@ def _source(view: View, name: str, config, assign, num_groups: int) -> Source:
         num_groups=num_groups,
         shuffle=config.shuffle,
         name=name,
+        drawn=drawn,
+        retags_epochs=tiles(view),
     )
     zeros = (0,) * (num_groups or 0)
     return Source(
@@ -106,6 +109,7 @@ def _source(view: View, name: str, config, assign, num_groups: int) -> Source:
         inputs=(view,),
         split=_split,
         stats=_stats,
+        advance=advance,
     )
 
 
@@ -189,7 +193,9 @@ def bucket_batches(
         )
         return gid, sizes, ids, shapes
 
-    return _source(view, name, config, assign, num_groups=len(table))
+    # a probability of 0 or 1 draws the same every epoch: then so are the buckets' sizes
+    drawn = any(0.0 < b.probability < 1.0 for b in table.buckets)
+    return _source(view, name, config, assign, num_groups=len(table), drawn=drawn)
 
 
 def _fn_id(fn: Callable, name: str, default: str) -> str:
@@ -290,4 +296,4 @@ def group_batches(
             ((),) * max_groups,
         )
 
-    return _source(view, name, config, assign, num_groups=max_groups)
+    return _source(view, name, config, assign, num_groups=max_groups, drawn=False)
