@@ -6,6 +6,9 @@ Belongs here: pure code over numpy and msgspec. Must not: import torch, PIL or a
 filesystem, read the clock or a global RNG, or keep module-level mutable state.
 """
 
+from typing import TYPE_CHECKING
+
+from fpipe._lazy import lazy_exports
 from fpipe.core import rng
 from fpipe.core.compose import Lifted, chain
 from fpipe.core.errors import (
@@ -15,6 +18,7 @@ from fpipe.core.errors import (
     ErrorPolicy,
     FpipeError,
     MaterializeError,
+    ResourceLimitError,
     SnapshotError,
     SnapshotMismatchError,
     WorkerError,
@@ -37,6 +41,7 @@ __all__ = [
     "PipelineConfig",
     "Recipe",
     "Refs",
+    "ResourceLimitError",
     "SnapshotError",
     "SnapshotMismatchError",
     "Source",
@@ -51,3 +56,8 @@ __all__ = [
     "stateless",
     "step_key",
 ]
+
+# Submodules load on first use: `import fpipe` then `fpipe.core.<module>` works. Hidden from
+# type checkers, which would otherwise take any misspelt name of this package for Any.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {})

@@ -17,6 +17,7 @@ __all__ = [
     "ErrorPolicy",
     "FpipeError",
     "MaterializeError",
+    "ResourceLimitError",
     "SnapshotError",
     "SnapshotMismatchError",
     "WorkerError",
@@ -153,6 +154,24 @@ class WorkerError(FpipeError):
     ):
         self.worker, self.pid, self.reason, self.step = worker, pid, reason, step
         self.keys, self.position = tuple(keys), position
+        super().__init__(message)
+
+
+class ResourceLimitError(FpipeError):
+    """A limit of the process or the machine was reached while loading (too many open files,
+    the kernel's file table, memory mappings or address space): no sample is at fault, so none
+    is skipped or blamed and the workers are not restarted. The message names the limit, its
+    current value where there is one, and how to raise it.
+
+    Attributes:
+      limit: what ran out: ``"RLIMIT_NOFILE"`` (the process's open files, ``ulimit -n``),
+        ``"fs.file-max"`` (the system's open files), ``"memory"`` (the kernel refused memory:
+        ``RLIMIT_AS``, ``vm.max_map_count`` or the machine's).
+      errno: the system error number (``errno.EMFILE``, ``errno.ENFILE``, ``errno.ENOMEM``).
+    """
+
+    def __init__(self, message: str, *, limit: str = "", errno: int | None = None):
+        self.limit, self.errno = limit, errno
         super().__init__(message)
 
 

@@ -33,6 +33,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from fpipe.core.resource_limits import out_of_descriptors
+
 if TYPE_CHECKING:
     import torch
 
@@ -110,7 +112,12 @@ def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     if reused is not None:
         return reused
     nbytes = math.prod(shape) * dtype.itemsize
-    storage = torch.UntypedStorage._new_shared(nbytes)
+    try:
+        storage = torch.UntypedStorage._new_shared(nbytes)
+    except RuntimeError as err:
+        if not out_of_descriptors(err):
+            raise
+        return torch.empty(tuple(shape), dtype=dtype)  # no descriptor left: sent as its bytes
     if nbytes >= _POPULATE_MIN_BYTES:
         _populate(storage.data_ptr(), nbytes)
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))

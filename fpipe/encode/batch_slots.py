@@ -13,7 +13,13 @@ few slots in one shared file instead (an arena, in ``/dev/shm``), reused batch a
 * the main process maps the arena once (and removes its file name, so nothing is left behind)
   and hands the tensors over where they lie, without a copy: each holds the slot, which is
   marked free in the arena's first page once the consumer has dropped every tensor of the
-  batch (and every view of one).
+  batch (and every view of one);
+* any other tensor a worker sends travels as torch sends it, a shared segment's file
+  descriptor, but the main process maps the segment and closes the descriptor at once
+  (:func:`_mapped_storage`): torch would keep one open per storage for as long as it lives, and
+  a consumer that keeps a thousand batches would run out of descriptors. A worker with no
+  descriptor left to send one by sends the tensor's bytes instead. Every mapping here is a
+  :class:`fpipe.encode.shared_mapping.SharedMapping`, which holds no descriptor either.
 
 A batch the consumer holds is never written by a worker: its slot stays taken. Each worker has
 ``prefetch_factor + 2`` slots, room for its batches in flight and one or two the consumer still
@@ -33,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import math
-import mmap
 import os
 import secrets
 import threading
@@ -43,6 +48,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fpipe.core.raw_memory import array_at
+from fpipe.core.resource_limits import out_of_descriptors
+from fpipe.encode.shared_mapping import SharedMapping
 
 if TYPE_CHECKING:
     import torch
@@ -87,15 +94,17 @@ class _Arena:
                 # default) refuses here, instead of a SIGBUS when a batch is written.
                 if hasattr(os, "posix_fallocate"):
                     os.posix_fallocate(fd, 0, size)
-            self.mm = mmap.mmap(fd, size)
+            mapping = SharedMapping(fd, size)
         except OSError:
             if create:
                 os.unlink(path)
             raise
         finally:
-            os.close(fd)
-        self.bytes = torch.frombuffer(self.mm, dtype=torch.uint8)
-        self.base = self.bytes.data_ptr()
+            os.close(fd)  # the mapping holds the pages, no descriptor
+        #: the arena's bytes (the flags page first), holding the mapping
+        self.mm = array_at(mapping.address, (size,), mapping)
+        self.bytes = torch.from_numpy(self.mm)
+        self.base = mapping.address
 
 
 # -- in a worker process --------------------------------------------------------------------
@@ -206,13 +215,39 @@ def _reduce_tensor(t):
     return _slot_tensor, (ticket, offset, t.dtype, tuple(t.shape), tuple(t.stride()))
 
 
+def _reduce_storage(storage):
+    """The worker's pickling of a storage (a tensor's outside any slot): its shared segment's
+    descriptor, as torch sends it, rebuilt by :func:`_mapped_storage`; where this worker has
+    no descriptor left to send it by, its bytes (slower, never wrong: a worker that cannot
+    send its result leaves the main process waiting for it)."""
+    from multiprocessing.reduction import DupFd
+
+    import torch
+    from torch.multiprocessing import get_sharing_strategy
+    from torch.multiprocessing.reductions import reduce_storage
+
+    if storage.device.type != "cpu" or not storage.nbytes():
+        return reduce_storage(storage)
+    if get_sharing_strategy() != "file_descriptor":  # by file name: no descriptor is kept
+        return reduce_storage(storage)
+    try:
+        fd, size = storage._share_fd_cpu_()  # moved into a shared segment first if it is not
+        return _mapped_storage, (DupFd(fd), size)
+    except (OSError, RuntimeError) as err:
+        if not out_of_descriptors(err):
+            raise
+    flat = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),))
+    return _storage_of_bytes, (bytearray(flat.numpy()),)
+
+
 def _register_reducer() -> None:
     from multiprocessing.reduction import ForkingPickler
 
     import torch
-    import torch.multiprocessing  # noqa: F401 - torch's reductions first, then this one over it
+    import torch.multiprocessing  # noqa: F401 - torch's reductions first, these over them
 
     ForkingPickler.register(torch.Tensor, _reduce_tensor)
+    ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
 
 
 # -- in the main process --------------------------------------------------------------------
@@ -230,8 +265,7 @@ class _Claim:
         self.arena, self.slot = arena, slot
 
     def __del__(self):
-        with contextlib.suppress(ValueError):  # an arena unmapped at interpreter exit
-            self.arena.mm[self.slot] = 0
+        self.arena.mm[self.slot] = 0  # the arena stays mapped while a claim holds it
 
 
 def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:
@@ -253,6 +287,28 @@ def _slot_tensor(claim: _Claim, offset: int, dtype, shape: tuple, stride: tuple)
     # the claim is the owner: the slot stays taken while the tensor or a view of it lives
     flat = torch.from_numpy(array_at(claim.arena.base + offset, (span,), claim)).view(dtype)
     return torch.as_strided(flat, shape, stride)
+
+
+def _mapped_storage(df, size: int):
+    """A fresh segment from a worker, mapped here: the mapping holds its pages, so its
+    descriptor is closed at once. (torch keeps one open per storage as long as the storage
+    lives: a consumer that kept a thousand batches ran out of descriptors.) The storage is this
+    process's own memory as far as torch knows: sent on to another process, it is copied."""
+    import torch
+
+    fd = df.detach()
+    try:
+        mapping = SharedMapping(fd, size)
+    finally:
+        os.close(fd)
+    return torch.from_numpy(array_at(mapping.address, (size,), mapping)).untyped_storage()
+
+
+def _storage_of_bytes(data: bytearray):
+    """A storage a worker sent as its bytes (:func:`_reduce_storage`), over them."""
+    import torch
+
+    return torch.frombuffer(data, dtype=torch.uint8).untyped_storage()
 
 
 def detach(config: SlotConfig) -> None:

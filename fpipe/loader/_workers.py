@@ -18,7 +18,11 @@ their type through that, but lose their attributes), reports a killed worker as 
 - a result that cannot be pickled back to the main process (a batch class defined inside a
   function, a lambda in a field) would make torch's queue feeder thread print a traceback and
   drop it, and the main process wait forever: :func:`run_in_worker` tries it first
-  (:func:`fpipe.loader._send.check_sendable`) and returns the failure.
+  (:func:`fpipe.loader._send.check_sendable`) and returns the failure;
+- a limit of the process or the system reached, in a worker or here (no file descriptor left
+  for a pipe, torch's "Too many open files"), is one
+  :class:`~fpipe.core.errors.ResourceLimitError` naming the limit
+  (:mod:`fpipe.core.resource_limits`), never a worker fault to recover from.
 
 This module is the one place that reads private attributes of torch's multiprocessing iterator
 (``_workers``, ``_task_info``, ``_rcvd_idx``, ``_worker_pids_set``, ``_workers_done_event``,
@@ -42,6 +46,7 @@ from typing import Any
 import torch.utils.data
 
 from fpipe.core.errors import FpipeError, MaterializeError, WorkerError
+from fpipe.core.resource_limits import resource_limit_error
 from fpipe.encode import batch_slots
 from fpipe.loader._recovery import out_of_memory
 from fpipe.loader._send import check_sendable
@@ -91,6 +96,9 @@ def remote_failure(err: Exception) -> RemoteFailure:
     """``err`` as a value to send back to the main process (a non-fpipe exception first
     wrapped in a :class:`MaterializeError`), with its traceback text."""
     text = "".join(traceback.format_exception(err))
+    limit = resource_limit_error(err, "while materializing in a DataLoader worker")
+    if limit is not None:  # the process's limit, not the data's fault: nothing to blame
+        return RemoteFailure(limit, text)
     oom = out_of_memory(err)
     if getattr(err, "__fpipe_from_error_handler__", False) and check_sendable(err) is None:
         return RemoteFailure(err, text, oom)  # type: ignore[arg-type]  # the user's own
@@ -213,6 +221,23 @@ def _shutdown(it, *, kill: bool) -> None:
     if shutdown is not None:
         with contextlib.suppress(Exception):  # the pool is being abandoned after a fault
             shutdown()
+
+
+def _shut_down_half_started(err: BaseException) -> None:
+    """Shut down the workers of torch's iterator whose start raised ``err`` (a worker that
+    could not be started: no descriptor left for its pipe, say). Else the workers it started
+    would run until the process exits, and its ``__del__`` would print an AttributeError
+    about the attributes it never set."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    tb = err.__traceback__
+    while tb is not None:
+        it = tb.tb_frame.f_locals.get("self")
+        if isinstance(it, _MultiProcessingDataLoaderIter):
+            _shutdown(it, kill=True)
+            it._shutdown = True  # (set once its queue was made): its __del__ does nothing
+            return
+        tb = tb.tb_next
 
 
 def _dead_workers(it, wait_s: float) -> list[tuple[int, Any]]:
@@ -369,7 +394,14 @@ def iterate(
       recipe_at: the recipe ``ahead`` tasks after the next one awaited (0: the awaited one).
       describe: ``recipe -> (step, sample keys)`` for messages.
     """
-    it = iter(dataloader)
+    try:
+        it = iter(dataloader)  # starts the worker processes: pipes, queues, a fork each
+    except Exception as err:
+        _shut_down_half_started(err)
+        limit = resource_limit_error(err, "while starting DataLoader workers")
+        if limit is None:
+            raise
+        raise limit from err
     if dataloader.num_workers == 0:
         for result in it:
             if isinstance(result, RemoteFailure):
@@ -394,6 +426,9 @@ def iterate(
                     failed = True  # the pool is shut down at once, whoever raised
                     if not from_workers(err):
                         raise  # the user's (a signal handler's, a debugger's): unchanged
+                    limit = resource_limit_error(err, "while receiving a batch from workers")
+                    if limit is not None:  # no worker is at fault: none is replaced
+                        raise limit from err
                     if not str(err).startswith(_TORCH_TIMEOUT):  # a broken connection, for one
                         raise watch.error("failed", _dead_workers(it, 1.0), taken, err) from err
                     dead = _dead_workers(it, 0.0)

@@ -2,7 +2,9 @@
 
 Each sample runs under its own rng (``fpipe.sample_rng()``) and position; a hook's failure is
 named (as :func:`fpipe.materialize._hook_errors.naming_failures` does); a ``SkipSample`` or
-a bad sample the error policy skips is counted by the key that names it.
+a bad sample the error policy skips is counted by the key that names it. A bad sample or a
+hook's failure caused by a process or system limit (no file descriptor left) is raised as a
+``ResourceLimitError``: the error policy does not apply, no sample is at fault.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy, MaterializeError
 from fpipe.core.records import Recipe
+from fpipe.core.resource_limits import resource_limit_error
 from fpipe.core.rng import LazyGenerator
 from fpipe.encode.hooks import SkipSample, enter_sample, leave_sample
 from fpipe.encode.packing import pre_pack_encoder
@@ -107,6 +110,9 @@ def encode_samples(
             where = getattr(err, "where", "")
             skipped_keys.append(where or f"{sources[d].path}:#{i}: SkipSample")
         except BadSampleError as err:
+            limit = resource_limit_error(err, f"while reading a sample at step {step}")
+            if limit is not None:  # a file that could not be opened for want of a descriptor
+                raise limit from err
             if mat.error_policy is ErrorPolicy.RAISE:
                 raise
             if mat.error_handler is not None:

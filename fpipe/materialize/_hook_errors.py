@@ -1,7 +1,8 @@
 """Naming a failing task encoder hook: its sample keys, recipe step and position in the batch.
 
 A hook's own exception leaves the materializer as a :class:`MaterializeError` that says where it
-happened, with the original traceback; fpipe's errors and ``SkipSample`` pass unchanged.
+happened, with the original traceback (a process or system limit reached, as a
+:class:`ResourceLimitError`); fpipe's errors and ``SkipSample`` pass unchanged.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import contextlib
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 
-from fpipe.core.errors import FpipeError, MaterializeError
+from fpipe.core.errors import FpipeError, MaterializeError, ResourceLimitError
+from fpipe.core.resource_limits import resource_limit_error
 from fpipe.encode.hooks import SkipSample
 
 __all__ = ["PASSING", "naming_failures", "show_keys", "wrap_error"]
@@ -30,9 +32,13 @@ def show_keys(keys) -> str:
 
 def wrap_error(
     err: Exception, hook: str, keys, step: int, position: int | None = None
-) -> MaterializeError:
+) -> MaterializeError | ResourceLimitError:
     """``err`` as a :class:`MaterializeError` naming the hook, sample key(s), recipe step and
-    position, with the original traceback."""
+    position, with the original traceback; a limit of the process or system (out of file
+    descriptors, say) as a :class:`ResourceLimitError`, naming no sample."""
+    limit = resource_limit_error(err, f"while running {hook} at step {step}")
+    if limit is not None:
+        return limit
     keys = tuple(str(k) for k in keys)
     shown = show_keys(keys)
     where = f"step {step}" + (f", position {position} in the batch" if position is not None else "")

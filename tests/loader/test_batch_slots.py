@@ -6,8 +6,10 @@ fails), and no file is left in ``/dev/shm``."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import glob
+import multiprocessing.reduction
 import os
 import pickle
 import types
@@ -50,9 +52,15 @@ class GrowingSize(DefaultTaskEncoder):
         return sample.replace(image=F.pad(image, pad))
 
 
+def _in_slot(t: torch.Tensor) -> bool:
+    """Whether ``t`` (as it arrives in the main process) lies in a slot of an arena mapped
+    here, rather than in a fresh segment of its own."""
+    return any(a.base <= t.data_ptr() < a.base + len(a.mm) for a in batch_slots._attached.values())
+
+
 def _run(path, encoder, mode):
     loader = build(path, encoder=encoder, num_workers=2, worker_mode=mode, num_epochs=1)
-    return [(digest(b), b.image.is_shared()) for b in loader]
+    return [(digest(b), _in_slot(b.image)) for b in loader]
 
 
 @pytest.mark.parametrize("encoder", [FixedSize, GrowingSize])
@@ -61,7 +69,7 @@ def test_process_batches_come_through_slots_and_equal_thread_batches(image_datas
     procs = _run(image_dataset, encoder(), "process")
     threads = _run(image_dataset, encoder(), "thread")
     assert [d for d, _ in procs] == [d for d, _ in threads] and len(procs) > 10
-    through_slots = [not shared for _, shared in procs]
+    through_slots = [in_slot for _, in_slot in procs]
     assert sum(through_slots) >= len(procs) - (2 if encoder is FixedSize else 8)
     assert _files() == before  # every arena's file removed
 
@@ -79,10 +87,23 @@ def test_batches_the_consumer_keeps_are_never_written_again(image_dataset):
     """A consumer that keeps every batch holds every slot: the workers send the rest the
     fresh-segment way, and no kept batch changes."""
     loader = build(image_dataset, encoder=KeyStamped(), num_workers=2, num_epochs=1)
-    kept = [(b, b.image.clone()) for b in loader]
-    assert len({bytes(c.numpy()) for _, c in kept}) == len(kept) > 10  # all different
-    assert all(torch.equal(b.image, c) for b, c in kept)
-    assert sum(not b.image.is_shared() for b, _ in kept) >= 2  # some came through slots
+    kept = [(b, b.image.clone(), _in_slot(b.image)) for b in loader]
+    assert len({bytes(c.numpy()) for _, c, _ in kept}) == len(kept) > 10  # all different
+    assert all(torch.equal(b.image, c) for b, c, _ in kept)
+    assert 2 <= sum(in_slot for *_, in_slot in kept) < len(kept)  # some came through slots
+
+
+def test_kept_batches_cost_no_file_descriptor_each(image_dataset, open_files_headroom):
+    """Twice as many kept batches as descriptors left: once the slots are all held, the rest
+    arrive in fresh segments, each of which used to keep a descriptor open in this process
+    (torch's way) until EMFILE stopped the loader."""
+    loader = build(image_dataset, encoder=KeyStamped(), num_workers=2, batch_size=1, num_epochs=1)
+    few_descriptors = open_files_headroom(48)
+    kept = [(b, b.image.clone(), _in_slot(b.image)) for b in loader]
+    assert len(kept) >= 2 * few_descriptors
+    assert sum(not in_slot for *_, in_slot in kept) > few_descriptors  # fresh segments
+    assert all(torch.equal(b.image, c) for b, c, _ in kept)
+    assert loader.stats().recoveries == 0
 
 
 def _fresh_worker_state(monkeypatch):
@@ -99,7 +120,8 @@ def _fresh_worker_state(monkeypatch):
     ).items():
         monkeypatch.setattr(batch_slots, name, value)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
-    monkeypatch.setitem(ForkingPickler._extra_reducers, torch.Tensor, None)  # restored after
+    for cls in (torch.Tensor, torch.UntypedStorage):  # the reducers, restored after
+        monkeypatch.setitem(ForkingPickler._extra_reducers, cls, None)
 
 
 def test_no_room_in_dev_shm_means_batches_as_torch_sends_them(monkeypatch):
@@ -157,3 +179,31 @@ def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch):
     assert batch_slots._arena is not arena and batch_slots.take((64, 64), torch.float64) is not None
     batch_slots.detach(config)
     assert _files() == before
+
+
+def test_tensors_outside_the_slots_arrive_mapped_without_a_descriptor(monkeypatch):
+    """The worker and main-process halves in one process: a tensor outside any slot travels
+    as torch sends it (a descriptor), and is mapped here without keeping one; a worker with no
+    descriptor left sends its bytes."""
+    _fresh_worker_state(monkeypatch)
+    batch_slots.begin_task(batch_slots.new_config(2))  # the worker's reducers
+    send = lambda t: pickle.loads(bytes(ForkingPickler.dumps(t)))  # noqa: E731
+    sent = torch.zeros(4)
+    got = send(sent)  # (the first send starts this process's descriptor server)
+    got[0] = -1
+    assert sent[0] == -1  # the same segment: handed over, not copied
+    del sent  # the worker's half: its segment's descriptor, closed once it is sent
+    values = [torch.arange(100 * i, 100 * i + 100, dtype=torch.int32) for i in range(40)]
+    gc.collect()  # (what earlier tests left for the collector closes its files now)
+    in_use = len(os.listdir("/proc/self/fd"))
+    got = [send(v.clone()) for v in values]
+    # torch's rebuild: one more per tensor (a few may come and go meanwhile: other threads)
+    assert len(os.listdir("/proc/self/fd")) < in_use + 10
+    assert all(torch.equal(a, b) for a, b in zip(got, values))
+
+    def no_descriptor_left(fd):
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(multiprocessing.reduction, "DupFd", no_descriptor_left)
+    t = torch.arange(10.0)
+    assert torch.equal(send(t), t)  # its bytes
