@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode._hook_wrapper import HookWrapper
 from fpipe.encode.hook_forms import drain
 
 __all__ = [
@@ -192,6 +192,18 @@ def _seeded(seed: int) -> Iterator[None]:
             torch.random.set_rng_state(torch_state)
 
 
+class _Seeded(HookWrapper):
+    """A ``@stateless(restore_seeds=True)`` hook: runs with the global generators seeded from
+    the sample's rng. An object rather than a closure, so that a task encoder class of the
+    training script reaches Ray actors (see :mod:`fpipe.encode._hook_wrapper`)."""
+
+    __fpipe_stateless__ = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with _GLOBAL_SEEDS, _seeded_globals(_RNG.get()):
+            return drain(self.fn(*args, **kwargs))  # a generator's body runs seeded, too
+
+
 def stateless(
     fn: Callable | None = None, *, restore_seeds: bool = False, failure_tolerance: Any = None
 ) -> Any:
@@ -205,13 +217,7 @@ def stateless(
             f.__fpipe_stateless__ = True
             return f
 
-        @functools.wraps(f)
-        def seeded(*args: Any, **kwargs: Any) -> Any:
-            with _GLOBAL_SEEDS, _seeded_globals(_RNG.get()):
-                return drain(f(*args, **kwargs))  # a generator's body runs seeded, too
-
-        seeded.__fpipe_stateless__ = True
-        return seeded
+        return _Seeded(f)
 
     return wrap if fn is None else wrap(fn)
 

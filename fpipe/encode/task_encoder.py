@@ -44,7 +44,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 from collections.abc import Sequence
 from types import GeneratorType
@@ -53,6 +52,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode._hook_wrapper import HookWrapper
 from fpipe.encode.hook_forms import drain, then
 from fpipe.encode.hooks import _RNG, current_position, generic_batch
 
@@ -85,26 +85,30 @@ def _takes_rng(fn: Any) -> bool:
     return len(positional) >= 2
 
 
-def _sample_hook(fn: Any) -> Any:
-    """Wrap a user hook so that both call forms work and :func:`sample_rng` sees its rng."""
-    takes_rng = _takes_rng(fn)
+class _SampleHook(HookWrapper):
+    """A user's sample hook, callable in both forms, with :func:`sample_rng` seeing its rng.
+    An object rather than a closure, so that a task encoder class of the training script
+    reaches Ray actors (see :mod:`fpipe.encode._hook_wrapper`)."""
 
-    @functools.wraps(fn)
-    def hook(self, sample, rng=None):
+    __fpipe_hook__ = True
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__(fn)
+        self.takes_rng = _takes_rng(fn)
+
+    def __call__(self, encoder: Any, sample: Any, rng: Any = None) -> Any:
         if rng is None:
             rng = _RNG.get()
         token = _RNG.set(rng)
         try:  # a generator hook runs to its end here, with its sample's rng
-            return drain(fn(self, sample, rng) if takes_rng else fn(self, sample))
+            fn = self.fn
+            return drain(fn(encoder, sample, rng) if self.takes_rng else fn(encoder, sample))
         finally:
             _RNG.reset(token)
 
-    hook.__fpipe_hook__ = True
-    return hook
-
 
 def _passes_rng_on(fn: Any) -> Any:
-    """Mark one of fpipe's own sample hooks as needing no :func:`_sample_hook` wrapper: it
+    """Mark one of fpipe's own sample hooks as needing no :class:`_SampleHook` wrapper: it
     takes ``rng`` and only hands it to the hooks it calls, which are wrapped when the user
     wrote them (as :meth:`TaskEncoder.encode_sample`, which no wrapper reaches). The wrapper
     would set the rng and drain a generator around every sample for nothing."""
@@ -201,7 +205,7 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
         for name in _SAMPLE_HOOKS:  # Energon's one-argument hooks, and sample_rng() in both
             fn = cls.__dict__.get(name)
             if callable(fn) and not getattr(fn, "__fpipe_hook__", False):
-                setattr(cls, name, _sample_hook(fn))
+                setattr(cls, name, _SampleHook(fn))
 
     @property
     def current_batch_index(self) -> int:
