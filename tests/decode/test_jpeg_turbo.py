@@ -111,6 +111,67 @@ def test_a_truncated_or_corrupt_stream_fails_as_pillow_says(cut, monkeypatch):
         decode_image_with(broken, ImageDecodeOptions(out="pil"))
 
 
+def _outcomes(data: bytes, monkeypatch) -> list[tuple[str, object]]:
+    """(this path's outcome, Pillow's alone): ("ok", pixels) or ("error", the message)."""
+    got = []
+    for fast in (True, False):
+        with monkeypatch.context() as m:
+            if not fast:
+                m.setattr(_jpeg, "simplejpeg", None)
+            try:
+                out = decode_image_with(data, ImageDecodeOptions(out="numpy"), path="p", key="k")
+                got.append(("ok", np.asarray(out).tobytes()))
+            except BadSampleError as err:
+                got.append(("error", str(err)))
+    return got
+
+
+def _segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def _before_scan(data: bytes, extra: bytes) -> bytes:
+    at = data.index(b"\xff\xda")  # SOS
+    return data[:at] + extra + data[at:]
+
+
+def test_a_tem_marker_before_the_scan_is_refused_as_pillow_refuses_it(monkeypatch):
+    # libjpeg-turbo skips a standalone TEM marker (FF 01); Pillow's parser refuses it
+    data = _before_scan(_jpeg_of(40, 30), b"\xff\x01")
+    fast, slow = _outcomes(data, monkeypatch)
+    assert slow[0] == "error" and "cannot identify image file" in str(slow[1])
+    assert fast == slow
+
+
+PLAIN = _jpeg_of(40, 30)
+JFIF = PLAIN.index(b"\xff\xe0")  # APP0 JFIF, right after SOI
+HEADERS = {  # headers libjpeg-turbo reads and Pillow refuses, or reads its own way
+    "TEM after SOI": PLAIN[:2] + b"\xff\x01" + PLAIN[2:],
+    "short JFIF": PLAIN[:JFIF] + _segment(0xE0, b"JFIF\x00") + PLAIN[JFIF + 18 :],
+    "short Adobe": _before_scan(PLAIN, _segment(0xEE, b"Adobe\x00")),
+    "ICC chunk without its number": PLAIN[:2] + _segment(0xE2, b"ICC_PROFILE\x00\x01") + PLAIN[2:],
+    "Photoshop block cut": PLAIN[:2]
+    + _segment(0xED, b"Photoshop 3.0\x00" + b"8BIM\x03\xed")
+    + PLAIN[2:],
+    "RST before the scan": _before_scan(PLAIN, b"\xff\xd0"),  # both decode it
+    "fill bytes": _before_scan(PLAIN, b"\xff\xff"),
+    "unknown marker": _before_scan(PLAIN, b"\xff\x02"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADERS))
+def test_a_header_gives_one_outcome_on_either_path(name, monkeypatch):
+    fast, slow = _outcomes(HEADERS[name], monkeypatch)
+    assert fast == slow, name
+
+
+def test_the_metadata_segments_of_photos_keep_this_path():
+    exif = Image.Exif()
+    exif[0x010F] = "camera"
+    data = _jpeg_of(40, 30, exif=exif.tobytes(), icc_profile=b"\0" * 3000, comment=b"c")
+    assert _jpeg.header(data) is not None
+
+
 def test_the_pixel_limit_is_checked_from_its_header_before_decoding(monkeypatch):
     data = _jpeg_of(300, 200)
     monkeypatch.setattr(_jpeg, "decode", lambda *a: pytest.fail("decoded past the limit"))
