@@ -18,6 +18,10 @@ would have::
 one process. (``torchrun --nproc_per_node 2 examples/accelerate_resume.py ...`` works too.)
 DATASET is any prepared dataset (``fpipe prepare``); ``--record FILE`` writes each process's
 batches as JSON (``{rank}`` in FILE is replaced by the process index).
+
+After ``--resume`` each process prints a verdict: it replays the uninterrupted run with a fresh
+loader (the data is read twice) and says whether the resumed batches equal that run's batches
+after the save, or at which step they first differ (and then exits with status 1).
 """
 
 from __future__ import annotations
@@ -63,8 +67,34 @@ def main() -> None:
     if args.resume:
         accelerator.load_state(args.ckpt)
 
-    record = []
-    in_epoch, last_epoch = 0, None
+    save = None if args.resume else (lambda: accelerator.save_state(args.ckpt))
+    record, _ = train(loader, save=save, stop_after_save=args.stop_after_save)
+    accelerator.wait_for_everyone()
+    if args.record:
+        with open(args.record.replace("{rank}", str(accelerator.process_index)), "w") as f:
+            json.dump(record, f)
+    rank = accelerator.process_index
+    same = True
+    if args.resume:  # the uninterrupted run, replayed: what the resumed run should deliver
+        full, saved_after = train(fpipe.get_loader(ds))
+        if saved_after < 0:
+            same, text = False, "the uninterrupted run never reaches the save point (epoch 2)"
+        else:
+            same, text = verdict(record, full[saved_after:], saved_after)
+        print(f"process {rank}: {text}", flush=True)
+    else:
+        print(f"process {rank}: {len(record)} batches", flush=True)
+    accelerator.end_training()
+    if not same:
+        raise SystemExit(1)
+
+
+def train(loader, *, save=None, stop_after_save: bool = False) -> tuple[list[dict], int]:
+    """The training loop: each batch's record (global epoch, position, sample keys), and the
+    number of batches before the save point, 2 batches into epoch 2, where ``save()`` is
+    called (then the loop stops if ``stop_after_save``)."""
+    record: list[dict] = []
+    in_epoch, last_epoch, saved_after = 0, None, -1
     for batch in loader:
         # The global epoch (0-based) at the consumer: the same on every process at every step,
         # so every process decides to save at the same step. (A batch's own samples may still
@@ -75,16 +105,33 @@ def main() -> None:
         last_epoch = epoch
         record.append({"epoch": epoch, "position": stats.position, "keys": list(batch.__key__)})
         # ... forward, backward, optimizer step ...
-        if not args.resume and epoch == 1 and in_epoch == 2:  # 2 batches into epoch 2
-            accelerator.save_state(args.ckpt)
-            if args.stop_after_save:
-                break
-    accelerator.wait_for_everyone()
-    if args.record:
-        with open(args.record.replace("{rank}", str(accelerator.process_index)), "w") as f:
-            json.dump(record, f)
-    accelerator.print(f"process {accelerator.process_index}: {len(record)} batches")
-    accelerator.end_training()
+        if saved_after < 0 and epoch == 1 and in_epoch == 2:  # 2 batches into epoch 2
+            saved_after = len(record)
+            if save is not None:
+                save()
+                if stop_after_save:
+                    break
+    return record, saved_after
+
+
+def verdict(resumed: list[dict], expected: list[dict], saved_after: int) -> tuple[bool, str]:
+    """Whether the batches after the restore equal the uninterrupted run's after the save, and
+    a line saying so, or naming the first step (1-based, of the whole run) that differs."""
+    for i, (got, want) in enumerate(zip(resumed, expected)):
+        if got != want:
+            return False, (
+                f"the resumed stream differs from the uninterrupted one at step "
+                f"{saved_after + i + 1}: {got} instead of {want}"
+            )
+    if len(resumed) != len(expected):
+        return False, (
+            f"the resumed stream differs from the uninterrupted one: {len(resumed)} batches "
+            f"after the restore, {len(expected)} in the uninterrupted run after step {saved_after}"
+        )
+    return True, (
+        f"the resumed stream equals the uninterrupted one ({len(resumed)} batches after step "
+        f"{saved_after})"
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from fpipe._version import __version__
 
 _moved.install()  # documented former module paths stay importable
 
-# Torch-facing names load on first use, so `import fpipe` stays fast.
+# Torch-facing names load on first use, so `import fpipe` stays fast; so do the subpackages
+# (`fpipe.encode.DefaultTaskEncoder` works after `import fpipe` alone).
 _SAMPLES = (
     "Batch",
     "CaptionedVideoSample",

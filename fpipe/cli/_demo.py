@@ -3,7 +3,8 @@
 Makes a small synthetic image-caption dataset in a temporary folder, prepares it, shows one
 batch (fields, shapes, dtypes, a caption) and a preview picture, runs a toy training loop,
 snapshots the loader, keeps going, then restores the snapshot in a *new process* and shows side
-by side that the stream continued exactly. The folder is removed at the end unless ``--keep``.
+by side that the stream continued exactly. The data is removed at the end unless ``--keep``;
+the preview picture stays in the run's own temporary folder (or where ``--preview`` says).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "preview_path", "run"]
 
 DESCRIPTION = """\
 Make a small synthetic image-caption dataset (192 samples), prepare it, show one batch and a
@@ -41,7 +42,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="samples per batch (default 8)")
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
     p.add_argument("--seed", type=int, default=1234, help="shuffle seed")
-    p.add_argument("--preview", metavar="PNG", help="where to write the preview picture")
+    p.add_argument(
+        "--preview",
+        metavar="PNG",
+        help="where to write the preview picture (default: the --keep folder, else a new "
+        "folder of this run's own under the system's temporary folder, kept after the data is "
+        "removed)",
+    )
     # Internal: the resumed process.
     p.add_argument("--resume-from", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
@@ -122,12 +129,27 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo (or, with the hidden --resume-from, the resumed half of it)."""
     if args.resume_from:
         return _resume(args)
-    root = args.keep or tempfile.mkdtemp(prefix="fpipe-demo-")
+    if args.keep:
+        return _demo(args, args.keep)
+    # A folder of this run's own: the data (removed at the end) and the preview picture (kept,
+    # unless --preview puts it elsewhere; then the folder goes too).
+    out = Path(tempfile.mkdtemp(prefix="fpipe-demo-"))
     try:
-        return _demo(args, root)
+        return _demo(args, str(out / "data"))
     finally:
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(out / "data", ignore_errors=True)
+        if not any(out.iterdir()):
+            out.rmdir()
+
+
+def preview_path(args: argparse.Namespace, root: str | Path) -> Path:
+    """Where the preview picture goes: ``--preview``, else in the ``--keep`` folder, else
+    beside this run's data folder ``root`` (which is removed at the end)."""
+    if args.preview:
+        return Path(args.preview)
+    if args.keep:
+        return Path(root) / "fpipe-demo-preview.png"
+    return Path(root).parent / "preview.png"
 
 
 def _demo(args: argparse.Namespace, root: str) -> int:
@@ -149,8 +171,7 @@ def _demo(args: argparse.Namespace, root: str) -> int:
     print(
         f"   {report.num_samples} samples in {report.num_shards} shards, {report.elapsed_s:.2f} s"
     )
-    default_png = Path(root if args.keep else tempfile.gettempdir()) / "fpipe-demo-preview.png"
-    png = save_preview(root, args.preview or default_png, n=16, cell_size=128)
+    png = save_preview(root, preview_path(args, root), n=16, cell_size=128)
     print(f"   preview of the first 16 samples: {png}")
 
     loader = _loader(root, args, num_workers=args.workers)

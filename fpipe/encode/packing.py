@@ -30,6 +30,7 @@ from fpipe.encode.hook_forms import outputs
 __all__ = [
     "PACK_KEY",
     "check_packing_hooks",
+    "check_plan_packing",
     "pack_buffer",
     "pack_planned",
     "pre_pack_encoder",
@@ -75,6 +76,19 @@ def check_packing_hooks(enc: Any, packing_buffer_size: int | None) -> bool:
             "preencode_sample/postencode_sample (before/after selection) or encode_sample alone"
         )
     return True
+
+
+def check_plan_packing(enc: Any) -> None:
+    """Refuse packs chosen in the plan tier (a :func:`fpipe.plan.pack` step) for an encoder
+    that cannot merge them: each pack goes to ``pack_selected_samples``, which the encoder must
+    define (``select_samples_to_pack`` is not used: the plan has selected)."""
+    if not _overrides(enc, "pack_selected_samples"):
+        raise ConfigError(
+            "plan_stages has a fpipe.plan.pack step, and each pack it chooses goes to the task "
+            f"encoder's pack_selected_samples, which {type(enc).__name__} does not define: pass "
+            "task_encoder= an encoder that defines pack_selected_samples(samples) -> one packed "
+            "sample (encode_sample runs on each sample first; see docs/packing.md)"
+        )
 
 
 def pre_pack_encoder(enc: Any) -> Callable[[Any, Any], Any]:

@@ -74,9 +74,14 @@ class Materializer:
         unbatched: bool = False,
         error_handler: Callable[..., Any] | None = None,
         batch_size: int | None = None,
+        plan_packs: bool = False,
     ):
         self.sources = list(sources)
         self.task_encoder = task_encoder
+        #: the plan chooses packs (a fpipe.plan.pack step), each merged by the encoder's
+        #: pack_selected_samples: checked when a loader is made, since the plan alone (ds.plan,
+        #: fpipe inspect) needs no encoder
+        self.plan_packs = plan_packs
         # batch_group_criterion, generator batch hooks...: refused now, not ignored later
         check_hook_forms(task_encoder, unbatched=unbatched)
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.

@@ -5,6 +5,9 @@ Each step is one module holding its Config, its State, a factory and pure functi
 model (views, stages, sources) is explained in :mod:`fpipe.core.stage`.
 """
 
+from typing import TYPE_CHECKING
+
+from fpipe._lazy import lazy_exports
 from fpipe.plan._filter import FilterConfig, FilterState, filter_refs
 from fpipe.plan._map_refs import MapRefsConfig, map_refs
 from fpipe.plan._shuffle import (
@@ -96,3 +99,8 @@ __all__ = [
     "slice_shuffle",
     "window_shuffle",
 ]
+
+# Submodules load on first use: `import fpipe` then `fpipe.plan.<module>` works. Hidden from
+# type checkers, which would otherwise take any misspelt name of this package for Any.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {})

@@ -8,6 +8,9 @@ torch is imported lazily (``pin_memory`` / ``to`` of samples and batches, tensor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from fpipe._lazy import lazy_exports
 from fpipe.samples._cook import (
     Cooker,
     CrudeSample,
@@ -30,6 +33,7 @@ from fpipe.samples._types import (
     CaptionedAudioSample,
     CaptionedVideoSample,
     CaptioningSample,
+    GPTSample,
     ImageClassificationSample,
     ImageSample,
     InterleavedSample,
@@ -37,6 +41,7 @@ from fpipe.samples._types import (
     OCRSample,
     SimilarityInterleavedSample,
     TextSample,
+    TokensSample,
     VideoTextSample,
     VidQASample,
     VQASample,
@@ -64,6 +69,7 @@ __all__ = [
     "FieldMap",
     "FieldSource",
     "FieldSpec",
+    "GPTSample",
     "ImageClassificationSample",
     "ImageSample",
     "InterleavedSample",
@@ -74,6 +80,7 @@ __all__ = [
     "SimilarityInterleavedSample",
     "SourceInfo",
     "TextSample",
+    "TokensSample",
     "VQASample",
     "VidQASample",
     "VideoTextSample",
@@ -94,3 +101,8 @@ __all__ = [
     "sample_type_from_name",
     "sample_type_name",
 ]
+
+# Submodules load on first use: `import fpipe` then `fpipe.samples.<module>` works. Hidden from
+# type checkers, which would otherwise take any misspelt name of this package for Any.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {})

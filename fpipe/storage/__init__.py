@@ -9,6 +9,9 @@ Example::
     ds.read(ds.split_indices("train")[0])["jpg"][:2]   # b'\xff\xd8'
 """
 
+from typing import TYPE_CHECKING
+
+from fpipe._lazy import lazy_exports
 from fpipe.samples.field_spec import FieldSpec, parse_field_spec
 from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
 from fpipe.storage.config.metadataset import Leaf, Metadataset, Mix, load_metadataset, resolve_mix
@@ -38,3 +41,8 @@ __all__ = [
     "read_record",
     "resolve_mix",
 ]
+
+# Submodules load on first use: `import fpipe` then `fpipe.storage.<module>` works. Hidden from
+# type checkers, which would otherwise take any misspelt name of this package for Any.
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(__name__, {})

@@ -15,19 +15,22 @@ from fpipe.cli.main import main
 @pytest.mark.slow  # a restore in a new process (imports torch)
 def test_demo_shows_a_batch_a_preview_and_resumes_exactly(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo's folder goes
-    png = tmp_path / "out" / "preview.png"
-    argv = ["demo", "--steps", "4", "--after", "3", "--workers", "1", "--preview", str(png)]
+    argv = ["demo", "--steps", "4", "--after", "3", "--workers", "1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "\r" not in out  # plain lines when stdout is not a terminal
     assert "image     uint8[8, 3, 64, 64]" in out and "first caption: 'a " in out
+    # the picture goes into this run's own folder (two runs never write the same file), which
+    # keeps only it once the data is removed
+    [folder] = tmp_path.iterdir()
+    assert folder.name.startswith("fpipe-demo-")
+    [png] = folder.iterdir()
     assert f"preview of the first 16 samples: {png}" in out
     with Image.open(png) as img:
         assert img.format == "PNG" and img.width > 300
     assert "first sample key     pixels sha256" in out  # every column labelled
     assert "the stream continued exactly" in out
     assert out.count(" yes\n") == 3
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the data folder was removed
 
 
 def _resume_in_this_process(cmd, **kwargs):
@@ -50,3 +53,15 @@ def test_demo_keep_keeps_the_data(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert f"data kept in {keep}" in out and "the stream continued exactly" in out
     assert (keep / ".fpipe" / "info.yaml").exists() and (keep / "fpipe-demo-preview.png").exists()
+
+
+def test_demo_preview_path(tmp_path):
+    # --preview wins; --keep puts the picture in the kept folder; else beside the run's data
+    args = types.SimpleNamespace(preview=None, keep=None)
+    assert _demo.preview_path(args, tmp_path / "data") == tmp_path / "preview.png"
+    args.keep = str(tmp_path / "kept")
+    assert (
+        _demo.preview_path(args, tmp_path / "kept") == tmp_path / "kept" / "fpipe-demo-preview.png"
+    )
+    args.preview = str(tmp_path / "p.png")
+    assert _demo.preview_path(args, tmp_path / "kept") == tmp_path / "p.png"

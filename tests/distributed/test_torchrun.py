@@ -74,7 +74,8 @@ def _start_ranks(nproc: int, port: int, script: Path, *args: str) -> list[subpro
     return procs
 
 
-def _wait(proc: subprocess.Popen) -> None:
+def _wait(proc: subprocess.Popen) -> str:
+    """The process's output, once it exited with status 0."""
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -82,19 +83,20 @@ def _wait(proc: subprocess.Popen) -> None:
         out, _ = proc.communicate()
         pytest.fail(f"torchrun timed out after {TIMEOUT}s:\n{out[-4000:]}")
     assert proc.returncode == 0, f"torchrun failed:\n{out[-4000:]}"
+    return out
 
 
-def _launch_all(jobs, *, launcher: bool = True):
-    """Start every (nproc, script, args) job at once (they are independent); wait for all.
-    ``launcher=False`` starts the ranks directly instead of through torchrun."""
+def _launch_all(jobs, *, launcher: bool = True) -> list[str]:
+    """Start every (nproc, script, args) job at once (they are independent); wait for all and
+    return their outputs. ``launcher=False`` starts the ranks directly instead of through
+    torchrun (one output per rank)."""
     ports = _free_ports(len(jobs))
     procs = []
     for (n, script, args), port in zip(jobs, ports):
         procs += (
             [_start(n, port, script, *args)] if launcher else _start_ranks(n, port, script, *args)
         )
-    for p in procs:
-        _wait(p)
+    return [_wait(p) for p in procs]
 
 
 def _read(out: Path, mode: str, world: int) -> list[dict]:
@@ -253,7 +255,9 @@ def test_accelerate_register_for_checkpointing(ten_samples, tmp_path):
     full, res = str(tmp_path / "full_{rank}.json"), str(tmp_path / "res_{rank}.json")
     _wait(_start_accelerate(_free_ports(1)[0], *common, "--record", full))
     assert (tmp_path / "full_1.json").exists(), "the docs' accelerate command started 1 process"
-    _launch_all([(2, EXAMPLE, (*common, "--resume", "--record", res))], launcher=False)
+    outs = _launch_all([(2, EXAMPLE, (*common, "--resume", "--record", res))], launcher=False)
+    for rank, out in enumerate(outs):  # the example's own verdict, from the replayed full run
+        assert f"process {rank}: the resumed stream equals the uninterrupted one" in out, out
     fulls = [json.loads((tmp_path / f"full_{r}.json").read_text()) for r in range(2)]
     ress = [json.loads((tmp_path / f"res_{r}.json").read_text()) for r in range(2)]
     steps = [[(b["epoch"], b["position"]) for b in f] for f in fulls]

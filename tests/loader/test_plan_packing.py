@@ -2,7 +2,10 @@
 per sample, pack_selected_samples per pack; same batches for 0 and 2 workers and after a
 restore from inside a packing buffer."""
 
+import pytest
+
 import fpipe
+from fpipe.core.errors import ConfigError
 from fpipe.decode.image import ImageDecodeOptions
 from fpipe.encode import DefaultTaskEncoder
 from fpipe.plan import pack
@@ -53,3 +56,27 @@ def test_plan_packs_end_to_end(image_dataset):
         resumed = fpipe.get_loader(_dataset(image_dataset))
         resumed.load_state_dict(loader.state_dict())
         assert head + _take(resumed, 6 - cut) == ref
+
+
+class EncodesOnly(DefaultTaskEncoder):
+    def encode_sample(self, sample, rng):
+        return sample
+
+
+@pytest.mark.parametrize("encoder", [None, EncodesOnly()])
+def test_plan_packs_need_an_encoder_that_packs(image_dataset, encoder):
+    ds = fpipe.get_train_dataset(
+        image_dataset,
+        batch_size=3,
+        task_encoder=encoder,
+        columns=["caption.chars"],
+        plan_stages=[pack({"caption.chars": 60}, packing_buffer_size=10)],
+    )
+    assert ds.plan.next(ds.plan.init(), 1)[1]  # the plan alone needs no encoder (fpipe inspect)
+    # refused when the loader is made, not at the first batch inside a worker
+    name = type(ds.materializer.task_encoder).__name__
+    with pytest.raises(ConfigError, match="defines pack_selected_samples") as refused:
+        fpipe.get_loader(ds, num_workers=2)
+    assert "fpipe.plan.pack" in str(refused.value)
+    assert f"{name} does not define" in str(refused.value)
+    assert "select_samples_to_pack" not in str(refused.value)  # not needed for plan packs

@@ -290,3 +290,26 @@ def test_same_folder_name_in_two_places_is_named_by_its_parent(dirs):
     assert [lf.weight for lf in mix.leaves] == pytest.approx([0.2, 0.6, 0.2])
     val = resolve_mix(md, "train", training=False)
     assert [lf.name for lf in val.leaves] == ["a/wds", "b/wds", "coco"]
+
+
+def test_a_dataset_that_cannot_be_opened_names_the_metadataset_and_the_path(dirs):
+    # data/coco exists (so the file checks) but holds no dataset: the error says which entry of
+    # which file named it, and the folder it tried
+    import fpipe
+
+    path = write(
+        dirs / "mix.yaml", "splits:\n  train:\n    blend: [{weight: 1, path: ./data/coco}]\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        fpipe.get_train_dataset(path, batch_size=2)
+    assert f"{path}: splits.train.blend[0]" in str(e.value)
+    assert str(dirs / "data" / "coco") in str(e.value)
+
+
+def test_a_relative_path_that_does_not_exist_names_where_it_looked(tmp_path, monkeypatch):
+    from fpipe.storage import open_dataset
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="dsZ: no such dataset") as e:
+        open_dataset("dsZ")
+    assert str(tmp_path / "dsZ") in str(e.value)
