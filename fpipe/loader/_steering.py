@@ -157,6 +157,16 @@ def _leading_history(loader: Loader, history: Any) -> MixHistory:
 def load_mix_history(loader: Loader, history: Any) -> None:
     """:meth:`fpipe.loader.Loader.load_mix_history`."""
     loader._mix = MixLog(0, list(_leading_history(loader, history).changes))
+    # changes due at the loader's next step go into its state now, as set_weights does: a
+    # state_dict() taken before the next batch must hold them (it restores into the run)
+    plan, state = loader.plan, loader._state.plan
+    current = next_step(plan, state)
+    count, _ = _count(loader)
+    for change in loader._mix.changes[count:]:
+        if current is None or change.step > current:
+            break
+        state = apply_change(plan, state, change)
+    loader._state = msgspec.structs.replace(loader._state, plan=state)
     loader._generation += 1
 
 

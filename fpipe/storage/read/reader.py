@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -20,6 +22,7 @@ from typing import Any
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
+from fpipe.storage.read.coalesce import LOCAL_BUDGET
 
 __all__ = ["FileCache", "gunzip_member", "members_to_dict", "read_each"]
 
@@ -33,6 +36,15 @@ _PID = os.getpid()
 def _forked() -> None:
     global _PID
     _PID = os.getpid()
+    _LRU.clear()  # the parent's descriptors: each cache closes its copies when it notices
+
+
+#: Descriptors all caches of this process hold together. Each dataset has its own cache, so a
+#: blend of 10,000 datasets would otherwise keep up to 10,000 x ``max_open`` files open in
+#: every worker; past this many, the least recently used descriptor of any cache is closed.
+PROCESS_MAX_OPEN = 256
+_LRU: OrderedDict[tuple[int, str], weakref.ref] = OrderedDict()  #: (id(cache), path) -> cache
+_LRU_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -40,6 +52,10 @@ os.register_at_fork(after_in_child=_forked)
 
 class FileCache:
     """At most ``max_open`` open read-only files, least recently used closed first."""
+
+    #: a batch's close ranges within this many bytes are read with one ``pread``
+    #: (:mod:`fpipe.storage.read.coalesce`, where the figure was measured)
+    merge_budget = LOCAL_BUDGET
 
     def __init__(self, max_open: int = 64):
         if max_open < 1:
@@ -62,14 +78,31 @@ class FileCache:
             self._fds.clear()
             self._pid = os.getpid()
         fd = self._fds.get(path)
+        me = (id(self), path)
         if fd is not None:
             self._fds.move_to_end(path)
+            with _LRU_LOCK:
+                if me in _LRU:
+                    _LRU.move_to_end(me)
             return fd
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._fds[path] = fd
         while len(self._fds) > self.max_open:
-            _, old = self._fds.popitem(last=False)
+            old_path, old = self._fds.popitem(last=False)
             os.close(old)
+            with _LRU_LOCK:
+                _LRU.pop((id(self), old_path), None)
+        with _LRU_LOCK:
+            _LRU[me] = weakref.ref(self)
+            evict = []
+            while len(_LRU) > PROCESS_MAX_OPEN:
+                evict.append(_LRU.popitem(last=False))
+        for (_, old_path), ref in evict:  # another cache's least recently used file
+            cache = ref()
+            old = None if cache is None else cache._fds.pop(old_path, None)
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    os.close(old)
         return fd
 
     def pread(self, path: str, offset: int, size: int) -> bytes:
@@ -108,14 +141,20 @@ class FileCache:
         if self._pid == os.getpid():
             for fd in self._fds.values():
                 os.close(fd)
+            with _LRU_LOCK:
+                for path in self._fds:
+                    _LRU.pop((id(self), path), None)
         self._fds.clear()
 
     def __len__(self) -> int:
         return len(self._fds) if self._pid == os.getpid() else 0
 
     def __del__(self):
-        with contextlib.suppress(Exception):  # interpreter shutdown
+        # at interpreter shutdown module globals (contextlib, os, the LRU lock) may be gone
+        try:  # noqa: SIM105
             self.close()
+        except Exception:
+            pass
 
 
 def gunzip_member(
