@@ -37,7 +37,9 @@ def megatron_sizes(start, increment, ramp_samples, final, steps):
 
 def test_rampup_is_megatrons_step_for_step():
     r = random.Random(0)
-    cases = [(32, 32, 10_000, 256), (16, 16, 5_859_375, 1536), (1, 1, 100, 7)]
+    # (1, 1, 232, 8): the samples consumed reach 232 exactly, where Megatron's float division
+    # gives 7, not the final 8
+    cases = [(32, 32, 10_000, 256), (16, 16, 5_859_375, 1536), (1, 1, 100, 7), (1, 1, 232, 8)]
     for _ in range(200):
         start, inc = r.randint(1, 64), r.randint(1, 64)
         cases.append((start, inc, r.randint(1, 50_000), start + inc * r.randint(1, 20)))
@@ -61,6 +63,28 @@ def test_table_and_errors():
     with pytest.raises(ConfigError, match="whole number of increments"):
         BatchSchedule.rampup(32, 30, 1000, final=256)
     assert BatchSchedule.rampup(64, 32, 1000, final=64).sizes == (64,)
+    assert BatchSchedule.rampup(8, 8, 0, final=32).sizes == (32,)  # no samples: no ramp
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: BatchSchedule(steps=(0, 5, 5), sizes=(1, 2, 3)), r"must increase: \(0, 5, 5\)"),
+        (lambda: BatchSchedule(steps=(0, 3, 2), sizes=(1, 2, 3)), r"must increase: \(0, 3, 2\)"),
+        (lambda: BatchSchedule(steps=(0, 5), sizes=(4, 0)), r"integers >= 1; step 5: 0"),
+        (lambda: BatchSchedule(steps=(0,), sizes=(2.5,)), r"integers >= 1; step 0: 2.5"),
+        (lambda: BatchSchedule.of({0: True}), r"at step 0 must be an integer, got True"),
+        (lambda: BatchSchedule.of(5), r"\{step: size\} or \[\(step, size\), ...\], got 5"),
+        (lambda: BatchSchedule.of({0: 8}).per_rank(3), r"must divide by every world size"),
+        (lambda: BatchSchedule.rampup(0, 8, 100, final=16), r"start must be .* >= 1, got 0"),
+        (lambda: BatchSchedule.rampup(8, 0, 100, final=16), r"increment must be .* >= 1, got 0"),
+        (lambda: BatchSchedule.rampup(8, 8, 100, final=0), r"final must be .* >= 1, got 0"),
+        (lambda: BatchSchedule.rampup(8, 8, -1, final=16), r"samples must be .* >= 0: -1"),
+    ],
+)
+def test_bad_schedules_are_refused_saying_what_is_wrong(make, match):
+    with pytest.raises(ConfigError, match=match):
+        make()
 
 
 SCHEDULE = BatchSchedule.of({0: 8, 3: 16, 7: 32})
