@@ -11,6 +11,9 @@ import dataclasses
 import os
 from pathlib import Path
 
+import msgspec
+import numpy as np
+
 from fpipe.core.errors import ConfigError
 from fpipe.datasets.options import DatasetOptions
 from fpipe.materialize.sources import DatasetSource
@@ -56,14 +59,26 @@ def dataset_view(
     """The source and the index-order view of one dataset's split (dataset id ``dataset``),
     read as ``options`` say (sample type, field map, subflavors, open_kwargs); ``columns``:
     the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
-    it by key."""
-    ds = open_path(path, options.open_kwargs)
+    it by key (its own open arguments, such as a corpus's GPT sequence options, go over the
+    options')."""
+    if join is not None and join.open_kwargs:
+        merged = {**(options.open_kwargs or {}), **join.open_kwargs}
+        options = msgspec.structs.replace(options, open_kwargs=merged)
+    try:
+        ds = open_path(path, options.open_kwargs)
+    except ConfigError as e:
+        if join is None:
+            raise
+        raise ConfigError(f"{join.where}: {e}") from e  # which entry of which file named it
     # The config files to read: the leaf's (a metadataset entry), else the options' (a dataset
     # folder); a split_config named in the dataset config wins, as in Energon.
     files = join if join is not None else options
     cfg = ds.dataset_config(files.dataset_config)
-    indices = ds.split_indices(split, files.split_config, dataset_config=files.dataset_config)
     subset = join.subset if join is not None else None
+    if _whole(ds, cfg, files):  # samples 0..n-1: a range, not n indices (format 3 indexes)
+        indices = _Range(len(ds))
+    else:
+        indices = ds.split_indices(split, files.split_config, dataset_config=files.dataset_config)
     if subset is not None:  # a metadataset's subset: one range of the split's samples
         start, end = subset_bounds(subset, len(indices), join.where)
         indices = indices[start:end]
@@ -80,6 +95,9 @@ def dataset_view(
             )
         source = dataclasses.replace(source, aux=join.aux)
     source_id = f"{dataset_name(path)}#{split}#{len(ds)}"
+    order_of = getattr(ds.reader, "order_tag", None)  # what else decides its samples' order
+    if order_of is not None:
+        source_id += order_of()
     if subset is not None:
         source_id += f"[{start}:{end}]"
     if join is not None and join.join:
@@ -90,8 +108,46 @@ def dataset_view(
     if options.sequence_slices == "shards" and "shard_id" in ds.column_names and not joined:
         # where the slices end (shard_slices); Energon slices a join by its workers' parts only
         cols["shard_id"] = ds.column("shard_id")
-    view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
+    if isinstance(indices, _Range) and indices.start == 0:
+        view = samples(indices.stop, columns=cols, source_id=source_id, dataset=dataset)
+    else:
+        view = samples(
+            indices=np.asarray(indices), columns=cols, source_id=source_id, dataset=dataset
+        )
     return source, view
+
+
+class _Range:
+    """Sample indices ``start..stop-1`` as two numbers: what a split of a whole dataset is.
+    Slicing gives a range; ``np.asarray`` the indices themselves."""
+
+    def __init__(self, stop: int, start: int = 0):
+        self.start, self.stop = start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, s: slice) -> _Range:
+        a, b, step = s.indices(len(self))
+        assert step == 1
+        return _Range(self.start + b, self.start + a)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.arange(self.start, self.stop, dtype=dtype or np.int64)
+
+
+def _whole(ds, cfg, files) -> bool:
+    """Whether every sample of ``ds`` is in the split, in index order, for a format 3 index
+    (a shard list in arrays): its view is then ``samples(n)``, whose config holds no digest
+    of ``n`` indices (computing one reads O(samples)). Older indexes keep the digest of their
+    indices, so their snapshots still restore."""
+    record = ds.record
+    return (
+        getattr(record, "shard_arrays", False)
+        and ds.split is None
+        and files.split_config is None
+        and cfg.split_config is None
+    )
 
 
 def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSource, str]:

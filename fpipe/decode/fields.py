@@ -28,6 +28,7 @@ from fpipe.decode.limits import (
 
 __all__ = [
     "AV_EXTENSIONS",
+    "TOKEN_DTYPES",
     "decode_av",
     "decode_int",
     "decode_json",
@@ -36,8 +37,13 @@ __all__ = [
     "decode_npz",
     "decode_pth",
     "decode_tenbin",
+    "decode_token_array",
     "decode_txt",
 ]
+
+#: Token dtypes of Megatron's indexed corpora: ``tokens.<dtype>`` members are read as arrays
+#: of these (:func:`decode_token_array`).
+TOKEN_DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float32", "float64")
 
 
 _json_decoder = msgspec.json.Decoder()
@@ -169,6 +175,21 @@ def decode_pth(data: bytes) -> Any:
     import torch  # lazy: fpipe.decode must not import torch at import time
 
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def decode_token_array(data: bytes, dtype: str) -> Any:
+    """Raw little-endian values of ``dtype`` (tokens as Megatron's ``.bin`` holds them) as a
+    1-D torch tensor: ``int64`` for an integer dtype, the float dtype itself otherwise.
+
+    Examples:
+      >>> decode_token_array(b"\\x01\\x00\\x02\\x00", "uint16")
+      tensor([1, 2])
+    """
+    import torch  # lazy: fpipe.decode must not import torch at import time
+
+    arr = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"))
+    wide = np.int64 if arr.dtype.kind in "iu" else arr.dtype.newbyteorder("=")
+    return torch.from_numpy(arr.astype(wide))
 
 
 def decode_av(

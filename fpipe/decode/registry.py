@@ -60,6 +60,8 @@ def _builtins() -> dict[str, Decoder]:
     table["pth"] = fields.decode_pth
     for ext in ("ten", "tb"):  # WebDataset's tenbin
         table[ext] = fields.decode_tenbin
+    for dtype in fields.TOKEN_DTYPES:  # Megatron corpora's tokens (and any raw token array)
+        table[f"tokens.{dtype}"] = functools.partial(fields.decode_token_array, dtype=dtype)
     for ext in IMAGE_EXTENSIONS:
         table[ext] = decode_image_default
     for ext in AV_EXTENSIONS:

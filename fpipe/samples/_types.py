@@ -17,6 +17,7 @@ __all__ = [
     "CaptionedAudioSample",
     "CaptionedVideoSample",
     "CaptioningSample",
+    "GPTSample",
     "ImageClassificationSample",
     "ImageSample",
     "InterleavedSample",
@@ -24,6 +25,7 @@ __all__ = [
     "OCRSample",
     "SimilarityInterleavedSample",
     "TextSample",
+    "TokensSample",
     "VQASample",
     "VidQASample",
     "VideoTextSample",
@@ -54,6 +56,50 @@ class TextSample(Sample):
 
     #: The text.
     text: str
+
+
+@dataclass
+class TokensSample(Sample):
+    """A pretokenized text (language-model pretraining): a document or a sequence of a
+    Megatron indexed corpus (``prefix.bin`` / ``prefix.idx``)."""
+
+    #: The token ids, a 1-D ``int64`` tensor (a float corpus keeps its float dtype).
+    tokens: Any
+    #: The lengths of the sequences the tokens are made of (``int64`` tensor; one for a
+    #: sequence, one per sentence of a corpus written with ``--split-sentences``).
+    lengths: Any = None
+    #: The mode of each of those sequences (``int64`` tensor), in a multimodal corpus.
+    modes: Any = None
+
+
+@dataclass
+class GPTSample(Sample):
+    """A GPT pretraining sample: ``sequence_length`` tokens cut from a Megatron corpus's
+    documents laid end to end (it may span several documents), with Megatron ``GPTDataset``'s
+    fields. Made by a corpus opened with ``sequence_length`` (docs/megatron_text.md)."""
+
+    #: The input token ids, ``int64 (sequence_length,)`` (padding replaced by 0).
+    tokens: Any
+    #: The next token of each input token, ``int64 (sequence_length,)``.
+    labels: Any
+    #: 1.0 where the label is trained on; 0.0 on padding, and on EOD tokens with
+    #: ``eod_mask_loss``; ``float32 (sequence_length,)``.
+    loss_mask: Any
+    #: Each token's position, restarting after each EOD with ``reset_position_ids``.
+    position_ids: Any
+    #: Where each document starts in ``tokens``, then ``sequence_length`` (``int32``), for
+    #: variable-length attention kernels.
+    cu_seqlens: Any
+    #: Lineage: ``int64 (pieces, 3)``, the ``(sequence, offset, length)`` of each document
+    #: piece the sample's tokens (and its extra label token) were read from, in order.
+    pieces: Any = None
+
+    def __post_init__(self) -> None:
+        # decoded as flat arrays of the widest integer type; shaped and typed here
+        if self.pieces is not None and getattr(self.pieces, "ndim", 2) == 1:
+            self.pieces = self.pieces.reshape(-1, 3)
+        if self.cu_seqlens is not None and hasattr(self.cu_seqlens, "int"):
+            self.cu_seqlens = self.cu_seqlens.int()
 
 
 @dataclass

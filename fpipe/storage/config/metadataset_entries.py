@@ -22,6 +22,7 @@ __all__ = [
     "BLEND_ENTRY_KEYS",
     "CONFIG_FILE_KEYS",
     "EPOCH_ENTRY_KEYS",
+    "GPT_KEYS",
     "JOINER_FUNCTION",
     "JOIN_KEYS",
     "REF_KEYS",
@@ -50,6 +51,21 @@ REF_KEYS = {
     "aux",
     "subset",
 }
+#: Keys of a ``path:`` entry naming a Megatron corpus whose samples are GPT sequences (its
+#: open arguments, see :mod:`fpipe.storage.read.gpt_corpus`; ``sequence_length`` turns them on).
+GPT_KEYS = {
+    "sequence_length",
+    "add_extra_token_to_sequence",
+    "eod_token",
+    "pad_token",
+    "eod_mask_loss",
+    "reset_position_ids",
+    "order",
+    "split",
+    "seed",
+    "num_samples",
+}
+REF_KEYS |= GPT_KEYS
 #: Keys an entry of a weighted / epochized blend may add to a reference.
 BLEND_ENTRY_KEYS = {"weight"}
 EPOCH_ENTRY_KEYS = {"repetitions"}
@@ -111,6 +127,12 @@ def aux_refs(
             raise ConfigError(f"{at}: {ref!r} is not a folder ({path})")
         out.append(AuxRef(name=name, path=str(path), kind=kind))
     return tuple(out)
+
+
+def _exists(path: Path) -> bool:
+    """Whether a dataset is at ``path``: a file or folder, or a Megatron corpus prefix (whose
+    files are ``path.idx`` and ``path.bin``)."""
+    return path.exists() or Path(f"{path}.idx").is_file()
 
 
 def is_metadataset(path: str | os.PathLike) -> bool:
@@ -200,15 +222,18 @@ def read_reference(
     # Subflavors: the levels above override the entry's own (Energon's merge order).
     merged = {**subflavors_of(node, where, entry), **subflavors}
     name = entry_name(node)
-    if check and not is_url(raw) and not path.exists():
+    if check and not is_url(raw) and not _exists(path):
         raise ConfigError(f"{where}: {entry}: path {raw!r} does not exist ({path})")
     mult = multiplier(node, where, entry)
+    gpt = _gpt_open_kwargs(node, where, entry)
+    if gpt.get("order") == "megatron" and "shuffle_over_epochs_multiplier" not in node:
+        mult = None  # Megatron's order is the dataset's own: its samples are not reshuffled
     configs = {key: config_name(node.get(key), where, entry, key) for key in CONFIG_FILE_KEYS}
     aux = aux_refs(node, base, where, entry, check=check)
     nested = not is_url(raw) and is_metadataset(path)
     subset = node_subset(node, subset, where, entry, leaf=not nested)
     if nested:
-        given = [key for key, value in configs.items() if value is not None]
+        given = [key for key, value in configs.items() if value is not None] + sorted(gpt)
         if given or aux:
             key = given[0] if given else "aux"
             raise ConfigError(f"{where}: {entry}: {key} applies to a dataset, not a metadataset")
@@ -231,7 +256,21 @@ def read_reference(
         split_config=configs["split_config"],
         aux=aux,
         subset=subset,
+        open_kwargs=gpt,
     )
+
+
+def _gpt_open_kwargs(node: dict, where: str, entry: str) -> dict[str, Any]:
+    """The GPT-sequence keys of an entry (its open arguments; empty without them)."""
+    given = {k: node[k] for k in GPT_KEYS if k in node}
+    if given and node.get("sequence_length") is None:
+        raise ConfigError(
+            f"{where}: {entry}: {sorted(given)} make GPT sequences of a Megatron corpus; "
+            "give sequence_length too"
+        )
+    if isinstance(given.get("num_samples"), list):
+        given["num_samples"] = tuple(given["num_samples"])  # open arguments are hashable
+    return given
 
 
 def join_leaf(
@@ -266,7 +305,7 @@ def join_leaf(
         configs = {k: config_name(part.get(k), where, e, k) for k in CONFIG_FILE_KEYS}
         raw = str(part["path"])
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
-        if check and not is_url(raw) and not Path(p).exists():
+        if check and not is_url(raw) and not _exists(Path(p)):
             raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")
         if not is_url(raw) and is_metadataset(p):
             raise ConfigError(f"{where}: {e}: only datasets can be joined, not a metadataset")

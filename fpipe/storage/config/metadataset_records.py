@@ -62,7 +62,9 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     ``split_config``: the dataset's config / split file to read instead of ``dataset.yaml`` /
     ``split.yaml`` (file names in its index folder); ``aux``: auxiliary file stores passed to the
     cookers of a crude dataset (:class:`AuxRef`); ``subset``: the range of the split's samples
-    kept (a metadataset's ``subset:``, composed down the levels; None: all).
+    kept (a metadataset's ``subset:``, composed down the levels; None: all); ``open_kwargs``:
+    the entry's own open arguments, over the loader's (a Megatron corpus's GPT sequences:
+    ``sequence_length``, ``eod_token``...).
     """
 
     name: str
@@ -80,6 +82,7 @@ class Leaf(msgspec.Struct, frozen=True, kw_only=True):
     split_config: str | None = None
     aux: tuple[AuxRef, ...] = ()
     subset: SampleRange | None = None
+    open_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class MixSchedule(msgspec.Struct, frozen=True, kw_only=True):

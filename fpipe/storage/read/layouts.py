@@ -3,7 +3,7 @@
 ``open_dataset(path)`` picks the layout from what is there (see :mod:`fpipe.storage.read.dataset`
 for the table of layouts): an object-storage URL, a ``.jsonl`` / ``.csv`` table file, a folder
 prepared by ``fpipe prepare`` (``.fpipe/``: tar shards, a table, or Parquet files) or by
-``energon prepare`` (``.nv-meta/``). Each
+``energon prepare`` (``.nv-meta/``), or a Megatron corpus (``prefix.idx`` / ``.bin``). Each
 opener checks the index against the shards (``shard_check``) before the first read, and builds
 the layout's reader; :class:`~.dataset.Dataset` does the rest.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
-from fpipe.storage.paths import is_url
+from fpipe.storage.paths import allowed_folders, is_url
 from fpipe.storage.read._validate import (
     ShardCheck,
     array_checker,
@@ -30,13 +30,16 @@ from fpipe.storage.read.energon import (
     EnergonReader,
     energon_arrays,
     energon_record,
+    has_shard_counts,
     read_energon_meta,
+    walk_energon_meta,
 )
+from fpipe.storage.read.megatron_dataset import megatron_prefixes, open_megatron
 from fpipe.storage.read.parquet import ParquetReader
 from fpipe.storage.read.reader import FileCache
 from fpipe.storage.read.record import ArrayStore, read_record
 from fpipe.storage.read.remote import RemoteFiles, StorageOptions
-from fpipe.storage.read.tables import TableReader, table_record
+from fpipe.storage.read.tables import TableReader, prepared_media, table_record
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.tar.reader import TarReader, tar_arrays
 from fpipe.storage.read.webdataset import is_gzip_shard
@@ -49,8 +52,10 @@ def _open_prepared(
     max_open_files: int = 64,
     shard_check: ShardCheck = "mtime",
     row_group_cache: int | None = None,
+    media_root: Any = None,
 ) -> Dataset:
     index_dir = p / INDEX_DIR
+    allowed = allowed_folders(media_root)
     record = read_record(index_dir)
     where = str(index_dir)
     check_record(p, record, where + "/info.yaml")
@@ -60,13 +65,13 @@ def _open_prepared(
         check_headers(index_dir, record, tar_arrays(record))
     files = FileCache(max_open_files)
     if record.layout == "table":
-        t = record.table
-        aux = None if t is None or t.aux is None else os.path.join(p, t.aux)
-        reader: Reader = TableReader(record, os.path.join(p, t.root), aux, arrays, open_dataset)
+        assert record.table is not None
+        root, aux = prepared_media(str(p), record.table, allowed, where + "/info.yaml")
+        reader: Reader = TableReader(record, root, aux, arrays, open_dataset)
     elif record.layout == "parquet":
         reader = ParquetReader(str(p), record, arrays, files, row_group_cache)
     else:
-        reader = TarReader(str(p), index_dir, record, arrays, files)
+        reader = TarReader(str(p), index_dir, record, arrays, files, shard_check)
     config = load_dataset_config(index_dir / "dataset.yaml")
     split = load_split_config(index_dir / "split.yaml")
     return Dataset(
@@ -82,6 +87,7 @@ def _open_prepared(
             "max_open_files": max_open_files,
             "shard_check": shard_check,
             **({"row_group_cache": row_group_cache} if row_group_cache is not None else {}),
+            **({"media_root": allowed} if allowed else {}),
         },
         reopen=open_dataset,
     )
@@ -101,6 +107,7 @@ def _open_remote(
     options = storage if isinstance(storage, StorageOptions) else StorageOptions(**(storage or {}))
     local = local_index(url, index_dir, options)
     record = read_record(local)
+    check_record(url, record, str(local / "info.yaml"))  # shard names stay under the URL
     if shard_check != "off":  # one LIST: object sizes against the index
         try:
             sizes = dict(list_objects(url, options))
@@ -149,11 +156,15 @@ def _open_remote(
 
 
 def _open_energon(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
-    meta = read_energon_meta(p)
+    offsets = None
+    if has_shard_counts(p):
+        meta = read_energon_meta(p)
+    else:  # dataset.yaml and split.yaml only: the shards' headers are read now
+        meta, offsets = walk_energon_meta(p)
     record = energon_record(meta)
     check_record(p, record, str(p / ".nv-meta"))
-    check_shards_unchanged(p, record, shard_check)
-    arrays = ArrayStore(make=energon_arrays(str(p), record))
+    check_shards_unchanged(p, record, shard_check if offsets is None else "off")
+    arrays = ArrayStore(make=energon_arrays(str(p), record, offsets))
     files = FileCache(max_open_files)
     reader = EnergonReader(str(p), record, arrays, files)
     return Dataset(
@@ -201,17 +212,24 @@ def _open_table(
 
 
 def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
-    """Open a prepared dataset folder (fpipe or Energon) or a ``.jsonl`` / ``.csv`` table.
+    """Open a prepared dataset folder (fpipe or Energon), a ``.jsonl`` / ``.csv`` table, or a
+    Megatron corpus (``prefix.idx`` / ``prefix.bin``).
 
     Args:
       path: folder with ``.fpipe/`` (from ``fpipe prepare``) or ``.nv-meta/`` (Energon), a
-        table file, or the URL of a prepared dataset on object storage.
+        table file, the URL of a prepared dataset on object storage, or a Megatron corpus: a
+        prefix (local or a URL), one of its files, or a folder of prefixes (see
+        :func:`~fpipe.storage.read.megatron_dataset.open_megatron`, whose ``sample_unit``
+        it takes).
       **kwargs: for an object-storage URL (``s3://bucket/prefix``, ``gs://``, ``az://``):
         ``index_dir`` (a local folder holding the index; default: the bucket's ``.fpipe/``,
         cached locally) and ``storage`` (:class:`~fpipe.storage.read.remote.StorageOptions` or a
         dict of its fields); for a table file: ``root`` (media folder), ``media_columns``, ``aux``
         (prepared tar dataset holding media), ``sample_type``, ``field_map``; for folders:
-        ``max_open_files`` (shard files kept open per process, default 64); for prepared
+        ``max_open_files`` (shard files kept open per process, default 64); for a prepared
+        table: ``media_root`` (a folder, or a list of them, that may hold the media folder and
+        auxiliary dataset its ``info.yaml`` records when they lie outside the table's folder;
+        without it such a table is refused, see :func:`~.tables.prepared_media`); for prepared
         and Energon folders and URLs: ``shard_check`` (``"mtime"`` default, ``"size"`` or
         ``"off"``: how opening checks that the shards are the ones indexed, see
         :data:`fpipe.storage.read._validate.ShardCheck`; a URL compares object sizes from one
@@ -228,16 +246,24 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
       b'\\xff\\xd8\\xff'
     """
     if is_url(path):
+        if kwargs.get("index_dir") is None and megatron_prefixes(path, kwargs.get("storage")):
+            return open_megatron(path, **kwargs)
         return _open_remote(str(path), **kwargs)
     p = Path(path)
     if p.is_file():
+        if p.suffix in (".idx", ".bin") and megatron_prefixes(p):
+            return open_megatron(p, **kwargs)
         return _open_table(p, **kwargs)
     if (p / INDEX_DIR / "info.yaml").exists():
         return _open_prepared(p, **kwargs)
     if (p / ".nv-meta").is_dir():
         return _open_energon(p, **kwargs)
+    if megatron_prefixes(p):  # a corpus prefix (p.idx, p.bin), or a folder of them
+        return open_megatron(p, **kwargs)
     if not p.exists():
-        raise ConfigError(f"{p}: no such dataset")
+        tried = p.resolve()  # a relative path: say where it was looked for
+        where = "" if tried == p else f" (looked for {tried})"
+        raise ConfigError(f"{p}: no such dataset{where}")
     raise ConfigError(
         f"{p}: not a prepared dataset (no .fpipe/ or .nv-meta/ folder); run `fpipe prepare {p}`"
     )

@@ -27,6 +27,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.read.tar.index import load_array, read_info
+from fpipe.storage.read.tar.shard_table import ShardEntry, ShardTable
 
 __all__ = [
     "ArrayStore",
@@ -40,17 +41,9 @@ __all__ = [
 
 #: ``"tar"``: fpipe's member offsets in ``.fpipe/``; ``"energon"``: Energon's ``.tar.idx``
 #: sample offsets, no fpipe index; ``"table"``: rows of a JSONL/CSV table naming media files;
-#: ``"parquet"``: rows of Parquet files (file, row group, row), read in place.
-Layout = Literal["tar", "energon", "table", "parquet"]
-
-
-class ShardEntry(msgspec.Struct, frozen=True):
-    """One shard of a tar dataset."""
-
-    name: str  #: path relative to the dataset folder, ``/``-separated, with its suffix
-    samples: int  #: samples of the shard in the index
-    bytes: int = -1  #: shard file size when indexed (-1: unknown)
-    mtime_ns: int = -1  #: shard modification time when indexed, ns (-1: unknown)
+#: ``"parquet"``: rows of Parquet files (file, row group, row), read in place; ``"megatron"``:
+#: documents (or sequences) of Megatron's ``prefix.idx`` / ``prefix.bin`` corpora, read in place.
+Layout = Literal["tar", "energon", "table", "parquet", "megatron"]
 
 
 class TableLayout(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,20 +94,31 @@ class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
     table: TableLayout | None = None  #: rows and media of a ``"table"`` layout
     parquet: ParquetLayout | None = None  #: columns of a ``"parquet"`` layout
     problems: int = 0  #: samples left out when the index was written
-    source: str = ""  #: what was indexed: webdataset, energon, table, merged-...
+    source: str = ""  #: what was indexed: webdataset, energon, table, parquet, arrow
 
     @property
     def shard_names(self) -> list[str]:
-        """Shard names in shard-id order."""
+        """Shard names in shard-id order (O(shards) strings: a format 3 index builds them
+        here only)."""
         return [s.name for s in self.shards]
+
+    @property
+    def shard_arrays(self) -> bool:
+        """Whether the shard list is a lazily read :class:`~.tar.shard_table.ShardTable`
+        (index format 3): per-shard checks then run when a shard is first read."""
+        return isinstance(self.shards, ShardTable)
 
     def shard_starts(self) -> np.ndarray:
         """int64 ``(shards + 1,)``: index of the first sample of each shard, then the total."""
+        if isinstance(self.shards, ShardTable):
+            return self.shards.starts()
         counts = [s.samples for s in self.shards]
         return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
 
-def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
+def _record_from_info(
+    info: dict[str, Any], where: str, index_dir: str | Path | None = None
+) -> IndexRecord:
     kind = info.get("kind", "webdataset")
     if kind not in ("webdataset", "table", "parquet"):
         raise ConfigError(f"{where}: unknown index kind {kind!r}")
@@ -123,7 +127,7 @@ def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
     obj = {
         "layout": {"webdataset": "tar"}.get(kind, kind),
         "num_samples": info.get("num_samples"),
-        "shards": info.get("shards") or [],
+        "shards": [] if "num_shards" in info else info.get("shards") or [],
         "members": info.get("members") or [],
         "num_members": info.get("num_members") if flat else None,
         "columns": info.get("columns") or {},
@@ -137,9 +141,16 @@ def _record_from_info(info: dict[str, Any], where: str) -> IndexRecord:
     if flat and not isinstance(obj["num_members"], int):
         raise ConfigError(f"{where}: bad index info: num_members must be an integer")
     try:
-        return msgspec.convert(obj, IndexRecord, strict=False)
+        record = msgspec.convert(obj, IndexRecord, strict=False)
     except msgspec.ValidationError as e:
         raise ConfigError(f"{where}: bad index info: {e}") from None
+    count = info.get("num_shards")
+    if count is None:
+        return record
+    if index_dir is None or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ConfigError(f"{where}: bad index info: num_shards must be an integer >= 0")
+    # not validated by msgspec: a Sequence of ShardEntry read from shards/*.npy on demand
+    return msgspec.structs.replace(record, shards=ShardTable(index_dir, count))
 
 
 def read_record(index_dir: str | Path) -> IndexRecord:
@@ -150,7 +161,7 @@ def read_record(index_dir: str | Path) -> IndexRecord:
         malformed (the message names the file).
     """
     info = read_info(index_dir)
-    return _record_from_info(info, str(Path(index_dir) / "info.yaml"))
+    return _record_from_info(info, str(Path(index_dir) / "info.yaml"), index_dir)
 
 
 class ArrayStore:
