@@ -30,7 +30,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "loader": ("plan", "materialize"),
     "datasets": ("loader", "storage"),
     "preview": ("storage",),
-    "cli": ("datasets", "preview"),
+    "view": ("datasets", "preview"),  # fpipe view: the web pages of a dataset and its plan
+    "cli": ("datasets", "preview", "view"),
     "energon": ("datasets", "preview"),  # Energon's names and module paths over fpipe
 }
 #: modules outside the layers (no fpipe imports of their own): any unit may import them.
