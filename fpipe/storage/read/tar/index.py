@@ -33,6 +33,12 @@ import yaml
 from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
 from fpipe.storage.read.members import MemberTable, concat_members, member_files
+from fpipe.storage.read.tar.shard_table import (
+    SHARD_ARRAYS_FROM,
+    ShardTable,
+    load_array,
+    shard_table_files,
+)
 
 __all__ = [
     "FORMAT",
@@ -56,9 +62,11 @@ READ_GAP = 64 * 1024
 
 INDEX_DIR = ".fpipe"
 FORMAT = "fpipe-index"
-#: 2: one flat member table (``members/start|ext|offset|size.npy``); 1: two arrays per
-#: extension (``members/<ext>.offset|size.npy``), still read.
-VERSION = 2
+#: 3: the shard list as arrays (``shards/*.npy``, :mod:`.shard_table`), written from
+#: ``SHARD_ARRAYS_FROM`` shards on; 2: one flat member table
+#: (``members/start|ext|offset|size.npy``), shards listed in ``info.yaml``; 1: two arrays per
+#: extension (``members/<ext>.offset|size.npy``). All three are read.
+VERSION = 3
 
 
 class IndexData(msgspec.Struct, kw_only=True):
@@ -146,7 +154,7 @@ def write_folder(
             f.write(json.dumps({"path": path, "key": key, "reason": reason}) + "\n")
     info = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": 2,  # 3 only where the shard list is arrays (the caller's info says so)
         "created_by": f"fpipe {__version__}",
         **info,
         "problems": len(problems),
@@ -174,10 +182,16 @@ def write_index(out: str | Path, data: IndexData, info_extra: dict[str, Any]) ->
     files.update(member_files(data.members))
     for name, arr in data.columns.items():
         files[f"columns/{name}.npy"] = arr
+    # many shards: arrays, not a YAML list every rank parses (format 3); else the readable list
+    if len(data.shards) >= SHARD_ARRAYS_FROM:
+        files.update(shard_table_files(data.shards))
+        shards: dict[str, Any] = {"version": 3, "num_shards": len(data.shards)}
+    else:
+        shards = {"version": 2, "shards": data.shards}
     info = {
         "kind": "webdataset",
         "num_samples": int(len(data.shard_id)),
-        "shards": data.shards,
+        **shards,
         "members": list(data.members.exts),
         "num_members": int(len(data.members.ext)),
         "columns": {k: str(v.dtype) for k, v in data.columns.items()},
@@ -229,16 +243,6 @@ def _check_member_names(members: Any, path: Path) -> None:
             )
 
 
-def load_array(path: str | Path, mmap: bool = True) -> np.ndarray:
-    """``np.load`` without pickle; memory-mapped when possible (empty arrays are not)."""
-    try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except ValueError:
-        if not mmap:
-            raise
-        return np.load(path, allow_pickle=False)  # mmap of an empty array fails
-
-
 def read_index_data(index_dir: str | Path) -> IndexData:
     """Load a whole index folder into memory (used by ``--merge``)."""
     d = Path(index_dir)
@@ -254,8 +258,13 @@ def read_index_data(index_dir: str | Path) -> IndexData:
             if line.strip():
                 o = json.loads(line)
                 problems.append((o["path"], o["key"], o["reason"]))
+    if "num_shards" in info:
+        table = ShardTable(d, int(info["num_shards"]))
+        shards = [msgspec.structs.asdict(e) for e in table]
+    else:
+        shards = list(info["shards"])
     return IndexData(
-        shards=list(info["shards"]),
+        shards=shards,
         shard_id=load_array(d / "shard_id.npy", mmap=False),
         keys=load_array(d / "keys.npy", mmap=False),
         key_offsets=load_array(d / "keys.offsets.npy", mmap=False),

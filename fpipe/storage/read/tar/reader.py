@@ -29,7 +29,13 @@ import numpy as np
 from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import GZ, strip_gz
 from fpipe.decode.limits import DecodeLimits
-from fpipe.storage.read._validate import header_mismatch, stale_reason
+from fpipe.storage.paths import contained
+from fpipe.storage.read._validate import (
+    ShardCheck,
+    check_shard_unchanged,
+    header_mismatch,
+    stale_reason,
+)
 from fpipe.storage.read.members import CorruptIndex, FlatMembers, PerExtensionMembers
 from fpipe.storage.read.reader import FileCache, members_to_dict
 from fpipe.storage.read.record import ArrayStore, IndexRecord
@@ -45,15 +51,23 @@ class TarReader:
     """Raw members and keys of a prepared tar dataset (see the module docstring)."""
 
     def __init__(
-        self, path: str, index_dir: Path, record: IndexRecord, arrays: ArrayStore, files: FileCache
+        self,
+        path: str,
+        index_dir: Path,
+        record: IndexRecord,
+        arrays: ArrayStore,
+        files: FileCache,
+        shard_check: ShardCheck = "off",
     ):
         self.path = path
         self._dir = index_dir
         self._record = record
         self._array = arrays
         self._files = files
-        self._stems = [shard_stem(s.name) for s in record.shards]
-        self._gz = [is_gzip_shard(s.name) for s in record.shards]  # offsets are decompressed
+        #: a format 3 shard table is checked shard by shard when first read (not at open)
+        self._check = shard_check if record.shard_arrays else None
+        self._stems = _PerShard(record, lambda s: shard_stem(s.name))
+        self._gz = _PerShard(record, lambda s: is_gzip_shard(s.name))  # decompressed offsets
         table = FlatMembers if record.num_members is not None else PerExtensionMembers
         self._members = table(record.members, arrays)
         self._paths: dict[int, str] = {}  #: shard id -> file to read (see shard_path)
@@ -104,7 +118,11 @@ class TarReader:
     def shard_path(self, shard_id: int) -> str:
         """File to read shard ``shard_id`` from (a decompressed copy for gzip shards)."""
         name = self._record.shards[shard_id].name
-        path = os.path.join(self.path, name)
+        if self._check is None:
+            path = os.path.join(self.path, name)
+        else:  # format 3: checked here, once per shard and process (cached_shard_path)
+            path = contained(self.path, name, where=self.path, what="shard")
+            check_shard_unchanged(self.path, self._record.shards[shard_id], self._check)
         if not is_gzip_shard(name):
             return path
         return _decompressed_copy(path, self._dir / "decompressed" / (shard_stem(name) + ".tar"))
@@ -251,6 +269,22 @@ class TarReader:
             if self.has_member(e, i) or self.has_member(e + GZ, i):
                 return (e,)
         return ()
+
+
+class _PerShard:
+    """``f(shard entry)`` by shard id, computed on first use (a format 3 index may list a
+    million shards; a process reads few of them)."""
+
+    def __init__(self, record: IndexRecord, f):
+        self._shards = record.shards
+        self._f = f
+        self._done: dict[int, object] = {}
+
+    def __getitem__(self, sid: int):
+        got = self._done.get(sid)
+        if got is None:
+            got = self._done[sid] = self._f(self._shards[sid])
+        return got
 
 
 def tar_arrays(record: IndexRecord) -> tuple[str, ...]:
