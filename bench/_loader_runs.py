@@ -99,12 +99,15 @@ def last_json(proc_out: str, err: str, rc: int) -> dict:
     return json.loads(lines[-1])
 
 
-def peer_run(python: str, loader: str, root: Path, warm: int, timeout: float = 600) -> Run:
-    """One Grain / SPDL run in a fresh process of the peers' Python (startup not timed)."""
+def peer_run(
+    python: str, loader: str, root: Path, warm: int, decode: str = "pillow", timeout: float = 600
+) -> Run:
+    """One Grain / SPDL run in a fresh process of the peers' Python (startup not timed), its
+    images decoded by ``decode`` (``_peers.DECODERS``)."""
 
     def run(n: int) -> tuple[float, float]:
         p = subprocess.run(
-            _peer_cmd(python, loader, root, warm, n),
+            _peer_cmd(python, loader, root, warm, n, "--decode", decode),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -12,8 +12,11 @@ captions, ``--workers`` threads or processes):
   ``.to_iter_dataset(ReadOptions(num_threads=W))`` ``.batch(bs, drop_remainder=True)``.
 - ``grain-procs``: the same with one thread per process and ``.mp_prefetch(W workers)``.
 - ``spdl``: ``spdl.pipeline.PipelineBuilder``: source -> decode (``concurrency=W``) ->
-  ``aggregate(bs)`` -> collate, ``build(num_threads=W)``; decode with Pillow (the same
-  ``resize_crop`` as every other peer).
+  ``aggregate(bs)`` -> collate, ``build(num_threads=W)``.
+- ``--decode``: the user-written decode of ``grain-*``, ``spdl`` and ``bare``: ``fpipe``
+  (:func:`decode_fpipe`, fpipe's own public decode function: the same decoder as fpipe,
+  simplejpeg or Pillow per image as fpipe picks) or ``pillow`` (``Image.open`` + the same
+  ``resize_crop``).
 - ``spdl-ffmpeg``: the same pipeline with SPDL's own decode, ``spdl.io.load_image`` and the
   FFmpeg filter ``scale=224:224:flags=bilinear`` in crop mode (cover, then center crop); it
   scales in YUV with swscale's bilinear and converts to RGB at 224x224, so pixels differ
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -91,11 +95,33 @@ def decode_pillow(data: bytes) -> np.ndarray:
     return resize_crop_np(Image.open(io.BytesIO(data)))
 
 
-def decode_simplejpeg(data: bytes) -> np.ndarray:
-    """libjpeg-turbo through simplejpeg, as fpipe decodes a plain JPEG: Pillow's pixels."""
-    import simplejpeg
+#: the repository root: fpipe's decode is imported from there (the peers' Python needs
+#: fpipe's own dependencies, numpy, Pillow, msgspec, simplejpeg; torch is optional)
+ROOT = str(Path(__file__).resolve().parent.parent)
 
-    return resize_crop_np(Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB")))
+
+@functools.cache
+def _fpipe_decoder() -> Callable[[bytes], np.ndarray]:
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from fpipe.decode.image import ImageDecodeOptions, decode_image_with
+
+    try:  # fpipe's loader asks for torch CHW: the very same work, then a zero-copy view
+        import torch  # noqa: F401
+
+        opts = ImageDecodeOptions(target_size=TARGET, draft=False, out="torch")
+        return lambda data: decode_image_with(data, opts).numpy()
+    except ImportError:  # a peers' Python without torch: HWC, then one copy to CHW
+        opts = ImageDecodeOptions(target_size=TARGET, draft=False, out="numpy")
+        return lambda data: np.ascontiguousarray(decode_image_with(data, opts).transpose(2, 0, 1))
+
+
+def decode_fpipe(data: bytes) -> np.ndarray:
+    """fpipe's own decode through its public ``decode_image_with`` (``target_size=224,
+    draft=False``): libjpeg-turbo through simplejpeg for the plain JPEGs fpipe takes that way,
+    Pillow for the others, image by image, then the same resize + crop. A Grain, SPDL or
+    ``datasets`` user writes this decode function: the peers then do fpipe's decode work."""
+    return _fpipe_decoder()(data)
 
 
 def decode_spdl_ffmpeg(data: bytes) -> np.ndarray:
@@ -165,7 +191,7 @@ class Decode:
 
 DECODERS: dict[str, Callable[[bytes], np.ndarray]] = {
     "pillow": decode_pillow,
-    "simplejpeg": decode_simplejpeg,
+    "fpipe": decode_fpipe,
     "spdl-ffmpeg": decode_spdl_ffmpeg,
 }
 

@@ -7,9 +7,12 @@ JPEGs in 8 tar shards), copied once into 8 Parquet files as the Hugging Face Hub
 column of ``{bytes, path}`` structs and a ``text`` column, row groups of 100 rows, the size
 ``datasets`` uses for image datasets).
 
-Rows (batch 32, uint8 ``[32, 3, 224, 224]`` + captions, 2 worker processes, the same Pillow
-full decode and the same resize + center crop, ``_peers.resize_crop_np``, whose output is
-bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``):
+Rows (batch 32, uint8 ``[32, 3, 224, 224]`` + captions, 2 worker processes, the same full
+decode and the same resize + center crop, ``_peers.resize_crop_np``, whose output is
+bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``). With
+``datasets`` the user writes the decode, so its rows call fpipe's own decode function
+(``_peers.decode_fpipe``: libjpeg-turbo through simplejpeg for the plain JPEGs fpipe decodes
+so, Pillow for the others): the same decoder on both sides.
 
 - ``fpipe parquet nw=2``: ``fpipe prepare`` on the Parquet folder, then ``get_train_dataset``
   (shuffle buffer 1000, ``max_samples_per_sequence`` 100 = the row-group size);
@@ -19,8 +22,10 @@ bit-identical to fpipe's ``ImageDecodeOptions(target_size=224, draft=False)``):
   datasets), prepared and read in place;
 - ``hf datasets nw=2``: ``load_dataset("parquet", ...)`` (its Arrow cache built before timing),
   the image column read as bytes, ``.with_format("torch")``, a torch ``DataLoader`` with a
-  seeded ``RandomSampler`` and 2 workers whose ``__getitem__`` decodes and resizes like the
-  others;
+  seeded ``RandomSampler`` and 2 workers whose ``__getitem__`` decodes (fpipe's decode
+  function) and resizes like the others;
+- ``hf datasets nw=2 (Pillow)``: the same with ``Image.open`` (the previous release's row:
+  ``hf_datasets_same_decoder_vs_pillow`` is what the decoder alone gives it);
 - ``decode only nw=2``: the same ``DataLoader`` over the rows' image bytes and captions held in
   a Python list: the ``datasets`` row with the cost of reading a row taken out (what is left is
   the decode, resize and collate, and the ``DataLoader``'s per-sample fetch and its transfer
@@ -44,7 +49,9 @@ Usage::
 
     python bench/parquet.py            # --quick: smaller set, one repeat
 
-The last line is one JSON object: ``nw2_vs_hf_datasets_same_decode``,
+The last line is one JSON object: ``nw2_vs_hf_datasets_same_decoder``,
+``hf_datasets_same_decoder_vs_pillow``, ``nw2_vs_hf_datasets_same_decode`` (datasets on Pillow:
+the previous release's key, kept for one release),
 ``parquet_vs_tar_samples_per_s``, ``arrow_vs_parquet_samples_per_s``,
 ``decode_only_vs_hf_datasets``, ``nw2_vs_decode_only``, ``cpu_decode_alone_vs_hf_datasets``,
 ``prepare_parquet_samples_per_s``,
@@ -70,13 +77,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
 from _loader_data import ensure_image_set  # noqa: E402
 from _loader_runs import in_process, measure  # noqa: E402
-from _peers import resize_crop_np  # noqa: E402
+from _peers import decode_fpipe, decode_pillow  # noqa: E402
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
@@ -166,7 +172,8 @@ def fpipe_iter(root: Path, nw: int) -> Iterator:
 
 
 class BytesImages(torch.utils.data.Dataset):
-    """``(image bytes, caption)`` rows held in a list, decoded and resized as the others."""
+    """``(image bytes, caption)`` rows held in a list, decoded (fpipe's decode function) and
+    resized as the others."""
 
     def __init__(self, rows: list[tuple[bytes, str]]):
         self.rows = rows
@@ -176,7 +183,7 @@ class BytesImages(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         data, text = self.rows[int(i)]
-        return torch.from_numpy(resize_crop_np(Image.open(io.BytesIO(data)), TARGET)), text
+        return torch.from_numpy(decode_fpipe(data)), text
 
 
 def parquet_rows(root: Path) -> list[tuple[bytes, str]]:
@@ -192,18 +199,20 @@ def parquet_rows(root: Path) -> list[tuple[bytes, str]]:
 
 
 class HFImages(torch.utils.data.Dataset):
-    """Rows of a ``datasets`` dataset (image bytes, text), decoded and resized as the others."""
+    """Rows of a ``datasets`` dataset (image bytes, text), decoded by ``decode`` (the user's
+    decode function: fpipe's, ``_peers.decode_fpipe``, or Pillow's) and resized as the
+    others."""
 
-    def __init__(self, hf):
+    def __init__(self, hf, decode=decode_fpipe):
         self.hf = hf
+        self.decode = decode
 
     def __len__(self) -> int:
         return len(self.hf)
 
     def __getitem__(self, i: int):
         row = self.hf[int(i)]
-        img = Image.open(io.BytesIO(row["image"]["bytes"]))
-        return torch.from_numpy(resize_crop_np(img, TARGET)), row["text"]
+        return torch.from_numpy(self.decode(row["image"]["bytes"])), row["text"]
 
 
 def collate(samples: list) -> dict:
@@ -292,6 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         "fpipe tar nw=2": in_process(lambda: fpipe_iter(tar, 2), "images", BATCH, warm),
         "fpipe arrow nw=2": in_process(lambda: fpipe_iter(arrow_root, 2), "images", BATCH, warm),
         "hf datasets nw=2": in_process(lambda: torch_iter(HFImages(hf), 2), "images", BATCH, warm),
+        "hf datasets nw=2 (Pillow)": in_process(
+            lambda: torch_iter(HFImages(hf, decode_pillow), 2), "images", BATCH, warm
+        ),
         "decode only nw=2": in_process(
             lambda: torch_iter(BytesImages(rows), 2), "images", BATCH, warm
         ),
@@ -309,7 +321,10 @@ def main(argv: list[str] | None = None) -> None:
     ours, hf_rate = wall.get("fpipe parquet nw=2"), wall.get("hf datasets nw=2")
     alone = wall.get("decode only nw=2")
     out = {
-        "nw2_vs_hf_datasets_same_decode": ratio(ours, hf_rate),
+        "nw2_vs_hf_datasets_same_decoder": ratio(ours, hf_rate),
+        "hf_datasets_same_decoder_vs_pillow": ratio(hf_rate, wall.get("hf datasets nw=2 (Pillow)")),
+        # the previous release's key (datasets decoding with Pillow), kept for one release
+        "nw2_vs_hf_datasets_same_decode": ratio(ours, wall.get("hf datasets nw=2 (Pillow)")),
         "parquet_vs_tar_samples_per_s": ratio(ours, wall.get("fpipe tar nw=2")),
         "arrow_vs_parquet_samples_per_s": ratio(wall.get("fpipe arrow nw=2"), ours),
         "decode_only_vs_hf_datasets": ratio(alone, hf_rate),

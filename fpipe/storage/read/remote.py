@@ -45,9 +45,10 @@ import msgspec
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import split_url
-from fpipe.storage.read import read_ahead
+from fpipe.storage.read import coalesce, read_ahead
 from fpipe.storage.read._gets import Get, Gets, RangeFuture
 from fpipe.storage.read._hedge import Hedger
+from fpipe.storage.read.tar.index import READ_GAP
 
 __all__ = [
     "RemoteFiles",
@@ -316,6 +317,8 @@ class RemoteFiles:
             read_ahead.count(read_ahead_failed=1)
             fut = self._start([key])[key]
         got = fut.result()
+        if isinstance(got, BaseException) and isinstance(fut, _Slice):
+            got = self._start([key])[key].result()  # this range's own GET names its error
         if isinstance(got, BaseException):
             raise got
         return got
@@ -341,7 +344,14 @@ class RemoteFiles:
                 if fut is None:
                     todo.append(r)
         if todo:
-            pending.update(self._start(todo))
+            # close small ranges share one GET (coalesce.groups), each served its own slice
+            grouped = coalesce.groups(todo, READ_GAP)
+            started = self._start([g.range for g in grouped])
+            for g in grouped:
+                whole = started[g.range]
+                for k in g.members:
+                    r = todo[k]
+                    pending[r] = whole if len(g.members) == 1 else _Slice(whole, r[1] - g.lo, r[2])
         self._pending = pending
 
     def read_ahead(self, ranges: Sequence[tuple[str, int, int]]) -> list:
@@ -408,6 +418,27 @@ class RemoteFiles:
             if not fut.ahead:
                 fut.cancel()
         self._pending = {}
+
+
+class _Slice:
+    """A range served from the GET of a larger one (:meth:`RemoteFiles.prefetch`): its bytes,
+    or the GET's error (the reader then sends the range's own GET)."""
+
+    __slots__ = ("at", "size", "whole")
+    ahead = False
+
+    def __init__(self, whole, at: int, size: int):
+        self.whole, self.at, self.size = whole, at, size
+
+    def result(self):
+        got = self.whole.result()
+        return got if isinstance(got, BaseException) else got[self.at : self.at + self.size]
+
+    def done(self) -> bool:
+        return self.whole.done()
+
+    def cancel(self) -> bool:
+        return self.whole.cancel()
 
 
 def _as_os_error(path: str, e: Exception) -> OSError:

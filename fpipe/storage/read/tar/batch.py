@@ -4,7 +4,8 @@ The index is looked up for the whole batch with numpy: shard ids, key offsets an
 member's row of the flat member table (:meth:`fpipe.storage.read.members.FlatMembers.rows`), checked
 as :meth:`TarReader.members` checks one sample (rows and extension ids inside the table, every
 member inside its shard). Each sound sample whose wanted members lie in one byte range is then
-one ``pread``, its members sliced out (a lone member is the read itself). Samples that are not
+one range, its members sliced out (a lone member is the range itself); close ranges of small
+samples are read with one ``pread`` (:mod:`fpipe.storage.read.coalesce`). Samples that are not
 (a ``.gz`` member wanted, members far apart, an entry failing a check, an index of format 1)
 go through :meth:`TarReader.key` and :meth:`TarReader.read`, which raise the errors they
 always raise; an error is returned in the sample's place, not raised. As
@@ -21,6 +22,7 @@ from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.read._validate import header_mismatch, header_names, stale_reason
+from fpipe.storage.read.coalesce import read_grouped
 from fpipe.storage.read.members import MemberRows
 from fpipe.storage.read.reader import read_each
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
@@ -102,8 +104,11 @@ def _plan(
     ok &= rows.ok
     owner, off, size = rows.owner, rows.offset, rows.size
     # every member inside its shard (gzip shards: offsets are in the decompressed copy)
-    limit = np.asarray([s.bytes for s in rec.shards], dtype=np.int64)[sid][owner]
-    gz_shard = np.asarray(reader._gz, dtype=bool)[sid][owner]
+    # the batch's shards only: O(batch), whatever the number of shards in the index
+    uniq, inv = np.unique(sid, return_inverse=True)
+    sizes = np.asarray([rec.shards[s].bytes for s in uniq.tolist()], dtype=np.int64)
+    gz = np.asarray([reader._gz[s] for s in uniq.tolist()], dtype=bool)
+    limit, gz_shard = sizes[inv][owner], gz[inv][owner]
     bad = (off < TAR_HEADER) | (size < 0) | ((limit >= 0) & (off + size > limit) & ~gz_shard)
     names = list(rec.members)
     wanted = np.asarray([exts is None or strip_gz(e) in exts for e in names], dtype=bool)
@@ -146,27 +151,34 @@ def _plan(
 
 def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
     """Read the sound samples of ``plan`` into ``out``; the positions left to read one by
-    one."""
+    one. Close ranges are read together (:func:`fpipe.storage.read.coalesce.read_grouped`,
+    within the file layer's ``merge_budget``: none on object storage, whose ``prefetch``
+    groups its GETs itself); each sample is still checked, and fails, on its own bytes."""
     slow = np.flatnonzero(~plan.ok).tolist()
-    pread = reader._files.pread
+    files = reader._files
     stems, paths = reader._stems, reader._paths
     names, offset, size, first = plan.names, plan.offset, plan.size, plan.first
     # a lone member's header is checked against b"<key>.<ext>": the ".<ext>" ends made once
     dotted = {n: b"." + n.encode("utf-8", "surrogateescape") for n in set(names)}
+    todo: list[tuple[int, str]] = []
     for j in np.flatnonzero(plan.ok).tolist():
-        s, a, b = plan.sid[j], plan.lo[j], plan.hi[j]
-        path = paths.get(s)  # reader.cached_shard_path(s) once it succeeded
+        path = paths.get(plan.sid[j])  # reader.cached_shard_path(s) once it succeeded
         if path is None:
             try:
-                path = reader.cached_shard_path(s)
+                path = reader.cached_shard_path(plan.sid[j])
             except OSError:
                 slow.append(j)  # read() names the shard that cannot be opened
                 continue
+        todo.append((j, path))
+    ranges = [(path, plan.lo[j], max(plan.hi[j] - plan.lo[j], 0)) for j, path in todo]
+    bufs = read_grouped(files.pread, ranges, getattr(files, "merge_budget", 0))
+    for (j, path), buf in zip(todo, bufs):
+        s, a, b = plan.sid[j], plan.lo[j], plan.hi[j]
         key = f"{stems[s]}/{plan.keys[j]}"
-        try:
-            buf = pread(path, a, b - a) if b > a else b""
-        except OSError as e:
-            out[j] = (key, BadSampleError(path, key, f"read failed: {e}"))
+        if isinstance(buf, OSError):
+            failed = BadSampleError(path, key, f"read failed: {buf}")
+            failed.__cause__ = buf  # raised later, as it would be here: no descriptor left, say
+            out[j] = (key, failed)
             continue
         if len(buf) < b - a:
             wanted = f"wanted bytes {a}..{b}, file ends at {a + len(buf)}"
