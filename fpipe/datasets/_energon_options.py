@@ -104,14 +104,13 @@ def _image_options(value: Any, task_encoder: Any) -> ImageDecodeOptions:
 
 def _check_order_knobs(options: DatasetOptions) -> None:
     m = options.shuffle_over_epochs_multiplier
-    if m == -1:
+    if m == -1 and options.num_epochs is not None:
         raise ConfigError(
-            "shuffle_over_epochs_multiplier=-1 draws slices with replacement forever, so an "
-            "epoch no longer holds every sample once and a sample may never come; fpipe keeps "
-            "that guarantee. Use a large multiplier (e.g. 100: slices drawn without replacement "
-            "over 100 passes) instead"
+            f"num_epochs={options.num_epochs} with shuffle_over_epochs_multiplier=-1: slices "
+            "are drawn with replacement forever (as in Energon), so there are no epochs to "
+            "count; leave num_epochs unset"
         )
-    if m is not None and m < 1:
+    if m is not None and m < 1 and m != -1:
         raise ConfigError(f"shuffle_over_epochs_multiplier must be >= 1, None or -1, got {m}")
     if m is not None and m > 1 and options.num_epochs is not None and options.num_epochs % m:
         raise ConfigError(

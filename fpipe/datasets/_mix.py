@@ -27,6 +27,7 @@ from fpipe.plan.blend import blend
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.concat import concat
 from fpipe.plan.distribute import per_rank
+from fpipe.plan.drawn_slices import DrawnSlices, drawn_slices
 from fpipe.plan.shard_slices import RaggedSlices, ragged_slice_shuffle, shard_slice_starts
 from fpipe.plan.slice_order import interleave, tile
 from fpipe.plan.source import View
@@ -163,7 +164,7 @@ def _leaf_options(options: DatasetOptions, leaf: Leaf | None, path) -> DatasetOp
             "multiplier to get_train_dataset instead, or leave num_epochs unset"
         )
     own = options.shuffle_over_epochs_multiplier
-    combined = None if m is None or own is None else own * m
+    combined = None if m is None or own is None else -1 if -1 in (m, own) else own * m
     return msgspec.structs.replace(options, shuffle_over_epochs_multiplier=combined)
 
 
@@ -171,10 +172,18 @@ def slice_order(view: View, options: DatasetOptions, cuts=()) -> View:
     """One dataset's training order of slices (``max_samples_per_sequence`` samples each, cut
     as ``sequence_slices`` says; ``cuts``: positions where a slice must start): shuffled over
     ``shuffle_over_epochs_multiplier`` passes (None: in index order), read
-    ``parallel_shard_iters`` slices at a time, interleaved (Energon's two knobs)."""
+    ``parallel_shard_iters`` slices at a time, interleaved (Energon's two knobs); ``-1``:
+    slices drawn with replacement (:mod:`fpipe.plan.drawn_slices`)."""
     passes, parallel = options.shuffle_over_epochs_multiplier, options.parallel_shard_iters or 1
     if passes is None:
         return view
+    if passes == -1:  # Energon's: slices drawn with replacement, forever
+        fixed = shard_slices(view, options, cuts)
+        k = options.max_samples_per_sequence or 1
+        starts = fixed.starts if fixed is not None else np.arange(0, view.size, k, dtype=np.int64)
+        drawn = DrawnSlices(starts, view.size)
+        view = drawn_slices(view, drawn)
+        return interleave(view, parallel, 0, slices=drawn) if parallel > 1 else view
     tiled = tile(view, passes) if passes > 1 else view
     slices = shard_slices(view, options, cuts, passes=passes)
     if slices is None:

@@ -36,6 +36,7 @@ from fpipe.loader.topology import Topology
 from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.sources import DatasetSource
 from fpipe.plan import BatchSchedule, batch, distribute, repeat, window_shuffle
+from fpipe.plan.packing.stage import PackConfig
 from fpipe.plan.skip import normalize_step_ranges
 
 __all__ = ["build_train_dataset", "build_val_dataset", "get_train_dataset", "get_val_dataset"]
@@ -223,6 +224,8 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
     num_epochs = options.num_epochs
     if not options.repeat and num_epochs is None:
         num_epochs = 1
+    if options.shuffle_over_epochs_multiplier == -1:  # drawn with replacement: forever
+        num_epochs = None
     passes = options.shuffle_over_epochs_multiplier or 1  # passes over the data per view epoch
     if num_epochs is not None and options.num_epochs is not None:
         num_epochs //= passes  # epochs of the view (a multiple of passes: checked)
@@ -306,6 +309,7 @@ def _materializer(
         unbatched=batch_size is None,
         batch_size=batch_size,
         error_handler=options.handler,
+        plan_packs=any(isinstance(s.config, PackConfig) for s in options.plan_stages),
     )
     if not mat.packing:
         return mat, batch_size or 1

@@ -104,7 +104,8 @@ _LAZY = {
     **dict.fromkeys(_ENCODE, "fpipe.encode"),
     **dict.fromkeys(_LOADER, "fpipe.loader"),
     **dict.fromkeys(_DATASETS, "fpipe.datasets"),
-    "get_train_dataset": "fpipe.energon._datasets",  # Energon's split of the data to ranks
+    # Energon's split of the data to ranks, its auto_decode keyword
+    **dict.fromkeys(_DATASETS, "fpipe.energon._datasets"),
     **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
     **dict.fromkeys(_CACHE, "fpipe.materialize.lazy"),
     "FileCacheLazy": "fpipe.materialize.file_cache_pool",

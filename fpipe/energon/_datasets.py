@@ -15,6 +15,10 @@ one rank. A repeating stream keeps fpipe's global distribution, which loses no s
 epoch follows), keeps the same global batches for any world size and restores on any world
 size; pass ``distribution="energon"`` for Energon's parts there too. A ``distribution=`` given
 explicitly is always kept.
+
+Energon's deprecated ``auto_decode=False`` (to either function) keeps working as Energon 7.4
+gives it: the task encoder's ``decoder`` is set to None (raw bytes for the cooker, sample loader
+or field map), on the instance passed in, or on a new ``DefaultTaskEncoder`` when none is.
 """
 
 from __future__ import annotations
@@ -24,9 +28,23 @@ import os
 from typing import Any
 
 from fpipe.datasets import get_train_dataset as _fpipe_get_train_dataset
+from fpipe.datasets import get_val_dataset as _fpipe_get_val_dataset
 from fpipe.loader import Topology
 
-__all__ = ["get_train_dataset"]
+__all__ = ["get_train_dataset", "get_val_dataset"]
+
+
+def _auto_decode(kwargs: dict[str, Any]) -> None:
+    """Energon's ``auto_decode`` keyword, taken out of ``kwargs``: ``False`` is ``decoder =
+    None`` on the task encoder (Energon 7.4 sets it on the instance it is given)."""
+    if "auto_decode" not in kwargs or kwargs.pop("auto_decode"):
+        return
+    encoder = kwargs.get("task_encoder")
+    if encoder is None:
+        from fpipe.encode import DefaultTaskEncoder
+
+        encoder = kwargs["task_encoder"] = DefaultTaskEncoder()
+    encoder.decoder = None
 
 
 @functools.wraps(_fpipe_get_train_dataset)
@@ -34,9 +52,18 @@ def get_train_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
     """:func:`fpipe.get_train_dataset` with Energon's slices (``sequence_slices="shards"``)
     and, for a stream that ends (``repeat=False``), Energon's split of the data to ranks by
     default (see the module doc)."""
+    _auto_decode(kwargs)
     kwargs.setdefault("sequence_slices", "shards")
     if "distribution" not in kwargs and kwargs.get("repeat", True) is False:
         topo = kwargs.get("topology") or kwargs.get("worker_config") or Topology.from_env()
         if topo.world_size > 1:
             kwargs["distribution"] = "energon"
     return _fpipe_get_train_dataset(path, **kwargs)
+
+
+@functools.wraps(_fpipe_get_val_dataset)
+def get_val_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
+    """:func:`fpipe.get_val_dataset`, also taking Energon's ``auto_decode`` (see the module
+    doc)."""
+    _auto_decode(kwargs)
+    return _fpipe_get_val_dataset(path, **kwargs)

@@ -5,7 +5,9 @@ User code imports names from Energon's submodules too (Megatron-LM: ``from
 megatron.energon.task_encoder.base import stateless``). Each path in :data:`PATHS` is a module
 made on import by a finder that answers only for these names: its names are the same objects
 as ``fpipe.energon``'s (re-exports, loaded on first use, so importing a path imports no torch).
-Paths with their own file (``fpipe.energon.av``, ``fpipe.energon.transforms``) are not here.
+Paths with their own file (``fpipe.energon.av``, ``fpipe.energon.transforms``) are not here;
+the modules below ``megatron.energon.av`` (``av.utils``, ...) are, holding ``fpipe.energon.av``'s
+names (that file declares itself a package for them).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from types import ModuleType
 
 from fpipe._lazy import lazy_exports
 
-__all__ = ["PATHS", "TYPED_WEBDATASETS", "install"]
+__all__ = ["AV_PATHS", "PATHS", "TYPED_WEBDATASETS", "install"]
 
 _PREFIX = "fpipe.energon."
 
@@ -160,6 +162,15 @@ PATHS: dict[str, tuple[str, ...]] = {
     "worker": ("WorkerConfig",),
 }
 
+#: Energon's modules below ``megatron.energon.av`` (its guide and API pages import from them)
+#: -> the ``fpipe.energon.av`` names each holds.
+AV_PATHS: dict[str, tuple[str, ...]] = {
+    "av.av_data": ("AVData",),
+    "av.av_decoder": ("AVData", "AVDecoder", "AVWebdatasetDecoder"),
+    "av.av_reader": ("AVProbeIndex",),
+    "av.utils": ("AVData", "AVDecoder", "get_clips_uniform", "get_single_frames_uniform"),
+}
+
 
 class _EnergonPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Makes the modules of :data:`PATHS`; answers None for every other name."""
@@ -168,6 +179,8 @@ class _EnergonPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self, fullname: str, path: object = None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
         rel = fullname[len(_PREFIX) :] if fullname.startswith(_PREFIX) else None
+        if rel in AV_PATHS:
+            return importlib.util.spec_from_loader(fullname, self, is_package=False)
         if rel not in PATHS:
             return None
         is_package = any(p.startswith(f"{rel}.") for p in PATHS)
@@ -177,10 +190,12 @@ class _EnergonPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None  # the default module
 
     def exec_module(self, module: ModuleType) -> None:
-        names = PATHS[module.__name__[len(_PREFIX) :]]
-        module.__doc__ = f"``megatron.energon.{module.__name__[len(_PREFIX) :]}`` on fpipe."
+        rel = module.__name__[len(_PREFIX) :]
+        names = AV_PATHS[rel] if rel in AV_PATHS else PATHS[rel]
+        module.__doc__ = f"``megatron.energon.{rel}`` on fpipe."
         module.__all__ = list(names)  # type: ignore[attr-defined]
-        get, listing = lazy_exports(module.__name__, dict.fromkeys(names, "fpipe.energon"))
+        source = "fpipe.energon.av" if rel in AV_PATHS else "fpipe.energon"
+        get, listing = lazy_exports(module.__name__, dict.fromkeys(names, source))
         module.__getattr__ = get  # type: ignore[method-assign]
         module.__dir__ = listing  # type: ignore[method-assign]
 

@@ -21,4 +21,8 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
+#: A package, so Energon's module paths below it (``fpipe.energon.av.utils``, ``.av_decoder``,
+#: ``.av_data``, ``.av_reader``) import: :mod:`fpipe.energon._paths` makes them.
+__path__: list[str] = []
+
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

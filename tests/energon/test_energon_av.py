@@ -202,3 +202,25 @@ def test_decoder_pickles(video):
     assert type(again) is type(dec) and again.get_metadata() == before
     frames = get_single_frames_uniform(again, 4, video_out_frame_size=(32, 24))
     assert frames.shape == (4, 3, 24, 32)
+
+
+def test_the_guides_imports_and_calls(video):
+    # Energon's data-decoding guide and API pages import these from megatron.energon.av and
+    # its modules; the guide's call, keyword for keyword
+    from fpipe.energon.av.av_data import AVData as data_cls
+    from fpipe.energon.av.av_decoder import AVDecoder as decoder_cls
+    from fpipe.energon.av.utils import get_clips_uniform as uniform
+    from fpipe.energon.av.utils import get_single_frames_uniform as single
+
+    assert (data_cls, decoder_cls, uniform, single) == (
+        AVData,
+        AVDecoder,
+        get_clips_uniform,
+        get_single_frames_uniform,
+    )
+    av_decoder = AVDecoder(video)
+    dat = uniform(av_decoder=av_decoder, num_clips=5, clip_duration_seconds=0.5, request_audio=True)
+    assert [a.shape for a in dat.audio_clips] == [(1, 8000)] * 5
+    assert dat.audio_timestamps[0][0] == pytest.approx(0.0)
+    frames = single(av_decoder=av_decoder, num_frames=3)  # Energon's defaults for the rest
+    assert frames.shape == (3, 3, 48, 64) and _indices(frames) == [0, 45, 89]

@@ -110,3 +110,30 @@ def test_crude_members_reach_the_cooker_decoded_by_extension(crude):
 def test_decoder_none_keeps_the_raw_bytes(crude):
     batch = _first_batch(crude, task_encoder=RawCrudeEncoder())
     assert batch.txt == [b"10", b"11", b"12"] and batch.cls == [b"0", b"1", b"2"]
+
+
+def test_auto_decode_false_gives_the_cooker_raw_bytes(crude):
+    # Energon's legacy keyword (its guide: "Set to False to disable all automatic decoding ...
+    # Setting to False is equivalent to setting decoder = None")
+    encoder = CrudeEncoder()
+    batch = _first_batch(crude, task_encoder=encoder, auto_decode=False)
+    assert batch.txt == [b"10", b"11", b"12"] and batch.cls == [b"0", b"1", b"2"]
+    assert encoder.decoder is None  # as Energon 7.4: set on the encoder given
+    decoded = _first_batch(crude, task_encoder=CrudeEncoder(), auto_decode=True)
+    assert decoded.txt == ["10", "11", "12"]
+
+
+def test_auto_decode_false_without_a_task_encoder(classes):
+    from fpipe.energon import get_train_dataset
+
+    ds = get_train_dataset(
+        str(classes),
+        batch_size=2,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        auto_decode=False,
+        repeat=False,
+    )
+    with get_loader(ds, num_workers=0) as loader:
+        batch = next(iter(loader))
+    assert isinstance(batch.image[0], bytes) and batch.image[0][:2] == b"\xff\xd8"  # the JPEG

@@ -223,3 +223,34 @@ def test_prepare_metadataset_checks_the_file_and_writes_nothing(tmp_path):
     bad.write_text("splits:\n  train:\n    blend:\n      - {path: ./nope}\n")
     with pytest.raises(ConfigError, match="does not exist"):
         prepare_metadataset(bad)
+
+
+def test_multiplier_minus_one_over_a_blend(folders):
+    # Energon's test_metadataset.py::test_slice_iter_shuffle_over_epochs, its call as written
+    path = _write(
+        folders,
+        "draw.yaml",
+        """\
+        splits:
+          train:
+            blend:
+              - weight: 1
+                path: ds1
+              - weight: 1
+                path: ds2
+        """,
+    )
+    from fpipe.energon import WorkerConfig, get_savable_loader
+
+    worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0, seed_offset=42)
+    ds = get_train_dataset(
+        path,
+        worker_config=worker_config,
+        batch_size=10,
+        parallel_shard_iters=2,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        shuffle_over_epochs_multiplier=-1,
+    )
+    texts = [data.text for idx, data in zip(range(30), get_savable_loader(ds))]
+    assert len(texts) == 30 and all(len(t) == 10 for t in texts)  # endless

@@ -232,6 +232,12 @@ def test_every_submodule_path_resolves_and_imports_no_torch():
         module = importlib.import_module(f"fpipe.energon.{path}")
         for name in names:
             assert getattr(module, name) is getattr(energon, name), f"{path}.{name}"
+    import fpipe.energon.av as av
+    from fpipe.energon._paths import AV_PATHS
+
+    for path, names in AV_PATHS.items():  # megatron.energon.av's modules: fpipe.energon.av's names
+        module = importlib.import_module(f"fpipe.energon.{path}")
+        assert all(getattr(module, name) is getattr(av, name) for name in names), path
     # a path that is also a name (edataclass) leaves the name bound to the object, as Energon
     assert energon.edataclass is importlib.import_module("fpipe.energon.edataclass").edataclass
     assert not isinstance(energon.edataclass, type(energon))

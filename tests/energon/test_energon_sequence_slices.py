@@ -12,6 +12,7 @@ import json
 import pytest
 
 import fpipe
+from fpipe.core.errors import ConfigError
 from fpipe.energon import WorkerConfig, get_train_dataset
 from tests.distributed.helpers import batch_keys, make_text_dataset
 
@@ -164,3 +165,33 @@ def test_a_join_is_sliced_by_its_workers_parts_only(tmp_path):
         with fpipe.get_loader(ds) as loader:
             texts = [b.text[0] for _, b in zip(range(12), loader)]
         assert texts == [f"t{k}" for k in range(12)]
+
+
+def test_multiplier_minus_one_draws_slices_with_replacement_forever(data):
+    # Energon's shuffle_over_epochs_multiplier=-1: after each slice, the next is drawn
+    # uniformly from all slices (with replacement), forever, even with repeat=False
+    kw = dict(max_samples_per_sequence=None, shuffle_over_epochs_multiplier=-1, repeat=False)
+    numbers = _numbers(_train(data, **kw), 200)
+    assert len(numbers) == 200  # endless
+    runs = [numbers[i : i + PER_SHARD] for i in range(0, 200, PER_SHARD)]
+    for run in runs:  # each drawn slice (a whole shard) read in order
+        assert run == list(range(run[0], run[0] + PER_SHARD)) and run[0] % PER_SHARD == 0
+    shards = [run[0] // PER_SHARD for run in runs]
+    assert set(shards) == {0, 1, 2, 3}
+    # with replacement: some shard comes again before every shard has come once
+    assert any(len(set(shards[i : i + 4])) < 4 for i in range(0, 40, 4))
+    # the same stream for any number of workers, and resumed exactly
+    assert _numbers(_train(data, **kw), 60, num_workers=2) == numbers[:60]
+    loader = fpipe.get_loader(_train(data, **kw), num_workers=0)
+    it = iter(loader)
+    for _ in range(7):
+        next(it)
+    state = loader.state_dict()
+    rest = [int(k.rsplit("/", 1)[-1]) for _ in range(10) for k in batch_keys(next(it))]
+    again = fpipe.get_loader(_train(data, **kw), num_workers=0)
+    again.load_state_dict(state)
+    it2 = iter(again)
+    assert [int(k.rsplit("/", 1)[-1]) for _ in range(10) for k in batch_keys(next(it2))] == rest
+    assert rest == numbers[14:34]
+    with pytest.raises(ConfigError, match="num_epochs=2 with shuffle_over_epochs"):
+        _train(data, **{**kw, "num_epochs": 2})

@@ -93,8 +93,10 @@ def test_shuffle_over_epochs_multiplier_shuffles_slices_over_passes(text):
 
 
 def test_shuffle_over_epochs_multiplier_refusals(text):
-    with pytest.raises(ConfigError, match="with replacement"):
-        _train(text, shuffle_over_epochs_multiplier=-1)
+    with pytest.raises(ConfigError, match="drawn with replacement forever"):
+        _train(text, shuffle_over_epochs_multiplier=-1, num_epochs=2)
+    with pytest.raises(ConfigError, match=">= 1, None or -1"):
+        _train(text, shuffle_over_epochs_multiplier=-2)
     with pytest.raises(ConfigError, match="multiple of 2"):
         _train(text, shuffle_over_epochs_multiplier=2, num_epochs=3)
 

@@ -73,13 +73,39 @@ def test_stale_tar_idx_is_reported(tmp_path):
         ds.read(0)
 
 
-def test_missing_info_file(tmp_path):
+def test_nv_meta_with_only_dataset_and_split_yaml_opens(tmp_path):
+    """The layout of Energon's guide (dataset.yaml and split.yaml written by hand, no
+    .info.yaml, no .tar.idx) opens as the prepared folder does: same samples, keys, splits and
+    excludes; nothing is written."""
+    make_energon_dataset(
+        tmp_path,
+        shards=3,
+        per_shard=2,
+        split={"train": ["shards/part_{000..001}.tar"], "val": ["shards/part_002.tar"]},
+        exclude=["shards/part_001.tar/1"],
+    )
+    prepared = open_dataset(tmp_path)
+    want = [(prepared.key(i), prepared.read(i)) for i in range(len(prepared))]
+    want_splits = [list(prepared.split_indices(s)) for s in ("train", "val")]
+    (tmp_path / ".nv-meta" / ".info.yaml").unlink()
+    for idx in (tmp_path / "shards").glob("*.idx"):
+        idx.unlink()
+    files = sorted(p for p in tmp_path.rglob("*"))
+    ds = open_dataset(tmp_path)
+    assert [(ds.key(i), ds.read(i)) for i in range(len(ds))] == want
+    assert [list(ds.split_indices(s)) for s in ("train", "val")] == want_splits
+    assert ds.config.field_map == {"image": "jpg", "caption": "txt"}
+    assert sorted(p for p in tmp_path.rglob("*")) == files
+
+
+def test_nv_meta_without_split_or_info_names_the_command(tmp_path):
     make_energon_dataset(tmp_path, shards=1, per_shard=1)
     (tmp_path / ".nv-meta" / ".info.yaml").unlink()
-    with pytest.raises(ConfigError, match="no .info.yaml") as e:
+    (tmp_path / ".nv-meta" / "split.yaml").unlink()
+    with pytest.raises(ConfigError, match="neither split.yaml nor .info.yaml") as e:
         open_dataset(tmp_path)
     assert f"`fpipe prepare {tmp_path}`" in str(e.value)  # the exact command
-    assert "dataset.yaml, split.yaml" in str(e.value)  # what the folder holds
+    assert "holds dataset.yaml" in str(e.value)  # what the folder holds
 
 
 def test_prepare_nv_meta_with_only_dataset_and_split_yaml(tmp_path):

@@ -55,6 +55,7 @@ __all__ = [
     "is_energon",
     "read_energon_meta",
     "read_energon_yaml",
+    "walk_energon_meta",
 ]
 
 META_DIR = ".nv-meta"
@@ -162,9 +163,11 @@ def _read_tar_idx(shard_path: str, count: int) -> np.ndarray:
     return arr
 
 
-def energon_arrays(root: str, record: IndexRecord):
+def energon_arrays(root: str, record: IndexRecord, offsets: dict[str, np.ndarray] | None = None):
     """``make(name)`` for :class:`~fpipe.storage.read.record.ArrayStore`: ``shard_id.npy`` from the
-    counts, ``columns/bytes.npy`` from every ``.tar.idx``, ``idx/<shard id>`` offsets."""
+    counts, ``columns/bytes.npy`` from every ``.tar.idx``, ``idx/<shard id>`` offsets
+    (``offsets``: shard name -> its offsets as :func:`walk_energon_meta` found them, for a
+    folder without ``.tar.idx`` files)."""
 
     def make(name: str) -> np.ndarray:
         if name == "shard_id.npy":
@@ -172,6 +175,8 @@ def energon_arrays(root: str, record: IndexRecord):
             return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         if name.startswith("idx/"):
             s = record.shards[int(name[4:])]
+            if offsets is not None:
+                return offsets[s.name]
             return _read_tar_idx(os.path.join(root, s.name), s.samples)
         if name == "columns/bytes.npy":
             parts = [np.diff(make(f"idx/{s}")) for s in range(len(record.shards))]
@@ -181,6 +186,68 @@ def energon_arrays(root: str, record: IndexRecord):
     return make
 
 
+def _walk_offsets(root: str | Path, name: str) -> np.ndarray:
+    """The offsets Energon's ``<shard>.tar.idx`` holds for shard ``name`` (each sample's first
+    tar header, then the end of its last member), found by reading its tar headers."""
+    import tarfile
+
+    f, _size = open_shard(str(root), name)
+    offsets: list[int] = []
+    last = None
+    try:
+        with f, tarfile.open(fileobj=f, mode="r:") as tf:
+            for member in tf:
+                parts = split_name(member.name)
+                if parts is None or not member.isfile():
+                    continue
+                if parts[0] != last:
+                    offsets.append(member.offset)
+                    last = parts[0]
+            offsets.append(tf.offset)
+    except (OSError, tarfile.TarError) as e:
+        raise ConfigError(
+            f"{Path(root) / name}: cannot read the shard's tar headers: {e}"
+        ) from None
+    return np.asarray(offsets, dtype=np.int64)
+
+
+def walk_energon_meta(root: str | Path) -> tuple[EnergonMeta, dict[str, np.ndarray]]:
+    """The meta of a ``.nv-meta`` holding ``dataset.yaml`` and ``split.yaml`` but no
+    ``.info.yaml`` (the layout Energon's guide shows), and each shard's sample offsets: the
+    shards are those ``split.yaml`` names (every split part, in file order), counted by reading
+    their tar headers now (nothing is written; each process that opens the folder reads them).
+
+    Raises:
+      ConfigError: no split file, or a shard that cannot be read or leads out of ``root``.
+    """
+    meta_dir = Path(root) / META_DIR
+    config, split = read_energon_yaml(root)
+    if split is None:
+        have = ", ".join(sorted(p.name for p in meta_dir.iterdir())) or "nothing"
+        raise ConfigError(
+            f"{meta_dir}: holds {have} but neither split.yaml nor .info.yaml: fpipe cannot tell "
+            f"which shards make each split; index the shards with "
+            f"`fpipe prepare {shlex.quote(str(root))}` (or `energon prepare`)"
+        )
+    names = list(dict.fromkeys(n for part in split.split_parts.values() for n in part))
+    offsets = {n: _walk_offsets(root, n) for n in names}
+    counts = {n: len(o) - 1 for n, o in offsets.items()}
+    return EnergonMeta(config, split, counts), offsets
+
+
+class LinkMember(Exception):
+    """A sample's range holds a link member (symbolic or hard), which is never followed."""
+
+    def __init__(self, member: str, target: str):
+        super().__init__(
+            f"member {member!r} is a link to {target!r}; links in shards are never followed"
+        )
+
+
+def _refuse_link(member: str, target: str) -> None:
+    raise LinkMember(member, target)
+
+
 def parse_sample(buf: bytes) -> tuple[str, list[tuple[str, bytes]]]:
     """(key, [(ext, bytes)]) of the one sample a byte range of a tar file holds.
 
@@ -188,8 +255,9 @@ def parse_sample(buf: bytes) -> tuple[str, list[tuple[str, bytes]]]:
       ShardError: the range does not hold exactly one whole sample: no tar header at its
         start, a member cut at its end, or a second sample in it (a shard that no longer
         matches its ``.tar.idx``).
+      LinkMember: a member of the sample is a link.
     """
-    samples = iter_samples(io.BytesIO(buf), len(buf), lambda e: -1)
+    samples = iter_samples(io.BytesIO(buf), len(buf), lambda e: -1, _refuse_link)
     first = next(samples, None)
     if first is None:
         raise ShardError("no tar member in the sample's byte range")
@@ -245,6 +313,8 @@ class EnergonReader:
             raise BadSampleError(path, where, f"shard truncated: bytes {lo}..{hi} not there")
         try:
             key, parts = parse_sample(buf)
+        except LinkMember as e:
+            raise BadSampleError(path, where, str(e)) from None
         except ShardError as e:
             raise BadSampleError(
                 path,
@@ -372,7 +442,7 @@ def exclude_to_keys_by_walk(
             if head not in keys:
                 try:
                     keys[head] = _walk_keys(root, head)
-                except (OSError, ShardError):
+                except (OSError, ShardError, ConfigError):  # ConfigError: leads out, unopened
                     keys[head] = []
             j, key = int(tail), f"{shard_stem(head)}/{tail}"
             if key in keys[head]:  # Energon reads the entry as a key of the shard
