@@ -88,3 +88,45 @@ OPENSORA_BUCKET_YAML = """
 "9:16":
   426x240: {17: [1.0, 8]}
 """
+
+
+def check_token_column_use(root, short_lengths):
+    """A prepared ``ntok`` column drives a plan: packs of ``root/short`` within a 16-token
+    budget, and a 1:1 token blend of ``root/short`` and ``root/long`` (whose lengths differ)
+    gives each half of the tokens, the short one most of the samples. ``short_lengths``: the
+    column's expected values for ``root/short``, by sample index."""
+    import fpipe
+    from fpipe.core.testing import run
+    from fpipe.loader import Topology
+    from fpipe.plan import pack
+
+    args = dict(
+        batch_size=4,
+        seed=3,
+        sample_type="TextSample",
+        field_map={"text": "text"},
+        shuffle_buffer_size=20,
+        columns=["ntok"],
+        topology=Topology(rank=0, world_size=1),
+    )
+    packed = fpipe.get_train_dataset(
+        str(root / "short"),
+        **args,
+        plan_stages=[pack({"ntok": 16}, strategy="ffd", packing_buffer_size=40)],
+    )
+    _, recipes = run(packed.plan, limit=10)
+    for r in recipes:
+        ntok = r.refs.column("ntok")
+        assert ntok.tolist() == short_lengths[r.refs.index].tolist()  # the rows' lengths
+        loads = np.bincount(r.refs.column("pack"), weights=ntok)
+        assert loads.max() <= 16 and len(loads) == 4  # 4 packs a batch, each within budget
+    (root / "mix.yaml").write_text(
+        "splits:\n  train:\n    blend_unit: ntok\n    blend:\n"
+        "      - {weight: 1, path: short}\n      - {weight: 1, path: long}\n"
+    )
+    mixed = fpipe.get_train_dataset(str(root / "mix.yaml"), **args)
+    _, recipes = run(mixed.plan, limit=100)
+    ntok = np.concatenate([r.refs.column("ntok") for r in recipes])
+    mine = np.concatenate([r.refs.dataset for r in recipes]) == 0
+    assert abs(ntok[mine].sum() / ntok.sum() - 0.5) < 0.03  # shares of tokens, not samples
+    assert mine.mean() > 0.8  # the short dataset gives most samples

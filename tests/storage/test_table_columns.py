@@ -9,13 +9,10 @@ import json
 import numpy as np
 import pytest
 
-import fpipe
 from fpipe.cli.main import main
 from fpipe.core.errors import ConfigError
-from fpipe.core.testing import run
-from fpipe.loader import Topology
-from fpipe.plan import pack
 from fpipe.storage import open_dataset, prepare_dataset
+from tests.helpers import check_token_column_use
 
 NAN = pytest.approx(float("nan"), nan_ok=True)
 
@@ -140,33 +137,4 @@ def _token_table(folder, n, median, seed):
 def test_a_table_token_column_drives_packing_and_a_token_blend(tmp_path, capsys):
     short = _token_table(tmp_path / "short", 300, 5, 1)
     _token_table(tmp_path / "long", 300, 50, 2)
-    args = dict(
-        batch_size=4,
-        seed=3,
-        sample_type="TextSample",
-        field_map={"text": "text"},
-        shuffle_buffer_size=20,
-        columns=["ntok"],
-        topology=Topology(rank=0, world_size=1),
-    )
-    packed = fpipe.get_train_dataset(
-        str(tmp_path / "short"),
-        **args,
-        plan_stages=[pack({"ntok": 16}, strategy="ffd", packing_buffer_size=40)],
-    )
-    _, recipes = run(packed.plan, limit=10)
-    for r in recipes:
-        ntok = r.refs.column("ntok")
-        assert ntok.tolist() == short[r.refs.index].tolist()  # the rows' list lengths
-        loads = np.bincount(r.refs.column("pack"), weights=ntok)
-        assert loads.max() <= 16 and len(loads) == 4  # 4 packs a batch, each within budget
-    (tmp_path / "mix.yaml").write_text(
-        "splits:\n  train:\n    blend_unit: ntok\n    blend:\n"
-        "      - {weight: 1, path: short}\n      - {weight: 1, path: long}\n"
-    )
-    mixed = fpipe.get_train_dataset(str(tmp_path / "mix.yaml"), **args)
-    _, recipes = run(mixed.plan, limit=100)
-    ntok = np.concatenate([r.refs.column("ntok") for r in recipes])
-    mine = np.concatenate([r.refs.dataset for r in recipes]) == 0
-    assert abs(ntok[mine].sum() / ntok.sum() - 0.5) < 0.03  # shares of tokens, not samples
-    assert mine.mean() > 0.8  # the short table gives most samples
+    check_token_column_use(tmp_path, short)
