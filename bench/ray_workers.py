@@ -9,11 +9,18 @@ bench/loader.py), medians of ``--repeats`` interleaved runs:
 - ``ray2``: ``get_loader(num_workers=2, worker_mode="ray")`` on a local Ray instance of 2 CPUs
   (the same machine: what Ray adds, not what more nodes give).
 
+``ray_rank_cpu_ms_per_batch`` is the CPU time this process (every thread, Ray's included)
+spends per batch taken from the ``ray2`` loader (``processes_rank_cpu_ms_per_batch``: from the
+``processes2`` one), planning included.
+
 Then, with one actor and nothing else running, recipe by recipe, the round trip seen by this
 process (send the recipe, materialize, store the result, fetch and deserialize it) minus the
 time materializing took inside the actor: the median is ``ray_batch_overhead_ms``, what Ray adds
-per batch; ``ray_bytes_per_batch`` is the
-serialized size of a result as Ray stores it (plus the recipe sent). Last, a
+per batch; ``ray_bytes_per_batch`` is the serialized size of a result as Ray stores it (plus the
+recipe sent). ``ray_breakdown`` splits that cost (bench/_ray_transport.py) for the loader's way
+of sending tensors (``fpipe``: out of band, read where they lie in the object store) and Ray's
+default (``torch``: each storage pickled by ``torch.save``); ``ray_rank_cost_by_batch_mb``
+gives this process's cost per batch of 1, 5 and 20 MB sent the loader's way. Last, a
 ``ray.cluster_utils.Cluster`` of two simulated nodes runs 2 actors spread over both and
 ``ray2_nodes_identical`` says whether its batches equal process mode's, bit for bit.
 
@@ -36,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
 from _loader_data import ensure_image_set  # noqa: E402
 from _loader_runs import in_process, measure  # noqa: E402
+from _ray_transport import TransportActor, call_ms, costs, rank_cost  # noqa: E402
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
@@ -78,34 +86,39 @@ def digests(ld, n: int) -> list[str]:
     return out
 
 
-class TimedActor(_ray_workers.MaterializeActor):
-    """The loader's actor, also saying how long materializing took inside it."""
-
-    def timed(self, shipped: list, task) -> tuple:
-        t0 = time.perf_counter()
-        result = self.run(shipped, task)
-        return result, time.perf_counter() - t0
-
-
-def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int]:
+def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int, dict]:
     """(median ms materializing inside the actor, median ms of the round trip seen here, result
-    bytes, recipe bytes): one actor, one recipe at a time. The difference is what Ray adds per
-    batch: sending the recipe, storing the result, fetching and deserializing it here."""
+    bytes, recipe bytes, the breakdown): one actor, one recipe at a time. The difference is
+    what Ray adds per batch: sending the recipe, storing the result, fetching and
+    deserializing it here. The breakdown (see bench/_ray_transport.py) compares the loader's
+    way of sending tensors with Ray's default (torch pickling)."""
     ds = loader(root, 0).dataset
     state, recipes = ds.plan.init(), []
     for _ in range(n + 2):
         state, recipe, _ = next_recipe(ds.plan, state, ())
         recipes.append(encode_recipe(recipe))
-    actor = ray.remote(TimedActor).options(num_cpus=1).remote()
-    ray.get(actor.where.remote())
     shipped = [ray.put(ds.materializer)]
-    inside, round_trip = [], []
-    for task in recipes:
-        t0 = time.perf_counter()
-        result, seconds = ray.get(actor.timed.remote(shipped, task))
-        round_trip.append(time.perf_counter() - t0)
-        inside.append(seconds)
-    ray.kill(actor)
+    breakdown, added = {}, {}
+    for way in ("torch", "fpipe"):
+        actor = ray.remote(TransportActor).options(num_cpus=1).remote(way == "fpipe")
+        ray.get(actor.where.remote())
+        inside, round_trip = [], []
+        for task in recipes:
+            t0 = time.perf_counter()
+            result, seconds = ray.get(actor.timed.remote(shipped, task))
+            round_trip.append(time.perf_counter() - t0)
+            inside.append(seconds)
+        # the first two open the dataset
+        added[way] = statistics.median(r - i for r, i in zip(round_trip[2:], inside[2:])) * 1e3
+        row = costs(ray, actor, shipped, recipes[-1], n, way == "fpipe")
+        row["call_ms"] = call_ms(ray, actor, recipes[0], n)
+        row["added_ms"] = round(added[way], 2)
+        breakdown[way] = row
+        if way == "fpipe":
+            breakdown["rank_cost_by_batch_mb"] = {
+                mb: rank_cost(ray, actor, mb * 10**6, n) for mb in (1, 5, 20)
+            }
+        ray.kill(actor)
     try:  # what Ray stores: its serializer, out-of-band buffers included
         ctx = ray._private.worker.global_worker.get_serialization_context()
         size = ctx.serialize(result).total_bytes
@@ -113,14 +126,29 @@ def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int]:
         import pickle
 
         size = len(pickle.dumps(result, protocol=5))
-    # the first two open the dataset
-    added = statistics.median(r - i for r, i in zip(round_trip[2:], inside[2:])) * 1e3
     return (
         statistics.median(inside[2:]) * 1e3,
-        added,
+        added["fpipe"],
         size,
         statistics.median(len(t) for t in recipes),
+        breakdown,
     )
+
+
+def rank_cpu_ms(root: Path, mode: str, n: int) -> float:
+    """CPU time of this process (every thread: Ray's included) per batch taken from a loader
+    of 2 workers of ``mode``, after 6 batches of warm-up."""
+    opts = {"num_cpus": 1} if mode == "ray" else None
+    it = iter(loader(root, 2, mode, opts))
+    try:
+        for _ in range(6):
+            next(it)
+        c0 = time.process_time()
+        for _ in range(n):
+            next(it)
+        return (time.process_time() - c0) * 1e3 / n
+    finally:
+        it.close()
 
 
 def two_nodes(root: Path, n: int, reference: list[str]) -> tuple[bool, int]:
@@ -180,6 +208,11 @@ def main(argv: list[str] | None = None) -> dict:
             pool=min(args.images, 400),
         )
     root = Path(args.data) / "images"
+    # the actors of the breakdown import bench/_ray_transport.py: they inherit this environment
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     ray.init(num_cpus=2, object_store_memory=STORE_BYTES, log_to_driver=False)
     try:
 
@@ -189,8 +222,9 @@ def main(argv: list[str] | None = None) -> dict:
 
         rows = {"processes2": run("process"), "ray2": run("ray")}
         wall, _ = measure(rows, args.batches, args.repeats, lambda m: print(m, flush=True))
+        cpu_ms = {mode: rank_cpu_ms(root, mode, args.batches) for mode in ("process", "ray")}
         _ray_workers.release_ray_actors()
-        inside_ms, added_ms, size, recipe = overhead(ray, root, args.overhead_batches)
+        inside_ms, added_ms, size, recipe, breakdown = overhead(ray, root, args.overhead_batches)
     finally:
         ray.shutdown()
     reference = digests(loader(root, 2), args.batches)
@@ -201,11 +235,15 @@ def main(argv: list[str] | None = None) -> dict:
         "ray2_vs_processes2": round(wall["ray2"] / wall["processes2"], 3),
         "materialize_ms_in_actor": round(inside_ms, 2),
         "ray_batch_overhead_ms": round(added_ms, 2),
+        "ray_rank_cpu_ms_per_batch": round(cpu_ms["ray"], 2),
+        "processes_rank_cpu_ms_per_batch": round(cpu_ms["process"], 2),
         "ray_bytes_per_batch": int(size),
         "recipe_bytes_per_batch": int(recipe),
         "ray2_nodes_identical": identical,
         "ray2_nodes_used": nodes,
         "batches_compared": args.batches,
+        "ray_rank_cost_by_batch_mb": breakdown.pop("rank_cost_by_batch_mb"),
+        "ray_breakdown": breakdown,
         "loadavg_start": round(load_start, 1),
         "loadavg_end": round(os.getloadavg()[0], 1),
     }

@@ -15,6 +15,10 @@ once); an actor keeps the last few materializers it was sent, so train and valid
 this process's pool, per set of actor options, until :func:`release_ray_actors` or the end of the
 process (Ray ends the actors of a driver that exits).
 
+Results come back through Ray's object store, their tensors out of band and read here where
+they lie (:mod:`fpipe.loader._ray_batches`); those made on other nodes are moved here ahead of
+their turn (:func:`_fetch_ahead`).
+
 Faults: an exception raised while materializing comes back as a value
 (:class:`~fpipe.loader._workers.RemoteFailure`) and is re-raised here with its type and
 attributes. An actor that dies (killed, its node lost, Ray's out-of-memory killer) or produces
@@ -33,6 +37,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import itertools
 import os
 import threading
 import weakref
@@ -40,6 +45,8 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fpipe.core.errors import ConfigError, WorkerError
+from fpipe.loader import _ray_batches
+from fpipe.loader._ray_serialize import put_materializer
 from fpipe.loader._recovery import run_task
 from fpipe.loader._workers import RemoteFailure, remote_failure
 from fpipe.materialize.materializer import Materializer, show_keys
@@ -80,6 +87,7 @@ class MaterializeActor:
 
     def __init__(self) -> None:
         self._materializers: collections.OrderedDict[str, Materializer] = collections.OrderedDict()
+        _ray_batches.register()  # tensors go out of band, read where they lie in the store
 
     def where(self) -> tuple[int, str]:
         """(pid, node id) of this actor: also tells the loader it has started."""
@@ -150,13 +158,20 @@ class _Pool:
         self.lent: dict[str, _Actor] = {}
         self.shipped: weakref.WeakKeyDictionary[Materializer, Any] = weakref.WeakKeyDictionary()
         self.marks: Any = None
-        self.session: str | None = None
+        self.session: tuple[str, str] | None = None
+        #: this node's object store capacity is known (kept batches are bounded by it)
+        self.sized = False
 
     def _check_session(self, ray) -> None:
-        session = ray.get_runtime_context().get_job_id()
-        if session != self.session:  # a new ray.init: handles of the old session are void
+        # A new ray.init makes the handles of the old connection void: a new job of the same
+        # cluster (a new job id), or a new cluster, whose job ids start at 1 again but whose
+        # nodes (this driver's among them) have new ids.
+        context = ray.get_runtime_context()
+        session = (context.get_job_id(), context.get_node_id())
+        if session != self.session:
             self.idle, self.lent, self.marks, self.session = {}, {}, None, session
             self.shipped = weakref.WeakKeyDictionary()
+            self.sized = False
 
     def borrow(self, ray, options: dict, n: int) -> tuple[str, list[_Actor]]:
         """``n`` actors with ``options``: idle ones first. Idle actors of other options are
@@ -218,8 +233,19 @@ class _Pool:
             self._check_session(ray)
             ref = self.shipped.get(materializer)
             if ref is None:
-                ref = self.shipped[materializer] = ray.put(materializer)
+                ref = self.shipped[materializer] = put_materializer(ray, materializer)
             return ref
+
+    def size_store(self, ray) -> None:
+        """Bound the object store bytes that batches kept here may pin, once per session,
+        by this node's object store capacity."""
+        if self.sized:
+            return
+        node = ray.get_runtime_context().get_node_id()
+        for info in ray.nodes():
+            if info.get("NodeID") == node and info.get("Resources", {}).get("object_store_memory"):
+                _ray_batches.set_capacity(int(info["Resources"]["object_store_memory"]))
+        self.sized = True
 
     def marks_actor(self, ray) -> Any:
         with self.lock:
@@ -281,9 +307,11 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
     key, actors = _POOL.borrow(ray, options, loader.num_workers)
     actors = _POOL.replace_dead(ray, options, actors)
     shipped = [_POOL.ship(ray, loader.dataset.materializer)]
+    _POOL.size_store(ray)
     healer = loader._healer
     marked = {step for step, _ in healer.faults} if healer is not None else set()
     marks = _POOL.marks_actor(ray) if marked else None
+    here = ray.get_runtime_context().get_node_id()
     source = iter(recipes)
     #: (result ref, actor index, task, whether it runs with marks, sends left when unavailable)
     waiting: collections.deque[list] = collections.deque()
@@ -307,6 +335,7 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
             submit()
         while waiting:
             ref, i, task, with_marks, retries = waiting[0]
+            _fetch_ahead(ray, waiting, actors, here)
             try:
                 result = _await(ray, ref, actors[i], loader.timeout)
             except _Fault as fault:
@@ -330,6 +359,17 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
         # a gap in the actor's task sequence, and Ray then holds every later task of this
         # process for that actor until its reorder timeout (30 s) before skipping the gap.
         _POOL.give_back(key, actors)
+
+
+def _fetch_ahead(ray, waiting: collections.deque, actors: list[_Actor], here: str) -> None:
+    """Start moving the results behind the next one to this node, where an actor on another
+    node made them: Ray pulls an object from another node only once it is asked for, so
+    results taken one by one would each wait for their transfer. Only the results ready now
+    are pulled (asking for one not made yet is forgotten), so this is asked again each batch."""
+    behind = [w[0] for w in itertools.islice(waiting, 1, None) if actors[w[1]].node != here]
+    if behind:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.wait(behind, num_returns=len(behind), timeout=0, fetch_local=True)
 
 
 def _step_of(task: Any) -> int:

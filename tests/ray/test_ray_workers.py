@@ -5,19 +5,21 @@ Also ``prepare_on_ray`` (in this module so that Ray starts once for the suite)."
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import sys
 import time
 
+import numpy as np
 import pytest
-import yaml
+import torch
 
 from fpipe.core import ConfigError, MaterializeError
-from fpipe.loader import _ray_workers
+from fpipe.loader import _ray_batches, _ray_workers
 from tests.loader.encoders import FaultEncoder
 from tests.loader.helpers import build, digest
-from tests.ray.datasets import loader, make_all
+from tests.ray.datasets import Stamped, loader, make_all
 
 KINDS = ("images", "video_buckets", "blend_pack_ramp_skip", "every_hook")
 N = 6  # batches compared per run
@@ -107,6 +109,60 @@ def test_passes_left_early_do_not_hold_up_the_next(ray_cluster, paths, reference
     assert slowest < 10, f"a pass waited {slowest:.1f} s for its actors"
 
 
+#: bytes of a Stamped batch's storages (its uint8 images and their float copy)
+STAMPED_BYTES = 4 * 3 * 128 * 128 * (1 + 4)
+
+
+def _stamped(paths, **kw):
+    return build(paths["images"], encoder=Stamped(), num_epochs=1, **kw)
+
+
+@pytest.fixture(scope="module")
+def stamped_reference(paths):
+    """Digests of the Stamped batches from one worker process."""
+    return [digest(b) for b in _stamped(paths, num_workers=1)]
+
+
+def test_batches_are_read_where_they_lie_and_kept_ones_never_change(
+    ray_cluster, paths, stamped_reference
+):
+    """Batches of about 1 MB arrive over the object store's memory, bit for bit those of a
+    worker process, views kept as views; kept after their ObjectRefs are gone and the store has
+    been refilled many times over, none changes; dropped, they pin nothing."""
+    ray, _ = ray_cluster
+    before = _ray_batches.pinned_bytes()[0]
+    ld = _stamped(paths, num_workers=2, worker_mode="ray", ray_options=OPTIONS)
+    kept = [(b, b["image"].clone()) for b in ld]
+    assert [digest(b) for b, _ in kept] == stamped_reference and len(kept) > 5
+    assert len({bytes(c.numpy()) for _, c in kept}) == len(kept)  # all different
+    assert _ray_batches.pinned_bytes()[0] - before == len(kept) * STAMPED_BYTES
+    assert all(b["half"].data_ptr() == b["image"].data_ptr() + 128 * 128 for b, _ in kept)
+    for _ in range(4):  # 64 MB into an 80 MB store: what nothing pins is evicted or reused
+        refs = [ray.put(np.full(8 << 20, 255, np.uint8)) for _ in range(8)]
+        del refs
+    assert all(torch.equal(b["image"], c) for b, c in kept)
+    del kept
+    gc.collect()
+    assert _ray_batches.pinned_bytes()[0] == before
+
+
+def test_kept_batches_pin_at_most_the_bound_and_the_rest_arrive_copied(
+    ray_cluster, paths, stamped_reference, monkeypatch
+):
+    ray, _ = ray_cluster
+    _ray_workers._POOL.size_store(ray)  # once per session: the bound set below stays
+    before = _ray_batches.pinned_bytes()[0]
+    monkeypatch.setattr(_ray_batches, "_bound", before + 3 * STAMPED_BYTES)
+    ld = _stamped(paths, num_workers=2, worker_mode="ray", ray_options=OPTIONS)
+    kept = list(ld)
+    pinned, bound = _ray_batches.pinned_bytes()
+    assert before + 2 * STAMPED_BYTES <= pinned <= bound
+    assert [digest(b) for b in kept] == stamped_reference
+    del kept
+    gc.collect()
+    assert _ray_batches.pinned_bytes()[0] == before
+
+
 def _fault_loader(paths, tmp_path, mode, key, **kw):
     trigger = tmp_path / "trigger"
     trigger.write_text("on")
@@ -191,20 +247,19 @@ def test_prepare_on_ray_writes_the_index_of_a_single_process_prepare(ray_cluster
     assert report.num_samples == single.num_samples == 20 and report.num_shards == 5
     argv = ["prepare", str(cli), "--ray", "--ray-parts", "2", "--split", "2,1", "--no-progress"]
     assert main([*argv, "--field", "image=jpg", "--field", "caption=txt"]) == 0
+    assert report.source == single.source == "webdataset"
+    info = ".fpipe/info.yaml"
+    assert _index(api)[info] == _index(cli)[info] == _index(one)[info]
     assert _index(api) == _index(cli) == _index(one)
 
 
 def _index(root):
-    """Every file of the index by path: its bytes, info.yaml's parsed, without ``source``
-    (``merged-webdataset`` after a merge: where the index came from, not what it is)."""
-    out = {}
-    for f in sorted((root / ".fpipe").rglob("*")):
-        if f.is_file():
-            data = f.read_bytes()
-            if f.name == "info.yaml":
-                data = {k: v for k, v in yaml.safe_load(data).items() if k != "source"}
-            out[str(f.relative_to(root))] = data
-    return out
+    """Every file of the index by path: its bytes."""
+    return {
+        str(f.relative_to(root)): f.read_bytes()
+        for f in sorted((root / ".fpipe").rglob("*"))
+        if f.is_file()
+    }
 
 
 def test_ray_mode_without_ray_installed_is_a_config_error(monkeypatch, paths):
