@@ -7,7 +7,9 @@
 - ``plan(split, batch_size)``: a :class:`~fpipe.core.Pipeline` of batch recipes over it, with
   fpipe's exact resume (``snapshot`` / ``restore``) and seek (``skip`` / ``advance``);
 - ``sample(split, i)`` / ``materialize(split, recipe)``: Megatron ``GPTDataset``'s fields
-  (:mod:`fpipe.materialize.gpt_fields`) plus ``cu_seqlens``;
+  plus ``cu_seqlens``, a batch at once: one binary search finds every token, one gather per
+  corpus reads them and numpy makes the fields (:mod:`fpipe.storage.read.gpt_tokens`, as the
+  ``sequence_length`` datasets of a metadataset do);
 - ``lineage(split, i)``: which corpus, sequences and token ranges made sample ``i``.
 
 Sample ``i`` of a split equals sample ``i`` of megatron-core's
@@ -29,9 +31,9 @@ import torch
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError
 from fpipe.core.megatron_order import SPLITS
-from fpipe.materialize.gpt_fields import GPTFields, cu_seqlens, gpt_fields, read_tokens
 from fpipe.plan import batch, repeat
 from fpipe.plan.gpt_sequences import GPTSplitIndex, gpt_sequences, megatron_splits
+from fpipe.storage.read.gpt_tokens import GPTFields, TokenGather, TokenStream, batch_fields
 from fpipe.storage.read.megatron_indexed import IndexedCorpus
 
 __all__ = ["MegatronGPT", "parse_data_path"]
@@ -108,11 +110,14 @@ class MegatronGPT:
             drop_last_partial_validation=drop_last_partial_validation, surplus=surplus
         )
         self.corpora = [IndexedCorpus(p) for p in self.prefixes]
+        self._gathers = [TokenGather(c) for c in self.corpora]
         self._splits: dict[str, GPTSplitIndex] | None = None
+        self._streams: dict[tuple[str, int], TokenStream] = {}
 
     def __getstate__(self) -> dict[str, Any]:  # workers recompute the orders; no arrays sent
         state = dict(self.__dict__)
         state["_splits"] = None
+        state["_streams"] = {}
         return state
 
     @property
@@ -167,31 +172,44 @@ class MegatronGPT:
         d, row = int(dataset[0]), int(rows[0])
         return {"prefix": self.prefixes[d], "row": row, "pieces": index.pieces(d, row)}
 
-    def _sample(self, index: GPTSplitIndex, d: int, row: int) -> dict[str, torch.Tensor]:
-        pieces = index.pieces(d, row)
-        width = self.seq_length + self.fields.extra
-        text = read_tokens(self.corpora[d], pieces, width, self.fields.pad)
-        out = gpt_fields(text, self.fields)
-        out["cu_seqlens"] = torch.from_numpy(cu_seqlens([p[2] for p in pieces], self.seq_length))
+    def _stream(self, split: str, d: int) -> TokenStream:
+        """Corpus ``d``'s documents of ``split`` laid end to end (its order's document index)."""
+        got = self._streams.get((split, d))
+        if got is None:
+            index = self.index(split)
+            got = TokenStream(index.orders[d].document_index, index.lengths[d])
+            self._streams[(split, d)] = got
+        return got
+
+    def _batch(self, split: str, dataset: np.ndarray, rows: np.ndarray) -> dict[str, Any]:
+        """The fields of the samples ``(dataset, row)``: each field ``(B, ...)``, ``cu_seqlens``
+        a list (one tensor per sample, as their lengths differ)."""
+        n, width = self.seq_length, self.seq_length + self.fields.extra
+        text = np.empty((len(rows), width), dtype=np.int64)
+        pos = np.empty_like(text)
+        for d in np.unique(dataset).tolist():
+            at = np.flatnonzero(dataset == d)
+            pieces = self._stream(split, d).pieces(rows[at], n, width)
+
+            def key(b: int, d=d, at=at) -> str:
+                return f"{os.path.basename(self.prefixes[d])}:{split}/row{int(rows[at[b]])}"
+
+            text[at] = self._gathers[d].read(pieces, len(at), width, self.fields.pad, key)
+            pos[at] = pieces.positions(len(at), width)
+        fields = batch_fields(text, pos, self.fields)
+        out: dict[str, Any] = {
+            k: torch.from_numpy(v) for k, v in fields.items() if k != "cu_seqlens"
+        }
+        out["cu_seqlens"] = [torch.from_numpy(c) for c in fields["cu_seqlens"]]
         return out
 
     def sample(self, split: str, i: int) -> dict[str, torch.Tensor]:
         """Sample ``i`` of ``split``: Megatron's fields plus ``cu_seqlens``."""
-        index = self.index(split)
-        dataset, rows = index.locate(np.array([i]))
-        return self._sample(index, int(dataset[0]), int(rows[0]))
+        dataset, rows = self.index(split).locate(np.array([i]))
+        return {k: v[0] for k, v in self._batch(split, dataset, rows).items()}
 
     def materialize(self, split: str, recipe) -> dict[str, Any]:
         """The batch of a recipe of :meth:`plan`: each field stacked (``cu_seqlens``: a list,
         one tensor per sample, as their lengths differ)."""
-        index = self.index(split)
         refs = recipe.refs
-        samples = [
-            self._sample(index, d, row)
-            for d, row in zip(refs.dataset.tolist(), refs.index.tolist())
-        ]
-        out: dict[str, Any] = {
-            k: torch.stack([s[k] for s in samples]) for k in samples[0] if k != "cu_seqlens"
-        }
-        out["cu_seqlens"] = [s["cu_seqlens"] for s in samples]
-        return out
+        return self._batch(split, np.asarray(refs.dataset), np.asarray(refs.index, np.int64))

@@ -5,7 +5,7 @@ the labels are the tokens shifted by one) cut from the documents of a corpus lai
 so a sample starts inside one document and may end several documents later. Which documents,
 in which order, and where each sample starts is decided on the corpus index alone (the token
 count of every sequence), here in the plan tier; the materialize tier reads the tokens
-(:mod:`fpipe.materialize.gpt_fields`).
+(:mod:`fpipe.storage.read.gpt_tokens`).
 
 :class:`GPTSplitIndex` holds the order of one split (one corpus, or a weighted blend of
 several); :func:`gpt_sequences` makes it a :class:`~fpipe.core.stage.View`, so the usual

@@ -8,8 +8,8 @@ import torch
 
 from fpipe.core import megatron_order as mo
 from fpipe.datasets.megatron_gpt import MegatronGPT, parse_data_path
-from fpipe.materialize.gpt_fields import GPTFields, cu_seqlens, gpt_fields
 from fpipe.storage.prepare.megatron_writer import IndexedCorpusWriter
+from fpipe.storage.read.gpt_tokens import GPTFields, batch_fields
 
 EOD = 0
 
@@ -58,16 +58,17 @@ def test_fields_follow_megatrons_rules():
         eod_mask_loss=True,
         create_attention_mask=True,
     )
-    out = gpt_fields(text, opts)
+    pos = np.array([[0, 0, 0, 1, 1, 2, 2, 2, 2]])  # the document of each token
+    out = {k: v[0] for k, v in batch_fields(text[None], pos, opts).items()}
     assert out["labels"].tolist() == text[1:].tolist()
     assert out["position_ids"].tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
     assert out["loss_mask"].tolist() == [1, 1, 0, 1, 0, 1, 1, 1]
     mask = out["attention_mask"][0]
     assert not mask[4, 3] and mask[5, 4] and mask[3, 2] and mask[0, 1]
-    plain = gpt_fields(text[:8], GPTFields(eod=EOD, extra=0))
-    assert plain["labels"].tolist() == text[1:8].tolist() + [0]  # the pad, zeroed
-    assert plain["loss_mask"].tolist() == [1.0] * 7 + [0.0]
-    assert cu_seqlens([3, 2, 5], 8).tolist() == [0, 3, 5, 8]
+    assert out["cu_seqlens"].tolist() == [0, 3, 5, 8]
+    plain = batch_fields(text[None, :8], pos[:, :8], GPTFields(eod=EOD, extra=0))
+    assert plain["labels"][0].tolist() == text[1:8].tolist() + [0]  # the pad, zeroed
+    assert plain["loss_mask"][0].tolist() == [1.0] * 7 + [0.0]
 
 
 def test_resume_and_seek_are_exact(corpus):
@@ -92,6 +93,62 @@ def test_resume_and_seek_are_exact(corpus):
         assert a[0].refs == batches[k] == b[0].refs
     batch = gpt.materialize("train", a[0])
     assert batch["tokens"].shape == (4, 8) and len(batch["cu_seqlens"]) == 4
+    assert torch.is_tensor(batch["tokens"]) and torch.is_tensor(batch["cu_seqlens"][0])
+
+
+def _reference(gpt, split, i):
+    """Sample ``i``'s fields from its lineage, read piece by piece (Megatron's way)."""
+    lineage = gpt.lineage(split, i)
+    corpus = gpt.corpora[gpt.prefixes.index(lineage["prefix"])]
+    pieces = lineage["pieces"]
+    text = np.concatenate([corpus.read(*p) for p in pieces]).astype(np.int64)
+    text = np.concatenate([text, np.full(9 - len(text), -1)])  # Megatron's padding
+    bounds = np.cumsum([p[2] for p in pieces])
+    return {
+        "tokens": np.where(text[:8] == -1, 0, text[:8]),
+        "labels": np.where(text[1:] == -1, 0, text[1:]),
+        "loss_mask": (text[1:] != -1).astype(np.float32),
+        "cu_seqlens": [0] + bounds[bounds < 8].tolist() + [8],
+    }
+
+
+def _same(got, want, where):
+    for field in ("tokens", "labels", "loss_mask"):
+        assert got[field].tolist() == want[field].tolist(), (where, field)
+    assert got["cu_seqlens"].tolist() == want["cu_seqlens"], where
+
+
+def test_a_blends_batch_is_its_samples_pieces(corpus, tmp_path):
+    other = str(tmp_path / "other")
+    with IndexedCorpusWriter(other, dtype=np.uint16) as w:
+        for k in range(30):
+            w.add_item(np.array([600 + k] * (k % 7 + 1) + [EOD]))
+            w.end_document()
+    gpt = MegatronGPT(
+        [corpus[0], other], weights=[0.6, 0.4], split="1,0,0", num_samples=(40,),
+        seq_length=8, seed=5, eod=EOD,
+    )  # fmt: skip
+    plan = gpt.plan("train", batch_size=16)
+    _, recipes = plan.next(plan.init())
+    refs = recipes[0].refs
+    assert len(set(refs.dataset.tolist())) == 2  # both corpora in one batch
+    batch = gpt.materialize("train", recipes[0])
+    for b in range(16):
+        got = {k: v[b] for k, v in batch.items()}
+        _same(got, _reference(gpt, "train", b), b)
+
+
+def test_a_short_last_sample_is_padded(corpus):
+    gpt = MegatronGPT(
+        [corpus[0]], split="1,1,0", seq_length=8, seed=5, eod=EOD,
+        drop_last_partial_validation=False,
+    )  # fmt: skip
+    n = len(gpt.index("valid"))
+    short = [i for i in range(n) if sum(p[2] for p in gpt.lineage("valid", i)["pieces"]) < 9]
+    assert short  # the last row of the stream, wherever the shuffle put it
+    for i in short + [0]:
+        _same(gpt.sample("valid", i), _reference(gpt, "valid", i), i)
+    assert gpt.sample("valid", short[0])["loss_mask"].tolist()[-1] == 0.0
 
 
 def test_split_and_blend_arithmetic():
@@ -104,4 +161,3 @@ def test_split_and_blend_arithmetic():
     assert within.tolist() == [0, 0, 0, 1, 2, 1, 1, 3]
     with pytest.raises(Exception, match="split"):
         mo.parse_split("")
-    assert torch.is_tensor(gpt_fields(np.arange(1, 4), GPTFields(eod=EOD))["tokens"])

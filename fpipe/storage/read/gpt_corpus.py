@@ -19,7 +19,8 @@ split's sequences in a document order, where
 The plan reads only the counts (the ``tokens`` column is ``sequence_length`` for every
 sample, what ``blend_unit: tokens`` weighs); a worker computes the stream once per open and
 reads each batch with one gather: :meth:`GPTReader.read_many` finds every token's document by
-one binary search and builds the fields of the whole batch with numpy (:func:`batch_fields`).
+one binary search and builds the fields of the whole batch with numpy
+(:mod:`fpipe.storage.read.gpt_tokens`, as :class:`~fpipe.datasets.megatron_gpt.MegatronGPT` does).
 A sample is cooked into a :class:`~fpipe.samples.GPTSample`.
 """
 
@@ -34,13 +35,13 @@ from fpipe.core import megatron_order as mo
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.config.dataset_yaml import DatasetConfig, SplitConfig
+from fpipe.storage.read.gpt_tokens import GPTFields, Pieces, TokenGather, TokenStream, batch_fields
 from fpipe.storage.read.record import ArrayStore, IndexRecord, ShardEntry
 
 __all__ = [
     "GPTOptions",
     "GPTReader",
     "GPT_OPTIONS",
-    "batch_fields",
     "gpt_dataset_parts",
     "is_gpt",
 ]
@@ -85,6 +86,17 @@ class GPTOptions:
     @property
     def extra(self) -> int:
         return int(bool(self.add_extra_token_to_sequence))
+
+    @property
+    def fields(self) -> GPTFields:
+        """What shapes a sample's fields (:func:`~fpipe.storage.read.gpt_tokens.batch_fields`)."""
+        return GPTFields(
+            eod=self.eod_token,
+            pad=self.pad_token,
+            extra=self.extra,
+            reset_position_ids=self.reset_position_ids,
+            eod_mask_loss=self.eod_mask_loss,
+        )
 
     @classmethod
     def of(cls, path, given: dict[str, Any]) -> GPTOptions:
@@ -133,18 +145,6 @@ def _sample_count(tokens: int, options: GPTOptions, wanted: int | None) -> int:
     return max(0, (epochs * tokens - options.extra) // options.sequence_length)
 
 
-class _Stream:
-    """One split's documents laid end to end: ``documents`` (sequence ids) and ``ends`` (the
-    cumulative token count), and the stream row of each sample (``rows``; None: sample j is
-    row j)."""
-
-    def __init__(self, documents: np.ndarray, lengths: np.ndarray, rows: np.ndarray | None):
-        self.documents = documents
-        self.doc_lengths = lengths[documents].astype(np.int64)
-        self.ends = np.cumsum(self.doc_lengths)
-        self.rows = rows
-
-
 class GPTReader:
     """GPT samples of one corpus (see the module docstring): ``splits`` is ``[(name, begin
     sequence, end sequence, samples)]`` in index order."""
@@ -155,8 +155,8 @@ class GPTReader:
         self.options = options
         self.splits = splits
         self.starts = np.cumsum([0] + [s[3] for s in splits], dtype=np.int64)
-        self._streams: dict[int, _Stream] = {}
-        self._tokens: np.ndarray | None = None  # the .bin as tokens (local, aligned)
+        self._streams: dict[int, TokenStream] = {}
+        self._gather = TokenGather(corpus)
 
     def order_tag(self) -> str:
         """What decides which tokens sample ``i`` holds, for the plan's fingerprint (a restore
@@ -175,7 +175,7 @@ class GPTReader:
         s, j = self._locate(np.array([i]))
         return f"{self.name}#{self.splits[int(s[0])][0]}/{int(j[0])}"
 
-    def stream(self, s: int) -> _Stream:
+    def stream(self, s: int) -> TokenStream:
         """The stream of split ``s`` (computed on first use: Megatron's shuffles for its order)."""
         got = self._streams.get(s)
         if got is not None:
@@ -191,65 +191,32 @@ class GPTReader:
             )
             if len(order) != count:  # the count the plan used is the order's
                 raise ConfigError(f"{self.name}: {split}: {len(order)} samples, {count} planned")
-            got = _Stream(order.document_index, lengths, order.shuffle_index)
+            got = TokenStream(order.document_index, lengths, order.shuffle_index)
         else:
-            got = _Stream(np.arange(begin, end, dtype=np.int64), lengths, None)
+            got = TokenStream(np.arange(begin, end, dtype=np.int64), lengths, None)
         self._streams[s] = got
         return got
 
-    def _positions(self, idx: np.ndarray):
-        """For samples ``idx``: their streams' document positions of every token, ``(B, W)``,
-        their tokens' offsets in their sequences, and their sequence ids."""
-        width = self.options.sequence_length + self.options.extra
+    def _pieces(self, idx: np.ndarray) -> Pieces:
+        """The document pieces of samples ``idx`` (:meth:`TokenStream.pieces`)."""
+        n, width = self.options.sequence_length, self.options.sequence_length + self.options.extra
         s_of, j_of = self._locate(idx)
-        pos = np.empty((len(idx), width), dtype=np.int64)
-        seq = np.empty_like(pos)
-        off = np.empty_like(pos)
-        col = np.arange(width, dtype=np.int64)
+        parts = []
         for s in np.unique(s_of).tolist():
-            at = s_of == s
+            at = np.flatnonzero(s_of == s)
             st = self.stream(s)
-            rows = j_of[at] if st.rows is None else st.rows[j_of[at]]
-            token = rows[:, None] * self.options.sequence_length + col  # in the stream
-            p = np.searchsorted(st.ends, token, side="right")
-            p = np.minimum(p, len(st.ends) - 1)
-            pos[at] = p
-            seq[at] = st.documents[p]
-            off[at] = token - (st.ends[p] - st.doc_lengths[p])
-        return pos, seq, off
-
-    def _read_tokens(self, pos, seq: np.ndarray, off: np.ndarray, keys) -> np.ndarray:
-        """The tokens at ``(sequence, offset)`` (one gather from the ``.bin`` on a local,
-        aligned corpus; a read per piece otherwise)."""
-        c = self.corpus
-        size = c.dtype.itemsize
-        ptrs = c.sequence_pointers
-        local = not getattr(c, "_remote", False) and not bool((ptrs % size).any())
-        if local:
-            if self._tokens is None:
-                raw = np.memmap(c.bin_path, dtype=np.uint8, mode="r")
-                self._tokens = raw[: len(raw) // size * size].view(c.dtype)
-            at = ptrs[seq] // size + off
-            lens = c.sequence_lengths[seq]
-            bad = (off >= lens) | (at >= len(self._tokens)) | (at < 0)
-            if bad.any():
-                b = int(np.flatnonzero(bad.any(axis=1))[0])
-                raise BadSampleError(
-                    c.bin_path, keys[b], f"a token of sequence {int(seq[bad][0])} leaves the .bin"
-                )
-            return self._tokens[at].astype(np.int64)
-        out = np.empty(seq.shape, dtype=np.int64)
-        for b in range(len(seq)):
-            at = 0
-            for s0, o0, n in _runs(pos[b], seq[b], off[b]):
-                out[b, at : at + n] = c.read(s0, o0, n)
-                at += n
-        return out
+            got = st.pieces(j_of[at] if st.rows is None else st.rows[j_of[at]], n, width)
+            parts.append(dataclasses.replace(got, row=at[got.row]))
+        if len(parts) == 1:
+            return parts[0]
+        fields = [f.name for f in dataclasses.fields(Pieces)]
+        joined = {f: np.concatenate([getattr(p, f) for p in parts]) for f in fields}
+        order = np.lexsort((joined["col"], joined["row"]))
+        return Pieces(**{f: v[order] for f, v in joined.items()})
 
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
         """Lineage of sample ``i``: ``(sequence, offset, length)`` of each document piece."""
-        pos, seq, off = self._positions(np.array([i], dtype=np.int64))
-        return _runs(pos[0], seq[0], off[0])
+        return self._pieces(np.array([i], dtype=np.int64)).of(0)
 
     def read(
         self, i: int, exts: frozenset[str] | None = None, limits: DecodeLimits | None = None
@@ -264,17 +231,19 @@ class GPTReader:
         idx = np.asarray(idx, dtype=np.int64)
         keys = [self.key(int(i)) for i in idx]
         try:
-            pos, seq, off = self._positions(idx)
-            text = self._read_tokens(pos, seq, off, keys)
+            pieces = self._pieces(idx)
+            width = self.options.sequence_length + self.options.extra
+            text = self._gather.read(
+                pieces, len(idx), width, self.options.pad_token, keys.__getitem__
+            )
         except BadSampleError as e:
             return [(k, e) for k in keys]
-        fields = batch_fields(text, pos, self.options)
+        fields = batch_fields(text, pieces.positions(len(idx), width), self.options.fields)
         out = []
         for b, k in enumerate(keys):
             members = {m: v[b].tobytes() for m, v in fields.items() if m != "cu_seqlens"}
             members["cu_seqlens"] = fields["cu_seqlens"][b].tobytes()
-            pieces = _runs(pos[b], seq[b], off[b])
-            members["pieces"] = np.array(pieces, dtype=np.int64).tobytes()
+            members["pieces"] = np.array(pieces.of(b), dtype=np.int64).tobytes()
             out.append((k, members))
         return out
 
@@ -283,54 +252,6 @@ class GPTReader:
 
     def av_names(self, field: str, i: int) -> tuple[str, ...]:
         return ()
-
-
-def _runs(pos: np.ndarray, seq: np.ndarray, off: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(sequence, offset, tokens)`` of each document piece of a sample: the runs of one
-    stream position (``pos``) in its tokens (the same sequence twice in a row of Megatron's
-    shuffled stream is two pieces)."""
-    new = np.ones(len(pos), dtype=bool)
-    new[1:] = pos[1:] != pos[:-1]
-    at = np.flatnonzero(new)
-    ends = np.append(at[1:], len(pos))
-    return [(int(seq[a]), int(off[a]), int(e - a)) for a, e in zip(at.tolist(), ends.tolist())]
-
-
-def batch_fields(text: np.ndarray, pos: np.ndarray, options: GPTOptions) -> dict[str, Any]:
-    """Megatron ``GPTDataset``'s fields of a batch from its tokens ``text`` (``(B, S +
-    extra)``) and each token's document (``pos``): ``tokens``, ``labels``, ``loss_mask``
-    (0 on EOD with ``eod_mask_loss``, and where a label is padding), ``position_ids``
-    (restarting after each EOD with ``reset_position_ids``) as ``(B, S)`` arrays, and
-    ``cu_seqlens``: per sample, where each document starts in ``tokens``, then ``S``."""
-    n, pad, eod = options.sequence_length, options.pad_token, options.eod_token
-    if options.extra:
-        tokens, labels = text[:, :-1].copy(), text[:, 1:].copy()
-    else:
-        tokens = text.copy()
-        labels = np.concatenate([text[:, 1:], np.full((len(text), 1), pad)], axis=1)
-    is_eod = tokens == eod
-    loss_mask = np.ones(tokens.shape, dtype=np.float32)
-    if options.eod_mask_loss:
-        loss_mask[is_eod] = 0.0
-    col = np.broadcast_to(np.arange(n, dtype=np.int64), tokens.shape)
-    position_ids = col.copy()
-    if options.reset_position_ids:  # positions since the token after the last EOD before
-        after = np.where(is_eod, col + 1, 0)
-        start = np.maximum.accumulate(np.concatenate([np.zeros((len(text), 1), np.int64),
-                                                      after[:, :-1]], axis=1), axis=1)  # fmt: skip
-        position_ids = col - start
-    loss_mask[labels == pad] = 0.0
-    tokens[tokens == pad] = 0
-    labels[labels == pad] = 0
-    inner = pos[:, 1:n] != pos[:, : n - 1]  # a document starts at column c + 1
-    cu = [np.concatenate([[0], np.flatnonzero(row) + 1, [n]]).astype(np.int32) for row in inner]
-    return {
-        "tokens": tokens,
-        "labels": labels,
-        "loss_mask": loss_mask,
-        "position_ids": position_ids,
-        "cu_seqlens": cu,
-    }
 
 
 def gpt_dataset_parts(name: str, corpus, given: dict[str, Any], path):
