@@ -343,6 +343,7 @@ def lift(upstream: Source, stage: Stage) -> Source:
         split=_split_lifted,
         stats=stage.stats,
         position=stage.position,
+        step_count=stage.step_count,
         skip=skip_fn,
         drawn=drawn,
         advance=advance_fn,

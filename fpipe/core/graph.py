@@ -37,6 +37,7 @@ __all__ = [
     "get_state",
     "global_position",
     "input_root",
+    "next_step",
     "step_key",
     "step_parts",
 ]
@@ -146,6 +147,17 @@ def global_position(node: Any, state: Any) -> tuple[int, int] | None:
     for _, n, own in _walk(node, "", state, True):
         if getattr(n, "position", None) is not None:
             found = n.position(own)
+    return found
+
+
+def next_step(node: Any, state: Any) -> int | None:
+    """The global step of the next recipe from ``state``, from the last step that declares
+    ``step_count`` (the one that makes the recipes), without planning it; None when no step
+    does (a plan of refs)."""
+    found = None
+    for _, n, own in _walk(node, "", state, True):
+        if getattr(n, "step_count", None) is not None:
+            found = n.step_count(own)
     return found
 
 

@@ -24,6 +24,7 @@ from fpipe.core.graph import (
     describe_steps,
     get_state,
     global_position,
+    next_step,
     step_parts,
 )
 from fpipe.core.records import Config
@@ -86,6 +87,13 @@ class Pipeline(msgspec.Struct, frozen=True):
         every rank in global mode (None for a plan without global distribution). ``epoch`` is
         the highest epoch of any ref taken so far, by any rank; it never goes back."""
         return global_position(self.source, state)
+
+    def next_step(self, state: Any) -> int | None:
+        """The global step of the next recipe from ``state`` (the batch step's count of
+        recipes emitted), known without planning it: also where the stream has ended, or ends
+        under the blend weights in force but not under weights changed at that step. None for
+        a plan that makes no recipes."""
+        return next_step(self.source, state)
 
     def init(self) -> Any:
         """The state before the first output."""

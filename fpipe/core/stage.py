@@ -111,6 +111,10 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
       position: optional ``S -> (epoch, refs taken)``: where the consumer is in the *global*
         order, for a step that sees the global order and hands each rank its part (global-mode
         distribution). Read with :meth:`fpipe.core.Pipeline.position`.
+      step_count: optional ``S -> int``, for a step that makes the recipes: the recipes it
+        has emitted, which is the global step of its next recipe, known without planning it
+        (a step emitting one recipe per block is at a block start between recipes). Read
+        with :meth:`fpipe.core.Pipeline.next_step`.
       skip: optional ``(S, X) -> (S, int)``, for a block stage: the state ``step`` would
         return and the number of outputs it would emit, without building them (a batch step
         counts its recipe instead of joining its refs). :meth:`fpipe.core.Pipeline.skip` uses
@@ -131,6 +135,7 @@ class Stage(msgspec.Struct, frozen=True, kw_only=True):
     stats: Callable[[Any], dict[str, int]] | None = None
     members: tuple = ()
     position: Callable[[Any], tuple[int, int]] | None = None
+    step_count: Callable[[Any], int] | None = None
     skip: Callable[[Any, Any], tuple[Any, int]] | None = None
     advance: BlockAdvance | None = None
 
@@ -155,6 +160,8 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
         the fingerprint leaves out on purpose (a blend's weights, named by dataset), or
         SnapshotError for a state the step can never be in (see :mod:`fpipe.core.state_check`).
       position: optional ``own state -> (epoch, refs taken)`` in the global order (see Stage).
+      step_count: optional ``own state -> int``: the global step of the next recipe (see
+        Stage).
       skip: optional ``(S, n) -> (S, passed)``: the state after the next ``n`` outputs (fewer,
         ``passed``, at the end of the stream), the very state ``next`` would reach, computed
         without building the outputs (a block stage with a ``skip`` of its own, lifted by
@@ -180,6 +187,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     stats: Callable[[Any], dict[str, int]] | None = None
     check: Callable[[Any], None] | None = None
     position: Callable[[Any], tuple[int, int]] | None = None
+    step_count: Callable[[Any], int] | None = None
     skip: Callable[[Any, int], tuple[Any, int]] | None = None
     drawn: Callable[[Any], Any] | None = None
     advance: Callable[[Any, int], tuple[Any, Passed]] | None = None

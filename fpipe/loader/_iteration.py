@@ -22,10 +22,11 @@ import torch.utils.data
 from fpipe.encode import batch_slots
 from fpipe.loader._pack_batches import PackBatcher
 from fpipe.loader._read_ahead import Horizon
+from fpipe.loader._recipe_batches import recipe_batches
 from fpipe.loader._recovery import run_task
 from fpipe.loader._stats import add_io
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
-from fpipe.loader.state import LoaderState
+from fpipe.loader.state import LoaderState, state_epoch
 from fpipe.loader.steering import planned_recipes
 from fpipe.loader.threads import iterate_threads
 from fpipe.materialize.materializer import Materializer
@@ -171,6 +172,8 @@ def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
         pending: collections.deque = collections.deque()
         restarted = False
         packer = pack_batcher(loader)
+        # a generator encode_batch: batches of the first recipe delivered before (a restore)
+        taken = 0 if packer is not None else loader._state.packs_taken
         results = pool_results(loader, pending)
         for result in results:
             if loader._generation != generation:
@@ -184,18 +187,30 @@ def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
                     yield encoder.pin_memory(batch) if pin else batch
                 continue
             s = loader._state
+            if result.batches is not None:  # a generator encode_batch: several batches
+                own = state_epoch(loader.plan, plan_state, max(s.epoch, epoch))
+                for batch, state in recipe_batches(result, plan_state, own, s, taken):
+                    loader._state = state
+                    if batch is not None:
+                        yield encoder.pin_memory(batch) if pin else batch
+                taken = 0
+                continue
+            taken = 0
             loader._state = LoaderState(
                 plan_state,
                 s.batches + 1,
                 s.samples + result.num_samples,
                 s.skipped + result.skipped,
-                max(s.epoch, epoch),
+                state_epoch(loader.plan, plan_state, max(s.epoch, epoch)),
                 skip=s.skip,
             )
             if result.batch is None:
                 continue  # every sample of the batch was skipped by the error policy
             yield encoder.pin_memory(result.batch) if pin else result.batch
         results.close()  # shuts the workers down now (on a restart, too)
+        # a state loaded (or weights set) after the last batch, before the stream's end was
+        # seen: start over from it, not end with the end state of the stream before it
+        restarted = restarted or loader._generation != generation
         if not restarted:
             while pending:  # the end marker, once every batch has been taken
                 plan_state, epoch, _ = pending.popleft()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
-from fpipe.loader.state import LoaderState
+from fpipe.loader.state import LoaderState, state_epoch
 from fpipe.loader.steering import (
     MixChange,
     MixHistory,
@@ -77,9 +77,9 @@ def set_weights(loader: Loader, weights: Any, at_step: int | None) -> None:
     plan = loader.plan
     _, config = blend_of(plan)
     raw = resolve_weights(weights, config.datasets)
+    # the step count of the state, not the next recipe planned under the weights in force: a
+    # finite stream with no further step under those may have one under the new weights
     current = next_step(plan, loader._state.plan)
-    if current is None:
-        raise ConfigError("set_weights: the stream has ended; there is no later step to change")
     if at_step is not None and (isinstance(at_step, bool) or not isinstance(at_step, int)):
         raise ConfigError(f"set_weights: at_step must be a global step number, got {at_step!r}")
     step = current if at_step is None else at_step
@@ -96,10 +96,17 @@ def set_weights(loader: Loader, weights: Any, at_step: int | None) -> None:
     pending = log.changes[held:]
     earlier = [c for c in pending if c.step <= step]
     later = [c for c in pending if c.step > step]
-    if step == current and not earlier:
-        loader._state = msgspec.structs.replace(
-            loader._state, plan=apply_change(plan, loader._state.plan, change)
+    state = loader._state.plan
+    now = step == current and not earlier
+    if now:
+        state = apply_change(plan, state, change)
+    if not len(plan.next(state, 1)[1]):  # no step `current`, under the weights in force there
+        also = ", also with these weights" if now else ""
+        raise ConfigError(
+            f"set_weights: the stream has ended at step {current}{also}; there is no later "
+            "step to change"
         )
+    loader._state = msgspec.structs.replace(loader._state, plan=state)
     loader._mix = MixLog(log.base, [*log.changes[:held], *earlier, change, *later])
     loader._generation += 1
 
@@ -163,7 +170,7 @@ def load_mix_history(loader: Loader, history: Any) -> None:
     current = next_step(plan, state)
     count, _ = _count(loader)
     for change in loader._mix.changes[count:]:
-        if current is None or change.step > current:
+        if change.step > current:
             break
         state = apply_change(plan, state, change)
     loader._state = msgspec.structs.replace(loader._state, plan=state)
@@ -209,6 +216,7 @@ def seek(loader: Loader, step: int, history: Any) -> None:
     _refuse_packing_buffer(loader, "seek")
     changes = _seek_changes(loader, history)
     plan_state, batches, samples, epoch = seek_state(loader.plan, step, loader._state.skip, changes)
+    epoch = state_epoch(loader.plan, plan_state, epoch)
     loader._state = LoaderState(plan_state, batches, samples, 0, epoch, skip=loader._state.skip)
     loader._mix = MixLog(0, list(changes))
     loader._generation += 1

@@ -25,6 +25,7 @@ __all__ = [
     "encode_loader_state",
     "loader_parts",
     "snapshot_bytes",
+    "state_epoch",
 ]
 
 P = TypeVar("P")
@@ -38,13 +39,18 @@ class LoaderConfig(Config, frozen=True):
 
 class LoaderState(State, Generic[P], frozen=True, array_like=True):
     """``plan``: plan state after the last delivered batch; ``batches`` / ``samples``: delivered
-    so far; ``skipped``: samples the error policy skipped; ``epoch``: highest epoch of this
-    rank's batches so far (the global epoch comes from the plan, see ``Loader.stats``).
+    so far; ``skipped``: samples the error policy skipped; ``epoch``: in global mode the
+    global epoch of ``plan`` (:meth:`fpipe.core.Pipeline.position`: the highest epoch of any
+    sample handed to any rank), so the state is the same bytes on every rank; in per-rank mode
+    the highest epoch of this rank's batches so far (see :func:`state_epoch`).
 
     With a packing buffer (Energon's packing hooks), ``plan`` is the state at the start of the
     buffer holding the next pack and ``packs_taken`` counts that buffer's packs already
     delivered; ``pack_remainder`` counts samples of a dropped short final batch of packs.
-    Snapshots written before these two fields existed decode with both at 0.
+    Snapshots written before these two fields existed decode with both at 0. With an
+    ``encode_batch`` written as a generator (several batches from one recipe), ``plan`` is the
+    state before the recipe whose batches are being delivered and ``packs_taken`` counts those
+    already delivered (:mod:`fpipe.loader._recipe_batches`).
 
     ``skip``: the global steps ``[a, b)`` this run leaves out (``loader.skip``, or the dataset's
     ``skip_steps``; see :mod:`fpipe.plan.skip`), kept so that a restore skips them too; at most
@@ -64,6 +70,14 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
     pack_remainder: int = 0
     skip: tuple[tuple[int, int], ...] = ()
     finished: bool = False
+
+
+def state_epoch(plan: Pipeline, plan_state: Any, own: int) -> int:
+    """``LoaderState.epoch`` for the plan state ``plan_state``: its global epoch where the plan
+    has a global position (global mode: one value on every rank, where each rank's own highest
+    epoch differs near an epoch boundary), else ``own``, this rank's highest epoch."""
+    at = plan.position(plan_state)
+    return own if at is None else at[0]
 
 
 PACK_BUFFER_HINT = (

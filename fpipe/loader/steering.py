@@ -235,10 +235,15 @@ def apply_change(plan: Pipeline, state: Any, change: MixChange) -> Any:
     return replace_step_state(plan.source, state, path, new)
 
 
-def next_step(plan: Pipeline, state: Any) -> int | None:
-    """The global step of the next recipe from ``state`` (None at the end of the stream)."""
-    _, out = plan.next(state, 1)
-    return out[0].step if len(out) else None
+def next_step(plan: Pipeline, state: Any) -> int:
+    """The global step of the next recipe from ``state``, from the state's step count
+    (:meth:`fpipe.core.Pipeline.next_step`), not from planning that recipe: a change due at
+    that step must come before it is planned, since under the weights before the change a
+    finite stream may have no such step while under the change's it has one."""
+    step = plan.next_step(state)
+    if step is None:
+        raise ConfigError("online blend weights need a plan that makes batch recipes")
+    return step
 
 
 def _apply_due(plan, state, step, changes, i):
@@ -253,7 +258,7 @@ def planned_recipes(plan: Pipeline, state: Any, ranges: StepRanges, changes: Seq
     change applied before its step, then ``(end-of-stream state, None)``. Steps count by one
     per recipe (as a batch step's do)."""
     step, i = next_step(plan, state), 0
-    while step is not None:
+    while True:
         state, i = _apply_due(plan, state, step, changes, i)
         end = skip_end(step, ranges) if ranges else None
         if end is not None:  # skipped steps, up to the next change at most
@@ -261,7 +266,9 @@ def planned_recipes(plan: Pipeline, state: Any, ranges: StepRanges, changes: Seq
                 end = min(end, changes[i].step)
             state, passed = plan.skip(state, end - step)
             if passed < end - step:
-                break
+                state, _ = plan.next(state, 1)
+                yield state, None
+                return
             step = end
             continue
         state, out = plan.next(state, 1)
@@ -272,8 +279,6 @@ def planned_recipes(plan: Pipeline, state: Any, ranges: StepRanges, changes: Seq
         step = recipe.step + 1
         state, i = _apply_due(plan, state, step, changes, i)
         yield state, recipe
-    state, _ = plan.next(state, 1)
-    yield state, None
 
 
 class SteeredPlan:
@@ -306,7 +311,7 @@ class SteeredPlan:
 
         step = next_step(self.plan, state)
         passed = Passed()
-        if step is None or n <= 0:
+        if n <= 0:
             return state, passed
         target = step + n
         i = sum(c.step <= step for c in self.changes)  # applied with the state's own step
@@ -347,8 +352,8 @@ def seek_state(
     range of steps at once; else planned, their refs counted, nothing read); each change is
     applied before its step. ``fast=False`` plans every step (the reference the fast path is
     tested against). ``planned``: how many of the last steps are planned one by one (None:
-    64, or enough to hold about 512 of this rank's refs); any number gives the same result,
-    only the time differs."""
+    enough to hold about 64 of this rank's refs, at least one); any number gives the same
+    result, only the time differs."""
     if not fast:
         return _seek_by_next(plan, target, ranges, changes)
     # on counts up to the last steps, which are planned: they give this rank's highest epoch
@@ -370,11 +375,15 @@ def seek_state(
 
 
 def _planned_steps(plan: Pipeline) -> int:
-    """Steps a seek plans at its end (the rest it passes on counts where the plan can): 64,
-    or enough to hold about 512 refs of this rank when its first batch is smaller."""
+    """Steps a seek plans at its end (the rest it passes on counts where the plan can): enough
+    to hold about 64 refs of this rank, at least one. They only have to show this rank's
+    highest epoch, and each costs a whole global batch (every rank plans all of it: 131,072
+    refs at 32 per rank on 4,096 ranks), so few: past an epoch's edge a rank's refs are of
+    the new epoch within a window, and where they are not yet, :func:`_rank_epoch` plans
+    further back."""
     _, out = plan.next(plan.init(), 1)
     first = len(out[0].refs) if len(out) and hasattr(out[0], "refs") else 0
-    return max(64, -(-512 // max(1, first)))
+    return max(1, -(-64 // max(1, first)))
 
 
 def _rank_epoch(

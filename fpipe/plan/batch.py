@@ -141,9 +141,15 @@ def batch(batch_size: int | BatchSchedule, *, drop_last: bool = True, name: str 
         state_type=BatchState,
         block_size=block,
         stats=_batch_stats,
+        step_count=_batch_step,
         skip=skip,
         advance=BlockAdvance(1, advance, span=None if isinstance(block, int) else span),
     )
+
+
+def _batch_step(state: BatchState) -> int:
+    # one recipe per block: between recipes the state is at a block start, its count exact
+    return state.step
 
 
 def _batch_stats(state: BatchState) -> dict[str, int]:

@@ -214,5 +214,6 @@ def blend_recipes(
         split=lambda s: (s, s.inputs),
         check=check,
         position=position if global_inputs else None,
+        step_count=lambda s: s.position,  # each output is restamped with the blend's step
         drawn=drawn,
     )

@@ -62,3 +62,18 @@ def test_per_rank_mode_reports_this_ranks_epoch(ten):
     assert all(pos is None for _, pos, _ in got)
     epochs = [e for e, _, _ in got]
     assert epochs == sorted(epochs) and epochs[-1] == 1
+
+
+def test_state_bytes_are_the_same_on_every_rank(ten):
+    """One checkpoint serves every rank in global mode: the state bytes (its epoch included)
+    are equal on both ranks at every step, across the epoch boundaries where the ranks' own
+    samples are of different epochs, and a seek to that step gives the same bytes."""
+    loaders = [_loader(ten, r, 2, num_epochs=3) for r in range(2)]
+    seekers = [_loader(ten, r, 2, num_epochs=3) for r in range(2)]
+    steps = zip(range(15), *loaders)
+    for step, *_ in steps:
+        states = [lo.state_dict()["fpipe_snapshot"] for lo in loaders]
+        assert states[0] == states[1], f"the ranks' states differ after step {step}"
+        for lo in seekers:
+            lo.seek(step + 1)
+        assert [lo.state_dict()["fpipe_snapshot"] for lo in seekers] == states, f"seek({step + 1})"

@@ -185,6 +185,35 @@ def test_a_later_step_is_scheduled_and_the_past_refused(mix, steered):
         loader.set_weights([1, 1, 1], at_step=3)
 
 
+def test_new_weights_give_steps_to_a_stream_ended_under_the_old(tmp_path):
+    """A finite stream whose weighted dataset a filter empties has no step under its weights:
+    set_weights at its end (at step 0, and at step 1 after a change to those weights there)
+    gives it steps under the new ones; weights that give it no step either are refused."""
+    for name in "abc":
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"text": name, "tokens": 9}) + "\n")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "c", "tokens": 99}) + "\n")
+    blend = "".join(f"      - {{weight: {w}, path: {n}}}\n" for n, w in zip(NAMES, (0, 0, 1)))
+    (tmp_path / "mix.yaml").write_text("splits:\n  train:\n    blend:\n" + blend)
+    ds = dataset(
+        tmp_path, global_batch_size=1, shuffle_buffer_size=None, num_epochs=1,
+        plan_stages=[fpipe.plan.filter_refs("tokens", "<", 50)],
+    )  # fmt: skip
+    assert [keys(b) for b in fpipe.get_loader(ds)] == []
+    loader = fpipe.get_loader(ds)
+    loader.set_weights([1, 0, 0])
+    loader.set_weights([0, 0, 1], at_step=1)
+    it = iter(loader)
+    assert next(it).text == ["a"]
+    loader.set_weights({"b.jsonl": 1})  # at step 1, where the stream would end
+    assert [b.text for b in it] == [["b"], ["b"]]
+    # weights that give it no step either are refused, changing nothing
+    empty = fpipe.get_loader(ds)
+    with pytest.raises(ConfigError, match="has ended at step 0, also with these weights"):
+        empty.set_weights([0, 0, 1])
+    assert empty.mix_history()["changes"] == [] and [keys(b) for b in empty] == []
+    assert [c["step"] for c in loader.mix_history()["changes"]] == [0, 1, 1]
+
+
 def test_refusals_name_the_problem(mix):
     loader = fpipe.get_loader(dataset(mix))
     with pytest.raises(ConfigError, match="unknown dataset 'x'"):

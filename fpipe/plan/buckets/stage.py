@@ -109,6 +109,7 @@ def _source(view: View, name: str, config, assign, num_groups: int, drawn: bool)
         inputs=(view,),
         split=_split,
         stats=_stats,
+        step_count=lambda s: s.step,
         advance=advance,
     )
 
