@@ -16,6 +16,7 @@ them in a metadataset instead (docs/metadataset.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,24 @@ from fpipe.loader.planned import PlannedDataset
 from fpipe.materialize.parts import PartsMaterializer, leaves
 from fpipe.plan.recipe_blend import blend_recipes
 
-__all__ = ["blend_datasets", "concat_datasets"]
+__all__ = ["CombinedDataset", "blend_datasets", "concat_datasets"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CombinedDataset(PlannedDataset):
+    """A blend or concatenation of ``parts`` (the datasets, in order); ``weights`` are the
+    blend's weights as given (None for a concatenation)."""
+
+    parts: tuple[PlannedDataset, ...] = ()
+    weights: tuple[float, ...] | None = None
+
+    @property
+    def dataset_weights(self) -> tuple[tuple[PlannedDataset, float], ...]:
+        """Energon's ``BlendDataset.dataset_weights``: ``((dataset, weight), ...)``; empty for
+        a concatenation."""
+        if self.weights is None:
+            return ()
+        return tuple(zip(self.parts, self.weights, strict=True))
 
 
 def _check(datasets: Sequence[Any], what: str) -> list[PlannedDataset]:
@@ -66,9 +84,11 @@ def _check(datasets: Sequence[Any], what: str) -> list[PlannedDataset]:
     return out
 
 
-def _blended(parts: list[PlannedDataset], source: Any, kind: str) -> PlannedDataset:
+def _blended(
+    parts: list[PlannedDataset], source: Any, kind: str, weights: Any = None
+) -> CombinedDataset:
     lengths = [ds.num_batches for ds in parts]
-    return PlannedDataset(
+    return CombinedDataset(
         plan=Pipeline(source, seed=parts[0].plan.seed),
         materializer=PartsMaterializer([ds.materializer for ds in parts]),  # type: ignore[arg-type]
         topology=parts[0].topology,
@@ -78,10 +98,12 @@ def _blended(parts: list[PlannedDataset], source: Any, kind: str) -> PlannedData
         num_batches=None if None in lengths else sum(lengths),  # type: ignore[arg-type]
         path=f"{kind}({', '.join(ds.path or '?' for ds in parts)})",
         split=parts[0].split,
+        parts=tuple(parts),
+        weights=None if weights is None else tuple(weights),
     )
 
 
-def blend_datasets(dataset_weights: Sequence[tuple[Any, float]]) -> PlannedDataset:
+def blend_datasets(dataset_weights: Sequence[tuple[Any, float]]) -> CombinedDataset:
     """A dataset whose every step is the next batch of one of ``dataset_weights``' datasets,
     chosen with probability ``weight / sum(weights)`` among those that have not ended (the
     blend ends when all have; it repeats as long as one of them does).
@@ -107,10 +129,10 @@ def blend_datasets(dataset_weights: Sequence[tuple[Any, float]]) -> PlannedDatas
         weights=[w for _, w in pairs],
         parts=[len(leaves(ds.materializer)) for ds in parts],
     )
-    return _blended(parts, source, "blend")
+    return _blended(parts, source, "blend", [w for _, w in pairs])
 
 
-def concat_datasets(datasets: Sequence[Any]) -> PlannedDataset:
+def concat_datasets(datasets: Sequence[Any]) -> CombinedDataset:
     """A dataset that yields every batch of ``datasets[0]``, then of ``datasets[1]``, ... (each
     with its own batch size and task encoder). A dataset that repeats forever never ends, so
     the ones after it are never reached: concatenate finite datasets (validation,

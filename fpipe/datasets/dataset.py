@@ -378,9 +378,14 @@ def get_val_dataset(
     handler: Any = None,
     dataset_config: str | None = None,
     split_config: str | None = None,
+    distribution: Distribution = "global",
 ) -> PlannedDataset:
     """One deterministic pass over ``split`` in index order, no shuffle, the last batch kept
     even if short; samples are dealt to ranks by global batch.
+    ``distribution="energon"``: Energon's parts instead: each rank reads its workers' parts
+    (``num_workers`` of the worker config) and each worker batches its own part, the last
+    batch short, taken one worker after the other, so ``len()`` and the batches are Energon's
+    (see :mod:`fpipe.plan.worker_batches`; one dataset, not a metadataset).
     ``limit``: at most this many batches on each rank (Energon's: the first ``limit`` global
     batches; 0 or None: all); every ``for`` loop over the loader is the same limited pass.
     ``packing_buffer_size``: the task encoder's packing hooks, as in :func:`get_train_dataset`.
@@ -407,6 +412,8 @@ def build_val_dataset(
     view, sources, names = eval_head(path, options, leaf=leaf)
     batch_size = options.batch_size
     mat, recipe_size = _materializer(sources, options, batch_size)
+    if options.distribution != "global":
+        return _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, limit)
     stages = [
         distribute(
             recipe_size * topo.world_size,
@@ -438,4 +445,37 @@ def build_val_dataset(
         split=options.split,
         limit=limit,
         estimated_batches=estimate,
+    )
+
+
+def _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, limit):
+    """:func:`build_val_dataset` with ``distribution="energon"`` (Energon's per-worker
+    batches on each rank; see :mod:`fpipe.plan.worker_batches`)."""
+    from fpipe.plan.worker_batches import worker_batches
+
+    if options.distribution != "energon" or len(names) > 1 or mat.packing:
+        raise ConfigError(
+            f"get_val_dataset(distribution={options.distribution!r}): a validation pass takes "
+            "'global' (fpipe's: global batches, each rank its part) or 'energon' (Energon's "
+            "per-worker batches), the latter for one dataset without packing_buffer_size"
+        )
+    part, schedule, n = worker_batches(
+        view, rank=topo.rank, world_size=topo.world_size, workers=topo.num_workers,
+        batch_size=recipe_size,
+    )  # fmt: skip
+    plan = Pipeline(chain(repeat(part, 1), batch(schedule, drop_last=False)), seed=0)
+    if limit is not None:
+        n = min(n, limit)
+    return PlannedDataset(
+        plan=plan,
+        materializer=mat,
+        topology=topo,
+        batch_size=options.batch_size or 1,
+        distribution="energon",
+        drop_last=False,
+        datasets=names,
+        num_batches=n,
+        path=str(path),
+        split=options.split,
+        limit=limit,
     )

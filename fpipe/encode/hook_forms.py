@@ -9,11 +9,17 @@
   fewer) than ``batch_size`` samples. With a packing buffer, the yielded samples all enter that
   buffer. The batch a step delivers is therefore still a pure function of its recipe: exact
   resume and the same stream for any number of workers.
+- **A generator ``encode_batch``** (Energon's): each batch it yields is delivered as a batch of
+  its own (none: the planned batch gives none). The materializer runs it to its end, so the
+  batches of a recipe are a pure function of it; the loader state after the j-th of them is the
+  plan state before the recipe and ``j`` (:mod:`fpipe.loader._recipe_batches`): a restore
+  materializes the recipe again and skips the j taken (exact resume, any number of workers).
 - **Refused at construction** (:func:`check_hook_forms`, a :class:`~fpipe.core.errors.ConfigError`
   before the first batch, naming the hook and the fpipe way): ``batch_group_criterion``
-  (Energon's grouped batching in the workers), ``batch`` or ``encode_batch`` written as
-  generators (one recipe is one batch), and a generator ``encode_sample`` with
-  ``batch_size=None`` (one recipe is one sample). See docs/energon_migration.md.
+  (Energon's grouped batching in the workers), ``batch`` written as a generator (it collates
+  one value), a generator ``encode_batch`` with a packing buffer, and a generator
+  ``encode_sample`` with ``batch_size=None`` (one recipe is one sample). See
+  docs/energon_migration.md.
 """
 
 from __future__ import annotations
@@ -86,22 +92,27 @@ def _group_refusal(name: str) -> ConfigError:
     )
 
 
-def check_hook_forms(enc: Any, *, unbatched: bool = False) -> None:
+def check_hook_forms(enc: Any, *, unbatched: bool = False, packing: bool = False) -> None:
     """Refuse, before the first batch, the hooks and hook forms fpipe would otherwise ignore or
-    deliver wrongly (see the module docstring). ``unbatched``: ``batch_size=None``."""
+    deliver wrongly (see the module docstring). ``unbatched``: ``batch_size=None``;
+    ``packing``: a packing buffer (Energon's packing hooks)."""
     cls = type(enc)
     name = cls.__name__
     if callable(getattr(cls, "batch_group_criterion", None)):
         raise _group_refusal(name)
-    for hook in ("batch", "encode_batch"):
-        if is_generator_hook(getattr(cls, hook, None)):
-            raise ConfigError(
-                f"{name}.{hook} is a generator (yield): Energon delivers each yielded batch as "
-                "a batch of its own, but in fpipe one planned step is one batch (that is what "
-                "makes a resume exact with any number of workers). Return one batch; to emit "
-                "several samples from one, make encode_sample a generator (its samples go "
-                "into the same batch), or split the batch in the training loop"
-            )
+    if is_generator_hook(getattr(cls, "batch", None)):
+        raise ConfigError(
+            f"{name}.batch is a generator (yield): fpipe's batch hook collates one planned "
+            "batch into one value. Return one batch from batch, and write encode_batch as the "
+            "generator: each batch it yields is delivered as a batch of its own"
+        )
+    if packing and is_generator_hook(getattr(cls, "encode_batch", None)):
+        raise ConfigError(
+            f"{name}.encode_batch is a generator (yield), which fpipe delivers batch by batch "
+            "from one planned batch; with packing_buffer_size the loader makes batches of "
+            "packs across buffers, where that is not supported. Return one batch from "
+            "encode_batch, or pack in the plan tier (plan_stages=[fpipe.plan.pack(...)])"
+        )
     if unbatched:
         for hook in _SAMPLE_HOOKS:
             if is_generator_hook(getattr(cls, hook, None)):

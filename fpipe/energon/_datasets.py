@@ -16,6 +16,12 @@ epoch follows), keeps the same global batches for any world size and restores on
 size; pass ``distribution="energon"`` for Energon's parts there too. A ``distribution=`` given
 explicitly is always kept.
 
+A validation pass (``get_val_dataset``) of one dataset on several ranks or workers defaults to
+``distribution="energon"`` too: Energon's workers each batch their own part of the rank's part
+(the last batch of each short) and the loader takes one batch of each in turn, so ``len()``
+depends on ``num_workers`` (35 samples in batches of 8 with 4 workers: 7 batches, not 5); see
+:mod:`fpipe.plan.worker_batches`.
+
 Energon's deprecated ``auto_decode=False`` (to either function) keeps working as Energon 7.4
 gives it: the task encoder's ``decoder`` is set to None (raw bytes for the cooker, sample loader
 or field map), on the instance passed in, or on a new ``DefaultTaskEncoder`` when none is.
@@ -63,7 +69,14 @@ def get_train_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
 
 @functools.wraps(_fpipe_get_val_dataset)
 def get_val_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
-    """:func:`fpipe.get_val_dataset`, also taking Energon's ``auto_decode`` (see the module
-    doc)."""
+    """:func:`fpipe.get_val_dataset` with Energon's per-worker batches on each rank
+    (``distribution="energon"``) by default for one dataset read by several ranks or workers,
+    also taking Energon's ``auto_decode`` (see the module doc)."""
     _auto_decode(kwargs)
+    if "distribution" not in kwargs and kwargs.get("packing_buffer_size") is None:
+        from fpipe.storage.config.metadataset import is_metadataset
+
+        topo = kwargs.get("topology") or kwargs.get("worker_config") or Topology.from_env()
+        if (topo.world_size > 1 or topo.num_workers > 1) and not is_metadataset(path):
+            kwargs["distribution"] = "energon"
     return _fpipe_get_val_dataset(path, **kwargs)

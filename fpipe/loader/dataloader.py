@@ -114,6 +114,13 @@ class Loader:
         shrink as batches are taken or after a restore."""
         return len(self.dataset)
 
+    def config(self) -> dict[str, Any]:
+        """Energon's ``loader.config()``: the loader's settings and its dataset's description,
+        JSON-able, to log and compare (see :mod:`fpipe.loader.config_tree`)."""
+        from fpipe.loader.config_tree import loader_config
+
+        return loader_config(self)
+
     def __bool__(self) -> bool:
         """Always true, so ``loader or make_loader()`` keeps it: truthiness would otherwise
         fall back to ``len()``, which an endless stream does not have."""

@@ -87,6 +87,13 @@ class PlannedDataset:
             )
         return self.num_batches
 
+    def config(self) -> dict[str, Any]:
+        """Energon's ``config()``: a JSON-able description of this dataset (its plan, batch
+        size, encoder, rank...) to log and compare (see :mod:`fpipe.loader.config_tree`)."""
+        from fpipe.loader.config_tree import dataset_config
+
+        return dataset_config(self)
+
     def __bool__(self) -> bool:
         """Always true, so ``ds or make_dataset()`` keeps it: truthiness would otherwise fall
         back to ``len()``, which an endless stream does not have."""

@@ -5,6 +5,7 @@ buffer's packs."""
 from __future__ import annotations
 
 import dataclasses
+from types import GeneratorType
 from typing import TYPE_CHECKING, Any
 
 from fpipe.core.errors import ConfigError
@@ -28,6 +29,8 @@ class Assembled:
     batch: Any = None
     packs: list | None = None
     sizes: list | None = None
+    #: what a generator ``encode_batch`` yielded: each is a batch of its own
+    batches: list | None = None
     skipped_keys: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -76,6 +79,9 @@ def _assemble_at(mat: Materializer, enc, recipe: Recipe, samples, kept, skeys, k
         ):
             out = enc.batch(samples)
         with naming_failures("encode_batch", keys, step):
-            return Assembled(batch=enc.encode_batch(out))
+            encoded = enc.encode_batch(out)
+            if isinstance(encoded, GeneratorType):  # Energon's: each yielded item is a batch
+                return Assembled(batches=list(encoded))
+            return Assembled(batch=encoded)
     except SkipSample:
         return Assembled(skipped_keys=[f"batch {step}: SkipSample" for _ in samples])

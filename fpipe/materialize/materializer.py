@@ -53,6 +53,9 @@ class MaterializedBatch:
     #: how many samples each holds; ``batch`` is then None.
     packs: list | None = None
     pack_sizes: list | None = None
+    #: With an ``encode_batch`` written as a generator: every batch it yielded, in order (the
+    #: loader delivers each); ``batch`` is then None.
+    batches: list | None = None
     #: The worker process's read counters since its last result (requests, hedges, reads
     #: ahead...; see :func:`fpipe.storage.read.read_ahead.take_io_counters`), for
     #: ``loader.stats().io``.
@@ -83,7 +86,7 @@ class Materializer:
         #: fpipe inspect) needs no encoder
         self.plan_packs = plan_packs
         # batch_group_criterion, generator batch hooks...: refused now, not ignored later
-        check_hook_forms(task_encoder, unbatched=unbatched)
+        check_hook_forms(task_encoder, unbatched=unbatched, packing=packing_buffer_size is not None)
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
         self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
         self.image_decode = (
@@ -278,4 +281,5 @@ class Materializer:
             skipped_keys=skipped_keys,
             packs=out.packs,
             pack_sizes=out.sizes,
+            batches=out.batches,
         )
