@@ -3,9 +3,10 @@
 
 ``BaseWebdatasetFactory.prepare_dataset(parent_path, paths, split_parts_ratio=...)`` indexes
 the shards and writes the split Energon's call writes (the same shards in each split part, in
-the same order: Energon's seeded shuffle and cut points), as fpipe's index in ``.fpipe/``;
-Energon's ``.nv-meta`` files are not written. Keywords that would change the data fpipe has no
-counterpart for are refused.
+the same order: Energon's seeded shuffle and cut points), as fpipe's index in ``.fpipe/``,
+and Energon's ``.nv-meta`` files beside it (``.info.json``, ``split.yaml`` and, where there is
+none, ``dataset.yaml``), whose later edits are read when the dataset is opened. Keywords that
+would change the data fpipe has no counterpart for are refused.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+
+import numpy as np
 
 from fpipe.core.errors import ConfigError
 
@@ -107,11 +110,24 @@ def _prepare_dataset(
         split=SplitConfig(split_parts=parts),
         workers=max(1, min(int(workers), os.cpu_count() or 1)),
     )
+    _write_nv_meta(parent_path, report, parts)
     if media_filter is not None:
         from fpipe.energon._media import prepare_dataset_media
 
         prepare_dataset_media(parent_path, media_filter)
     return set(report.members)
+
+
+def _write_nv_meta(parent_path: str | os.PathLike, report: Any, parts: dict) -> None:
+    """Energon's ``.nv-meta`` files beside the index (:mod:`fpipe.storage.nv_meta`)."""
+    from fpipe.storage import open_dataset
+    from fpipe.storage.config.dataset_yaml import DatasetConfig
+    from fpipe.storage.nv_meta import write_nv_meta
+
+    record = open_dataset(parent_path).record
+    counts = {name: int(n) for name, n in zip(record.shard_names, np.diff(record.shard_starts()))}
+    config = DatasetConfig(sample_type=report.sample_type, field_map=dict(report.field_map))
+    write_nv_meta(os.fspath(parent_path), report.index_dir, counts, parts, config)
 
 
 def _refuse_factory(*_args: Any, **_kwargs: Any) -> NoReturn:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
+from fpipe.storage.nv_meta import edited_nv_meta
 from fpipe.storage.paths import allowed_folders, is_url
 from fpipe.storage.read._validate import (
     ShardCheck,
@@ -72,8 +73,15 @@ def _open_prepared(
         reader = ParquetReader(str(p), record, arrays, files, row_group_cache)
     else:
         reader = TarReader(str(p), index_dir, record, arrays, files, shard_check)
-    config = load_dataset_config(index_dir / "dataset.yaml")
-    split = load_split_config(index_dir / "split.yaml")
+    # An index prepared through fpipe.energon has Energon's .nv-meta files too: edits to its
+    # dataset.yaml / split.yaml are read here, in place of the index's copies.
+    edited = edited_nv_meta(p, index_dir)
+    config_file, split_file = (
+        (p / ".nv-meta" if name in edited else index_dir) / name
+        for name in ("dataset.yaml", "split.yaml")
+    )
+    config = load_dataset_config(config_file)
+    split = load_split_config(split_file)
     return Dataset(
         str(p),
         record,
@@ -82,7 +90,7 @@ def _open_prepared(
         arrays,
         reader,
         files,
-        where=str(index_dir / "split.yaml"),
+        where=str(split_file),
         open_args={
             "max_open_files": max_open_files,
             "shard_check": shard_check,
