@@ -152,6 +152,9 @@ class Recipe(msgspec.Struct, frozen=True, kw_only=True):
     (``()`` when the batch has no bucket), which the task encoder resizes and crops to.
     ``part``: in a blend or concatenation of whole datasets (:mod:`fpipe.plan.recipe_blend`),
     which of them made the recipe, so the dataset's own materializer builds it (0 otherwise).
+    ``mix``: a batch mixed of several datasets' batches (:mod:`fpipe.plan.recipe_mix`): the
+    recipes it is made of, each built by its own dataset's materializer; ``refs`` is then their
+    refs in order (empty for a plain recipe).
     """
 
     step: int
@@ -160,6 +163,7 @@ class Recipe(msgspec.Struct, frozen=True, kw_only=True):
     bucket: int = -1
     shape: tuple[int, ...] = ()
     part: int = 0
+    mix: tuple[Recipe, ...] = ()
 
     def __len__(self) -> int:
         return len(self.refs)

@@ -68,8 +68,14 @@ def _items(chunk) -> list:
 
 def _same(a, b) -> bool:
     if isinstance(a, Recipe) and isinstance(b, Recipe):
-        same = (a.step, a.key, a.bucket, a.shape) == (b.step, b.key, b.bucket, b.shape)
-        return same and a.refs == b.refs
+        same = (a.step, a.key, a.bucket, a.shape, a.part) == (
+            b.step,
+            b.key,
+            b.bucket,
+            b.shape,
+            b.part,
+        )
+        return same and a.refs == b.refs and outputs_equal(a.mix, b.mix)
     return bool(a == b)
 
 

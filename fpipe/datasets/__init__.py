@@ -11,6 +11,7 @@ from fpipe._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fpipe.datasets.batch_blend import blend_datasets, concat_datasets
+    from fpipe.datasets.batch_mix import mix_datasets
     from fpipe.datasets.dataset import get_train_dataset, get_val_dataset
     from fpipe.datasets.options import DatasetOptions
 
@@ -20,6 +21,7 @@ _LAZY = {
     "concat_datasets": "fpipe.datasets.batch_blend",
     "get_train_dataset": "fpipe.datasets.dataset",
     "get_val_dataset": "fpipe.datasets.dataset",
+    "mix_datasets": "fpipe.datasets.batch_mix",
 }
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "concat_datasets",
     "get_train_dataset",
     "get_val_dataset",
+    "mix_datasets",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

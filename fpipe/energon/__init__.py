@@ -77,6 +77,7 @@ _WRAPPERS = (
     "ConcatDataset",
     "LimitDataset",
     "MapDataset",
+    "MixBatchDataset",
     "RepeatDataset",
     "edataclass",
     "get_val_datasets",
@@ -107,6 +108,9 @@ _LAZY = {
     # Energon's split of the data to ranks, its auto_decode keyword
     **dict.fromkeys(_DATASETS, "fpipe.energon._datasets"),
     **dict.fromkeys(_WRAPPERS, "fpipe.energon._wrappers"),
+    **dict.fromkeys(
+        ("concat_pad", "generic_concat", "homogeneous_concat_mix"), "fpipe.energon._mix"
+    ),
     **dict.fromkeys(_CACHE, "fpipe.materialize.lazy"),
     "FileCacheLazy": "fpipe.materialize.file_cache_pool",
     "FileStoreCachePool": "fpipe.materialize.file_cache_pool",
@@ -135,7 +139,6 @@ _REFUSED = dict.fromkeys(
         "GroupBatchDataset",
         "IterMapDataset",
         "LogSampleDataset",
-        "MixBatchDataset",
         "PackingDataset",
         "SavableDataset",
         "ShuffleBufferDataset",
@@ -150,9 +153,6 @@ _REFUSED = dict.fromkeys(
         *_paths.TYPED_WEBDATASETS,  # the deprecated per-type dataset classes
         "Metadataset",
         "MetadatasetV2",
-        "concat_pad",
-        "generic_concat",
-        "homogeneous_concat_mix",
     ),
     "fpipe.energon._refused",
 )

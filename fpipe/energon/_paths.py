@@ -147,6 +147,12 @@ PATHS: dict[str, tuple[str, ...]] = {
         "homogeneous_concat_mix",
     ),
     **{f"wrappers.{_snake(name)}": (name,) for name in _WRAPPERS},
+    "wrappers.mix_batch_dataset": (
+        "MixBatchDataset",
+        "concat_pad",
+        "generic_concat",
+        "homogeneous_concat_mix",
+    ),
     "metadataset": _METADATASET,
     "metadataset.loader": ("load_dataset", "prepare_metadataset", "traverse_metadataset"),
     "metadataset.loader_interface": ("DatasetBlendMode", "DatasetLoaderInterface"),

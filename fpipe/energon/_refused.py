@@ -35,10 +35,6 @@ REFUSED: dict[str, str] = {
     "GroupBatchDataset": f"{_WRAPPER}: bucket_config= or fpipe.plan.group_batches",
     "IterMapDataset": f"{_WRAPPER}: a generator encode_sample (yield) in the task encoder",
     "LogSampleDataset": f"{_WRAPPER}: loader.stats() and fpipe plan --step N list the samples",
-    "MixBatchDataset": (
-        "mixing batches of several finished datasets needs one materializer per dataset in one "
-        "batch; blend in a metadataset (weights) and batch in the task encoder"
-    ),
     "PackingDataset": f"{_WRAPPER}: packing_buffer_size= with the task encoder's packing hooks",
     "WatchdogDataset": (
         "fpipe's loader has the watchdog: watchdog_timeout_seconds= (and "
@@ -73,9 +69,6 @@ REFUSED: dict[str, str] = {
         "metadataset files are read as data: pass the metadataset.yaml path to "
         "get_train_dataset / get_val_dataset; the Python classes are not built"
     ),
-    "concat_pad": "a helper of MixBatchDataset (refused); pad in the task encoder's batch",
-    "generic_concat": "a helper of MixBatchDataset (refused); batch in the task encoder",
-    "homogeneous_concat_mix": "a helper of MixBatchDataset (refused); batch in the task encoder",
 }
 
 

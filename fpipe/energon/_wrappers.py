@@ -3,7 +3,9 @@
 ``LimitDataset`` and ``RepeatDataset`` wrap the dataset's plan (:mod:`fpipe.plan.passes`), so
 the result is again a planned dataset: exact resume, the same batches for any number of
 workers, a small state. ``BlendDataset`` and ``ConcatDataset`` blend or concatenate the batches
-of whole datasets (:mod:`fpipe.datasets.batch_blend`), again a planned dataset.
+of whole datasets (:mod:`fpipe.datasets.batch_blend`), and ``MixBatchDataset`` mixes batches
+drawn from several datasets into each step (:mod:`fpipe.datasets.batch_mix`), again a planned
+dataset.
 ``get_val_datasets`` builds one validation dataset per dataset of a metadataset split. Each
 returns a ``PlannedDataset``; the names are Energon's so that its code
 runs with the import line changed.
@@ -27,6 +29,7 @@ __all__ = [
     "ConcatDataset",
     "LimitDataset",
     "MapDataset",
+    "MixBatchDataset",
     "RepeatDataset",
     "edataclass",
     "get_val_datasets",
@@ -124,6 +127,29 @@ class BlendDataset:
         for ds, _weight in dataset_weights:
             _check_topology(_planned(ds, "BlendDataset"), worker_config, "BlendDataset")
         return blend_datasets(dataset_weights)
+
+
+class MixBatchDataset:
+    """Energon's ``MixBatchDataset((dataset, weight), ..., batch_size=, batch_mix_fn=,
+    worker_config=)``: each step is ``batch_mix_fn`` of ``batch_size`` batches, each the next
+    batch of one dataset chosen by weight (default: the list of them; see
+    :func:`fpipe.datasets.batch_mix.mix_datasets`). Constructing it returns a
+    :class:`~fpipe.loader.PlannedDataset`."""
+
+    def __new__(  # type: ignore[misc]  # returns the planned dataset, as the wrappers here do
+        cls,
+        *dataset_weights: tuple[Any, float],
+        batch_size: int,
+        batch_mix_fn: Any = None,
+        worker_config: Any = None,
+    ) -> PlannedDataset:
+        from fpipe.datasets.batch_mix import mix_datasets
+        from fpipe.materialize.mix import list_mix
+
+        for ds, _weight in dataset_weights:
+            _check_topology(_planned(ds, "MixBatchDataset"), worker_config, "MixBatchDataset")
+        mix_fn = list_mix if batch_mix_fn is None else batch_mix_fn
+        return mix_datasets(dataset_weights, batch_size, mix_fn)
 
 
 class ConcatDataset:

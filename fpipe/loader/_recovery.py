@@ -30,6 +30,7 @@ from typing import Any
 
 from fpipe.core.errors import BadSampleError, ErrorPolicy, WorkerError
 from fpipe.materialize.materializer import MaterializedBatch, Materializer, show_keys
+from fpipe.materialize.mix import member_at
 from fpipe.materialize.read_ahead import read_ahead
 from fpipe.materialize.recipe_codec import decode_recipe
 from fpipe.storage.read.read_ahead import reading_with, take_io_counters
@@ -155,8 +156,10 @@ class Healer:
                     "(the loader recovers once per recipe when no sample can be named).",
                 )
                 raise err
-            leaf = self.materializer.leaf(recipe)  # a blend of datasets: the recipe's own
-            path = str(leaf.sources[int(recipe.refs.dataset[position])].path)
+            # a blend of datasets: the recipe's own; a mixed batch: the sample's member's
+            member, at = member_at(recipe, position)
+            leaf = self.materializer.leaf(member)
+            path = str(leaf.sources[int(member.refs.dataset[at])].path)
             what = f"killed its DataLoader worker {MAX_FAULTS} times ({reason})"
             self.excluded[step] = self.excluded.get(step, frozenset()) | {position}
             if leaf.error_policy is ErrorPolicy.RAISE:

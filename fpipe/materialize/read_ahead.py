@@ -54,15 +54,16 @@ def read_ahead(materializer: Materializer, hint: ReadAheadHint, step: int) -> wi
         win.let_go(step - hint.keep)
         for data in hint.recipes:
             recipe = decode_recipe(data)
-            refs, mat = recipe.refs, materializer.leaf(recipe)  # the datasets its refs name
-            for d in np.unique(refs.dataset).tolist():
-                ranges_of = getattr(mat.dataset(d), "read_ahead", None)
-                src = mat.sources[d]
-                if ranges_of is None or src.join:
-                    continue
-                got = ranges_of(refs.index[refs.dataset == d].tolist(), mat.wanted(src))
-                if got is not None:
-                    win.add(recipe.step, *got)
+            for member in recipe.mix or (recipe,):  # a mixed batch: each member's own datasets
+                refs, mat = member.refs, materializer.leaf(member)  # the datasets its refs name
+                for d in np.unique(refs.dataset).tolist():
+                    ranges_of = getattr(mat.dataset(d), "read_ahead", None)
+                    src = mat.sources[d]
+                    if ranges_of is None or src.join:
+                        continue
+                    got = ranges_of(refs.index[refs.dataset == d].tolist(), mat.wanted(src))
+                    if got is not None:
+                        win.add(recipe.step, *got)
     except Exception as e:  # noqa: BLE001 - the read that needs the bytes reports it
         windows.count(read_ahead_errors=1)
         log.debug("read-ahead at step %d: %s: %s", step, type(e).__name__, e)

@@ -38,6 +38,8 @@ from fpipe.plan import (
     slice_shuffle,
     window_shuffle,
 )
+from fpipe.plan.recipe_blend import blend_recipes
+from fpipe.plan.recipe_mix import mix_recipes
 from fpipe.plan.shard_slices import RaggedSlices, ragged_slice_shuffle
 from tests.plan.interleave import interleave
 
@@ -186,6 +188,12 @@ def _ragged(starts=(0, 4, 5, 11, 20)):
 def _concat(names=("a", "b"), sizes=(9, 14), limit=None):
     views = [samples(n, dataset=d) for d, n in enumerate(sizes)]
     return repeat(concat(views, names=list(names), limit=limit), 2)
+
+
+def _mix_batches(size=4):
+    # Energon's MixBatchDataset: one-sample batches of two datasets drawn by weight, grouped
+    parts = [chain(repeat(samples(n, dataset=0), 2), batch(1)) for n in (9, 14)]
+    return mix_recipes(blend_recipes(parts, seeds=[1, 2], weights=[2.0, 8.0]), size)
 
 
 #: Variants of the config fields bucket_batches and group_batches share (their window shuffle,
@@ -393,5 +401,11 @@ EXAMPLES: list[Example] = [
         _concat,
         "concat",
         {"datasets": {"names": ("a", "c")}, "sizes": {"sizes": (9, 15)}, "limit": {"limit": 20}},
+    ),
+    Example(
+        "fpipe.plan.recipe_mix.mix_recipes",
+        _mix_batches,
+        "mix_batches",
+        {"size": {"size": 3}},
     ),
 ]
