@@ -62,6 +62,7 @@ TESTS: dict[str, list[str]] = {
     ],
     "fpipe/plan/distribute.py": [
         "tests/plan/test_batch_distribute.py",
+        "tests/plan/test_distribute_rules.py",
         "tests/plan/test_batch_schedule.py",
         "tests/plan/test_skip.py",
         "tests/plan/test_contract_sweep.py",
