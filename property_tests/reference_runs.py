@@ -17,12 +17,14 @@ from fpipe.plan import (
     blend,
     distribute,
     filter_refs,
+    pack,
     repeat,
     samples,
     slice_shuffle,
     window_shuffle,
 )
 from fpipe.plan.shard_slices import RaggedSlices, ragged_slice_shuffle, shard_slice_starts
+from property_tests.reference import packing as ref_packing
 from property_tests.reference import rng as ref_rng
 from property_tests.reference.steps import Sizes
 from property_tests.reference_cases import STEPS, Case
@@ -73,7 +75,8 @@ def fast_sizes(case: Case, world: int, b2: int | None = None):
 def fast_plan(case: Case, rank: int, world: int, b2: int | None = None) -> Pipeline:
     views = []
     for d, n in enumerate(case.sizes):
-        v = samples(n, dataset=d, columns={"tokens": np.asarray(case.tokens(d))})
+        cols = {"tokens": np.asarray(case.tokens(d)), "images": np.asarray(case.images(d))}
+        v = samples(n, dataset=d, columns=cols)
         views.append(fast_slices(case, d, v))
     if case.head == "repeat":
         head = repeat(views[0], case.num_epochs)
@@ -90,6 +93,12 @@ def fast_plan(case: Case, rank: int, world: int, b2: int | None = None) -> Pipel
         stages.append(window_shuffle(case.window))
     if not case.filter_first:
         stages += filt
+    if case.pack is not None:
+        strategy, budgets, size, over, shuffle = case.pack
+        stages.append(
+            pack(dict(budgets), strategy=strategy, packing_buffer_size=size, over_budget=over,
+                 shuffle_packs=shuffle)
+        )  # fmt: skip
     dist, per = fast_sizes(case, world, b2)
     stages += [
         distribute(dist, rank=rank, world_size=world, drop_last=case.drop_last),
@@ -113,7 +122,20 @@ def delivered(plan, state, ranges, changes, limit: int) -> list:
 
 
 def steps_of(recipes) -> list:
-    return [(r.step, [tuple(t) for t in r.refs.triples()]) for r in recipes]
+    """``(step, triples)`` per recipe; a packed recipe's triples grouped by pack."""
+    out = []
+    for r in recipes:
+        triples = [tuple(t) for t in r.refs.triples()]
+        if "pack" in r.refs.columns:
+            packs = r.refs.column("pack").tolist()
+            grouped: list = []
+            for t, p in zip(triples, packs):
+                if p == len(grouped):
+                    grouped.append([])
+                grouped[p].append(t)
+            triples = [tuple(g) for g in grouped]
+        out.append((r.step, triples))
+    return out
 
 
 def fast_run(case: Case) -> tuple[dict, dict, int | None]:
@@ -147,7 +169,7 @@ def fast_run(case: Case) -> tuple[dict, dict, int | None]:
 
 
 def ref_view(case: Case, d: int) -> ref.EpochView:
-    data = ref.Dataset.of(case.sizes[d], dataset=d, tokens=case.tokens(d))
+    data = ref.Dataset.of(case.sizes[d], dataset=d, tokens=case.tokens(d), images=case.images(d))
     kind = case.slices[0]
     if kind == "fixed":
         return ref.slice_shuffled(data, case.slices[1])
@@ -203,8 +225,19 @@ def ref_steps(case: Case, counters: ref.Counters | None = None):
         stream = ref.window_shuffle(stream, case.window, root)
     if not case.filter_first:
         stream = filt(stream)
+    if case.pack is not None:
+        strategy, budgets, size, over, shuffle = case.pack
+        stream = ref_packing.pack(
+            stream, budgets, root, strategy=strategy, packing_buffer_size=size,
+            over_budget=over, shuffle_packs=shuffle, counters=counters,
+        )  # fmt: skip
     phases = [ref.Phase(0, case.world, ref_sizes(case, world=case.world))]
     return stream, mixer, phases, counters
+
+
+def triples(item):
+    """A ref's triple, or a pack's triples."""
+    return item.triple if isinstance(item, ref.Ref) else tuple(x.triple for x in item)
 
 
 def ref_run(case: Case, resume: int | None) -> tuple[dict, dict]:
@@ -225,7 +258,7 @@ def ref_run(case: Case, resume: int | None) -> tuple[dict, dict]:
         side = before if resume is None or s.step < resume else after
         for r, part in enumerate(s.ranks):
             if part is not None and len(side[r]) < STEPS:
-                side[r].append((s.step, [x.triple for x in part]))
+                side[r].append((s.step, [triples(x) for x in part]))
         if all(len(v) >= STEPS for v in done.values()) or s.step > 10 * STEPS:
             break
     return before, after

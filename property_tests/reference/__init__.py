@@ -15,17 +15,20 @@ Stages compose as plain functions over an iterator of :class:`~.views.Ref`:
 * stream stages (:mod:`.stages`): ``window_shuffle``, ``filter_refs`` (counting what they drop);
 * blends (:mod:`.blend`): weighted by samples (constant, step or linear schedules), epochized,
   weighted by units (tokens), with online weight changes from the frontier;
+* pack selection (:mod:`.packing`, docs/packing.md and docs/design/packing.md): each strategy
+  item by item with integer costs, buffers along the stream, packs shuffled per buffer;
 * steps (:mod:`.steps`): global batch sizes (fixed, a step table, Megatron's ramp-up),
   distribution to ranks in global mode, short final batches, skipped steps, online changes
   before their step, and world-size / batch-size changes from a step on (elastic restores).
 
-To add a stage (packing selection, buckets, blends of whole datasets), write it as a generator
+To add a stage (buckets, blends of whole datasets), write it as a generator
 over refs (or over groups of refs) from its documentation, and put it in the chain where the
 plan has it; a stage with lookahead must pull lazily, as :func:`.stages.window_shuffle` does, so
 the blend's position stays the frontier of online changes.
 """
 
 from property_tests.reference.blend import Blend, Schedule
+from property_tests.reference.packing import pack
 from property_tests.reference.stages import Counters, filter_refs, window_shuffle
 from property_tests.reference.steps import Phase, Step, by_step, fixed, rampup, steps
 from property_tests.reference.views import (
@@ -51,6 +54,7 @@ __all__ = [
     "dataset_stream",
     "filter_refs",
     "fixed",
+    "pack",
     "rampup",
     "repeat",
     "shard_slices",
