@@ -14,6 +14,8 @@ order, no shuffle, no repetition, cut at ``limit``. Each dataset's view and sour
 
 from __future__ import annotations
 
+import itertools
+
 import msgspec
 import numpy as np
 
@@ -103,7 +105,8 @@ def train_head(
         path, options, training=True, columns=columns, unit=unit, mix=mix
     )
     # Energon shifts each dataset's leftover samples by the samples of those before it
-    rotations = [sum(v.size for v in views[:i]) for i in range(len(views))]
+    # (a running sum: summing every prefix is 5 x 10^7 additions for 10,000 datasets)
+    rotations = list(itertools.accumulate((v.size for v in views), initial=0))[: len(views)]
     counts = _energon_counts(mix, views, rotations, options, topology)
     views = [shuffled(v, leaf, r) for v, leaf, r in zip(views, mix.leaves, rotations, strict=True)]
     blended = names

@@ -174,3 +174,18 @@ def test_drawn_buckets_read_each_window_and_refuse_what_no_run_reaches():
     with pytest.raises(ConfigError, match="one at a time is refused"):
         seek_state(buckets([0], probability=0.5), 10**15, (), ())
     assert time.perf_counter() - t < 1.0
+
+
+def test_a_rank_of_many_plans_few_last_steps_of_a_large_global_batch():
+    # rank 17 of 64 at 32 refs per rank: each step planned one by one gathers the whole
+    # global batch (2,048 refs), so the steps a seek plans at its end are what it costs
+    seen = [0]
+    head = repeat(views(seen)[0])
+    plan = Pipeline(
+        chain(head, window_shuffle(100), distribute(2048, rank=17, world_size=64), batch(32)),
+        seed=4,
+    )
+    with within(10.0):
+        _, batches, refs, epoch = seek_state(plan, 100_000, (), ())
+    assert (batches, refs) == (100_000, 3_200_000) and epoch > 1000
+    assert seen[0] <= 10 * 2048, f"gathered {seen[0]} refs: the seek planned too many steps"
