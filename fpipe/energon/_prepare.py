@@ -119,10 +119,10 @@ def _prepare_dataset(
 
 
 def _write_nv_meta(parent_path: str | os.PathLike, report: Any, parts: dict) -> None:
-    """Energon's ``.nv-meta`` files beside the index (:mod:`fpipe.storage.nv_meta`)."""
+    """Energon's ``.nv-meta`` files beside the index (:mod:`fpipe.storage.read.nv_meta`)."""
     from fpipe.storage import open_dataset
     from fpipe.storage.config.dataset_yaml import DatasetConfig
-    from fpipe.storage.nv_meta import write_nv_meta
+    from fpipe.storage.read.nv_meta import write_nv_meta
 
     record = open_dataset(parent_path).record
     counts = {name: int(n) for name, n in zip(record.shard_names, np.diff(record.shard_starts()))}

@@ -11,7 +11,7 @@ import yaml
 from fpipe.core.errors import ConfigError
 from fpipe.energon import BaseWebdatasetFactory
 from fpipe.storage import open_dataset
-from fpipe.storage.nv_meta import collapse_names
+from fpipe.storage.read.nv_meta import collapse_names
 from tests.energon.energon_folder import write_plain_shards
 
 # What the real Energon 7.4 wrote for write_plain_shards(shards=5, per_shard=2) and

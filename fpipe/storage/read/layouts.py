@@ -16,7 +16,6 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
-from fpipe.storage.nv_meta import edited_nv_meta
 from fpipe.storage.paths import allowed_folders, is_url
 from fpipe.storage.read._validate import (
     ShardCheck,
@@ -36,6 +35,7 @@ from fpipe.storage.read.energon import (
     walk_energon_meta,
 )
 from fpipe.storage.read.megatron_dataset import megatron_prefixes, open_megatron
+from fpipe.storage.read.nv_meta import edited_nv_meta
 from fpipe.storage.read.parquet import ParquetReader
 from fpipe.storage.read.reader import FileCache
 from fpipe.storage.read.record import ArrayStore, read_record
