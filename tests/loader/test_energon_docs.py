@@ -33,6 +33,9 @@ def crude_dataset(tmp_path):
     return str(tmp_path / "crude")
 
 
+@pytest.mark.filterwarnings(
+    "ignore:This DataLoader will create:UserWarning"
+)  # the guide's 4 workers
 def test_quickstart_load_and_batch_size(dataset):
     from fpipe import CaptioningSample, WorkerConfig, get_loader, get_train_dataset
 
@@ -90,6 +93,9 @@ def _next_batches(loader, n):
         return [b.__key__ for _, b in zip(range(n), loader)]
 
 
+@pytest.mark.filterwarnings(
+    "ignore:This DataLoader will create:UserWarning"
+)  # the guide's 4 workers
 def test_save_restore_per_rank_and_global(dataset, tmp_path):
     from fpipe import WorkerConfig, get_savable_loader, get_train_dataset
 
