@@ -70,18 +70,22 @@ TESTS: dict[str, list[str]] = {
     ],
     "fpipe/plan/_shuffle.py": [
         "tests/plan/test_shuffle.py",
+        "tests/plan/test_slice_shuffle_rules.py",
+        "tests/plan/test_advance.py",
         "tests/plan/test_contract_sweep.py",
         "property_tests/test_rng_properties.py",
         "property_tests/test_order_differs.py",
         "property_tests/test_containment.py",
     ],
     "fpipe/plan/slice_order.py": [
+        "tests/plan/test_slice_order.py",
         "tests/plan/test_shard_slices.py",
         "tests/plan/test_shuffle.py",
         "property_tests/test_coverage.py",
     ],
     "fpipe/plan/shard_slices.py": [
         "tests/plan/test_shard_slices.py",
+        "tests/plan/test_slice_order.py",
         "property_tests/test_coverage.py",
     ],
     "fpipe/plan/blend.py": [

@@ -89,3 +89,64 @@ def test_interleave_of_ragged_slices_reads_each_slice_in_order():
     first = set(runs[0] + runs[1])
     assert set(order[: len(first)]) == first
     assert order != layout
+
+
+def test_edges_of_the_cutting_rule():
+    assert shard_slice_starts(None, 0, 3).tolist() == []  # nothing to cut
+    assert np.issubdtype(shard_slice_starts(None, 0, None).dtype, np.integer)
+    assert shard_slice_starts(None, 1, None).tolist() == [0]
+    assert shard_slice_starts(None, 3, 1).tolist() == [0, 1, 2]  # k = 1: one sample each
+    assert shard_slice_starts(None, 3, 2).tolist() == [0]  # exactly 1.5 * k: still whole
+    assert shard_slice_starts(None, 4, 2).tolist() == [0, 2]
+    assert shard_slice_starts(None, 6, 4).tolist() == [0]
+    assert shard_slice_starts(None, 5, None, cuts=[1]).tolist() == [0, 1]
+    assert shard_slice_starts(np.array([0, 1, 1, 1]), 4, None).tolist() == [0, 1]
+    with pytest.raises(ConfigError, match="shard_ids has 3 entries for 5 positions"):
+        shard_slice_starts(np.zeros(3), 5, None)
+
+
+@pytest.mark.parametrize("starts, size", [([], 5), ([1, 3], 5), ([0, 2, 2], 5), ([0, 5], 5)])
+def test_slice_starts_must_increase_from_0_below_the_size(starts, size):
+    with pytest.raises(ConfigError, match="slice starts must increase from 0 below 5"):
+        RaggedSlices(np.array(starts, dtype=np.int64), size)
+
+
+def test_the_config_names_the_slices():
+    a, b = RaggedSlices([0, 2, 5], 8), RaggedSlices([0, 3, 5], 8)
+    assert a.config.num_slices == 3 and a.config == RaggedSlices([0, 2, 5], 8).config
+    assert a.config != b.config
+    # the same slices given as another integer type are the same slices
+    assert RaggedSlices(np.array([0, 2, 5], dtype=np.int32), 8).config == a.config
+
+
+def test_the_view_wraps_its_input_and_passes_the_key_on():
+    # position p reads the input at the ragged order's source position, with the same key
+    base = slice_shuffle(samples(9, columns={"t": np.arange(9)}), 2)
+    for starts in ([0, 4, 5], [0]):
+        slices = RaggedSlices(np.array(starts), 9, name="shards")
+        view = ragged_slice_shuffle(base, slices)
+        assert (view.name, view.config, view.size, view.inputs) == ("shards", slices.config, 9,
+                                                                    (base,))  # fmt: skip
+        for epoch in range(3):
+            src = ragged_slice_shuffle(samples(9), slices).gather(4, epoch, np.arange(9)).index
+            assert view.gather(4, epoch, np.arange(9)) == base.gather(4, epoch, src)
+    with pytest.raises(ConfigError, match="slices cover 9 positions, the view has 8"):
+        ragged_slice_shuffle(samples(8), slices)
+
+
+def test_two_slices_swap_in_some_epochs_and_one_slice_stays_put():
+    two = ragged_slice_shuffle(samples(5), RaggedSlices([0, 2], 5))
+    firsts = {int(two.gather(1, e, np.arange(5)).index[0]) for e in range(12)}
+    assert firsts == {0, 2}
+    one = RaggedSlices([0], 5)
+    assert interleave(ragged_slice_shuffle(samples(5), one), 2, 0, slices=one).gather(
+        1, 3, np.arange(5)
+    ).index.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_the_memoized_layout_is_read_only():
+    # the layout is shared between calls: a caller must not be able to change it
+    shift, ends = RaggedSlices([0, 2, 3], 6).layout(1, 0)
+    for arr in (shift, ends):
+        with pytest.raises(ValueError):
+            arr[0] = 99
