@@ -139,3 +139,17 @@ def test_fpipe_plan_prints_the_documented_json_fields(tmp_path, capsys, page, co
         else [json.loads(printed)]
     )
     assert _shape(got[0]) == _shape(documented), f"{page}: {command}"
+
+
+def test_the_documented_mix_history_loads_and_is_what_to_dict_writes():
+    """The history-log example of docs/steering.md is a file a user may copy: its digest must
+    match its changes, and ``mix_history()`` writes it back as shown (weights as written, not
+    their float32 expansions)."""
+    from fpipe.loader.steering import MixHistory
+
+    text = (ROOT / "docs" / "steering.md").read_text()
+    block = re.search(r'```json\n(\{"format": "fpipe-mix-history".*?)```', text, re.S)
+    assert block, "docs/steering.md has no mix-history example"
+    documented = json.loads(block.group(1))
+    history = MixHistory.of(documented)
+    assert history.to_dict() == documented

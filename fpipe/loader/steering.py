@@ -89,7 +89,7 @@ class MixHistory(msgspec.Struct, frozen=True):
             "version": 1,
             "datasets": list(self.datasets),
             "changes": [
-                {"step": c.step, "weights": dict(zip(self.datasets, c.weights))}
+                {"step": c.step, "weights": dict(zip(self.datasets, _shortest(c.weights)))}
                 for c in self.changes
             ],
             "digest": self.digest().hex(),
@@ -130,6 +130,12 @@ class MixHistory(msgspec.Struct, frozen=True):
         if any(s < 0 for s in steps) or any(b < a for a, b in zip(steps, steps[1:])):
             raise ConfigError(f"mix history: change steps must be >= 0 and in order: {steps}")
         return hist
+
+
+def _shortest(weights: tuple[float, ...]) -> list[float]:
+    # The shortest decimal that rounds to the same float32 (0.3, not 0.30000001192092896): the
+    # history file reads as the user wrote it and parses back to the same bytes and digest.
+    return [float(str(np.float32(w))) for w in weights]
 
 
 def _floats(raw: bytes) -> tuple[float, ...]:
