@@ -269,7 +269,7 @@ def drawn_state(source: Any, state: Any) -> Any:
     return state
 
 
-def replace_step_state(source: Any, state: Any, path: str, new: Any, prefix: str = "") -> Any:
+def replace_step_state(source: Any, state: Any, path: str, new: Any) -> Any:
     """``state`` with the state of the step at ``path`` (a step of the main chain) replaced
     by ``new``."""
     if source.name == path:
