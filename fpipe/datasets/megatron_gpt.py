@@ -7,9 +7,11 @@
 - ``plan(split, batch_size)``: a :class:`~fpipe.core.Pipeline` of batch recipes over it, with
   fpipe's exact resume (``snapshot`` / ``restore``) and seek (``skip`` / ``advance``);
 - ``sample(split, i)`` / ``materialize(split, recipe)``: Megatron ``GPTDataset``'s fields
-  plus ``cu_seqlens``, a batch at once: one binary search finds every token, one gather per
-  corpus reads them and numpy makes the fields (:mod:`fpipe.storage.read.gpt_tokens`, as the
-  ``sequence_length`` datasets of a metadataset do);
+  plus ``cu_seqlens``, a batch at once: one binary search finds every token, one read per
+  corpus gets them and numpy makes the fields (:mod:`fpipe.storage.read.gpt_tokens`, as the
+  ``sequence_length`` datasets of a metadataset do), written into one block of memory (one
+  shared-memory segment in a DataLoader worker, so the batch crosses to the main process as
+  one handle, not one segment, copy and descriptor per field);
 - ``lineage(split, i)``: which corpus, sequences and token ranges made sample ``i``.
 
 Sample ``i`` of a split equals sample ``i`` of megatron-core's
@@ -31,12 +33,21 @@ import torch
 from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError
 from fpipe.core.megatron_order import SPLITS
+from fpipe.encode.batch_memory import in_worker_process, tensor_block
 from fpipe.plan import batch, repeat
 from fpipe.plan.gpt_sequences import GPTSplitIndex, gpt_sequences, megatron_splits
 from fpipe.storage.read.gpt_tokens import GPTFields, TokenGather, TokenStream, batch_fields
 from fpipe.storage.read.megatron_indexed import IndexedCorpus
 
 __all__ = ["MegatronGPT", "parse_data_path"]
+
+#: The torch dtype of each numpy dtype of a batch's fields.
+_TORCH_TYPES = {
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(bool): torch.bool,
+}
 
 
 def parse_data_path(data_path: Sequence[str] | str) -> tuple[list[str], list[float] | None]:
@@ -181,9 +192,12 @@ class MegatronGPT:
             self._streams[(split, d)] = got
         return got
 
-    def _batch(self, split: str, dataset: np.ndarray, rows: np.ndarray) -> dict[str, Any]:
+    def _batch(
+        self, split: str, dataset: np.ndarray, rows: np.ndarray, shared: bool = False
+    ) -> dict[str, Any]:
         """The fields of the samples ``(dataset, row)``: each field ``(B, ...)``, ``cu_seqlens``
-        a list (one tensor per sample, as their lengths differ)."""
+        a list (one tensor per sample, as their lengths differ); with ``shared``, in one
+        shared-memory block (a batch a DataLoader worker sends as it is)."""
         n, width = self.seq_length, self.seq_length + self.fields.extra
         text = np.empty((len(rows), width), dtype=np.int64)
         pos = np.empty_like(text)
@@ -196,11 +210,21 @@ class MegatronGPT:
 
             text[at] = self._gathers[d].read(pieces, len(at), width, self.fields.pad, key)
             pos[at] = pieces.positions(len(at), width)
-        fields = batch_fields(text, pos, self.fields)
-        out: dict[str, Any] = {
-            k: torch.from_numpy(v) for k, v in fields.items() if k != "cu_seqlens"
-        }
-        out["cu_seqlens"] = [torch.from_numpy(c) for c in fields["cu_seqlens"]]
+        tensors: dict[str, torch.Tensor] = {}
+
+        def empty(specs):  # the fields in one block
+            got = tensor_block(
+                {k: (shape, _TORCH_TYPES[dt]) for k, (shape, dt) in specs.items()},
+                shared,
+            )
+            tensors.update(got)
+            return {k: t.numpy() for k, t in got.items()}
+
+        fields = batch_fields(text, pos, self.fields, empty)
+        out: dict[str, Any] = {k: tensors[k] for k in fields if k != "cu_seqlens"}
+        out["cu_seqlens"] = list(
+            torch.split(tensors["cu_seqlens"], [len(c) for c in fields["cu_seqlens"]])
+        )
         return out
 
     def sample(self, split: str, i: int) -> dict[str, torch.Tensor]:
@@ -210,6 +234,9 @@ class MegatronGPT:
 
     def materialize(self, split: str, recipe) -> dict[str, Any]:
         """The batch of a recipe of :meth:`plan`: each field stacked (``cu_seqlens``: a list,
-        one tensor per sample, as their lengths differ)."""
+        one tensor per sample, as their lengths differ). The fields but ``attention_mask``
+        are views of one block (shared memory in a DataLoader worker): ``.clone()`` one to
+        keep it without the others."""
         refs = recipe.refs
-        return self._batch(split, np.asarray(refs.dataset), np.asarray(refs.index, np.int64))
+        dataset, rows = np.asarray(refs.dataset), np.asarray(refs.index, np.int64)
+        return self._batch(split, dataset, rows, shared=in_worker_process())

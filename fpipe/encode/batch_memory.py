@@ -30,7 +30,7 @@ import ctypes
 import functools
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fpipe.core.resource_limits import out_of_descriptors
@@ -38,7 +38,13 @@ from fpipe.core.resource_limits import out_of_descriptors
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["collate_into_shared", "in_worker_process", "sent_as_collated", "shared_empty"]
+__all__ = [
+    "collate_into_shared",
+    "in_worker_process",
+    "sent_as_collated",
+    "shared_empty",
+    "tensor_block",
+]
 
 #: Set by the materializer around a batch hook whose collated tensors are sent as they are.
 _SENT_AS_COLLATED: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -48,6 +54,8 @@ _SENT_AS_COLLATED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 #: ``MADV_POPULATE_WRITE`` (Linux 5.14+): allocate and map a range's pages now, writable.
 _MADV_POPULATE_WRITE = 23
+#: Where each tensor of a :func:`tensor_block` starts (a cache line).
+_ALIGN = 64
 #: Below this, the few page faults cost less than the call.
 _POPULATE_MIN_BYTES = 1 << 16
 _PAGE = 4096
@@ -121,3 +129,29 @@ def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     if nbytes >= _POPULATE_MIN_BYTES:
         _populate(storage.data_ptr(), nbytes)
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+
+
+def tensor_block(
+    specs: Mapping[str, tuple[Sequence[int], torch.dtype]], shared: bool
+) -> dict[str, torch.Tensor]:
+    """Uninitialized contiguous CPU tensors of the given ``{name: (shape, dtype)}``, views of
+    one block of memory: with ``shared``, one :func:`shared_empty` block, so a DataLoader
+    worker's batch of several fields crosses to the main process as one shared-memory handle
+    (torch's pickling sends a storage once however many tensors view it) instead of one
+    segment, copy and descriptor per field."""
+    import torch
+
+    offsets, end = {}, 0
+    for name, (shape, dtype) in specs.items():
+        offsets[name] = end
+        end += -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
+    if shared and end:
+        block = shared_empty((end,), torch.uint8)
+    else:
+        block = torch.empty(end, dtype=torch.uint8)
+    out = {}
+    for name, (shape, dtype) in specs.items():
+        start = offsets[name]
+        nbytes = math.prod(shape) * dtype.itemsize
+        out[name] = block[start : start + nbytes].view(dtype).view(tuple(shape))
+    return out

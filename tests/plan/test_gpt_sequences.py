@@ -161,3 +161,68 @@ def test_split_and_blend_arithmetic():
     assert within.tolist() == [0, 0, 0, 1, 2, 1, 1, 3]
     with pytest.raises(Exception, match="split"):
         mo.parse_split("")
+
+
+def _one_block(batch):
+    block = batch["tokens"].untyped_storage().data_ptr()
+    small = [batch[k] for k in ("labels", "loss_mask", "position_ids")]
+    for t in small + batch["cu_seqlens"]:
+        assert t.untyped_storage().data_ptr() == block and t.is_contiguous()
+    # the (large) attention mask apart: keeping a field does not keep it alive
+    assert batch["attention_mask"].untyped_storage().data_ptr() != block
+
+
+def test_a_batchs_fields_lie_in_one_block_shared_out_of_a_worker(corpus, monkeypatch):
+    """A worker's batch crosses to the main process as one shared segment, not one a field."""
+    import fpipe.datasets.megatron_gpt as megatron_gpt
+
+    gpt = _gpt(corpus[0], create_attention_mask=True)
+    plan = gpt.plan("train", batch_size=4)
+    _, recipes = plan.next(plan.init())
+    here = gpt.materialize("train", recipes[0])
+    _one_block(here)
+    monkeypatch.setattr(megatron_gpt, "in_worker_process", lambda: True)
+    sent = gpt.materialize("train", recipes[0])
+    _one_block(sent)
+    assert sent["tokens"].is_shared() and not here["tokens"].is_shared()
+    # a sample is not sent as it is (collate stacks it into shared memory): plain memory
+    assert not gpt.sample("train", 0)["tokens"].is_shared()
+    for k in ("tokens", "labels", "loss_mask", "position_ids", "attention_mask"):
+        assert torch.equal(here[k], sent[k]), k
+    assert [c.tolist() for c in here["cu_seqlens"]] == [c.tolist() for c in sent["cu_seqlens"]]
+
+
+def test_the_gather_by_slices_equals_the_gather_by_index(corpus, monkeypatch):
+    gpt = _gpt(corpus[0])
+    stream, gather = gpt._stream("train", 0), gpt._gathers[0]
+    last = int(stream.ends[-1]) // 8  # its window passes the stream's end: a padding piece
+    pieces = stream.pieces(np.array([0, 3, last - 1, last]), 8, 9)
+    assert (pieces.off < 0).any()
+    got = {}
+    for name, tokens_per_piece in (("slices", 0), ("index", 10**9)):
+        monkeypatch.setattr(type(gather), "_SLICE_TOKENS", tokens_per_piece)
+        got[name] = gather.read(pieces, 4, 9, -1, str)
+    assert got["slices"].tolist() == got["index"].tolist()
+    assert got["index"][3, -1] == -1  # the padding
+
+
+def test_the_token_alignment_is_checked_once_not_per_batch(corpus):
+    """Whether the .bin maps as tokens is decided once: checking every sequence pointer per
+    batch cost time in proportion to the corpus, not the batch."""
+
+    class Counted(np.ndarray):
+        mods = 0
+
+        def __mod__(self, other):
+            Counted.mods += 1
+            return np.asarray(self) % other
+
+    gpt = _gpt(corpus[0])
+    corpus_ = gpt.corpora[0]
+    corpus_.sequence_pointers = np.asarray(corpus_.sequence_pointers).view(Counted)
+    plan = gpt.plan("train", batch_size=4)
+    state = plan.init()
+    for _ in range(3):
+        state, recipes = plan.next(state)
+        gpt.materialize("train", recipes[0])
+    assert Counted.mods == 1

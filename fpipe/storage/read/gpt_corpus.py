@@ -18,7 +18,7 @@ split's sequences in a document order, where
 
 The plan reads only the counts (the ``tokens`` column is ``sequence_length`` for every
 sample, what ``blend_unit: tokens`` weighs); a worker computes the stream once per open and
-reads each batch with one gather: :meth:`GPTReader.read_many` finds every token's document by
+reads each batch at once: :meth:`GPTReader.read_many` finds every token's document by
 one binary search and builds the fields of the whole batch with numpy
 (:mod:`fpipe.storage.read.gpt_tokens`, as :class:`~fpipe.datasets.megatron_gpt.MegatronGPT` does).
 A sample is cooked into a :class:`~fpipe.samples.GPTSample`.
