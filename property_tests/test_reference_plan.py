@@ -16,6 +16,7 @@ runs ten times as many.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import textwrap
@@ -322,3 +323,45 @@ def test_get_train_dataset_plan_equals_the_reference(tables, mix, opts):
         got = steps_of(rc for _, rc in delivered(ds.plan, ds.plan.init(), ds.skip_steps, (), STEPS))
         assert got == expected[r][: len(got)], f"rank {r} of {world}"
         assert len(got) == min(STEPS, len(expected[r])), f"rank {r}: the stream ends elsewhere"
+
+
+def test_blend_and_mix_datasets_equal_the_reference(tables):
+    """``blend_datasets`` and ``mix_datasets`` of ``get_train_dataset`` datasets (a finite table
+    and an endless blend by tokens, with a filter) on two ranks: each step is the reference's
+    draw among the datasets' own batches (docs/design/blend.md)."""
+    from fpipe.datasets import blend_datasets, mix_datasets
+    from property_tests.reference import recipe_blend as ref_blend
+
+    world = 2
+    base = dict(shuffle_buffer_size=5, max_samples_per_sequence=2, sequence_slices="fixed",
+                rampup=None, drop_last=True, skip=(), filter=None)  # fmt: skip
+    inputs = [
+        ("single", {**base, "seed": 3, "num_epochs": 1, "global": 4}),
+        ("tokens.yaml", {**base, "seed": 8, "num_epochs": None, "global": 2, "filter": 20}),
+    ]
+
+    def ref_batches(mix, o, rank):
+        for s in ref_train_steps(mix, o, world):
+            if s.ranks[rank] is None:
+                return
+            yield [x.triple for x in s.ranks[rank]]
+
+    for r in range(world):
+        parts = [
+            (train_dataset(tables / ("a.jsonl" if m == "single" else m), o, r, world), w)
+            for (m, o), w in zip(inputs, (2, 1))
+        ]
+        draws = ref_blend.blend_batches(
+            [ref_batches(m, o, r) for m, o in inputs], seed=3, weights=(2, 1)
+        )
+        expected = [(t, d, b) for t, d, b in itertools.islice(draws, 30)]
+        blended = blend_datasets(parts)
+        got = [rc for _, rc in delivered(blended.plan, blended.plan.init(), (), (), 30)]
+        assert [(rc.step, rc.part, rc.refs.triples()) for rc in got] == expected
+        assert {d for _, d, _ in expected[:12]} == {0, 1}
+        mixed = mix_datasets(parts, batch_size=4)
+        got = [rc for _, rc in delivered(mixed.plan, mixed.plan.init(), (), (), 7)]
+        groups = [expected[i : i + 4] for i in range(0, 28, 4)]
+        assert [[(m.part, m.refs.triples()) for m in rc.mix] for rc in got] == [
+            [(d, b) for _, d, b in g] for g in groups
+        ]

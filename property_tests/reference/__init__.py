@@ -19,12 +19,17 @@ Stages compose as plain functions over an iterator of :class:`~.views.Ref`:
   item by item with integer costs, buffers along the stream, packs shuffled per buffer;
 * steps (:mod:`.steps`): global batch sizes (fixed, a step table, Megatron's ramp-up),
   distribution to ranks in global mode, short final batches, skipped steps, online changes
-  before their step, and world-size / batch-size changes from a step on (elastic restores).
+  before their step, and world-size / batch-size changes from a step on (elastic restores);
+* grouped batching (:mod:`.buckets`, docs/buckets.md and docs/design/buckets.md): OpenSora's
+  buckets or a criterion's groups per window of an epoch, one group per global step on every
+  rank, remainders, world-size changes from a step on;
+* blends of whole datasets (:mod:`.recipe_blend`, docs/design/blend.md): one rank's batches of
+  several plans, weighted or concatenated, and mixed in groups.
 
-To add a stage (buckets, blends of whole datasets), write it as a generator
-over refs (or over groups of refs) from its documentation, and put it in the chain where the
-plan has it; a stage with lookahead must pull lazily, as :func:`.stages.window_shuffle` does, so
-the blend's position stays the frontier of online changes.
+To add a stage, write it as a generator over refs (or over groups of refs) from its
+documentation, and put it in the chain where the plan has it; a stage with lookahead must pull
+lazily, as :func:`.stages.window_shuffle` does, so the blend's position stays the frontier of
+online changes.
 """
 
 from property_tests.reference.blend import Blend, Schedule
