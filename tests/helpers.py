@@ -63,8 +63,8 @@ def fast_forward(p: Pipeline, steps: int):
     return Lifted(Lifted(inner, dist, 0), BatchState(bs.key, steps, bs.dropped), 0)
 
 
-# OpenSora's bucket_config as its configs (and docs/buckets.md) write it: aspect ratio ->
-# resolution (int side or "HxW") -> frames -> (probability, batch size), tuples as values.
+# The bucket_config of docs/buckets.md (fpipe's form, not OpenSora's resolution-name form):
+# aspect ratio -> resolution (int side or "HxW") -> frames -> (probability, batch size).
 OPENSORA_BUCKET_CONFIG = {
     "1:1": {
         256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)},

@@ -139,3 +139,27 @@ def test_missing_metadata_is_unfit_and_missing_frames_is_an_image():
     got = assign([0, 300, np.nan], [300, 300, 300], [1, np.nan, 1])
     assert got[0] == UNFIT and got[2] == UNFIT
     assert TABLE.label(int(got[1])) == "1:1/256/1"
+
+
+def test_samples_where_opensora_assigns_otherwise():
+    """The rule docs/buckets.md states where it differs from OpenSora's get_bucket_id: in
+    OpenSora (1.2 and 2.0, same ratios) the first sample is in 1:1/256 (it has 0.88 x its
+    pixels, OpenSora's bar is 0.8 x), the second in 4:3 and the third in 1:1 (nearest in plain
+    H/W, not in log W/H), and the 17-frame clip in no 17-frame bucket (1.x: T > 17 needed)."""
+    table = parse_bucket_config(
+        {
+            "1:1": {256: {1: (1.0, 8), 17: (1.0, 2)}},
+            "4:3": {"240x320": {1: (1.0, 8)}},
+            "9:16": {"426x240": {1: (1.0, 8)}},
+        }
+    )
+    got = assign_buckets(
+        table,
+        7,
+        width=np.array([240, 345, 292, 256]),
+        height=np.array([240, 300, 400, 256]),
+        frames=np.array([1, 1, 1, 17]),
+        index=np.arange(4),
+    )
+    labels = [table.label(int(i)) if i >= 0 else int(i) for i in got]
+    assert labels == [UNFIT, "1:1/256/1", "9:16/426x240/1", "1:1/256/17"]

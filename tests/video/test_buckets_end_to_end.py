@@ -1,4 +1,4 @@
-"""OpenSora's bucket_config, verbatim, on an OpenSora CSV of videos and images of mixed shapes:
+"""The bucket_config of docs/buckets.md on an OpenSora CSV of videos and images of mixed shapes:
 every batch is ``[B, 3, T, H, W]`` of its bucket, in [-1, 1], the same bucket on every rank.
 
 The media are tiny but large enough for the config's smallest buckets (a 256 x 256 image, a
@@ -24,7 +24,7 @@ from fpipe.storage import prepare_dataset
 from tests.decode.av_helpers import write_video
 from tests.helpers import OPENSORA_BUCKET_CONFIG, OPENSORA_BUCKET_YAML
 
-# The bucket_config of OpenSora's configs, verbatim (int and "HxW" keys, tuples as values).
+# The bucket_config of docs/buckets.md (int and "HxW" keys, tuples as values).
 BUCKET_CONFIG = OPENSORA_BUCKET_CONFIG
 
 # (kind, width, height, frames, how many) -> the bucket each should land in
