@@ -163,3 +163,12 @@ def test_samples_where_opensora_assigns_otherwise():
     )
     labels = [table.label(int(i)) if i >= 0 else int(i) for i in got]
     assert labels == [UNFIT, "1:1/256/1", "9:16/426x240/1", "1:1/256/17"]
+
+
+def test_an_opensora_resolution_name_as_the_first_key_is_explained():
+    """OpenSora keys its bucket_config by resolution name first ("240p"); fpipe by aspect ratio.
+    Pasting OpenSora's config must say so, not only that "240p" is no ratio."""
+    with pytest.raises(ConfigError, match="OpenSora resolution name"):
+        parse_bucket_config({"240p": {1: (1.0, 8)}})
+    with pytest.raises(ConfigError, match="OpenSora resolution name"):
+        parse_bucket_config({"256px": {1: (1.0, 8)}})

@@ -1,6 +1,7 @@
 """Assign samples to buckets from index metadata (width, height, frames), vectorized.
 
-For each sample, in the order OpenSora's ``Bucket.get_bucket_id`` follows:
+For each sample (fpipe's own rule, modelled on OpenSora's ``Bucket.get_bucket_id``; docs/buckets.md
+lists where the two assign differently):
 
 1. the nearest aspect ratio of the config (distance of ``log(width / height)``);
 2. within it, resolutions from the largest down: the first whose pixel area is not above the

@@ -1,6 +1,7 @@
-"""OpenSora's ``bucket_config``, parsed into a table of buckets (plain data, fingerprinted).
+"""An OpenSora-style ``bucket_config``, parsed into a table of buckets (plain data, fingerprinted).
 
-The nested mapping is written as OpenSora writes it::
+The nested mapping (OpenSora's shape, with sizes written out instead of OpenSora's resolution
+names; docs/buckets.md says what differs)::
 
     bucket_config = {
         "1:1": {256: {1: (1.0, 64), 17: (1.0, 16), 65: (0.5, 4)}},
@@ -8,8 +9,8 @@ The nested mapping is written as OpenSora writes it::
     }
 
 aspect ratio ``"W:H"`` -> resolution -> number of frames -> ``(probability, batch size)``.
-A resolution is an ``"HxW"`` string (height first, as OpenSora writes ``"240x426"`` under
-``"16:9"``) or an int side: under ``"1:1"`` the side of the square, under another ratio the
+A resolution is an ``"HxW"`` string (height first, ``"240x426"`` under ``"16:9"``) or an int
+side: under ``"1:1"`` the side of the square, under another ratio the
 short side (the long side follows from the ratio, rounded to an even number of pixels). The
 value is a tuple or, from YAML, a list; a batch size may be ``None`` only where the probability
 is 0 (OpenSora writes ``(0.0, None)`` for a bucket that is never used).
@@ -111,9 +112,16 @@ def aspect_ratio(name: Any) -> float:
         )
     m = _RATIO.match(str(name)) if isinstance(name, str) else None
     if not m or float(m.group(1)) <= 0 or float(m.group(2)) <= 0:
+        hint = ""
+        if isinstance(name, str) and re.fullmatch(r"\d+(p|px)", name.strip()):
+            hint = (
+                f". {name!r} is an OpenSora resolution name: fpipe's bucket_config is keyed by "
+                "aspect ratio first, then the size of each bucket ({'16:9': {'240x426': {...}}}); "
+                "see docs/buckets.md, 'What differs from OpenSora'"
+            )
         raise ConfigError(
             f"bucket_config: aspect ratio key {name!r} is not of the form 'W:H' with positive "
-            "numbers (e.g. '1:1', '16:9', '9:16')"
+            f"numbers (e.g. '1:1', '16:9', '9:16'){hint}"
         )
     return float(m.group(1)) / float(m.group(2))
 
