@@ -8,12 +8,14 @@ pipeline's structure, never on how far it has run. Decoding parses plain values 
 them to the pipeline's typed state records with msgspec: no pickle, no code runs.
 
 Versions:
-  FORMAT_VERSION: the byte layout; bumped on a CHECKPOINT BREAKING CHANGE. Version 4 (this
-    one) keeps a state's bytes fields as bytes in the payload (version 3 wrote them as base64
-    text), writes a list of integers as one array (no tag per integer) and hashes each config
-    field in 1 byte for the diff a mismatch prints (the 16-byte fingerprint still decides):
-    a 100-dataset blend's loader snapshot is about 1.2 KB smaller. Version 3 snapshots are
-    still read (:data:`OLDER_FORMATS`).
+  FORMAT_VERSION: the byte layout; bumped on a CHECKPOINT BREAKING CHANGE. Version 5 (this
+    one) folds the part digests of many parts of one step pattern (the datasets of a large
+    blend: ``blend/*/samples``) into one entry each (:func:`fpipe.core.fingerprint.fold_parts`):
+    a 10,000-dataset blend's digests take about 100 bytes instead of 110 KB. Version 4 keeps a
+    state's bytes fields as bytes in the payload (version 3 wrote them as base64 text), writes
+    a list of integers as one array (no tag per integer) and hashes each config field in 1 byte
+    for the diff a mismatch prints (the 16-byte fingerprint still decides). Versions 3 and 4
+    are still read (:data:`OLDER_FORMATS`).
   ORDER_VERSION: the iteration order of the plan stages for a given config and seed; bumped
     on an ITERATION ORDER BREAKING CHANGE (golden tests pin it).
 """
@@ -30,7 +32,7 @@ import msgspec
 import numpy as np
 
 from fpipe.core.errors import SnapshotError, SnapshotMismatchError
-from fpipe.core.fingerprint import diff_parts, fingerprint, part_digest
+from fpipe.core.fingerprint import diff_parts, fingerprint, folded_digests, part_digest
 from fpipe.core.records import Config
 
 __all__ = [
@@ -48,10 +50,12 @@ __all__ = [
 ]
 
 MAGIC = "fpipe-snapshot"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 ORDER_VERSION = 2
 #: Older format versions this fpipe still reads.
-OLDER_FORMATS = (3,)
+OLDER_FORMATS = (3, 4)
+#: The first format version whose part digests are folded (:func:`_pack_parts`).
+_FOLDED_FROM = 5
 #: Bytes of each per-field config hash, by format version (1 from version 4 on).
 _FIELD_HASH_BYTES = {3: 2}
 
@@ -194,30 +198,39 @@ def _unpack(m: memoryview, pos: int, depth: int) -> tuple[Any, int]:
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder(_Envelope)
 _names_dec = msgspec.msgpack.Decoder(list[tuple[str, str, int]])
+_folded_names_dec = msgspec.msgpack.Decoder(list[tuple[str, str, int, int]])
 #: Decompressed step names are refused past this size (a snapshot is never a zip bomb).
 _MAX_NAMES_BYTES = 1 << 24
 
 
-def _pack_parts(parts: Sequence[tuple[str, Config]]) -> tuple[bytes, bytes]:
-    """The part digests of a pipeline: ``(zlib(msgpack([[path, config type, number of fields],
-    ...])), the hashes of every fingerprinted field, concatenated)``: 1 byte each (2 in
-    format 3); they only name the fields that differ once the fingerprint differs.
+def _pack_parts(
+    parts: Sequence[tuple[str, Config]], format_version: int = FORMAT_VERSION
+) -> tuple[bytes, bytes]:
+    """The part digests of a pipeline: ``(zlib(msgpack([[path, config type, number of fields,
+    number of parts], ...])), the hashes of every fingerprinted field, concatenated)``: 1 byte
+    each (2 in format 3); they only name the fields that differ once the fingerprint differs.
 
-    Paths and type names repeat from one dataset of a blend to the next (``blend/57/samples``,
-    ``SamplesConfig``), so compressing them keeps a hundred-dataset plan's digests near 2 KB
-    instead of 9; the hashes stay uncompressed, so the size depends on the pipeline's structure
-    only, never on config values or the step.
+    From format 5 the parts of one step pattern, when there are many (the datasets of a large
+    blend), are one entry labeled with the pattern (``blend/*/samples``) whose field hashes
+    cover all of them (:func:`fpipe.core.fingerprint.fold_parts`); formats 3 and 4 list every
+    part (no count). Paths and type names repeat, so they are compressed; the hashes stay
+    uncompressed, so the size depends on the pipeline's structure only, never on config
+    values or the step.
     """
-    width = _hash_bytes(FORMAT_VERSION)
-    digests = [part_digest(n, c, width) for n, c in parts]
-    names = [(d[0], d[1], len(d[2]) // width) for d in digests]
+    width = _hash_bytes(format_version)
+    if format_version >= _FOLDED_FROM:
+        digests = folded_digests(parts, width)
+        names: list = [(d[0], d[1], len(d[2]) // width, d[3]) for d in digests]
+    else:
+        digests = [part_digest(n, c, width) for n, c in parts]
+        names = [(d[0], d[1], len(d[2]) // width) for d in digests]
     return zlib.compress(_enc.encode(names), 9), b"".join(d[2] for d in digests)
 
 
 def unpack_parts(packed: Sequence[bytes], format_version: int = FORMAT_VERSION) -> list[list]:
-    """Inverse of :func:`_pack_parts` for snapshots of ``format_version``: ``[[path, config
-    type, field hashes], ...]``; raises SnapshotError on malformed, truncated or oversized
-    bytes."""
+    """Inverse of :func:`_pack_parts` for snapshots of ``format_version``: ``[[path (or step
+    pattern), config type, field hashes, number of parts], ...]``; raises SnapshotError on
+    malformed, truncated or oversized bytes."""
     width = _hash_bytes(format_version)
     try:
         blob, hashes = packed
@@ -225,12 +238,15 @@ def unpack_parts(packed: Sequence[bytes], format_version: int = FORMAT_VERSION) 
         raw = d.decompress(bytes(blob), _MAX_NAMES_BYTES)
         if d.unconsumed_tail or not d.eof:
             raise SnapshotError("snapshot part digests are truncated or too large")
-        names = _names_dec.decode(raw)
+        if format_version >= _FOLDED_FROM:
+            names = _folded_names_dec.decode(raw)
+        else:
+            names = [(*n, 1) for n in _names_dec.decode(raw)]
     except (ValueError, TypeError, zlib.error, msgspec.DecodeError) as e:
         raise SnapshotError(f"snapshot part digests are malformed: {e}") from None
     out, pos, hashes = [], 0, bytes(hashes)
-    for path, type_name, nfields in names:
-        out.append([path, type_name, hashes[pos : pos + width * nfields]])
+    for path, type_name, nfields, count in names:
+        out.append([path, type_name, hashes[pos : pos + width * nfields], count])
         pos += width * nfields
     if pos != len(hashes):
         raise SnapshotError("snapshot part digests do not match their field hashes")
@@ -246,7 +262,7 @@ def encode_state(parts: Sequence[tuple[str, Config]], state: Any) -> bytes:
             FORMAT_VERSION,
             ORDER_VERSION,
             fingerprint(parts),
-            _pack_parts(parts),
+            _pack_parts(parts, FORMAT_VERSION),
             payload,
         )
     )
@@ -331,7 +347,8 @@ def decode_state(parts: Sequence[tuple[str, Config]], state_type: Any, data: byt
     if env.fingerprint != fingerprint(parts):
         saved = unpack_parts(env.parts, env.format_version)
         width = _hash_bytes(env.format_version)
-        diffs = diff_parts(saved, parts, width) or [
+        folded = env.format_version >= _FOLDED_FROM
+        diffs = diff_parts(saved, parts, width, folded=folded) or [
             "the configuration differs from the snapshot's in a field its 1-byte field "
             "digests cannot name (compare the configs with `fpipe state show`)"
         ]

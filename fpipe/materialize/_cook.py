@@ -53,8 +53,8 @@ class _Cooking:
 
 def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
     """The :class:`_Cooking` of ``src`` opened as ``ds``, kept by the materializer under
-    ``id(ds)`` (the materializer holds each opened dataset for the life of the process; the
-    entry holds it too, so that its id stays its own)."""
+    ``id(ds)`` (the materializer holds each opened dataset until it closes it, and drops the
+    entry then; the entry holds it too, so that its id stays its own)."""
     path = str(getattr(ds, "path", src.path))
     names = ShardNames(ds, path)
     crude = is_crude(src.sample_type)

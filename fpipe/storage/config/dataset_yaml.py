@@ -17,6 +17,7 @@ import yaml
 
 from fpipe.core.errors import ConfigError
 from fpipe.samples.field_spec import field_spec_value
+from fpipe.storage.config.safe_yaml import safe_load
 from fpipe.storage.paths import expand_braces
 
 __all__ = [
@@ -98,7 +99,7 @@ def parse_split_ratios(text: str | tuple[float, ...] | list[float]) -> dict[str,
 def _load_yaml(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return safe_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
 

@@ -32,6 +32,7 @@ import yaml
 
 from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
+from fpipe.storage.config.safe_yaml import safe_load
 from fpipe.storage.read.members import MemberTable, concat_members, member_files
 from fpipe.storage.read.tar.shard_table import (
     SHARD_ARRAYS_FROM,
@@ -206,7 +207,7 @@ def read_info(index_dir: str | Path) -> dict[str, Any]:
     path = Path(index_dir) / "info.yaml"
     try:
         with open(path, encoding="utf-8") as f:
-            info = yaml.safe_load(f)
+            info = safe_load(f)
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read index info: {e}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:

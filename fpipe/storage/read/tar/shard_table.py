@@ -12,9 +12,10 @@ megabytes, on every rank, before the first batch. Above :data:`SHARD_ARRAYS_FROM
     shards/names.npy           uint8 (...)   UTF-8 shard paths, concatenated
     shards/names.offsets.npy   int64 (S+1,)  name i is names[off[i]:off[i+1]]
 
-:class:`ShardTable` is a read-only sequence of :class:`ShardEntry` over those arrays: opening
-maps them (nothing is parsed), an entry is built when asked for, and the sample counts are
-summed with numpy. Smaller indexes keep the readable list in ``info.yaml`` (version 2).
+:class:`ShardTable` is a read-only sequence of :class:`ShardEntry` over those arrays: they are
+mapped (nothing is parsed) and checked when first used, an entry is built when asked for, and
+the sample counts are summed with numpy. Smaller indexes keep the readable list in
+``info.yaml`` (version 2).
 """
 
 from __future__ import annotations
@@ -78,7 +79,17 @@ class ShardTable(Sequence):
     ``bytes`` / ``mtime_ns`` are the arrays themselves (read-only, memory-mapped)."""
 
     def __init__(self, index_dir: str | Path, count: int):
-        d = Path(index_dir)
+        self._dir = Path(index_dir)
+        self._count = count
+        # mapped when first used (a shard read, a slice by shard, the open checks of a reader):
+        # planning a blend of 10,000 datasets maps none of their 50,000 files
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        """The five arrays, mapped and checked against the shard count (once)."""
+        if self._arrays is not None:
+            return self._arrays
+        d, count = self._dir, self._count
         arrays = {}
         for name in _FILES:
             path = d / "shards" / f"{name}.npy"
@@ -100,22 +111,42 @@ class ShardTable(Sequence):
         off = arrays["names.offsets"]
         if count and (int(off[0]) != 0 or int(off[-1]) != len(arrays["names"])):
             raise ConfigError(f"{d}/shards/names.offsets.npy: the index is corrupt")
-        self.samples: np.ndarray = arrays["samples"]
-        self.bytes: np.ndarray = arrays["bytes"]
-        self.mtime_ns: np.ndarray = arrays["mtime_ns"]
-        self._names = arrays["names"]
-        self._offsets = off
-        self._count = count
+        self._arrays = arrays
+        return arrays
+
+    @property
+    def samples(self) -> np.ndarray:
+        """int64 ``(S,)``: samples of each shard."""
+        return self._load()["samples"]
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """int64 ``(S,)``: shard sizes when indexed (-1: unknown)."""
+        return self._load()["bytes"]
+
+    @property
+    def mtime_ns(self) -> np.ndarray:
+        """int64 ``(S,)``: shard mtimes when indexed, ns (-1: unknown)."""
+        return self._load()["mtime_ns"]
+
+    @property
+    def _names(self) -> np.ndarray:
+        return self._load()["names"]
+
+    @property
+    def _offsets(self) -> np.ndarray:
+        return self._load()["names.offsets"]
 
     def __len__(self) -> int:
         return self._count
 
     def name(self, i: int) -> str:
         """The path of shard ``i`` relative to the dataset folder."""
-        a, b = int(self._offsets[i]), int(self._offsets[i + 1])
-        if not 0 <= a <= b <= len(self._names):
+        names, offsets = self._names, self._offsets
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        if not 0 <= a <= b <= len(names):
             raise ConfigError(f"shard table: name {i} at bytes {a}..{b} is out of range")
-        return self._names[a:b].tobytes().decode("utf-8", "surrogateescape")
+        return names[a:b].tobytes().decode("utf-8", "surrogateescape")
 
     @overload
     def __getitem__(self, i: int) -> Any: ...
