@@ -12,6 +12,7 @@ from fpipe.core.errors import ConfigError
 from fpipe.datasets._mix import shard_slices
 from fpipe.datasets._views import dataset_view, open_path
 from fpipe.datasets.options import DatasetOptions
+from fpipe.encode.hook_forms import groups_batches
 from fpipe.loader.planned import PlannedDataset
 from fpipe.materialize.materializer import Materializer
 from fpipe.plan import bucket_batches, load_bucket_config, slice_shuffle
@@ -82,6 +83,12 @@ def bucketed_dataset(path, options: DatasetOptions, topo) -> PlannedDataset:
         height=height,
         frames=frames,
     )
+    if groups_batches(options.task_encoder):
+        raise ConfigError(
+            f"{type(options.task_encoder).__name__} defines batch_group_criterion and "
+            "bucket_config is set: buckets plan each batch from index metadata, grouping forms "
+            "batches from encoded samples; use one of the two"
+        )
     mat = Materializer(
         [source],
         options.task_encoder or DefaultTaskEncoder(),

@@ -69,6 +69,7 @@ def _check(datasets: Sequence[Any], what: str) -> list[PlannedDataset]:
         # Options the loader applies around the plan, which a step of the blend cannot keep.
         refused = {
             "packing_buffer_size": ds.packing_buffer_size,
+            "batch_group_criterion (grouped batching)": getattr(ds, "group_batches", False),
             "virtual_epoch_length": ds.virtual_epoch_length,
             "skip_steps": ds.skip_steps,
             "LimitDataset over a packing dataset (limit)": ds.limit,

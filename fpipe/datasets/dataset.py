@@ -33,7 +33,7 @@ from fpipe.datasets.options import (
 )
 from fpipe.loader.planned import PlannedDataset
 from fpipe.loader.topology import Topology
-from fpipe.materialize.materializer import Materializer
+from fpipe.materialize.materializer import GROUP_CHUNK, Materializer
 from fpipe.materialize.sources import DatasetSource
 from fpipe.plan import BatchSchedule, batch, distribute, repeat, window_shuffle
 from fpipe.plan.packing.stage import PackConfig
@@ -241,7 +241,8 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         stages.append(window_shuffle(options.shuffle_buffer_size))
     stages.extend(options.plan_stages)
     mat, recipe_size = _materializer(sources, options, batch_size)
-    recipe_drop_last = options.drop_last and not mat.packing
+    # with packing or grouping drop_last applies to the batches the loader makes, not recipes
+    recipe_drop_last = options.drop_last and not (mat.packing or mat.grouping)
     distribution = options.distribution
     if distribution == "global":  # per-rank mode has no distribute stage
         stages.append(
@@ -257,11 +258,12 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
     plan = Pipeline(chain(head, *stages), seed=options.seed)
     refs = stream_refs(head, num_epochs)
     n = None
-    if refs is not None and not options.plan_stages and not mat.packing and schedule is None:
+    counted_by_plan = not (options.plan_stages or mat.packing or mat.grouping)
+    if refs is not None and counted_by_plan and schedule is None:
         # without packing a recipe is a batch (one sample when unbatched)
         n = count_batches(refs, recipe_size, topo, distribution, options.drop_last)
         warn_if_empty(n, path, options.split, refs, recipe_size, topo, distribution)
-    elif refs is None and num_epochs is None and not options.plan_stages and not mat.packing:
+    elif refs is None and num_epochs is None and counted_by_plan:
         # an endless stream: Energon's length, the batches of one epoch (one pass)
         one = epoch_refs(head)
         if one is not None and schedule is None:
@@ -277,9 +279,10 @@ def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> Pla
         plan=plan,
         materializer=mat,
         topology=topo,
-        batch_size=batch_size or 1,
+        batch_size=batch_size or (0 if mat.grouping else 1),  # 0: each group its own
         distribution=distribution,
         packing_buffer_size=options.packing_buffer_size if mat.packing else None,
+        group_batches=mat.grouping,
         drop_last=options.drop_last,
         datasets=names,
         num_batches=n,
@@ -311,6 +314,8 @@ def _materializer(
         error_handler=options.handler,
         plan_packs=any(isinstance(s.config, PackConfig) for s in options.plan_stages),
     )
+    if mat.grouping:  # recipes are chunks of the stream; the loader groups their samples
+        return mat, batch_size or GROUP_CHUNK
     if not mat.packing:
         return mat, batch_size or 1
     if batch_size is None:
@@ -428,6 +433,8 @@ def build_val_dataset(
     estimate = None
     if mat.packing:  # Energon's len() with packing: the batches of the samples unpacked
         n, estimate = None, count_batches(view.size, batch_size or 1, topo, "global", False)
+    if mat.grouping:  # the groups decide the batches: known once every sample is encoded
+        n = None
     if n is not None and limit is not None:
         n = min(n, limit)
     if estimate is not None and limit is not None:
@@ -436,8 +443,9 @@ def build_val_dataset(
         plan=plan,
         materializer=mat,
         topology=topo,
-        batch_size=batch_size or 1,
+        batch_size=batch_size or (0 if mat.grouping else 1),  # 0: each group its own
         packing_buffer_size=options.packing_buffer_size if mat.packing else None,
+        group_batches=mat.grouping,
         drop_last=False,
         datasets=names,
         num_batches=n,
@@ -464,17 +472,19 @@ def _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, lim
         batch_size=recipe_size,
     )  # fmt: skip
     plan = Pipeline(chain(repeat(part, 1), batch(schedule, drop_last=False)), seed=0)
-    if limit is not None:
-        n = min(n, limit)
+    n_or_none: int | None = None if mat.grouping else n  # grouping: known once encoded
+    if limit is not None and n_or_none is not None:
+        n_or_none = min(n_or_none, limit)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
         topology=topo,
-        batch_size=options.batch_size or 1,
+        batch_size=options.batch_size or (0 if mat.grouping else 1),
         distribution="energon",
+        group_batches=mat.grouping,
         drop_last=False,
         datasets=names,
-        num_batches=n,
+        num_batches=n_or_none,
         path=str(path),
         split=options.split,
         limit=limit,

@@ -14,12 +14,14 @@
   batches of a recipe are a pure function of it; the loader state after the j-th of them is the
   plan state before the recipe and ``j`` (:mod:`fpipe.loader._recipe_batches`): a restore
   materializes the recipe again and skips the j taken (exact resume, any number of workers).
+- **``batch_group_criterion``** (Energon's grouped batching): workers encode the samples of
+  the plan's recipes and the loader groups them, in plan order, in the main process
+  (:mod:`fpipe.loader._group_batches`, docs/design/grouping.md).
 - **Refused at construction** (:func:`check_hook_forms`, a :class:`~fpipe.core.errors.ConfigError`
-  before the first batch, naming the hook and the fpipe way): ``batch_group_criterion``
-  (Energon's grouped batching in the workers), ``batch`` written as a generator (it collates
-  one value), a generator ``encode_batch`` with a packing buffer, and a generator
-  ``encode_sample`` with ``batch_size=None`` (one recipe is one sample). See
-  docs/energon_migration.md.
+  before the first batch, naming the hook and the fpipe way): ``batch`` written as a generator
+  (it collates one value), a generator ``encode_batch`` with a packing buffer or with grouped
+  batching, grouped batching with a packing buffer, and a generator ``encode_sample`` with
+  ``batch_size=None`` (one recipe is one sample). See docs/energon_migration.md.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 
-__all__ = ["check_hook_forms", "drain", "is_generator_hook", "outputs", "then"]
+__all__ = [
+    "check_hook_forms",
+    "drain",
+    "groups_batches",
+    "is_generator_hook",
+    "outputs",
+    "then",
+]
 
 #: Hooks that may be generators; they run once per sample.
 _SAMPLE_HOOKS = ("encode_sample", "preencode_sample", "postencode_sample")
@@ -77,19 +86,10 @@ def then(out: Any, fn: Callable[[Any], Any]) -> Any:
     return _replay([v for item in out for v in outputs(fn(item))])
 
 
-def _group_refusal(name: str) -> ConfigError:
-    return ConfigError(
-        f"{name} defines batch_group_criterion (Energon's grouped batching), which fpipe does "
-        "not run. Energon groups encoded samples inside each worker, so which samples share a "
-        "batch depends on the number of workers and a checkpoint holds every group's waiting "
-        "samples; fpipe plans each batch before any sample is read, so a resume is exact and "
-        "any num_workers gives the same batches. Group in the plan tier on index metadata "
-        "instead: get_train_dataset(..., bucket_config={...}) groups by aspect ratio, "
-        "resolution and frames, each bucket with its own batch size (docs/buckets.md), and "
-        "fpipe.plan.group_batches(view, criterion, columns=[...]) runs a criterion "
-        "row -> (group, batch_size) on index columns (docs/buckets.md, 'Grouped batching in "
-        f"general'). Remove batch_group_criterion from {name}"
-    )
+def groups_batches(enc: Any) -> bool:
+    """Whether the task encoder ``enc`` defines ``batch_group_criterion`` (Energon's grouped
+    batching: the loader groups its encoded samples, see :mod:`fpipe.loader._group_batches`)."""
+    return callable(getattr(type(enc), "batch_group_criterion", None))
 
 
 def check_hook_forms(enc: Any, *, unbatched: bool = False, packing: bool = False) -> None:
@@ -98,13 +98,24 @@ def check_hook_forms(enc: Any, *, unbatched: bool = False, packing: bool = False
     ``packing``: a packing buffer (Energon's packing hooks)."""
     cls = type(enc)
     name = cls.__name__
-    if callable(getattr(cls, "batch_group_criterion", None)):
-        raise _group_refusal(name)
+    grouping = groups_batches(enc)
+    if grouping and packing:
+        raise ConfigError(
+            f"{name} defines batch_group_criterion and packing_buffer_size is set: fpipe groups "
+            "encoded samples, not packs. Leave out packing_buffer_size, or pack in the plan "
+            "tier (plan_stages=[fpipe.plan.pack(...)]) and batch without grouping"
+        )
     if is_generator_hook(getattr(cls, "batch", None)):
         raise ConfigError(
             f"{name}.batch is a generator (yield): fpipe's batch hook collates one planned "
             "batch into one value. Return one batch from batch, and write encode_batch as the "
             "generator: each batch it yields is delivered as a batch of its own"
+        )
+    if grouping and is_generator_hook(getattr(cls, "encode_batch", None)):
+        raise ConfigError(
+            f"{name}.encode_batch is a generator (yield) and {name} defines "
+            "batch_group_criterion: each group's batch is delivered as one batch. Return one "
+            "batch from encode_batch"
         )
     if packing and is_generator_hook(getattr(cls, "encode_batch", None)):
         raise ConfigError(

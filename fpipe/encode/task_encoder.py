@@ -26,8 +26,9 @@ hooks ``encode_sample(self, sample)`` / ``preencode_sample`` / ``postencode_samp
 reaches the sample's generator with :func:`fpipe.sample_rng() <fpipe.encode.hooks.sample_rng>`
 (the same generator the two-argument form gets as ``rng``).
 The sample hooks may also be generators (``yield``): everything the samples of one recipe yield
-goes into that recipe's batch; ``batch_group_criterion`` and generator ``batch`` /
-``encode_batch`` are refused when the dataset is built (:mod:`fpipe.encode.hook_forms`).
+goes into that recipe's batch; ``batch_group_criterion`` groups the encoded samples in the
+loader (:mod:`fpipe.loader._group_batches`); the other hook forms are in
+:mod:`fpipe.encode.hook_forms`.
 
 Example:
     >>> from dataclasses import dataclass

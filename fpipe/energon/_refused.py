@@ -32,7 +32,8 @@ REFUSED: dict[str, str] = {
     "FilterDataset": f"{_WRAPPER}: plan_stages=[fpipe.plan.filter_refs(...)] on index "
     "columns, or raise SkipSample in encode_sample",
     "GcDataset": "fpipe workers hold no sample references between batches; nothing to collect",
-    "GroupBatchDataset": f"{_WRAPPER}: bucket_config= or fpipe.plan.group_batches",
+    "GroupBatchDataset": f"{_WRAPPER}: the task encoder's batch_group_criterion (grouped in "
+    "the loader), or bucket_config= / fpipe.plan.group_batches on index metadata",
     "IterMapDataset": f"{_WRAPPER}: a generator encode_sample (yield) in the task encoder",
     "LogSampleDataset": f"{_WRAPPER}: loader.stats() and fpipe plan --step N list the samples",
     "PackingDataset": f"{_WRAPPER}: packing_buffer_size= with the task encoder's packing hooks",

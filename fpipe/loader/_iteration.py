@@ -20,6 +20,7 @@ import msgspec
 import torch.utils.data
 
 from fpipe.encode import batch_slots
+from fpipe.loader._group_batches import GroupBatcher
 from fpipe.loader._pack_batches import PackBatcher
 from fpipe.loader._read_ahead import Horizon
 from fpipe.loader._recipe_batches import recipe_batches
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # the loader calls these with itself
 __all__ = [
     "PlanSampler",
     "RecipeDataset",
+    "group_batcher",
     "horizon",
     "identity",
     "iterate_batches",
@@ -172,15 +174,21 @@ def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
         pending: collections.deque = collections.deque()
         restarted = False
         packer = pack_batcher(loader)
+        grouper = group_batcher(loader)
         # a generator encode_batch: batches of the first recipe delivered before (a restore)
-        taken = 0 if packer is not None else loader._state.packs_taken
+        taken = 0 if packer is not None or grouper is not None else loader._state.packs_taken
         results = pool_results(loader, pending)
         for result in results:
             if loader._generation != generation:
                 restarted = True  # load_state_dict during iteration: start over from it
                 break
-            plan_state, epoch, _ = pending.popleft()
+            plan_state, epoch, recipe = pending.popleft()
             add_io(loader._io, result.io)
+            if grouper is not None:  # grouped batching: the groups' batches, in plan order
+                for batch, state in grouper.feed(recipe, result, plan_state, epoch, loader._state):
+                    loader._state = state
+                    yield encoder.pin_memory(batch) if pin else batch
+                continue
             if packer is not None:  # a packing buffer: batches of packs across buffers
                 for batch, state in packer.feed(result, plan_state, epoch, loader._state):
                     loader._state = state
@@ -214,8 +222,9 @@ def iterate_batches(loader: Loader) -> Generator[Any, None, None]:
         if not restarted:
             while pending:  # the end marker, once every batch has been taken
                 plan_state, epoch, _ = pending.popleft()
-                if epoch is None and packer is not None:
-                    for batch, state in packer.finish(plan_state, loader._state):
+                ender = grouper if grouper is not None else packer
+                if epoch is None and ender is not None:
+                    for batch, state in ender.finish(plan_state, loader._state):
                         loader._state = state
                         if batch is not None:
                             yield encoder.pin_memory(batch) if pin else batch
@@ -230,6 +239,21 @@ def pack_batcher(loader: Loader) -> PackBatcher | None:
     if not getattr(ds, "packing_buffer_size", None):
         return None
     return PackBatcher(ds.materializer.task_encoder, ds.batch_size, ds.drop_last, loader._state)
+
+
+def group_batcher(loader: Loader) -> GroupBatcher | None:
+    """With grouped batching (``batch_group_criterion``), what groups the encoded samples into
+    batches (None otherwise); kept on the loader, so a loop that goes on from the last batch
+    of the one before keeps its groups in memory instead of materializing them again."""
+    ds = loader.dataset
+    if not getattr(ds, "group_batches", False):
+        return None
+    grouper = loader._grouper
+    if grouper is None:
+        grouper = loader._grouper = GroupBatcher(ds, loader._state)
+    else:
+        grouper.resume(loader._state)
+    return grouper
 
 
 def pool_results(loader: Loader, pending: collections.deque):

@@ -11,6 +11,9 @@ With a packing buffer a batch is made of packs, perhaps of two buffers, and its 
 the tuple of its packs' keys, ``("PackingDataset", step, position, *the samples' keys)``: each
 pack is rebuilt by materializing its buffer's recipe (found by its step) and taking the pack at
 its position, and the packs are batched as the loader batched them.
+
+With grouped batching (``batch_group_criterion``) a batch's samples may come from several
+recipes: each is found in the plan and encoded again as it was, and they are batched.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.records import Recipe, Refs
 from fpipe.encode.packing import PACK_KEY
 from fpipe.plan.skip import next_recipe
 
@@ -67,6 +71,8 @@ def restore_batch(dataset: Any, restore_key: Any) -> Any:
         raise ConfigError(f"restore_sample needs a planned dataset, got {type(dataset).__name__}")
     if getattr(dataset, "packing_buffer_size", None):
         return _restore_packs(dataset, restore_key)
+    if getattr(dataset, "group_batches", False):
+        return _restore_group(dataset, _triples(restore_key))
     want = _triples(restore_key)
     last_epoch = max(e for _, _, e in want)
     plan, state = dataset.plan, dataset.plan.init()
@@ -86,6 +92,46 @@ def restore_batch(dataset: Any, restore_key: Any) -> Any:
         f"(searched to epoch {last_epoch + _EPOCHS_PAST}); a restore key is restored by a loader "
         "over the same dataset, options and rank that delivered it"
     )
+
+
+def _restore_group(dataset: Any, want: list[tuple[int, int, int]]) -> Any:
+    """A grouped batch (``batch_group_criterion``) again: its samples may come from several
+    recipes, so each is found in the plan, encoded as it was (its recipe step and position),
+    and the samples are batched as the loader batched them. A sample whose ``encode_sample``
+    yields several gives them in order, one per mention in the key."""
+    last_epoch = max(e for _, _, e in want)
+    where: dict[tuple[int, int, int], tuple[int, int, Any]] = {}  # triple -> step, pos, key
+    plan, state = dataset.plan, dataset.plan.init()
+    wanted = set(want)
+    while len(where) < len(wanted):
+        state, recipe, _ = next_recipe(plan, state, ())
+        if recipe is None:
+            break
+        refs = recipe.refs
+        got = zip(refs.dataset.tolist(), refs.index.tolist(), refs.epoch.tolist())
+        for pos, t in enumerate(got):
+            if t in wanted and t not in where:
+                where[t] = (recipe.step, pos, recipe.key)
+        if len(refs) and int(refs.epoch.min()) > last_epoch + _EPOCHS_PAST:
+            break
+    missing = [t for t in want if t not in where]
+    if missing:
+        raise ConfigError(
+            f"restore_sample: no sample of this rank's plan has the restore key {missing[0]!r} "
+            f"(searched to epoch {last_epoch + _EPOCHS_PAST}); a restore key is restored by a "
+            "loader over the same dataset, options and rank that delivered it"
+        )
+    mat = dataset.materializer
+    outputs: dict[tuple[int, int, int], list] = {}
+    for t in dict.fromkeys(want):
+        step, pos, key = where[t]
+        recipe = Recipe(
+            step=step, refs=Refs.of(dataset=[t[0]], index=[t[1]], epoch=[t[2]]), key=key
+        )
+        outputs[t] = mat.encode_at(recipe, [pos])[0]
+    samples = [outputs[t].pop(0) for t in want if outputs[t]]
+    enc = mat.task_encoder
+    return enc.encode_batch(enc.batch(samples))
 
 
 def _is_pack_key(k: Any) -> bool:

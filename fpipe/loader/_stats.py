@@ -25,7 +25,10 @@ def loader_stats(loader: Loader) -> LoaderStats:
     s = loader._state
     steps = loader.plan.stats(s.plan)
     dropped = drop_counters(steps)
-    if s.pack_remainder:
+    # samples of the final partial batches the loader made (packs or groups) and dropped
+    if s.pack_remainder and getattr(loader.dataset, "group_batches", False):
+        dropped["group_remainder"] = dropped.get("group_remainder", 0) + s.pack_remainder
+    elif s.pack_remainder:
         dropped["pack_remainder"] = s.pack_remainder
     at = loader.plan.position(s.plan)
     epoch, position = (s.epoch, None) if at is None else at

@@ -19,6 +19,7 @@ from fpipe.core.keywords import check_keywords
 from fpipe.encode.packing import check_plan_packing
 from fpipe.loader import _steering
 from fpipe.loader._energon import DebugLog, check_worker_config
+from fpipe.loader._group_batches import check_group_loader
 from fpipe.loader._iteration import closed_at_exit, iterate_batches
 from fpipe.loader._read_ahead import DEFAULT_READ_AHEAD_BYTES, DEFAULT_READ_AHEAD_STEPS
 from fpipe.loader._recovery import Healer
@@ -74,6 +75,7 @@ class Loader:
                 f"worker_mode must be one of {', '.join(map(repr, WORKER_MODES))}, "
                 f"got {worker_mode!r}"
             )
+        check_group_loader(dataset, worker_mode, num_workers)
         self.dataset = dataset
         self.plan = dataset.plan
         self.num_workers = num_workers
@@ -107,6 +109,8 @@ class Loader:
         self._mix = _steering.MixLog()
         self._generation = 0
         self._debug_log = DebugLog(dataset.topology)
+        #: grouped batching's groups (fpipe.loader._group_batches), kept between loops
+        self._grouper: Any = None
 
     def __len__(self) -> int:
         """``len(dataset)``, Energon's length: the batches of a ``for`` loop (the whole stream

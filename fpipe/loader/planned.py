@@ -26,11 +26,16 @@ class PlannedDataset:
       plan: the :class:`~fpipe.core.Pipeline` of batch recipes for this rank.
       materializer: the pure ``recipe -> batch`` function run in workers.
       topology: the rank / world size the plan was built for.
-      batch_size: samples per batch on this rank (0 with buckets: each bucket has its own).
+      batch_size: samples per batch on this rank (0 with buckets, or grouped batching without
+        a fixed batch size: each bucket or group has its own).
       distribution: ``"global"`` or ``"per_rank"`` (see docs/distributed.md).
       packing_buffer_size: with Energon's packing hooks, the samples per packing buffer (each
         recipe is one buffer; the loader makes batches of ``batch_size`` packs), else None.
-      drop_last: drop a short final batch (of packs, with a packing buffer).
+      group_batches: the task encoder's ``batch_group_criterion`` groups the encoded samples
+        (Energon's grouped batching): each recipe is a chunk of the stream and the loader makes
+        the batches (see :mod:`fpipe.loader._group_batches`).
+      drop_last: drop a short final batch (of packs, with a packing buffer; the partly filled
+        groups at the end, with grouped batching).
       buckets: the parsed bucket_config (:class:`~fpipe.plan.BucketTable`) or None.
       datasets: the name of each dataset id in the refs (one name without a metadataset).
       num_batches: ``len(ds)`` when known in advance: the batches of the whole stream on this
@@ -54,6 +59,7 @@ class PlannedDataset:
     batch_size: int
     distribution: str = "global"
     packing_buffer_size: int | None = None
+    group_batches: bool = False
     drop_last: bool = True
     buckets: Any = None
     datasets: tuple[str, ...] = ()
@@ -80,10 +86,10 @@ class PlannedDataset:
             return self.estimated_batches
         if self.num_batches is None:
             raise TypeError(
-                "len() is unknown for this dataset: plan stages, packing, buckets or a batch "
-                "schedule decide how many samples each batch takes, so fpipe cannot count its "
-                "batches before running the plan (Energon guesses one batch per batch_size "
-                "samples); set virtual_epoch_length=N for a fixed length"
+                "len() is unknown for this dataset: plan stages, packing, buckets, grouped "
+                "batching or a batch schedule decide how many samples each batch takes, so "
+                "fpipe cannot count its batches before running the plan (Energon guesses one "
+                "batch per batch_size samples); set virtual_epoch_length=N for a fixed length"
             )
         return self.num_batches
 

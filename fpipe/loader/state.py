@@ -17,10 +17,14 @@ from fpipe.core.state_check import check_state, check_values
 from fpipe.plan.skip import MAX_SKIP_RANGES, normalize_step_ranges
 
 __all__ = [
+    "GroupChunkConfig",
+    "GroupRefs",
+    "GroupsState",
     "LoaderConfig",
     "LoaderState",
     "LoaderStats",
     "PackBufferConfig",
+    "SampleRef",
     "decode_loader_state",
     "encode_loader_state",
     "loader_parts",
@@ -37,6 +41,37 @@ class LoaderConfig(Config, frozen=True):
     kind: str = "loader"
 
 
+class SampleRef(State, frozen=True, array_like=True):
+    """One encoded sample of the stream, by reference: output ``output`` of the task encoder for
+    the sample at ``position`` of recipe ``step``, which is ``(dataset, index, epoch)``. It is
+    materialized again from these numbers (:mod:`fpipe.loader._group_batches`)."""
+
+    step: int
+    position: int
+    output: int
+    dataset: int
+    index: int
+    epoch: int
+
+
+class GroupRefs(State, frozen=True, array_like=True):
+    """A group of grouped batching (Energon's ``batch_group_criterion``): its batch size, the
+    samples waiting in it, oldest first, and, when none waits, ``witness``: the last sample
+    that went into it, which names the group (its key is computed again from it)."""
+
+    batch_size: int
+    waiting: tuple[SampleRef, ...] = ()
+    witness: SampleRef | None = None
+
+
+class GroupsState(State, frozen=True, array_like=True):
+    """Grouped batching's place: ``key``, the plan key the samples' keys are folded from, and
+    every group seen, in the order it was first seen."""
+
+    key: int
+    groups: tuple[GroupRefs, ...] = ()
+
+
 class LoaderState(State, Generic[P], frozen=True, array_like=True):
     """``plan``: plan state after the last delivered batch; ``batches`` / ``samples``: delivered
     so far; ``skipped``: samples the error policy skipped; ``epoch``: in global mode the
@@ -50,7 +85,13 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
     Snapshots written before these two fields existed decode with both at 0. With an
     ``encode_batch`` written as a generator (several batches from one recipe), ``plan`` is the
     state before the recipe whose batches are being delivered and ``packs_taken`` counts those
-    already delivered (:mod:`fpipe.loader._recipe_batches`).
+    already delivered (:mod:`fpipe.loader._recipe_batches`). With grouped batching
+    (``batch_group_criterion``), ``plan`` is the state at the start of the recipe holding the
+    next encoded sample, ``packs_taken`` counts that recipe's encoded samples already grouped,
+    and ``groups`` holds the groups' waiting samples by reference
+    (:mod:`fpipe.loader._group_batches`); None otherwise and in older snapshots;
+    ``pack_remainder`` then counts the samples of the partly filled groups dropped at the end
+    (``drop_last``).
 
     ``skip``: the global steps ``[a, b)`` this run leaves out (``loader.skip``, or the dataset's
     ``skip_steps``; see :mod:`fpipe.plan.skip`), kept so that a restore skips them too; at most
@@ -70,6 +111,7 @@ class LoaderState(State, Generic[P], frozen=True, array_like=True):
     pack_remainder: int = 0
     skip: tuple[tuple[int, int], ...] = ()
     finished: bool = False
+    groups: GroupsState | None = None
 
 
 def state_epoch(plan: Pipeline, plan_state: Any, own: int) -> int:
@@ -103,13 +145,37 @@ class PackBufferConfig(Config, frozen=True):
     packing_buffer_size: int
 
 
+GROUP_HINT = (
+    "grouped batching (batch_group_criterion) groups each rank's own stream of samples, and a "
+    "loader snapshot holds this rank's waiting samples and its place in a chunk of that "
+    "stream: it continues only on the same rank, world size and batch size. Save every rank's "
+    "state and restore each on its own rank"
+)
+
+
+class GroupChunkConfig(Config, frozen=True):
+    """Recorded in the loader snapshots of a dataset with grouped batching: the rank, the world
+    size and the samples per recipe (``chunk``) of the stream it groups. ``packs_taken`` counts
+    encoded samples of this rank's chunk, so a restore with another value is refused."""
+
+    mismatch_hint: ClassVar[str] = GROUP_HINT
+
+    rank: int
+    world_size: int
+    chunk: int
+
+
 def loader_parts(dataset: Any) -> tuple:
     """The config parts a loader snapshot of ``dataset`` records besides its plan's: with
-    Energon's packing hooks, a :class:`PackBufferConfig` (empty otherwise)."""
+    Energon's packing hooks, a :class:`PackBufferConfig`; with grouped batching, a
+    :class:`GroupChunkConfig` (empty otherwise)."""
+    topo = getattr(dataset, "topology", None)
+    if getattr(dataset, "group_batches", False):
+        chunk = int(dataset.materializer.recipe_size)
+        return (("group_chunks", GroupChunkConfig(int(topo.rank), int(topo.world_size), chunk)),)
     size = getattr(dataset, "packing_buffer_size", None)
     if not size:
         return ()
-    topo = dataset.topology
     return (("pack_buffers", PackBufferConfig(int(topo.rank), int(topo.world_size), size)),)
 
 

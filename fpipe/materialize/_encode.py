@@ -43,12 +43,14 @@ def encode_samples(
     skeys: list[int],
     exclude: frozenset[int] = frozenset(),
     mark: Callable[[int], None] | None = None,
+    positions: list[int] | None = None,
 ) -> tuple[list, list[int], list[str]]:
     """Phase one: read, cook and encode each sample of ``recipe`` (``encode_sample``, or
     the hooks before selection with a packing buffer). Returns the encoded samples, the
     position in the recipe of the sample each one comes from (a generator hook may yield
     several, or none), and what names each sample that a SkipSample or the error policy
-    skipped."""
+    skipped. ``positions``: the position in the recipe of step ``recipe.step`` each ref is
+    encoded as (its sample index and the position it is reported at; default: its own)."""
     if mat.packing:
         encode = pre_pack_encoder(enc)
         encode_hook = getattr(encode, "__name__", "preencode_sample")
@@ -72,6 +74,8 @@ def encode_samples(
     # a hook's failure named by one try (what naming_failures does), and what names a sample
     # (its key, its read hook) looked up only when it fails.
     for pos, (d, i, e, skey, read) in enumerate(ids):
+        if positions is not None:
+            pos = positions[pos]  # noqa: PLW2901 - encoded as that sample of its recipe
         if pos in exclude:
             skipped_keys.append(f"{sources[d].path}:{mat.key(d, i)}: killed its worker")
             continue

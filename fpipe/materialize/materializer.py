@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from fpipe.core.errors import ErrorPolicy
+from fpipe.core.errors import ConfigError, ErrorPolicy
 from fpipe.core.records import Recipe
 from fpipe.core.rng import LazyGenerator, fold_in_array
-from fpipe.encode.hook_forms import check_hook_forms
+from fpipe.encode.hook_forms import check_hook_forms, groups_batches
 from fpipe.encode.packing import check_packing_hooks
 from fpipe.encode.task_encoder import decode_limits_of, image_options, sample_decoder_of
 from fpipe.materialize._assemble import assemble
@@ -34,9 +34,24 @@ from fpipe.materialize.sources import DatasetSource, open_source, read_many_held
 from fpipe.samples import compile_field_map, sample_type_from_name
 from fpipe.storage.config.dataset_yaml import is_crude
 
-__all__ = ["MaterializedBatch", "Materializer", "naming_failures", "show_keys", "wrap_error"]
+__all__ = [
+    "GROUP_CHUNK",
+    "MaterializedBatch",
+    "Materializer",
+    "naming_failures",
+    "show_keys",
+    "wrap_error",
+]
 
 _READ_CHUNK = 256  # samples read ahead at once (their raw bytes are held together)
+#: Datasets one process keeps open at once. Each holds its index arrays mapped (a file
+#: descriptor each) besides its shard files (bounded per process by the file caches), so a
+#: worker of a blend of 10,000 datasets would otherwise end with tens of thousands open.
+MAX_OPEN_DATASETS = 64
+
+#: With grouped batching and ``batch_size=None``: samples per recipe (a chunk of the stream the
+#: workers encode; the groups do not depend on it).
+GROUP_CHUNK = 16
 
 
 @dataclasses.dataclass
@@ -56,6 +71,11 @@ class MaterializedBatch:
     #: With an ``encode_batch`` written as a generator: every batch it yielded, in order (the
     #: loader delivers each); ``batch`` is then None.
     batches: list | None = None
+    #: With grouped batching: the recipe's encoded samples in order and, for each, the
+    #: position in the recipe of the sample it was encoded from (the loader groups them);
+    #: ``batch`` is then None.
+    samples: list | None = None
+    positions: list | None = None
     #: The worker process's read counters since its last result (requests, hedges, reads
     #: ahead...; see :func:`fpipe.storage.read.read_ahead.take_io_counters`), for
     #: ``loader.stats().io``.
@@ -85,7 +105,18 @@ class Materializer:
         #: pack_selected_samples: checked when a loader is made, since the plan alone (ds.plan,
         #: fpipe inspect) needs no encoder
         self.plan_packs = plan_packs
-        # batch_group_criterion, generator batch hooks...: refused now, not ignored later
+        #: Energon's grouped batching (``batch_group_criterion``): a recipe's result is its
+        #: encoded samples, which the loader groups into batches (fpipe.loader._group_batches)
+        self.grouping = groups_batches(task_encoder)
+        if self.grouping:  # the loader batches: a recipe is a chunk of the stream
+            unbatched = False
+            if plan_packs:
+                raise ConfigError(
+                    f"{type(task_encoder).__name__} defines batch_group_criterion and a "
+                    "fpipe.plan.pack step is in plan_stages: fpipe groups encoded samples, not "
+                    "packs; use one of the two"
+                )
+        # generator batch hooks and the like: refused now, not ignored later
         check_hook_forms(task_encoder, unbatched=unbatched, packing=packing_buffer_size is not None)
         #: Energon's hook path: each recipe is one packing buffer and yields packs, not a batch.
         self.packing = check_packing_hooks(task_encoder, packing_buffer_size)
@@ -97,6 +128,8 @@ class Materializer:
         #: samples per recipe of the plan (None: each recipe's length), which numbers samples
         #: for the task encoder's ``current_sample_index``
         self.recipe_size = packing_buffer_size if self.packing else batch_size
+        if self.grouping:
+            self.recipe_size = batch_size or GROUP_CHUNK
         self.error_policy = ErrorPolicy(error_policy)
         #: Energon's error handler: called with each sample that fails to read, decode, cook or
         #: encode, which is then skipped and counted (unless the handler raises)
@@ -129,11 +162,24 @@ class Materializer:
         return other
 
     def dataset(self, i: int):
-        """The opened dataset ``i`` of :attr:`sources` (opened once per process)."""
-        ds = self._datasets.get(i)
+        """The opened dataset ``i`` of :attr:`sources`, opened when this process first reads
+        it; at most :data:`MAX_OPEN_DATASETS` stay open (the least recently used is closed)."""
+        ds = self._datasets.pop(i, None)
         if ds is None:
-            ds = self._datasets[i] = open_source(self.sources[i])
+            while len(self._datasets) >= MAX_OPEN_DATASETS:
+                self._close(next(iter(self._datasets)))
+            ds = open_source(self.sources[i])
+        self._datasets[i] = ds  # last in the dict: the most recently used
         return ds
+
+    def _close(self, i: int) -> None:
+        """Forget opened dataset ``i``: its shard files are closed and its index arrays
+        unmapped once nothing else holds it (each mapped array holds a file descriptor)."""
+        ds = self._datasets.pop(i)
+        self._cooking.pop(id(ds), None)
+        close = getattr(ds, "close", None)
+        if close is not None:
+            close()
 
     def field_map(self, i: int | DatasetSource):
         """The compiled field map of dataset ``i`` (or of a source; once per process)."""
@@ -249,6 +295,18 @@ class Materializer:
         refs = recipe.refs
         return tuple(self.key(d, i) for d, i in zip(refs.dataset.tolist(), refs.index.tolist()))
 
+    def encode_at(self, recipe: Recipe, positions: list[int]) -> tuple[list, list[int]]:
+        """The encoded samples of ``recipe``'s refs, each encoded as the sample at
+        ``positions[i]`` of recipe ``recipe.step`` is (the same rng and sample index): samples
+        a grouped-batching snapshot names, materialized again. Returns them and, for each, its
+        position."""
+        refs = recipe.refs
+        skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
+        samples, kept, _ = encode_samples(
+            self, self.task_encoder, recipe, skeys, positions=positions
+        )
+        return samples, kept
+
     def __call__(
         self,
         recipe: Recipe,
@@ -271,6 +329,16 @@ class Materializer:
         # epoch).
         skeys = fold_in_array(recipe.key, refs.dataset, refs.index, refs.epoch).tolist()
         samples, kept, skipped_keys = encode_samples(self, enc, recipe, skeys, exclude, mark)
+        if self.grouping:  # the loader groups the encoded samples into batches
+            return MaterializedBatch(
+                step=recipe.step,
+                batch=None,
+                num_samples=len(refs) - len(skipped_keys),
+                skipped=len(skipped_keys),
+                skipped_keys=skipped_keys,
+                samples=samples,
+                positions=kept,
+            )
         out = assemble(self, enc, recipe, samples, kept, skeys)
         skipped_keys += out.skipped_keys
         return MaterializedBatch(

@@ -1,12 +1,12 @@
-"""Energon's hook forms that are not "one value in, one value out": grouped batching
-(``batch_group_criterion``) and generator hooks (``yield``). Each works with the documented
-meaning or is refused when the dataset is built, before the first batch."""
+"""Energon's hook forms that are not "one value in, one value out": generator hooks (``yield``),
+and grouping in the plan tier as an alternative to ``batch_group_criterion`` (which
+tests/loader/test_group_batches.py runs). Each works with the documented meaning or is refused
+when the dataset is built, before the first batch."""
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Hashable, Optional, Tuple  # noqa: UP035 - as Energon's guide writes it
 
 import pytest
 import torch
@@ -17,58 +17,9 @@ from fpipe.core.errors import ConfigError
 from fpipe.decode.image import ImageDecodeOptions
 from tests.loader.helpers import digest
 
-# --- batch_group_criterion: the two encoders of Energon's grouping guide, as written there ---
-
-
-class AspectGroupingTaskEncoder(DefaultTaskEncoder):
-    def batch_group_criterion(self, sample: CaptioningSample) -> Tuple[Hashable, Optional[int]]:  # noqa: UP006
-        aspect_ratio = sample.image.shape[2] / sample.image.shape[1]
-
-        # Bin aspect ratios into 3 groups
-        if aspect_ratio < 0.8:
-            return "portrait", 8
-        elif aspect_ratio < 1.2:
-            return "square", 8
-        else:
-            return "landscape", 8
-
-
-class ShapeGroupingTaskEncoder(DefaultTaskEncoder):
-    def batch_group_criterion(self, sample: CaptioningSample) -> Tuple[Hashable, Optional[int]]:  # noqa: UP006
-        batch_size = 4 if sample.image.shape[1] < 512 else 2
-        return sample.image.shape, batch_size
-
-
-@pytest.mark.parametrize("encoder", [AspectGroupingTaskEncoder, ShapeGroupingTaskEncoder])
-@pytest.mark.parametrize("batch_size", [None, 8])
-def test_batch_group_criterion_is_refused_when_the_dataset_is_built(
-    image_dataset, encoder, batch_size
-):
-    with pytest.raises(ConfigError) as err:
-        get_train_dataset(
-            image_dataset,
-            batch_size=batch_size,
-            shuffle_buffer_size=100,
-            max_samples_per_sequence=100,
-            task_encoder=encoder(),
-        )
-    msg = str(err.value)
-    assert f"{encoder.__name__} defines batch_group_criterion" in msg
-    assert "num_workers" in msg  # why
-    assert "bucket_config" in msg and "fpipe.plan.group_batches" in msg  # the fpipe way
-
-
-def test_batch_group_criterion_is_refused_with_buckets_too(image_dataset):
-    with pytest.raises(ConfigError, match="batch_group_criterion"):
-        get_train_dataset(
-            image_dataset,
-            bucket_config={"1:1": {16: {1: (1.0, 4)}}},
-            task_encoder=AspectGroupingTaskEncoder(),
-        )
-
-
-#: The fpipe way the refusal shows, for the guide's first encoder: three aspect-ratio bins of
-#: batch size 8, assigned in the plan tier from the index's width and height (nearest ratio).
+#: Grouping in the plan tier, for the first encoder of Energon's grouping guide (the encoder
+#: itself runs in tests/loader/test_group_batches.py): three aspect-ratio bins of batch size 8,
+#: assigned from the index's width and height (nearest ratio).
 ASPECT_BUCKETS = {ratio: {4: {1: (1.0, 8)}} for ratio in ("3:4", "1:1", "4:3")}
 
 
