@@ -3,8 +3,9 @@
 Local paths are complete (open, read, write, glob, walk, ...). Energon's object-storage forms
 (``msc://profile/...``, ``s3://...``) are kept as their URL, can be joined, compared and passed
 to :func:`fpipe.energon.get_train_dataset` (fpipe reads datasets on object storage itself); file
-operations on them raise a :class:`~fpipe.core.errors.ConfigError` naming that way. ``dss://``
-(NVIDIA's dataset service) is refused where it is made.
+operations on them raise a :class:`~fpipe.core.errors.ConfigError` naming that way. A
+``dss://NAME@VERSION/path`` (NVIDIA's dataset-service cache) is resolved where it is made, as
+Energon resolves it: ``$NVDATASET_CACHE_DIR/NAME/VERSION/path`` (refused when that is unset).
 
 An ``EPath`` equals the string of the same absolute path (``fpipe.SourceInfo.dataset_path`` is
 a string), and hashes as that string.
@@ -48,11 +49,12 @@ class EPath:
             text = text[len("file://") :]
         if "://" in text:
             scheme, rest = text.split("://", 1)
-            if scheme == "dss":
-                raise ConfigError(
-                    f"EPath({text!r}): dss:// dataset-service paths are not supported by fpipe; "
-                    "give the dataset's local folder or object-storage URL"
-                )
+            if scheme == "dss":  # $NVDATASET_CACHE_DIR/NAME/VERSION/...: a folder or a URL
+                from fpipe.storage.msc import resolve_dss
+
+                resolved = EPath(resolve_dss(text))
+                self._path, self._url = resolved._path, resolved._url
+                return
             self._url, self._path = scheme, "/" + os.path.normpath("/" + rest).lstrip("/")
         else:
             self._url, self._path = None, _normalized(text)

@@ -43,7 +43,8 @@ __all__ = [
     "split_url",
 ]
 
-SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "azure", "file")
+#: ``msc`` is a multi-storage-client profile (``msc://PROFILE/path``, see :mod:`fpipe.storage.msc`)
+SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "azure", "file", "msc")
 _RANGE_RE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$")
 
 

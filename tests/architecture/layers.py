@@ -20,8 +20,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "plan": ("core",),
     "decode": ("core",),
     "storage.paths": ("core",),
+    "storage.msc": ("core",),  # Energon's msc:// and dss:// paths: where a dataset lives
     "samples": ("decode",),
-    "storage.config": ("samples", "storage.paths"),
+    "storage.config": ("samples", "storage.paths", "storage.msc"),
     "storage.read": ("storage.config",),
     "storage.prepare": ("storage.read", "samples"),
     "storage": ("storage.prepare",),  # the package facade: re-exports its subpackages

@@ -57,11 +57,22 @@ def test_equality_hash_and_pickling():
     assert info == SourceInfo(dataset_path=p, index=2, shard_name="s.tar", file_names=("a",))
 
 
-def test_urls_are_kept_and_file_operations_refused():
+def test_urls_are_kept_and_file_operations_refused(monkeypatch):
     p = EPath("msc://profile/bucket/ds") / "part.tar"
     assert str(p) == "msc://profile/bucket/ds/part.tar" and not p.is_local()
     assert p.profile == "profile" and not p.is_file()
     with pytest.raises(ConfigError, match="get_train_dataset"):
         p.read_bytes()
-    with pytest.raises(ConfigError, match="dss://"):
+    monkeypatch.delenv("NVDATASET_CACHE_DIR", raising=False)
+    with pytest.raises(ConfigError, match="dss://.*NVDATASET_CACHE_DIR"):
         EPath("dss://name@v1/x")
+
+
+def test_dss_paths_resolve_under_the_dataset_cache(monkeypatch, tmp_path):
+    # Energon's resolution: $NVDATASET_CACHE_DIR/NAME/VERSION/path
+    monkeypatch.setenv("NVDATASET_CACHE_DIR", str(tmp_path))
+    assert EPath("dss://name@v1/x/y.tar") == str(tmp_path / "name" / "v1" / "x" / "y.tar")
+    monkeypatch.setenv("NVDATASET_CACHE_DIR", "msc://store/cache")
+    assert str(EPath("dss://name@v1")) == "msc://store/cache/name/v1"
+    with pytest.raises(ConfigError, match="NAME@VERSION"):
+        EPath("dss://name/x")

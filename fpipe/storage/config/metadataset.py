@@ -40,6 +40,7 @@ from fpipe.storage.config.metadataset_entries import (
     no_unknown,
     number,
     read_reference,
+    user_path,
 )
 from fpipe.storage.config.metadataset_records import AuxRef, JoinPart, Leaf, MixSchedule
 from fpipe.storage.config.metadataset_schedule import schedule_of
@@ -91,6 +92,10 @@ class Metadataset(msgspec.Struct, frozen=True, kw_only=True):
 
     path: str
     splits: dict[str, Any]
+    #: split -> its walk ``(mode, leaves, schedule)`` with paths checked, kept by
+    #: :func:`load_metadataset`'s check: both readings of a split and a later
+    #: :func:`resolve_mix` reuse it instead of walking 10,000 entries again
+    walked: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 def load_metadataset(path: str | os.PathLike, *, check_paths: bool = True) -> Metadataset:
@@ -101,11 +106,13 @@ def load_metadataset(path: str | os.PathLike, *, check_paths: bool = True) -> Me
     parses the top file (to list what it names, datasets that do not exist yet included:
     :func:`resolve_mix` with ``check_paths=False``).
     """
+    if isinstance(path, str) and "://" in path:  # dss:// resolved; one in a bucket refused
+        path = user_path(path, "the metadataset file")
     md = _load(Path(path).resolve(), ())
     if not check_paths:
         return md
-    for split in md.splits:
-        for mode in ("train", "val"):  # every node is checked in both readings
+    for split in md.splits:  # every node is checked (both readings walk the same nodes)
+        for mode in ("train", "val"):
             resolve_mix(md, split, training=mode == "train")
     return md
 
@@ -179,10 +186,15 @@ def resolve_mix(
     """
     if split not in md.splits:
         raise ConfigError(f"{md.path}: no split {split!r}; the file has {sorted(md.splits)}")
-    mode, leaves, schedule = _node(
-        md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True,
-        check=check_paths,
-    )  # fmt: skip
+    walked = md.walked.get(split) if check_paths else None
+    if walked is None:  # the walk does not depend on the reading (training or not)
+        walked = _node(
+            md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True,
+            check=check_paths,
+        )  # fmt: skip
+        if check_paths:
+            md.walked[split] = walked
+    mode, leaves, schedule = walked
     leaves = _unique_names(leaves, md.path, split)
     unit = _unit(md.splits[split], md.path, f"splits.{split}")
     if not training:

@@ -16,7 +16,8 @@ from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import is_config_file_name
 from fpipe.storage.config.metadataset_records import AuxRef, JoinPart, Leaf, NestedRef
 from fpipe.storage.config.metadataset_subset import SampleRange, node_subset
-from fpipe.storage.paths import is_url
+from fpipe.storage.msc import resolve_location
+from fpipe.storage.paths import SCHEMES, is_url
 
 __all__ = [
     "BLEND_ENTRY_KEYS",
@@ -36,6 +37,7 @@ __all__ = [
     "number",
     "read_reference",
     "subflavors_of",
+    "user_path",
 ]
 
 #: Keys of a reference to a dataset or a nested metadataset (a ``path:`` entry).
@@ -193,6 +195,40 @@ def _default_name(ref: dict, split_part: str | None) -> str:
     return f"{stem}.{split_part}" if split_part else stem
 
 
+def user_path(raw: str, at: str) -> str:
+    """A ``path:`` as written, with Energon's schemes resolved (``dss://``, ``msc://``
+    profiles: :func:`~fpipe.storage.msc.resolve_location`, which refuses an unknown profile
+    here, when the metadataset is read); a scheme fpipe does not read is refused, rather than
+    taken for a relative folder, and so is a metadataset file on object storage. ``at``:
+    where it is written (``"<file>: <entry>"``), for the messages."""
+    if "://" not in raw:
+        return raw
+    scheme = raw.split("://", 1)[0].lower()
+    if scheme != "dss" and scheme not in SCHEMES:
+        raise ConfigError(
+            f"{at}: path {raw!r}: fpipe does not read {scheme}:// paths; give a local folder, "
+            f"an msc://PROFILE/path or dss://NAME@VERSION path, or a URL of "
+            f"{', '.join(s + '://' for s in SCHEMES if s != 'msc')}"
+        )
+    out = raw
+    if scheme == "dss" or not _names_metadataset(raw):
+        try:
+            out = resolve_location(raw)
+        except ConfigError as e:
+            raise ConfigError(f"{at}: {e}") from None
+    if is_url(out) and _names_metadataset(out):
+        raise ConfigError(
+            f"{at}: path {raw!r} names a metadataset file on object storage, which fpipe does "
+            "not read; copy the metadataset file to a local folder (the datasets it names may "
+            "stay in the bucket)"
+        )
+    return out
+
+
+def _names_metadataset(path: str) -> bool:
+    return Path(path).suffix.lower() in (".yaml", ".yml")
+
+
 def read_reference(
     node: dict,
     base: Path,
@@ -214,6 +250,7 @@ def read_reference(
     raw = node["path"]
     if not isinstance(raw, str) or not raw:
         raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
+    raw = user_path(raw, f"{where}: {entry}")
     split_part = node.get("split_part") or split
     if is_url(raw):  # a dataset on object storage: opened (and checked) when it is loaded
         path: Any = raw
@@ -303,7 +340,7 @@ def join_leaf(
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
         configs = {k: config_name(part.get(k), where, e, k) for k in CONFIG_FILE_KEYS}
-        raw = str(part["path"])
+        raw = user_path(str(part["path"]), f"{where}: {e}")
         p = raw if is_url(raw) else str((base.parent / raw).resolve())
         if check and not is_url(raw) and not _exists(Path(p)):
             raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")

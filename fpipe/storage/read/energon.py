@@ -34,6 +34,7 @@ from fpipe.storage.config.dataset_yaml import (
     dataset_config_from_obj,
     split_config_from_obj,
 )
+from fpipe.storage.config.safe_yaml import safe_load
 from fpipe.storage.read.reader import FileCache, members_to_dict, read_each
 from fpipe.storage.read.record import ArrayStore, IndexRecord, ShardEntry
 from fpipe.storage.read.webdataset import (
@@ -79,7 +80,7 @@ class EnergonMeta:
 def _load(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f) if path.suffix == ".json" else yaml.safe_load(f)
+            return json.load(f) if path.suffix == ".json" else safe_load(f)
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read: {e}") from None
 
@@ -324,6 +325,29 @@ class EnergonReader:
                 f"`energon prepare`): re-run `energon prepare {self.path}` (or `fpipe prepare`)",
             ) from None
         return path, f"{shard_stem(name)}/{key}", parts
+
+    def byte_ranges(self, indices) -> list[tuple[str, int, int]]:
+        """``(shard path, offset, size)`` of samples ``indices``: one range each (a sample's
+        members are contiguous in its shard)."""
+        out = []
+        for i in indices:
+            sid = int(np.searchsorted(self._starts, i, side="right") - 1)
+            offs = self._array(f"idx/{sid}")
+            j = int(i) - int(self._starts[sid])
+            lo, hi = int(offs[j]), int(offs[j + 1])
+            out.append((os.path.join(self.path, self._record.shards[sid].name), lo, hi - lo))
+        return out
+
+    def prefetch(self, indices, exts: frozenset[str] | None = None) -> None:
+        """Start the ranged GETs of samples ``indices`` (object storage; a no-op on disk)."""
+        fetch = getattr(self._files, "prefetch", None)
+        if fetch is not None:
+            fetch(self.byte_ranges(indices))
+
+    def read_ahead(self, indices, exts: frozenset[str] | None = None):
+        """``(files, ranges)`` of samples ``indices`` for a read-ahead window
+        (:mod:`fpipe.storage.read.read_ahead`)."""
+        return self._files, self.byte_ranges(indices)
 
     def key(self, i: int) -> str:
         """``"<shard stem>/<member key>"`` (reads the sample's tar headers)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
+from fpipe.storage.msc import resolve_location
 from fpipe.storage.paths import allowed_folders, is_url
 from fpipe.storage.read._validate import (
     ShardCheck,
@@ -54,15 +55,22 @@ def _open_prepared(
     shard_check: ShardCheck = "mtime",
     row_group_cache: int | None = None,
     media_root: Any = None,
+    *,
+    plan_only: bool = False,
 ) -> Dataset:
     index_dir = p / INDEX_DIR
     allowed = allowed_folders(media_root)
     record = read_record(index_dir)
     where = str(index_dir)
-    check_record(p, record, where + "/info.yaml")
-    check_shards_unchanged(p, record, shard_check)
+    # plan_only: the plan needs the record (counts) and the configs; the shard table, the
+    # shards and the arrays' headers are checked by the process that opens it to read
+    # samples (a worker), so planning a blend of 10,000 datasets opens none of their arrays
+    if not (plan_only and record.shard_arrays):
+        check_record(p, record, where + "/info.yaml")
+    if not plan_only:
+        check_shards_unchanged(p, record, shard_check)
     arrays = ArrayStore(index_dir, check=array_checker(record, where))
-    if record.layout == "tar":  # .npy headers only: lengths agree with the record
+    if record.layout == "tar" and not plan_only:  # .npy headers only: lengths agree
         check_headers(index_dir, record, tar_arrays(record))
     files = FileCache(max_open_files)
     if record.layout == "table":
@@ -113,7 +121,16 @@ def _open_remote(
     from fpipe.storage.read.remote_index import local_index
 
     options = storage if isinstance(storage, StorageOptions) else StorageOptions(**(storage or {}))
-    local = local_index(url, index_dir, options)
+    try:
+        local = local_index(url, index_dir, options)
+    except ConfigError:
+        if index_dir is None:  # no .fpipe/ there: Energon's .nv-meta/ is read, if present
+            from fpipe.storage.read.remote_energon import energon_index
+
+            nv_meta = energon_index(url, options)
+            if nv_meta is not None:
+                return _open_remote_energon(url, nv_meta, options)
+        raise
     record = read_record(local)
     check_record(url, record, str(local / "info.yaml"))  # shard names stay under the URL
     if shard_check != "off":  # one LIST: object sizes against the index
@@ -159,6 +176,29 @@ def _open_remote(
             "shard_check": shard_check,
             **({"row_group_cache": row_group_cache} if row_group_cache is not None else {}),
         },
+        reopen=open_dataset,
+    )
+
+
+def _open_remote_energon(url: str, local: Path, options: StorageOptions) -> Dataset:
+    """An Energon dataset in a bucket: its index copied to ``local``
+    (:func:`~fpipe.storage.read.remote_energon.energon_index`), its shards read by range."""
+    meta = read_energon_meta(local)
+    record = energon_record(meta)
+    check_record(url, record, f"{url}/.nv-meta")
+    arrays = ArrayStore(make=energon_arrays(str(local), record))
+    files = RemoteFiles(url, options)
+    reader = EnergonReader(url, record, arrays, files)
+    return Dataset(
+        url,
+        record,
+        meta.config,
+        meta.split,
+        arrays,
+        reader,
+        files,
+        where=f"{url}/.nv-meta/split.yaml",
+        open_args={"storage": options},
         reopen=open_dataset,
     )
 
@@ -219,7 +259,7 @@ def _open_table(
     )
 
 
-def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
+def open_dataset(path: str | os.PathLike, *, plan_only: bool = False, **kwargs: Any) -> Dataset:
     """Open a prepared dataset folder (fpipe or Energon), a ``.jsonl`` / ``.csv`` table, or a
     Megatron corpus (``prefix.idx`` / ``prefix.bin``).
 
@@ -229,6 +269,10 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
         prefix (local or a URL), one of its files, or a folder of prefixes (see
         :func:`~fpipe.storage.read.megatron_dataset.open_megatron`, whose ``sample_unit``
         it takes).
+        An ``msc://PROFILE/path`` (a multi-storage-client profile) or ``dss://NAME@VERSION``
+        path is resolved as Energon resolves it (see :mod:`fpipe.storage.msc`); a dataset on
+        object storage may be prepared by ``fpipe prepare`` (``.fpipe/``) or by ``energon
+        prepare`` (``.nv-meta/`` and ``.tar.idx`` files).
       **kwargs: for an object-storage URL (``s3://bucket/prefix``, ``gs://``, ``az://``):
         ``index_dir`` (a local folder holding the index; default: the bucket's ``.fpipe/``,
         cached locally) and ``storage`` (:class:`~fpipe.storage.read.remote.StorageOptions` or a
@@ -244,6 +288,10 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
         listing unless ``"off"``). Every read also checks the sample's bytes against the
         index, whatever ``shard_check``; for Parquet datasets: ``row_group_cache`` (decoded
         row groups kept per process, see :mod:`fpipe.storage.read.parquet`).
+      plan_only: open a folder prepared by ``fpipe prepare`` for planning only: its record
+        and config files are read, and the checks of its shard table, shards and index
+        arrays are left to the open of a process that reads its samples (other layouts
+        ignore it). What the plan of a blend opens each of its datasets with.
 
     Returns:
       A :class:`Dataset`.
@@ -253,6 +301,13 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
       >>> ds.read(0)["jpg"][:3]                       # doctest: +SKIP
       b'\\xff\\xd8\\xff'
     """
+    path = resolve_location(path)  # dss://, and msc:// profiles of local folders
+    if isinstance(path, str) and "://" in path and not is_url(path):
+        raise ConfigError(
+            f"{path}: fpipe does not read {path.split('://', 1)[0]}:// paths; give a local "
+            "folder or file, an msc://PROFILE/path or dss://NAME@VERSION path, or an s3://, "
+            "gs://, az:// or file:// URL"
+        )
     if is_url(path):
         if kwargs.get("index_dir") is None and megatron_prefixes(path, kwargs.get("storage")):
             return open_megatron(path, **kwargs)
@@ -263,7 +318,7 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> Dataset:
             return open_megatron(p, **kwargs)
         return _open_table(p, **kwargs)
     if (p / INDEX_DIR / "info.yaml").exists():
-        return _open_prepared(p, **kwargs)
+        return _open_prepared(p, **kwargs, plan_only=plan_only)
     if (p / ".nv-meta").is_dir():
         return _open_energon(p, **kwargs)
     if megatron_prefixes(p):  # a corpus prefix (p.idx, p.bin), or a folder of them

@@ -1,4 +1,5 @@
-"""Datasets on object storage: ``s3://``, ``gs://``, ``az://`` (and ``file://``) URLs.
+"""Datasets on object storage: ``s3://``, ``gs://``, ``az://`` (and ``file://``) URLs, and
+``msc://PROFILE/path`` (a multi-storage-client profile, resolved by :mod:`fpipe.storage.msc`).
 
 All protocol work is done by `obstore <https://developmentseed.org/obstore>`_ (Rust's
 ``object_store``): this module only names objects, asks for byte ranges and keeps one store per
@@ -149,6 +150,16 @@ def open_store(url: str, options: StorageOptions | None = None) -> tuple[Any, st
     global _USED
     _check_fork()
     options = options or StorageOptions()
+    if url.startswith("msc://"):  # an MSC profile: its bucket, endpoint and credentials
+        from fpipe.storage.msc import resolve_msc
+
+        target = resolve_msc(url)
+        merged = msgspec.structs.replace(
+            options,
+            config={**target.config, **options.config},
+            client={**target.client, **options.client},
+        )
+        return open_store(target.url or "file://" + target.path, merged)
     base, prefix = split_url(url)
     cache_key = (base, msgspec.json.encode(options))
     store = _STORES.get(cache_key)
