@@ -28,7 +28,13 @@ Per scenario: ``open_s`` (get_train_dataset), ``rss_mb`` (peak), ``first_recipe_
 plan of rank 5 of 3,072 and take its first recipe; ``elastic_rss_mb`` of that
 process). The last line is one JSON object.
 
-Usage: ``python bench/scale.py [--dir /tmp/fpipe-scale] [--only 5e9,10k] [--tokens]``.
+- ``prepare`` (not in the default run: about 7 minutes at 10^5 shards): ``fpipe prepare`` of
+  ``--prepare-shards`` tiny shards on one process, killed halfway and resumed, and on a local
+  Ray cluster of 2 nodes (``bench/_scale_prepare.py``): ``prepare_shards_per_s``,
+  ``prepare_ray_shards_per_s`` and the figures named there.
+
+Usage: ``python bench/scale.py [--dir /tmp/fpipe-scale] [--only 5e9,10k,prepare] [--tokens]
+[--prepare-shards 100000]``.
 Timings are wall-clock on whatever machine runs it (shared machines vary).
 """
 
@@ -301,10 +307,21 @@ def run_one(args, name: str, extra=()) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def run_prepare(args) -> dict:
+    cmd = [sys.executable, str(HERE / "_scale_prepare.py"), "all", args.dir]
+    res = subprocess.run(
+        [*cmd, "--shards", str(args.prepare_shards)], capture_output=True, text=True, check=False
+    )
+    if res.returncode:
+        return {"prepare_error": res.stderr.strip().splitlines()[-1:] or ["?"]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/fpipe-scale")
     ap.add_argument("--only", default="5e9,10k")
+    ap.add_argument("--prepare-shards", type=int, default=10**5, help="shards for --only prepare")
     ap.add_argument("--tokens", action="store_true", help="also the 10^9-sample token column")
     ap.add_argument("--flat", action="store_true", help="10k sources as one flat blend list")
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
@@ -319,6 +336,11 @@ def main() -> None:
     if "tokens" in names:
         build_tokens(Path(args.dir))
     for name in names:
+        if name == "prepare":  # its own subprocesses and keys (bench/_scale_prepare.py)
+            got = run_prepare(args)
+            print(name, json.dumps(got), flush=True)
+            final.update({k: round(v, 3) if isinstance(v, float) else v for k, v in got.items()})
+            continue
         extra = ["--flat"] if args.flat and name == "10k" else []
         got = run_one(args, name, extra)
         if "error" not in got:

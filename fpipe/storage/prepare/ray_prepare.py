@@ -6,17 +6,23 @@ whichever node Ray places it, and writes its part next to the dataset, so the fo
 on a file system every node sees (NFS, Lustre, a FUSE mount of a bucket). When every part is
 written, this process merges them: the index is the one a single-process prepare writes (the
 parts are slices of the same sorted shard list, merged in order).
+
+A run that is stopped (the driver killed, a node lost) resumes when started again: each task
+takes the shards its part's journal, or any other part's, recorded unchanged from there and
+reads only the rest (:mod:`.journal`); parts of a stopped run with another number of parts
+are removed first.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import is_url
-from fpipe.storage.prepare.run import PrepareReport, prepare_dataset
+from fpipe.storage.prepare.run import PARTS_DIR, PrepareReport, prepare_dataset
 
 __all__ = ["prepare_on_ray"]
 
@@ -59,11 +65,21 @@ def prepare_on_ray(
     ray = _connect(address)
     if parts is None:
         parts = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    _drop_other_parts(Path(path), parts)
     task = ray.remote(_prepare_part).options(num_cpus=num_cpus, max_retries=1)
     root = str(Path(path).resolve())
     part_options = {k: v for k, v in options.items() if k != "progress"}
     ray.get([task.remote(root, (i, parts), part_options) for i in range(parts)])
     return prepare_dataset(root, merge=True, **options)
+
+
+def _drop_other_parts(root: Path, parts: int) -> None:
+    """Remove parts left by a stopped run with another number of parts (a merge takes the
+    parts of one run). Their shards' scans stay in the parts' journal, so this run's tasks
+    do not read those shards again (:mod:`.journal`)."""
+    for d in (root / PARTS_DIR).glob("part-*-of-*"):
+        if d.is_dir() and not d.name.endswith(f"-of-{parts}"):
+            shutil.rmtree(d)
 
 
 def _connect(address: str | None):

@@ -59,6 +59,7 @@ from fpipe.storage.prepare._parquet_dataset import (
     scan_parquet,
 )
 from fpipe.storage.prepare._table import write_table_index
+from fpipe.storage.prepare.journal import JOURNAL_DIR, Journal
 from fpipe.storage.prepare.scan import ScanOptions
 from fpipe.storage.prepare.shards import (
     PARTS_DIR,
@@ -390,7 +391,9 @@ def _prepare_part(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> Pre
     fmap = _dataset_config(src.config, opts).field_map
     todo = part_slice(src.shards, opts.part)
     check_fields_present(p, todo, fmap)
-    data, kf = scan_shards(str(p), todo, _scan_options(opts, fmap), opts.workers, opts.progress)
+    scan = _scan_options(opts, fmap)
+    journal = Journal(p / PARTS_DIR / JOURNAL_DIR, scan, f"part-{opts.part[0]}-of-{opts.part[1]}")
+    data, kf = scan_shards(str(p), todo, scan, opts.workers, opts.progress, journal)
     out = write_part(p, opts.part, data, kf, {"source": src.kind, "field_map": fmap})
     return _report(p, out, data, src.kind, None, t0, opts.part)
 
@@ -414,10 +417,12 @@ def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
     if opts.merge:
         data, kf = merge_parts(Path(root))
     else:
+        scan = _scan_options(opts, fmap)
+        journal = None
         if "://" not in root:  # a local folder: compare with the first shard's members
             check_fields_present(Path(root), src.shards, fmap)
-        scan = _scan_options(opts, fmap)
-        data, kf = scan_shards(root, src.shards, scan, opts.workers, opts.progress)
+            journal = Journal(Path(root) / INDEX_DIR / JOURNAL_DIR, scan)  # see .journal
+        data, kf = scan_shards(root, src.shards, scan, opts.workers, opts.progress, journal)
     names = [s["name"] for s in data.shards]
     if opts.split is None and not opts.exclude:
         split = src.split

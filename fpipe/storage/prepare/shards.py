@@ -21,6 +21,7 @@ from fpipe.decode.extensions import strip_gz
 from fpipe.samples.field_spec import parse_field_spec
 from fpipe.storage.paths import PathEscapeError, contained
 from fpipe.storage.prepare._progress import progress_bar
+from fpipe.storage.prepare.journal import Journal
 from fpipe.storage.prepare.scan import ScanOptions, ShardScan, dense_column, scan_shard
 from fpipe.storage.read import av_meta
 from fpipe.storage.read.tar.index import (
@@ -102,11 +103,18 @@ def _stat(root: str, name: str) -> tuple[int, int]:
 
 
 def scan_shards(
-    root: str, shards: list[str], opts: ScanOptions, workers: int, progress: bool
+    root: str,
+    shards: list[str],
+    opts: ScanOptions,
+    workers: int,
+    progress: bool,
+    journal: Journal | None = None,
 ) -> tuple[IndexData, Keyframes]:
     """Index ``shards`` (in ``workers`` spawn-started processes when > 1), in order. A shard
     whose name leads out of ``root`` (named by Energon's ``.info.yaml``, or a symbolic link
-    out of the folder) is left out of the index, reported, and never opened."""
+    out of the folder) is left out of the index, reported, and never opened. With a
+    ``journal``, shards it recorded unchanged are taken from it, not read, and each shard
+    scanned is recorded as it finishes (:mod:`.journal`)."""
     refused = []
     for name in shards:
         try:
@@ -116,26 +124,35 @@ def scan_shards(
     if refused:
         out = {q[0] for q in refused}
         shards = [name for name in shards if name not in out]
+    stats = [_stat(root, name) for name in shards]  # before reading: a later change shows
+    recorded = journal.load(dict(zip(shards, stats))) if journal is not None else {}
+    todo = [i for i, name in enumerate(shards) if name not in recorded]
     bar = progress_bar(len(shards), "prepare", enabled=progress)
+    bar.update(len(shards) - len(todo))
     samples = 0
-    done: list[ShardScan] = []
-    if workers <= 1 or len(shards) <= 1:
-        scans = (scan_shard(root, name, opts) for name in shards)
+    found: dict[str, ShardScan] = dict(recorded)
+    names = [shards[i] for i in todo]
+    if workers <= 1 or len(names) <= 1:
+        scans = (scan_shard(root, name, opts) for name in names)
         ex = None
     else:
-        ex = ProcessPoolExecutor(min(workers, len(shards)), mp_context=get_context("spawn"))
-        scans = ex.map(scan_shard, repeat(root), shards, repeat(opts))
-    stats = [_stat(root, name) for name in shards]  # before reading: a later change shows
+        ex = ProcessPoolExecutor(min(workers, len(names)), mp_context=get_context("spawn"))
+        scans = ex.map(scan_shard, repeat(root), names, repeat(opts))
     try:
-        for scan in scans:
-            done.append(scan)
+        for i, scan in zip(todo, scans):
+            found[shards[i]] = scan
+            if journal is not None:
+                journal.add(shards[i], stats[i], scan)
             samples += len(scan.keys)
             bar.set_postfix_str(f"{samples:,} samples", refresh=False)
             bar.update(1)
     finally:
         if ex is not None:
-            ex.shutdown()
+            ex.shutdown(cancel_futures=True)
+        if journal is not None:
+            journal.close()
     bar.close()
+    done = [found[name] for name in shards]
     fields = None if opts.field_map else _extension_fields(done)
     datas = []
     for scan, st in zip(done, stats):
