@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.loader.config_tree import worker_config
 
 __all__ = ["Topology", "WorkerConfig"]
 
@@ -153,6 +154,12 @@ class Topology(msgspec.Struct, frozen=True, repr_omit_defaults=True):
     ) -> Topology:
         """Energon's spelling of :meth:`from_env`."""
         return cls.from_env(num_workers=num_workers, data_parallel_group=data_parallel_group)
+
+    def config(self) -> dict[str, Any]:
+        """Energon's ``WorkerConfig.config()`` (what its users log and compare): rank, world
+        size, workers and the data-parallel group's size (None without a group), the node
+        ``loader.config()`` puts under ``worker_config``."""
+        return worker_config(self)
 
     def __reduce__(self) -> tuple[type[Topology], tuple]:
         # Process groups do not pickle; a Topology sent to another process drops its group.

@@ -1,8 +1,12 @@
 """Run Energon's own test files against ``fpipe.energon`` by the porting rule (not a test).
 
-Usage (from any directory, with a Python that has fpipe's dependencies, e.g. the system one)::
+Usage (from any directory, with a Python that has fpipe's dependencies and pytest, e.g. the one
+``.ci/run`` installs fpipe into)::
 
-    python tests/energon/suite_runner.py --energon /work/ext/energon-7.4.0 --fpipe /work/wt/NAME
+    python tests/energon/suite_runner.py --energon /path/to/megatron-energon-7.4.0
+
+(``--energon``: a checkout of Energon's repository at the venv's version, whose ``tests/`` are
+run; ``--fpipe``: another fpipe checkout than this script's.)
 
 The porting promise is "Energon code ports by changing ``megatron.energon`` to ``fpipe.energon``
 in its imports". This script checks it on Energon's own test suite:
@@ -27,9 +31,12 @@ in its imports". This script checks it on Energon's own test suite:
      ``flavors.webdataset.config`` (``MAIN_FOLDER_NAME``, ...). A path object from fpipe handed
      to these becomes Energon's ``EPath``.
 3. It runs each test file with pytest in the Energon venv (``--python``; Energon's prepare code
-   needs it), with the fpipe source root (``--fpipe``) first on ``PYTHONPATH``. Packages fpipe
-   needs that the venv lacks (``msgspec``, ``av``) are linked from the Python running this script
-   into a side folder (``--extras``), which is also on ``PYTHONPATH``.
+   needs it; by default ``$FPIPE_ENERGON_PYTHON``, else the ``.venv-energon`` that ``.ci/run``
+   creates in the fpipe checkout), with the fpipe source root (``--fpipe``) first on
+   ``PYTHONPATH``. Packages the venv lacks (fpipe's ``msgspec`` and ``av``; pytest and its
+   pure-Python dependencies, which ``.ci/run`` does not install there) are linked from the
+   Python running this script into a side folder (``--extras``), which is also on
+   ``PYTHONPATH``.
 
 4. torchvision: ``test_transforms.py`` and ``test_av_decoder.py`` import it at module level,
    and what they (and Energon's ``transforms``) use of it is ``torchvision.transforms``: pure
@@ -53,7 +60,8 @@ in its imports". This script checks it on Energon's own test suite:
 It prints per-file counts, one line per failing test with its first error, and the total over
 the user-facing tests: every test of the suite except those listed in ``EXCLUDED`` below (each
 with its reason: Energon internals that no porting user imports, tests whose subject is
-Energon's own command-line tools or remote-storage emulator, and helpers that are not tests).
+Energon's own command-line tools, and helpers that are not tests). The remote-storage tests
+(``msc://`` datasets on the local S3 emulator of Energon's tests, ``dss://`` paths) count.
 ``--reference`` runs the same files unrewritten, against Energon itself.
 """
 
@@ -82,16 +90,10 @@ EXCLUDED: dict[str, str] = {
     "test_sample_utils.py": "Energon internals: debug formatting helper",
     "test_metadataset_v2.py::test_joiner": "not a test: a joiner function the tests name in "
     "YAML (pytest collects it by its name and errors on its arguments in Energon too)",
-    "test_crudedataset.py::TestDataset::test_aux_msc": "remote storage: Energon's S3 emulator "
-    "through multi-storage-client",
     "test_crudedataset.py::TestDataset::test_prepare_dataset_s3_cmdline": "remote storage and "
     "Energon's CLI: `energon prepare` against the S3 emulator",
-    "test_crudedataset.py::TestDataset::test_dss_path": "remote storage: Energon's dss:// "
-    "dataset-service paths (patches the epath module)",
     "test_dataset.py::TestDataset::test_prepare_dataset_s3_cmdline": "remote storage and "
     "Energon's CLI: `energon prepare` against the S3 emulator",
-    "test_jsonl_dataset.py::TestJsonlDataset::test_s3": "remote storage: Energon's S3 emulator",
-    "test_metadataset_v2.py::TestDataset::test_s3": "remote storage: Energon's S3 emulator",
     "test_dataset.py::TestDataset::test_validate_captioning_dataset": "Energon's CLI: "
     "`energon lint`",
     "test_dataset.py::TestDataset::test_prepare_dataset": "Energon's CLI: `energon prepare` "
@@ -122,8 +124,10 @@ KEEP_REAL_NAMES = (
     ("megatron.energon.media.extractor", "MediaFilterConfig"),
     ("megatron.energon.media.extractor", "MediaFilterStrategy"),
 )
-#: Import names fpipe needs that Energon's venv may lack (linked from this script's Python).
+#: Import names the runs need that Energon's venv may lack (linked from this script's Python):
+#: fpipe's dependencies, and pytest with its own (pure Python: the same Python version suffices).
 FPIPE_DEPENDENCIES = ("msgspec", "av")
+PYTEST_DEPENDENCIES = ("pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments")
 
 _PORT_MODULE = '''"""Name resolution for the rewritten imports (written by suite_runner.py)."""
 import functools
@@ -342,9 +346,10 @@ def prepare_copy(energon: Path, workdir: Path, reference: bool) -> list[str]:
 
 
 def ensure_extras(python: str, extras: Path) -> None:
-    """Link the fpipe dependencies the venv lacks from this script's Python into ``extras``."""
+    """Link what the venv lacks of fpipe's and pytest's dependencies from this script's Python
+    into ``extras`` (the venv itself is not changed)."""
     extras.mkdir(parents=True, exist_ok=True)
-    for name in FPIPE_DEPENDENCIES:
+    for name in FPIPE_DEPENDENCIES + PYTEST_DEPENDENCIES:
         probe = subprocess.run(
             [python, "-c", f"import {name}"],
             capture_output=True,
@@ -353,12 +358,25 @@ def ensure_extras(python: str, extras: Path) -> None:
         if probe.returncode == 0:
             continue
         module = __import__(name)
-        package_dir = Path(module.__file__).parent
+        source = Path(str(module.__file__))
+        if source.name != "__init__.py":  # a one-file module (pytest's ``py.py``)
+            link = extras / source.name
+            if not link.exists():
+                link.symlink_to(source)
+            continue
+        package_dir = source.parent
         for sibling in package_dir.parent.glob(f"{name}*"):
             if sibling.name == name or sibling.name.startswith(f"{name}.libs"):
                 link = extras / sibling.name
                 if not link.exists():
                     link.symlink_to(sibling)
+
+
+def default_python(fpipe: Path) -> Path:
+    """The Energon venv's Python: ``$FPIPE_ENERGON_PYTHON``, else the ``.venv-energon`` that
+    ``.ci/run`` creates in the fpipe checkout (as tests/energon/test_energon_compare.py)."""
+    given = os.environ.get("FPIPE_ENERGON_PYTHON")
+    return Path(given) if given else fpipe / ".venv-energon" / "bin" / "python"
 
 
 def _test_id(case: ET.Element) -> str:
@@ -467,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--python",
-        default="/work/venvs/energon/bin/python",
-        help="Python of a venv with megatron-energon and pytest",
+        help="Python of a venv with megatron-energon (default: $FPIPE_ENERGON_PYTHON, else "
+        "FPIPE/.venv-energon/bin/python, the venv .ci/run creates)",
     )
     parser.add_argument(
         "--extras",
@@ -484,6 +502,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-file", type=Path, help="also write the summary here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     args = parser.parse_args(argv)
+    if args.python is None:
+        args.python = str(default_python(args.fpipe))
+    if not Path(args.python).is_file():
+        parser.error(
+            f"no Python at {args.python}: pass --python (a venv with megatron-energon 7.4), "
+            "set FPIPE_ENERGON_PYTHON, or create the checkout's .venv-energon as .ci/run does"
+        )
 
     ensure_extras(args.python, args.extras)
     workdir = Path(tempfile.mkdtemp(prefix="energon-suite-"))

@@ -65,3 +65,16 @@ def test_blend_dataset_weights_and_config(root):
         (str(root / "b"), 0.7),
     ]
     assert node["dataset_weights"][0][0] == ds_a.config()
+
+
+def test_worker_config_config_is_energons_and_the_loaders_node(root):
+    # Energon's test_save_restore_state_train compares WorkerConfig.config() with this dict
+    # before it looks for the same dict in loader.config().
+    assert WorkerConfig(rank=1, world_size=2, num_workers=3).config() == {
+        "rank": 1,
+        "world_size": 2,
+        "num_workers": 3,
+        "data_parallel_group": None,
+    }
+    ds = get_train_dataset(root / "a", batch_size=2, **PLAIN)
+    assert get_savable_loader(ds).config()["dataset"]["worker_config"] == WC.config()
