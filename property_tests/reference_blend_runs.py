@@ -133,8 +133,8 @@ def ref_input(case, rank: int):
         outs = ref_blend.blend_batches(
             [ref_input(c, rank) for c in case.inputs], case.seed, case.weights
         )
-        for _, d, (part, *rest) in outs:
-            yield (offsets[d] + part, *rest)
+        for _, d, batch in outs:
+            yield None if batch is None else (offsets[d] + batch[0], *batch[1:])
         return
     if isinstance(case, BucketCase):
         for s in ref_group_steps(case):
@@ -142,8 +142,16 @@ def ref_input(case, rank: int):
         return
     stream, mixer, phases, counters = ref_steps(case)
     steps = ref.steps(stream, phases, drop_last=case.drop_last, blend=mixer, counters=counters)
+    yield from rank_batches(steps, rank)
+
+
+def rank_batches(steps, rank: int):
+    """Rank ``rank``'s batches of a plan's global steps: None for the last, short global batch
+    where the other ranks have parts of it and this rank none."""
     for s in steps:
         if s.ranks[rank] is None:  # this rank's stream has ended
+            if any(r is not None for r in s.ranks):
+                yield None
             return
         yield (0, -1, (), [x.triple for x in s.ranks[rank]])
 
@@ -169,11 +177,11 @@ def ref_stream(iters, inputs, weights, mix, ended=None):
     [(part, bucket, shape, triples), ...])``."""
     offsets = [sum(parts(c) for c in inputs[:d]) for d in range(len(inputs))]
     outs = ref_blend.blend_batches(iters, inputs[0].seed, weights, ended=ended)
-    flat = ((t, offsets[d] + b[0], *b[1:]) for t, d, b in outs)
+    flat = ((t, offsets[d] + b[0], *b[1:]) if b is not None else None for t, d, b in outs)
     if mix is None:
-        return flat
+        return (x for x in flat if x is not None)  # a step with nothing for this rank: none
     groups = ref_blend.mix_batches(flat, mix)
-    return ((s, [b[1:] for b in g]) for s, g in enumerate(groups))
+    return ((s, [b[1:] for b in g]) for s, g in enumerate(groups) if g is not None)
 
 
 def check_steps(fast, refused, stream, skip, limit: int, start: int, what: str) -> None:
@@ -206,12 +214,7 @@ def ref_after(case, rank: int, world: int, step: int):
     stream, mixer, phases, counters = ref_steps(case)
     phases.append(ref.Phase(step, world, ref_sizes(case, None, world)))
     steps = ref.steps(stream, phases, drop_last=case.drop_last, blend=mixer, counters=counters)
-    for s in steps:
-        if s.step < step:
-            continue
-        if s.ranks[rank] is None:
-            return
-        yield (0, -1, (), [x.triple for x in s.ranks[rank]])
+    yield from rank_batches((s for s in steps if s.step >= step), rank)
 
 
 def compare_blend(world, inputs, weights, mix, skip, cut=None, world2=None) -> None:

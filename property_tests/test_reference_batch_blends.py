@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, note
 
 from property_tests.reference_blend_runs import (
+    Nested,
     base_case,
     blend_cases,
     compare_blend,
@@ -45,22 +46,30 @@ def test_a_finite_input_leaves_the_draw(mix):
     compare_blend(1, (one, two), None, mix, ((2, 4),))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a global-mode input whose last, short global batch (drop_last=False) leaves a rank "
-    "without a part ends one recipe early on that rank: there blend_recipes finds it ended and "
-    "draws the position again, so that rank takes another dataset's batch at the step and is "
-    "one batch ahead of the other ranks from then on",
-)
-def test_every_rank_takes_the_same_input_at_every_step():
-    # input 0: 3 samples, one epoch, a global batch of 4 on 4 ranks: rank 2 gets no part
+def choices(plan, n: int) -> dict[int, tuple[int, ...]]:
+    """``{step: parts}`` of a plan's first ``n`` outputs (a mixed step's members' parts)."""
+    _, out = plan.next(plan.init(), n)
+    return {rc.step: tuple(m.part for m in rc.mix or (rc,)) for rc in out}
+
+
+@pytest.mark.parametrize("mix", [None, 1, 2])
+@pytest.mark.parametrize("nested", [False, True])
+def test_every_rank_takes_the_same_input_at_every_step(nested, mix):
+    """Input 0 (part 0) ends with a short global batch of 3 on 4 ranks (drop_last=False): rank
+    2 has no part of it. Its step holds nothing there, and every rank goes on at the same
+    steps with the same inputs: the steps differ only by that one batch."""
     short = input_case(base_case(sizes=(3,), num_epochs=1, drop_last=False), 4, ("fixed", 1))
     endless = input_case(base_case(seed=3, sizes=(40,)), 4, ("fixed", 1))
-    taken_parts = []
-    for r in range(4):
-        plan = fast_blend((short, endless), (1, 1), None, r, 4)
-        _, out = plan.next(plan.init(), 4)
-        taken_parts.append([(x.step, x.part) for x in out])
-    assert taken_parts[0][0] == (0, 0)  # the short batch at step 0 on rank 0
-    assert all(p == taken_parts[0] for p in taken_parts), taken_parts
+    other = input_case(base_case(seed=5, sizes=(40,)), 4, ("fixed", 1))
+    inputs = (Nested((short, endless), (1, 1)), other) if nested else (short, endless)
+    taken = [choices(fast_blend(inputs, (1, 1), mix, r, 4), 6) for r in range(4)]
+    assert 0 in taken[0][0] and 0 not in taken[2].get(0, ())  # rank 2 has no part of it
+
+    def others(r: int, step: int) -> tuple[int, ...]:
+        return tuple(p for p in taken[r].get(step, ()) if p != 0)
+
+    for step in range(min(max(got) for got in taken) + 1):
+        assert all(others(r, step) == others(0, step) for r in range(4)), (step, taken)
+    compare_blend(4, inputs, (1, 1), mix, ())
+    compare_blend(4, inputs, (1, 1), mix, ((0, 2),))  # skipped steps over the short batch
+    compare_blend(4, inputs, (1, 1), mix, (), 2, 3)  # an elastic restore after it

@@ -165,7 +165,9 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
       skip: optional ``(S, n) -> (S, passed)``: the state after the next ``n`` outputs (fewer,
         ``passed``, at the end of the stream), the very state ``next`` would reach, computed
         without building the outputs (a block stage with a ``skip`` of its own, lifted by
-        ``chain``). None: :meth:`fpipe.core.Pipeline.skip` pulls the outputs with ``next``.
+        ``chain``); for a source with ``next_steps``, after its next ``n`` steps, the state
+        ``next_steps`` reaches. None: :meth:`fpipe.core.Pipeline.skip` pulls the outputs with
+        ``next``.
       drawn: optional ``S -> S``: the state with every lookahead that the outputs so far were
         computed from drawn (a block stage part way through a block: its input read to the
         block's end). What an input has given up to there is all that the outputs so far
@@ -175,6 +177,13 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
         ``n`` outputs and a :class:`~fpipe.core.advance.Passed` of them (outputs, refs, highest
         epoch), computed on counts where possible (see :mod:`fpipe.core.advance`). None:
         :meth:`fpipe.core.Pipeline.advance` pulls the outputs with ``next``.
+      next_steps: optional ``(S, n) -> (S, chunk)``: the outputs of the next ``n`` steps, with
+        None for a step that holds nothing for this rank (fewer than ``n`` only at the end),
+        for a stream of recipes whose steps may go on after such a step: a blend of whole
+        datasets, where an input's last, short global batch leaves a rank without a part
+        (:mod:`fpipe.plan.recipe_blend`). ``next`` passes over such steps; a blend or mix that
+        reads this stream uses ``next_steps`` to stay at the same steps as the other ranks.
+        None: every step of ``next`` holds an output, but the last global one may hold none.
     """
 
     name: str
@@ -191,6 +200,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     skip: Callable[[Any, int], tuple[Any, int]] | None = None
     drawn: Callable[[Any], Any] | None = None
     advance: Callable[[Any, int], tuple[Any, Passed]] | None = None
+    next_steps: Callable[[Any, int], tuple[Any, Any]] | None = None
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

@@ -18,7 +18,13 @@ step (its position) and tagged with ``part``, the input it came from (offset by 
 input that is itself a blend of ``k`` datasets takes ``k`` part numbers), so the materialize
 tier hands it to that dataset's own materializer (:mod:`fpipe.materialize.parts`).
 
-The state is the position, one ``ended`` flag and one recipe counter per input, and each
+In global mode the draws are the same on every rank, and so are the inputs' steps but one: the
+last, short global batch of an input with ``drop_last=False`` may leave a rank without a part.
+That step still takes its position on such a rank, which gets no output there (the stream goes
+on at the next step, with the other ranks); blends and mixes that read a blend see it through
+``Source.next_steps`` (None for a step with nothing for this rank).
+
+The state is the position, one ``ended`` flag and one step counter per input, and each
 input's own state: it restores exactly, and elastically where every input does (nothing here
 depends on the world size).
 
@@ -51,6 +57,7 @@ from fpipe.plan.blend_choice import pick
 __all__ = ["RecipeBlendConfig", "RecipeBlendState", "blend_recipes"]
 
 _CHOICE = 0xB7E4D  # fold_in tag of the blend's choice key
+_END = object()  # an input's end (None: a step of the input that holds nothing for this rank)
 
 T = TypeVar("T")
 
@@ -73,9 +80,10 @@ class RecipeBlendConfig(Config, frozen=True):
 
 
 class RecipeBlendState(State, Generic[T], frozen=True, array_like=True):
-    """``key``: the root key of the blend's plan; ``position``: recipes given so far (the next
-    output's step); ``ended[d]``: input ``d`` reached its end; ``taken[d]``: recipes input ``d``
-    gave; ``inputs``: each input's own state."""
+    """``key``: the root key of the blend's plan; ``position``: steps given so far (the next
+    output's step); ``ended[d]``: input ``d`` reached its end; ``taken[d]``: steps input ``d``
+    gave (its recipes, and a step that held nothing for this rank); ``inputs``: each input's own
+    state: the same values on every rank."""
 
     key: Key
     position: int
@@ -150,25 +158,56 @@ def blend_recipes(
         u = uniform(fold_in(step_key(state.key, name), _CHOICE), state.position)
         return int(pick(live, np.array([u]))[0])
 
-    def next_(state, want: int):
+    def pull(d: int, sub):
+        """Input ``d``'s next step from its state ``sub``: ``(state, recipe)``, ``(state, None)``
+        where the step holds nothing for this rank, or ``(state, _END)`` at the input's end."""
+        source = sources[d]
+        if source.next_steps is not None:  # a blend or mix, whose steps may hold nothing
+            after, got = source.next_steps(sub, 1)
+            return after, got[0] if len(got) else _END
+        after, got = source.next(sub, 1)
+        if len(got):
+            return after, got[0]
+        # Global mode: an input that moved on in the global order without a recipe for this
+        # rank gave its last, short global batch to the other ranks alone. The step is the
+        # input's on every rank, as it is for the others; on this rank it holds nothing.
+        if global_position(source, after) != global_position(source, sub):
+            return after, None
+        return after, _END
+
+    def steps(state, want: int):
+        """The outputs of the next ``want`` positions, None where one holds nothing for this
+        rank (fewer only at the end)."""
         out: list[Any] = []
         while len(out) < want and not all(state.ended):
             d = choose(state)
-            sub, got = sources[d].next(state.inputs[d], 1)
+            sub, got = pull(d, state.inputs[d])
             inputs = state.inputs[:d] + (sub,) + state.inputs[d + 1 :]
-            if not len(got):  # input d has ended: it leaves the draw, the position stays
+            if got is _END:  # input d has ended: it leaves the draw, the position stays
                 ended = state.ended[:d] + (True,) + state.ended[d + 1 :]
                 state = msgspec.structs.replace(state, ended=ended, inputs=inputs)
                 continue
-            recipe = got[0]
-            out.append(
-                msgspec.structs.replace(recipe, step=state.position, part=offsets[d] + recipe.part)
-            )
+            if got is not None:
+                got = msgspec.structs.replace(got, step=state.position, part=offsets[d] + got.part)
+            out.append(got)
             taken = state.taken[:d] + (state.taken[d] + 1,) + state.taken[d + 1 :]
             state = msgspec.structs.replace(
                 state, position=state.position + 1, taken=taken, inputs=inputs
             )
         return state, tuple(out)
+
+    def next_(state, want: int):
+        out: list[Any] = []
+        while len(out) < want:
+            state, got = steps(state, want - len(out))
+            if not got:
+                break
+            out.extend(r for r in got if r is not None)  # a step with nothing: passed over
+        return state, tuple(out)
+
+    def skip(state, n: int):
+        state, got = steps(state, n)  # steps, not outputs: the same on every rank
+        return state, len(got)
 
     def check(state) -> None:
         if len(state.ended) != n or len(state.taken) != n or len(state.inputs) != n:
@@ -216,4 +255,6 @@ def blend_recipes(
         position=position if global_inputs else None,
         step_count=lambda s: s.position,  # each output is restamped with the blend's step
         drawn=drawn,
+        skip=skip,
+        next_steps=steps,
     )

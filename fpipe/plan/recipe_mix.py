@@ -12,7 +12,9 @@ with its own dataset's materializer and mixes the results (:mod:`fpipe.materiali
 A group is a pure function of its input recipes, which are a pure function of the input's
 state; the state is the number of groups given and the input's state after the last one, so a
 restore is exact and the output does not depend on the number of workers. At the end of the
-input the last group may be short (Energon's ``BatchDataset`` keeps it).
+input the last group may be short (Energon's ``BatchDataset`` keeps it). Over a source with
+``next_steps`` (a blend), a group is ``size`` of its steps, less those that hold nothing for
+this rank (a global-mode dataset's last, short batch), so every rank groups the same steps.
 
 Example:
     >>> from fpipe.core import chain
@@ -68,17 +70,32 @@ def mix_recipes(source: Source, size: int, *, name: str = "mix_batches") -> Sour
     def init(root):
         return state_type(0, source.init(root))
 
-    def next_(state, want: int):
-        out: list[Recipe] = []
+    def members_of(sub):
+        """The input's state after the next group and the group's members, None for a group
+        of steps that hold nothing for this rank; ``()`` at the end."""
+        if source.next_steps is not None:  # steps may hold nothing: a group is ``size`` steps
+            sub, got = source.next_steps(sub, size)
+            members = tuple(r for r in got if r is not None)
+            return sub, members if members or not got else None
+        sub, got = source.next(sub, size)
+        members = tuple(got)
+        while members and len(members) < size:  # the input gives fewer than asked
+            sub, more = source.next(sub, size - len(members))
+            if not len(more):
+                break
+            members += tuple(more)
+        return sub, members
+
+    def steps(state, want: int):
+        """The outputs of the next ``want`` steps, None where one holds nothing for this rank
+        (fewer only at the end)."""
+        out: list[Recipe | None] = []
         sub = state.input
         while len(out) < want:
-            sub, got = source.next(sub, size)
-            members = tuple(got)
-            while members and len(members) < size:  # the input gives fewer than asked
-                sub, more = source.next(sub, size - len(members))
-                if not len(more):
-                    break
-                members += tuple(more)
+            sub, members = members_of(sub)
+            if members is None:
+                out.append(None)
+                continue
             if not members:
                 break
             step = state.position + len(out)
@@ -87,9 +104,22 @@ def mix_recipes(source: Source, size: int, *, name: str = "mix_batches") -> Sour
                 Refs({c: m.refs.columns[c] for c in REQUIRED_COLUMNS}) for m in members
             )
             out.append(Recipe(step=step, refs=refs, key=members[0].key, mix=members))
-            if len(members) < size:
+            if len(members) < size and source.next_steps is None:
                 break
         return state_type(state.position + len(out), sub), tuple(out)
+
+    def next_(state, want: int):
+        out: list[Recipe] = []
+        while len(out) < want:
+            state, got = steps(state, want - len(out))
+            if not got:
+                break
+            out.extend(r for r in got if r is not None)  # a step with nothing: passed over
+        return state, tuple(out)
+
+    def skip(state, n: int):
+        state, got = steps(state, n)  # steps, not outputs: the same on every rank
+        return state, len(got)
 
     def check(state) -> None:
         if state.position < 0:
@@ -114,4 +144,6 @@ def mix_recipes(source: Source, size: int, *, name: str = "mix_batches") -> Sour
         check=check,
         step_count=lambda s: s.position,
         drawn=drawn,
+        skip=skip,
+        next_steps=steps,
     )

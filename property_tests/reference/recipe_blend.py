@@ -1,10 +1,12 @@
 """Blends of whole datasets, one batch at a time (docs/metadataset.md, "Blends of whole
 datasets", and the exact rules of docs/design/blend.md).
 
-Each input is one rank's stream of batches of a finished plan (any iterable). Output ``t`` of a
-weighted blend takes the next batch of the input drawn from ``u = uniform(ck, t)`` among those
-that have not ended; an input found empty is marked ended and ``t`` drawn again. A mix groups
-``size`` consecutive outputs.
+Each input is one rank's stream of batches of a finished plan (any iterable), with None for a
+step of the input that holds nothing for this rank (its last, short global batch went to the
+other ranks). Output ``t`` of a weighted blend takes the next step of the input drawn from
+``u = uniform(ck, t)`` among those that have not ended; an input found empty is marked ended and
+``t`` drawn again. A step that holds nothing is output ``t`` all the same: ``(t, d, None)``. A
+mix groups ``size`` consecutive outputs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from property_tests.reference.blend import pick
 from property_tests.reference.rng import fold_in, key, step_key, uniform
 
 CHOICE_TAG = 0xB7E4D
+_END = object()
 
 
 def blend_batches(
@@ -44,16 +47,17 @@ def blend_batches(
                 d = ended.index(False)
             else:
                 d = pick([0.0 if e else float(w) for e, w in zip(ended, weights)], uniform(ck, t))
-            batch = next(its[d], None)
-            if batch is None:
+            batch = next(its[d], _END)
+            if batch is _END:
                 ended[d] = True
                 continue
             yield t, d, batch
             break
 
 
-def mix_batches(outputs: Iterable[Any], size: int) -> Iterator[list]:
-    """Groups of ``size`` consecutive outputs; the last may be short, none is empty."""
+def mix_batches(outputs: Iterable[Any], size: int) -> Iterator[list | None]:
+    """Groups of ``size`` consecutive outputs, less those that are None (nothing for this
+    rank); a group of nothing but those is None. The last may be short."""
     it = iter(outputs)
     while group := list(itertools.islice(it, size)):
-        yield group
+        yield [x for x in group if x is not None] or None
