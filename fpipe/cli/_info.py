@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -173,19 +174,28 @@ def format_info(ds: Dataset, list_shards: bool = False) -> str:
     return "\n".join(lines)
 
 
-def format_metadataset_info(path: str) -> str:
+def format_metadataset_info(path: str, open_kwargs: dict[str, Any] | None = None) -> str:
     """Each split of a metadataset: mode, and per dataset its share (weight normalized over the
-    whole split, or repetitions), samples in its split part, path and subflavors."""
-    from fpipe.storage import load_metadataset, open_dataset, resolve_mix
+    whole split, or repetitions), samples in its split part, path and subflavors.
+    ``open_kwargs``: given to each dataset whose layout takes them (``media_root``)."""
+    from fpipe.storage import load_metadataset, resolve_mix
+    from fpipe.storage.read.layouts import open_taking, refuse_untaken
 
     md = load_metadataset(path)
     lines = [f"metadataset: {md.path}"]
+    taken: list[dict[str, Any]] = []
+
+    def opened(where: str) -> Dataset:  # with the arguments its layout takes, noted
+        ds, kwargs = open_taking(where, open_kwargs)
+        taken.append(kwargs)
+        return ds
+
     for split in md.splits:
         mix = resolve_mix(md, split, training=split == "train")
         lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s)")
         for leaf in mix.leaves:
             n = len(
-                open_dataset(leaf.path).split_indices(
+                opened(leaf.path).split_indices(
                     leaf.split_part, leaf.split_config, dataset_config=leaf.dataset_config
                 )
             )
@@ -206,7 +216,7 @@ def format_metadataset_info(path: str) -> str:
             )
             for part in leaf.join:  # joined datasets: matched by key, in the workers
                 n = len(
-                    open_dataset(part.path).split_indices(
+                    opened(part.path).split_indices(
                         part.split_part, part.split_config, dataset_config=part.dataset_config
                     )
                 )
@@ -220,6 +230,7 @@ def format_metadataset_info(path: str) -> str:
         if mix.schedule is not None and len(mix.schedule.points) > 1:
             kind = "linear" if mix.schedule.linear else "steps"
             lines.append(f"  schedule ({kind}) at positions {list(mix.schedule.points)}")
+    refuse_untaken(str(path), open_kwargs, taken)
     return "\n".join(lines)
 
 
@@ -230,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if is_metadataset(args.path):
-            print(format_metadataset_info(args.path))
+            print(format_metadataset_info(args.path, open_args(args)))
             return 0
         ds = open_dataset(args.path, **open_args(args))
         print(format_info(ds, args.shards))

@@ -28,7 +28,14 @@ from fpipe.storage.config.metadataset import (
 )
 from fpipe.storage.config.metadataset_subset import subset_bounds
 
-__all__ = ["dataset_name", "dataset_view", "mix_views", "open_path", "row_group_cache_for"]
+__all__ = [
+    "dataset_name",
+    "dataset_view",
+    "mix_views",
+    "open_leaf",
+    "open_path",
+    "row_group_cache_for",
+]
 
 
 def row_group_cache_for(shuffle_buffer_size, max_samples_per_sequence) -> int:
@@ -47,6 +54,15 @@ def open_path(path, open_kwargs):
     return open_dataset(path, plan_only=True, **(open_kwargs or {}))
 
 
+def open_leaf(path, shared, own=None):
+    """A dataset of a metadataset opened for planning, with those of the ``shared`` open
+    arguments its layout takes and its entry's ``own``; and what it was opened with
+    (:func:`~fpipe.storage.read.layouts.open_taking`)."""
+    from fpipe.storage.read.layouts import open_taking
+
+    return open_taking(path, shared, own, plan_only=True)
+
+
 def dataset_view(
     path,
     split,
@@ -63,15 +79,16 @@ def dataset_view(
     the index columns the plan reads; ``join``: the leaf whose ``join:`` parts are joined to
     it by key (its own open arguments, such as a corpus's GPT sequence options, go over the
     options')."""
-    if join is not None and join.open_kwargs:
-        merged = {**(options.open_kwargs or {}), **join.open_kwargs}
-        options = msgspec.structs.replace(options, open_kwargs=merged)
-    try:
-        ds = open_path(path, options.open_kwargs)
-    except ConfigError as e:
-        if join is None:
-            raise
-        raise ConfigError(f"{join.where}: {e}") from e  # which entry of which file named it
+    shared = options.open_kwargs  # a metadataset's: given once for datasets of any layout
+    if join is None:
+        ds = open_path(path, shared)
+    else:  # the shared arguments its layout takes, then its entry's own (GPT options)
+        try:
+            ds, taken = open_leaf(path, shared, join.open_kwargs)
+        except ConfigError as e:
+            raise ConfigError(f"{join.where}: {e}") from e  # which entry of which file named it
+        shared = {**(shared or {}), **join.open_kwargs}
+        options = msgspec.structs.replace(options, open_kwargs=taken)
     # The config files to read: the leaf's (a metadataset entry), else the options' (a dataset
     # folder); a split_config named in the dataset config wins, as in Energon.
     files = join if join is not None else options
@@ -103,7 +120,7 @@ def dataset_view(
     if subset is not None:
         source_id += f"[{start}:{end}]"
     if join is not None and join.join:
-        source, tag = _joined(join, source, options.open_kwargs)
+        source, tag = _joined(join, source, shared)
         source_id += tag
     cols = {c: ds.column(c) for c in columns}
     joined = join is not None and bool(join.join)
@@ -159,12 +176,12 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
 
     parts, tags = [], []
     for part in leaf.join:
-        ds = open_path(part.path, open_kwargs)
+        ds, taken = open_leaf(part.path, open_kwargs)
         cfg = ds.dataset_config(part.dataset_config)  # a part keeps its own dataset config
         files = dict(split_config=part.split_config, dataset_config=part.dataset_config)
         if len(ds.split_indices(part.split_part, **files)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
-        own = DatasetOptions(open_kwargs=open_kwargs)
+        own = DatasetOptions(open_kwargs=taken)
         source = _source(part.path, cfg, own, part.subflavors, ds.layout, part.dataset_config)
         parts.append(JoinSource(source, part.split_part, part.nonmatch, part.name, **files))
         named = (part.dataset_config, cfg.split_config or part.split_config)
@@ -211,6 +228,11 @@ def _source(
         subflavors=sub,
         open_kwargs=open_kwargs,
     )
+
+
+def _opened_with(source: DatasetSource) -> list[dict]:
+    """The open arguments of a leaf's source and of the datasets joined to it."""
+    return [source.open_kwargs, *(part.source.open_kwargs for part in source.join)]
 
 
 def dataset_name(path) -> str:
@@ -260,4 +282,7 @@ def mix_views(
             ) from None
         sources.append(source)
         views.append(view)
+    from fpipe.storage.read.layouts import refuse_untaken
+
+    refuse_untaken(str(path), options.open_kwargs, [k for s in sources for k in _opened_with(s)])
     return mix, tuple(leaf.name for leaf in mix.leaves), sources, views

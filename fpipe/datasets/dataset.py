@@ -433,27 +433,13 @@ def build_val_dataset(
     estimate = None
     if mat.packing:  # Energon's len() with packing: the batches of the samples unpacked
         n, estimate = None, count_batches(view.size, batch_size or 1, topo, "global", False)
-    if mat.grouping:  # the groups decide the batches: known once every sample is encoded
-        n = None
-    if n is not None and limit is not None:
-        n = min(n, limit)
     if estimate is not None and limit is not None:
         estimate = min(estimate, limit)
-    return PlannedDataset(
-        plan=plan,
-        materializer=mat,
-        topology=topo,
-        batch_size=batch_size or (0 if mat.grouping else 1),  # 0: each group its own
+    return _val_planned(
+        path, options, topo, plan, mat, names, n, limit,
         packing_buffer_size=options.packing_buffer_size if mat.packing else None,
-        group_batches=mat.grouping,
-        drop_last=False,
-        datasets=names,
-        num_batches=n,
-        path=str(path),
-        split=options.split,
-        limit=limit,
         estimated_batches=estimate,
-    )
+    )  # fmt: skip
 
 
 def _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, limit):
@@ -472,20 +458,28 @@ def _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, lim
         batch_size=recipe_size,
     )  # fmt: skip
     plan = Pipeline(chain(repeat(part, 1), batch(schedule, drop_last=False)), seed=0)
-    n_or_none: int | None = None if mat.grouping else n  # grouping: known once encoded
-    if limit is not None and n_or_none is not None:
-        n_or_none = min(n_or_none, limit)
+    return _val_planned(path, options, topo, plan, mat, names, n, limit, distribution="energon")
+
+
+def _val_planned(path, options, topo, plan, mat, names, n, limit, **more) -> PlannedDataset:
+    """The validation pass of either distribution: ``plan`` (every batch kept, the last one
+    short), ``n`` batches on this rank, at most ``limit`` of them; ``more``: the
+    distribution's own fields of :class:`PlannedDataset`."""
+    if mat.grouping:  # the groups decide the batches: known once every sample is encoded
+        n = None
+    if n is not None and limit is not None:
+        n = min(n, limit)
     return PlannedDataset(
         plan=plan,
         materializer=mat,
         topology=topo,
-        batch_size=options.batch_size or (0 if mat.grouping else 1),
-        distribution="energon",
+        batch_size=options.batch_size or (0 if mat.grouping else 1),  # 0: each group its own
         group_batches=mat.grouping,
         drop_last=False,
         datasets=names,
-        num_batches=n_or_none,
+        num_batches=n,
         path=str(path),
         split=options.split,
         limit=limit,
+        **more,
     )

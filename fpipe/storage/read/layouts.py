@@ -10,9 +10,13 @@ the layout's reader; :class:`~.dataset.Dataset` does the rest.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import DatasetConfig, load_dataset_config, load_split_config
@@ -28,6 +32,7 @@ from fpipe.storage.read._validate import (
 )
 from fpipe.storage.read.dataset import Dataset, Reader
 from fpipe.storage.read.energon import (
+    EnergonMeta,
     EnergonReader,
     energon_arrays,
     energon_record,
@@ -35,18 +40,19 @@ from fpipe.storage.read.energon import (
     read_energon_meta,
     walk_energon_meta,
 )
+from fpipe.storage.read.gpt_corpus import GPT_OPTIONS
 from fpipe.storage.read.megatron_dataset import megatron_prefixes, open_megatron
 from fpipe.storage.read.nv_meta import edited_nv_meta
 from fpipe.storage.read.parquet import ParquetReader
 from fpipe.storage.read.reader import FileCache
-from fpipe.storage.read.record import ArrayStore, read_record
+from fpipe.storage.read.record import ArrayStore, IndexRecord, read_record
 from fpipe.storage.read.remote import RemoteFiles, StorageOptions
 from fpipe.storage.read.tables import TableReader, prepared_media, table_record
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.tar.reader import TarReader, tar_arrays
 from fpipe.storage.read.webdataset import is_gzip_shard
 
-__all__ = ["open_dataset"]
+__all__ = ["open_dataset", "open_taking", "refuse_untaken"]
 
 
 def _open_prepared(
@@ -186,21 +192,8 @@ def _open_remote_energon(url: str, local: Path, options: StorageOptions) -> Data
     meta = read_energon_meta(local)
     record = energon_record(meta)
     check_record(url, record, f"{url}/.nv-meta")
-    arrays = ArrayStore(make=energon_arrays(str(local), record))
     files = RemoteFiles(url, options)
-    reader = EnergonReader(url, record, arrays, files)
-    return Dataset(
-        url,
-        record,
-        meta.config,
-        meta.split,
-        arrays,
-        reader,
-        files,
-        where=f"{url}/.nv-meta/split.yaml",
-        open_args={"storage": options},
-        reopen=open_dataset,
-    )
+    return _energon_dataset(url, str(local), meta, record, files, {"storage": options})
 
 
 def _open_energon(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "mtime") -> Dataset:
@@ -212,19 +205,36 @@ def _open_energon(p: Path, max_open_files: int = 64, shard_check: ShardCheck = "
     record = energon_record(meta)
     check_record(p, record, str(p / ".nv-meta"))
     check_shards_unchanged(p, record, shard_check if offsets is None else "off")
-    arrays = ArrayStore(make=energon_arrays(str(p), record, offsets))
     files = FileCache(max_open_files)
-    reader = EnergonReader(str(p), record, arrays, files)
+    args = {"max_open_files": max_open_files, "shard_check": shard_check}
+    return _energon_dataset(str(p), str(p), meta, record, files, args, offsets)
+
+
+def _energon_dataset(
+    root: str,
+    index: str,
+    meta: EnergonMeta,
+    record: IndexRecord,
+    files: FileCache | RemoteFiles,
+    open_args: dict[str, Any],
+    offsets: dict[str, np.ndarray] | None = None,
+) -> Dataset:
+    """The dataset of an Energon index (``meta`` and its ``record``, checked) whose
+    ``.tar.idx`` files lie under ``index`` (the dataset's folder, or the local copy of a
+    bucket's) and whose shards are read under ``root`` through ``files``; ``offsets``: the
+    shards' sample offsets when they were read from the shards' headers."""
+    arrays = ArrayStore(make=energon_arrays(index, record, offsets))
+    reader = EnergonReader(root, record, arrays, files)
     return Dataset(
-        str(p),
+        root,
         record,
         meta.config,
         meta.split,
         arrays,
         reader,
         files,
-        where=str(p / ".nv-meta" / "split.yaml"),
-        open_args={"max_open_files": max_open_files, "shard_check": shard_check},
+        where=f"{root}/.nv-meta/split.yaml",
+        open_args=open_args,
         reopen=open_dataset,
     )
 
@@ -287,7 +297,9 @@ def open_dataset(path: str | os.PathLike, *, plan_only: bool = False, **kwargs: 
         :data:`fpipe.storage.read._validate.ShardCheck`; a URL compares object sizes from one
         listing unless ``"off"``). Every read also checks the sample's bytes against the
         index, whatever ``shard_check``; for Parquet datasets: ``row_group_cache`` (decoded
-        row groups kept per process, see :mod:`fpipe.storage.read.parquet`).
+        row groups kept per process, see :mod:`fpipe.storage.read.parquet`). An argument the
+        dataset's layout does not take is a ConfigError naming it (a metadataset's datasets
+        are opened by :func:`open_taking`, each with those it takes).
       plan_only: open a folder prepared by ``fpipe prepare`` for planning only: its record
         and config files are read, and the checks of its shard table, shards and index
         arrays are left to the open of a process that reads its samples (other layouts
@@ -301,6 +313,59 @@ def open_dataset(path: str | os.PathLike, *, plan_only: bool = False, **kwargs: 
       >>> ds.read(0)["jpg"][:3]                       # doctest: +SKIP
       b'\\xff\\xd8\\xff'
     """
+    return _open(path, {}, kwargs, plan_only)[0]
+
+
+def open_taking(
+    path: str | os.PathLike,
+    shared: dict[str, Any] | None,
+    own: dict[str, Any] | None = None,
+    *,
+    plan_only: bool = False,
+) -> tuple[Dataset, dict[str, Any]]:
+    """:func:`open_dataset` for one dataset of several (a metadataset's): opened with those of
+    the ``shared`` open arguments its layout takes (``media_root`` means something to a
+    prepared table only, ``index_dir`` to a URL only) and all of its ``own`` (a metadataset
+    entry's). Also returns the arguments it was opened with, which its workers open it with.
+    :func:`refuse_untaken` then refuses a shared argument that no dataset took."""
+    return _open(path, shared or {}, own or {}, plan_only)
+
+
+def refuse_untaken(where: str, shared: dict[str, Any] | None, taken: list[dict[str, Any]]) -> None:
+    """Raise ConfigError naming the ``shared`` open arguments that none of the datasets opened
+    from ``where`` (a metadataset) took (``taken``: each one's, from :func:`open_taking`): a
+    misspelt or misplaced argument is refused, not dropped without a word."""
+    unused = sorted(set(shared or {}).difference(*taken))
+    if unused:
+        raise ConfigError(
+            f"{where}: open argument(s) {unused} apply to none of its {len(taken)} dataset(s) "
+            f"(their layouts take {sorted(set().union(*taken)) or 'none of those given'}); "
+            "remove them or check their spelling"
+        )
+
+
+def _open(
+    path: str | os.PathLike, shared: dict[str, Any], own: dict[str, Any], plan_only: bool
+) -> tuple[Dataset, dict[str, Any]]:
+    """The dataset at ``path`` opened with ``own`` and the ``shared`` its opener takes, and
+    those arguments; an argument of ``own`` its opener does not take is a ConfigError."""
+    opener, target = _opener(path, {**shared, **own})
+    takes = _keywords(opener)
+    unknown = sorted(set(own) - takes)
+    if unknown:
+        raise ConfigError(
+            f"{path}: open argument(s) {unknown} do not apply to this dataset "
+            f"({_KINDS[opener]}; it takes {sorted(takes)})"
+        )
+    kwargs = {**{k: v for k, v in shared.items() if k in takes}, **own}
+    if opener is _open_prepared:
+        return _open_prepared(target, **kwargs, plan_only=plan_only), kwargs
+    return opener(target, **kwargs), kwargs
+
+
+def _opener(path: str | os.PathLike, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """The opener of the layout at ``path`` (one of :data:`_KINDS`) and the path it opens;
+    ``kwargs``: the open arguments, of which a URL's ``index_dir`` and ``storage`` decide."""
     path = resolve_location(path)  # dss://, and msc:// profiles of local folders
     if isinstance(path, str) and "://" in path and not is_url(path):
         raise ConfigError(
@@ -310,19 +375,19 @@ def open_dataset(path: str | os.PathLike, *, plan_only: bool = False, **kwargs: 
         )
     if is_url(path):
         if kwargs.get("index_dir") is None and megatron_prefixes(path, kwargs.get("storage")):
-            return open_megatron(path, **kwargs)
-        return _open_remote(str(path), **kwargs)
+            return open_megatron, path
+        return _open_remote, str(path)
     p = Path(path)
     if p.is_file():
         if p.suffix in (".idx", ".bin") and megatron_prefixes(p):
-            return open_megatron(p, **kwargs)
-        return _open_table(p, **kwargs)
+            return open_megatron, p
+        return _open_table, p
     if (p / INDEX_DIR / "info.yaml").exists():
-        return _open_prepared(p, **kwargs, plan_only=plan_only)
+        return _open_prepared, p
     if (p / ".nv-meta").is_dir():
-        return _open_energon(p, **kwargs)
+        return _open_energon, p
     if megatron_prefixes(p):  # a corpus prefix (p.idx, p.bin), or a folder of them
-        return open_megatron(p, **kwargs)
+        return open_megatron, p
     if not p.exists():
         tried = p.resolve()  # a relative path: say where it was looked for
         where = "" if tried == p else f" (looked for {tried})"
@@ -330,3 +395,28 @@ def open_dataset(path: str | os.PathLike, *, plan_only: bool = False, **kwargs: 
     raise ConfigError(
         f"{p}: not a prepared dataset (no .fpipe/ or .nv-meta/ folder); run `fpipe prepare {p}`"
     )
+
+
+def _parameters(fn: Any) -> set[str]:
+    """The names ``fn`` takes by keyword after its first (the path), ``**`` ones left out."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    return {p.name for p in params if p.kind in kinds}
+
+
+#: What each layout's opener is, for messages.
+_KINDS = {
+    _open_prepared: "a folder prepared by fpipe",
+    _open_remote: "a dataset on object storage",
+    _open_energon: "an Energon folder",
+    _open_table: "a table file",
+    open_megatron: "a Megatron corpus",
+}
+
+
+@functools.cache
+def _keywords(opener: Any) -> frozenset[str]:
+    """The open arguments ``opener`` takes: its keyword parameters, and those it passes on
+    through ``**`` (a table file's to :func:`~.tables.table_record`, a corpus's GPT options)."""
+    passed_on = {_open_table: _parameters(table_record), open_megatron: set(GPT_OPTIONS)}
+    return frozenset((_parameters(opener) | passed_on.get(opener, set())) - {"plan_only"})

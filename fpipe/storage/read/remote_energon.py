@@ -15,9 +15,6 @@ is fetched; object names from the listing are confined to the local copy the sam
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
@@ -25,7 +22,7 @@ from fpipe.storage.paths import contained, join_url
 from fpipe.storage.read._validate import check_record
 from fpipe.storage.read.energon import IDX_SUFFIX, META_DIR, energon_record, read_energon_meta
 from fpipe.storage.read.remote import StorageOptions, list_objects, read_object
-from fpipe.storage.read.remote_index import _cache_root
+from fpipe.storage.read.remote_index import cached_copy
 
 __all__ = ["energon_index"]
 
@@ -59,23 +56,13 @@ def energon_index(url: str, options: StorageOptions) -> Path | None:
         info_bytes = read_object(join_url(base, info), options)
     except OSError as e:
         raise ConfigError(f"{base}/{info}: cannot read: {e}") from None
-    d = _cache_root() / "energon" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
-    current = d / META_DIR / info
-    if current.exists() and current.read_bytes() == info_bytes:
-        return d
-    tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _copy(url, base, names, info, info_bytes, tmp, options)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(d, ignore_errors=True)
-    try:
-        os.replace(tmp, d)
-    except OSError:  # another process finished the same copy first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return d
+    return cached_copy(
+        "energon",
+        url,
+        f"{META_DIR}/{info}",
+        info_bytes,
+        lambda tmp: _copy(url, base, names, info, info_bytes, tmp, options),
+    )
 
 
 def _copy(url, base, names, info, info_bytes, tmp: Path, options) -> None:

@@ -17,6 +17,7 @@ import fnmatch
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
@@ -30,7 +31,7 @@ from fpipe.storage.read.remote import (
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.webdataset import SHARD_SUFFIXES, is_gzip_shard
 
-__all__ = ["local_index", "matching_objects", "remote_shards", "upload_index"]
+__all__ = ["cached_copy", "local_index", "matching_objects", "remote_shards", "upload_index"]
 
 
 def _cache_root() -> Path:
@@ -57,20 +58,37 @@ def local_index(url: str, index_dir, options: StorageOptions) -> Path:
         ) from None
     except OSError as e:
         raise ConfigError(f"{url}: cannot read the index: {e}") from None
-    d = _cache_root() / "index" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
-    current = d / "info.yaml"
-    if current.exists() and current.read_bytes() == info:
+
+    def copy(tmp: Path) -> None:
+        for rel, _size in list_objects(base, options):
+            if rel == "info.yaml":
+                continue
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(read_object(join_url(base, rel), options))
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "info.yaml").write_bytes(info)  # written last: a copy with info.yaml is whole
+
+    return cached_copy("index", url, "info.yaml", info, copy)
+
+
+def cached_copy(
+    kind: str, url: str, marker: str, current: bytes, copy: Callable[[Path], None]
+) -> Path:
+    """The local copy of the index of the dataset at ``url``, in
+    ``$FPIPE_CACHE/<kind>/<hash of the URL>``: kept while its file ``marker`` holds
+    ``current`` (that file as the bucket has it now), else made anew by ``copy(folder)`` in a
+    folder of this process's and swapped in whole, so no reader sees half a copy."""
+    d = _cache_root() / kind / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
+    if (d / marker).exists() and (d / marker).read_bytes() == current:
         return d
     tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    for rel, _size in list_objects(base, options):
-        if rel == "info.yaml":
-            continue
-        dst = tmp / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_bytes(read_object(join_url(base, rel), options))
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "info.yaml").write_bytes(info)  # written last: a copy with info.yaml is whole
+    try:
+        copy(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(d, ignore_errors=True)
     try:
         os.replace(tmp, d)
