@@ -100,7 +100,9 @@ def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int, dict]:
     shipped = [ray.put(ds.materializer)]
     breakdown, added = {}, {}
     for way in ("torch", "fpipe"):
-        actor = ray.remote(TransportActor).options(num_cpus=1).remote(way == "fpipe")
+        # the loader's actor options (two threads: storing a result while the next runs)
+        options = dict(_ray_workers.DEFAULT_ACTOR_OPTIONS, num_cpus=1)
+        actor = ray.remote(TransportActor).options(**options).remote(way == "fpipe")
         ray.get(actor.where.remote())
         inside, round_trip = [], []
         for task in recipes:

@@ -44,6 +44,13 @@ PINNED_SHARE = 0.25
 #: Storages smaller than this are copied (pinning them would save next to nothing; and Ray
 #: returns a result under 100 kB in its reply, not through the store).
 COPY_BELOW = 128 << 10
+#: Bytes of each out-of-band buffer a storage is sent as. Ray copies a buffer of more than
+#: 1 MiB into the object store with a pool of 6 threads, which on a node whose cores are busy
+#: decoding costs more than it saves (each copy waits until every thread has had its turn);
+#: buffers up to 1 MiB are one plain memcpy. The chunks of a storage are 64-byte multiples,
+#: which Ray lays out back to back (it aligns buffers to 64 bytes), so the training process
+#: still reads the storage as one piece of the store's memory.
+CHUNK = 1 << 20
 #: The pickle protocol of Ray's serializer (out-of-band buffers).
 _PROTOCOL = 5
 
@@ -52,7 +59,7 @@ _PROTOCOL = 5
 
 class _Stored:
     """A storage being sent: pickled once per result (pickle's memo), however many tensors
-    view it; its bytes travel as a numpy array, out of band."""
+    view it; its bytes travel as numpy arrays of at most :data:`CHUNK` bytes, out of band."""
 
     __slots__ = ("__weakref__", "array")
 
@@ -60,7 +67,8 @@ class _Stored:
         self.array = array
 
     def __reduce__(self):
-        return _storage, (self.array,)
+        array = self.array
+        return _storage, tuple(array[i : i + CHUNK] for i in range(0, max(array.nbytes, 1), CHUNK))
 
 
 #: storages being pickled, by (address, bytes): alive while a pickling holds them (each holds
@@ -114,13 +122,13 @@ _bound = 256 << 20  # until set_capacity
 
 
 class _Pin:
-    """Holds a storage's read-only array in the object store (which pins the object) and
-    counts its bytes as pinned until the last tensor over it is gone."""
+    """Holds a storage's read-only arrays in the object store (which pin the object) and
+    counts their bytes as pinned until the last tensor over them is gone."""
 
-    __slots__ = ("array", "nbytes")
+    __slots__ = ("chunks", "nbytes")
 
-    def __init__(self, array: Any, nbytes: int):
-        self.array, self.nbytes = array, nbytes
+    def __init__(self, chunks: tuple, nbytes: int):
+        self.chunks, self.nbytes = chunks, nbytes
 
     def __del__(self):
         global _pinned
@@ -128,14 +136,18 @@ class _Pin:
             _pinned -= self.nbytes
 
 
-def _storage(array: Any) -> Any:
-    """The storage of ``array`` (the bytes an actor sent): over the object store's memory
-    while pinned bytes stay within the bound, else a copy."""
+def _storage(*chunks: Any) -> Any:
+    """The storage of the bytes an actor sent (``chunks``, see :data:`CHUNK`): over the
+    object store's memory while pinned bytes stay within the bound, else a copy."""
+    import numpy as np
     import torch
 
     global _pinned
+    array = chunks[0] if len(chunks) == 1 else _joined(chunks)
+    if array is None:  # not laid out back to back: one copy of them all
+        return torch.from_numpy(np.concatenate(chunks)).untyped_storage()
     nbytes = array.nbytes
-    if array.flags.writeable:  # bytes Ray handed over as this process's own memory
+    if all(c.flags.writeable for c in chunks):  # bytes Ray handed over as this process's own
         return torch.from_numpy(array).untyped_storage()
     with _lock:
         pin = nbytes >= COPY_BELOW and _pinned + nbytes <= _bound
@@ -145,8 +157,20 @@ def _storage(array: Any) -> Any:
         return torch.from_numpy(array.copy()).untyped_storage()
     # Writable for torch (which warns on read-only arrays): the store maps its memory
     # writable, and this object is this process's alone.
-    over = array_at(array.ctypes.data, (nbytes,), _Pin(array, nbytes))
+    over = array_at(array.ctypes.data, (nbytes,), _Pin(chunks, nbytes))
     return torch.from_numpy(over).untyped_storage()
+
+
+def _joined(chunks: tuple) -> Any:
+    """One array over ``chunks`` where each begins where the one before ends (holding them
+    all), else None."""
+    start = end = chunks[0].ctypes.data
+    for chunk in chunks:
+        if chunk.ctypes.data != end:
+            return None
+        end += chunk.nbytes
+    writable = all(c.flags.writeable for c in chunks)
+    return array_at(start, (end - start,), chunks, writable=writable)
 
 
 def _tensor(storage: Any, offset: int, dtype: Any, shape: tuple, stride: tuple) -> Any:

@@ -40,6 +40,7 @@ import functools
 import itertools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -66,8 +67,12 @@ PING_S = 1.0
 #: Times a recipe is sent again to an actor Ray reported unavailable (a connection that failed
 #: for a moment: the actor may be fine) before that counts as a fault.
 UNAVAILABLE_RETRIES = 2
+#: Seconds an actor waits for a recipe sent before the one it has (see MaterializeActor).
+ORDER_WAIT_S = 1.0
 #: Actor options applied unless ``ray_options`` names them.
-DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0}
+#: ``max_concurrency`` 2: an actor stores a result in the object store (and replies) on one
+#: thread while it materializes the next recipe on the other (see :class:`MaterializeActor`).
+DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_concurrency": 2}
 
 
 def import_ray():
@@ -83,10 +88,26 @@ def import_ray():
 
 
 class MaterializeActor:
-    """What each Ray actor runs: tasks materialized with the materializers it was sent."""
+    """What each Ray actor runs: tasks materialized with the materializers it was sent.
+
+    One task materializes at a time (``_turn``). Ray stores a task's result after the method
+    returns, on the task's thread: serializing it, creating the object, copying the tensors'
+    bytes in and sealing it, each a round trip to the node's object store. With two threads
+    (``max_concurrency=2``) the next recipe, already queued, materializes meanwhile, so the
+    store's round trips are off the actor's critical path.
+
+    Recipes materialize in the order they were sent (their ``ticket``, counted per actor by
+    the loader): Ray hands queued tasks to the two threads in order, but which thread takes the
+    turn first is a race, and the loader blames a dead actor's fault on the recipe it awaits
+    from it, the first one sent. A task whose ticket is ahead of the next one expected waits
+    for it at most :data:`ORDER_WAIT_S` (a recipe sent again after a lost connection may
+    never come)."""
 
     def __init__(self) -> None:
         self._materializers: collections.OrderedDict[str, Materializer] = collections.OrderedDict()
+        self._turn = threading.Condition()
+        self._busy = False
+        self._next = 0  #: the ticket expected next
         _ray_batches.register()  # tensors go out of band, read where they lie in the store
 
     def where(self) -> tuple[int, str]:
@@ -95,10 +116,35 @@ class MaterializeActor:
 
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
-    def run(self, shipped: list, task: Any, marks: tuple | None = None) -> Any:
+    def run(
+        self, shipped: list, task: Any, marks: tuple | None = None, ticket: int | None = None
+    ) -> Any:
         """Materialize ``task`` with the materializer ``shipped[0]`` (an ObjectRef, in a list so
         that Ray hands it over unresolved); a failure is returned as a RemoteFailure.
-        ``marks``: (marks actor, slot) to report each sample started to."""
+        ``marks``: (marks actor, slot) to report each sample started to; ``ticket``: the
+        task's place in the order the loader sent this actor's tasks."""
+        self._take_turn(ticket)
+        try:
+            return self._run(shipped, task, marks)
+        finally:
+            with self._turn:
+                self._busy = False
+                self._turn.notify_all()
+
+    def _take_turn(self, ticket: int | None) -> None:
+        deadline = time.monotonic() + ORDER_WAIT_S
+        with self._turn:
+            while True:
+                early = ticket is not None and ticket > self._next
+                left = deadline - time.monotonic()
+                if not self._busy and (not early or left <= 0):
+                    break
+                self._turn.wait(None if self._busy else left)
+            self._busy = True
+            if ticket is not None:
+                self._next = max(self._next, ticket + 1)
+
+    def _run(self, shipped: list, task: Any, marks: tuple | None) -> Any:
         try:
             mark = None
             if marks is not None:
@@ -146,6 +192,7 @@ class _Actor:
     slot: str  #: the actor's id, its slot in the marks actor
     pid: int | None = None
     node: str | None = None
+    sent: int = 0  #: tasks sent to it (the next task's ticket)
 
 
 class _Pool:
@@ -318,8 +365,10 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
     sent = 0
 
     def send(i: int, task: Any, with_marks: bool) -> Any:
-        mark = (marks, actors[i].slot) if with_marks else None
-        return actors[i].handle.run.remote(shipped, task, mark)
+        actor = actors[i]
+        mark = (marks, actor.slot) if with_marks else None
+        actor.sent += 1
+        return actor.handle.run.remote(shipped, task, mark, actor.sent - 1)
 
     def submit() -> None:
         nonlocal sent

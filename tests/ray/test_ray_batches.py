@@ -146,3 +146,128 @@ def test_results_made_on_other_nodes_are_fetched_ahead():
     asked.clear()
     _ray_workers._fetch_ahead(ray, collections.deque([["r0", 2]]), actors, here="a")
     assert asked == []  # only the next one: ray.get fetches it
+
+
+def _laid_out(buffers: list) -> list[memoryview]:
+    """``buffers`` placed in one read-only piece of memory as Ray's object store lays out a
+    result's buffers: each at the next 64-byte boundary."""
+    import numpy as np
+
+    raw = [bytes(b.raw()) for b in buffers]
+    offsets, end = [], 0
+    for b in raw:
+        end += -end % 64
+        offsets.append(end)
+        end += len(b)
+    memory = bytearray(end + 64)
+    base = -np.frombuffer(memory, np.uint8).ctypes.data % 64  # the store's memory is aligned
+    for at, b in zip(offsets, raw):
+        memory[base + at : base + at + len(b)] = b
+    whole = memoryview(memory).toreadonly()
+    return [whole[base + at : base + at + len(b)] for at, b in zip(offsets, raw)]
+
+
+def test_a_large_storage_travels_as_chunks_ray_copies_in_one_piece_and_arrives_whole(bound):
+    """Ray copies a buffer of more than 1 MiB into the store with a pool of threads; a storage
+    goes as buffers of at most CHUNK bytes, and arrives as one storage over the store's memory
+    (the chunks lie back to back there), or as a copy when they do not."""
+    bound(100 * _ray_batches.CHUNK)
+    image = torch.arange(5 * _ray_batches.CHUNK + 123, dtype=torch.int64).to(torch.uint8)
+    batch = {"image": image.reshape(1, -1), "tail": image[-1000:]}
+    buffers: list = []
+    f = io.BytesIO()
+    _ActorPickler(f, protocol=5, buffer_callback=buffers.append).dump(batch)
+    assert len(buffers) == 6 and max(len(b.raw()) for b in buffers) <= _ray_batches.CHUNK
+    placed = _laid_out(buffers)
+    got = _receive(f.getvalue(), placed)
+    assert torch.equal(got["image"], batch["image"]) and torch.equal(got["tail"], image[-1000:])
+    assert _inside(got["image"], placed[:1]) and _inside(got["tail"], placed)
+    assert got["tail"].data_ptr() == got["image"].data_ptr() + image.numel() - 1000
+    apart = _receive(f.getvalue(), [memoryview(bytes(b.raw())) for b in buffers])
+    assert torch.equal(apart["image"], batch["image"]) and not _inside(apart["image"], placed)
+    assert apart["tail"].data_ptr() == apart["image"].data_ptr() + image.numel() - 1000
+
+
+def test_an_actor_materializes_one_recipe_at_a_time_on_two_threads(monkeypatch):
+    """Actors run two tasks at once (Ray stores one result while the next recipe
+    materializes), but only one materializes at a time."""
+    import threading
+    import time
+
+    from fpipe.loader import _ray_workers
+
+    assert _ray_workers.DEFAULT_ACTOR_OPTIONS["max_concurrency"] == 2
+    monkeypatch.setattr(_ray_batches, "register", lambda: None)
+    running, most = [0], [0]
+
+    def run_task(materializer, task, mark):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.02)
+        running[0] -= 1
+        return task
+
+    monkeypatch.setattr(_ray_workers, "run_task", run_task)
+    actor = _ray_workers.MaterializeActor()
+    monkeypatch.setattr(actor, "_materializer", lambda ref: None)
+    results: list = []
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(actor.run([None], i))) for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 1, 2, 3] and most[0] == 1
+
+
+def test_an_actor_materializes_its_recipes_in_the_order_they_were_sent(monkeypatch):
+    """Which of an actor's two threads takes the turn first is a race; recipes still
+    materialize in the order sent (the loader blames a dead actor's fault on the first one),
+    and a recipe waits for a missing one before it only so long."""
+    import threading
+    import time
+
+    from fpipe.loader import _ray_workers
+
+    monkeypatch.setattr(_ray_batches, "register", lambda: None)
+    order: list = []
+
+    def run_task(materializer, task, mark):
+        order.append(task)
+        time.sleep(0.01)
+        return task
+
+    monkeypatch.setattr(_ray_workers, "run_task", run_task)
+    actor = _ray_workers.MaterializeActor()
+    monkeypatch.setattr(actor, "_materializer", lambda ref: None)
+    late = threading.Thread(target=actor.run, args=([None], "second", None, 1))
+    late.start()  # ticket 1 reaches the actor's turn first
+    time.sleep(0.05)
+    actor.run([None], "first", None, 0)
+    late.join()
+    assert order == ["first", "second"]
+    monkeypatch.setattr(_ray_workers, "ORDER_WAIT_S", 0.05)
+    t0 = time.monotonic()
+    actor.run([None], "after a lost one", None, 3)  # ticket 2 never comes
+    assert order[-1] == "after a lost one" and time.monotonic() - t0 < 1
+
+
+def test_source_records_travel_as_their_fields(monkeypatch):
+    """A batch's SourceInfo records pickle as their four fields (a frozen dataclass with slots
+    would go through ``dataclasses.fields`` for each record, twice per batch of 32)."""
+    import dataclasses
+
+    from fpipe.samples.source_info import SourceInfo
+
+    records = [
+        SourceInfo(dataset_path="/d", index=i, shard_name="s.tar", file_names=(f"{i}.jpg",))
+        for i in range(3)
+    ]
+
+    def no_fields(*args, **kw):
+        raise AssertionError("pickled through dataclasses.fields")
+
+    monkeypatch.setattr(dataclasses, "fields", no_fields)
+    got = pickle.loads(pickle.dumps(records, protocol=5))
+    assert got == records and type(got[0]) is SourceInfo and hash(got[1]) == hash(records[1])

@@ -163,6 +163,28 @@ def test_kept_batches_pin_at_most_the_bound_and_the_rest_arrive_copied(
     assert _ray_batches.pinned_bytes()[0] == before
 
 
+def _storage_of(nbytes: int):
+    """In a Ray worker: a tensor of ``nbytes`` sent the way actors send batches."""
+    _ray_batches.register()
+    return torch.arange(nbytes // 4, dtype=torch.int32)
+
+
+def test_a_storage_of_several_chunks_arrives_whole_where_it_lies(ray_cluster):
+    """A storage of more than CHUNK bytes goes as several buffers, which the object store lays
+    out back to back: it arrives as one storage over the store's memory (every byte pinned,
+    none copied), bit for bit."""
+    ray, _ = ray_cluster
+    nbytes = 3 * _ray_batches.CHUNK + 4096
+    before = _ray_batches.pinned_bytes()[0]
+    make = ray.remote(_storage_of).options(num_cpus=0)
+    got = ray.get(make.remote(nbytes))
+    assert torch.equal(got, torch.arange(nbytes // 4, dtype=torch.int32))
+    assert _ray_batches.pinned_bytes()[0] - before == nbytes
+    del got
+    gc.collect()
+    assert _ray_batches.pinned_bytes()[0] == before
+
+
 def _fault_loader(paths, tmp_path, mode, key, **kw):
     trigger = tmp_path / "trigger"
     trigger.write_text("on")
@@ -251,6 +273,25 @@ def test_prepare_on_ray_writes_the_index_of_a_single_process_prepare(ray_cluster
     info = ".fpipe/info.yaml"
     assert _index(api)[info] == _index(cli)[info] == _index(one)[info]
     assert _index(api) == _index(cli) == _index(one)
+
+
+def test_prepare_on_ray_resumes_a_run_stopped_with_another_number_of_parts(ray_cluster, tmp_path):
+    """A run stopped after part 0 of 3 (its part written, its journal kept) is started again
+    with 2 parts: the stale part is dropped and the index is the single-process one."""
+    from fpipe.storage import prepare_dataset
+    from fpipe.storage.prepare.ray_prepare import prepare_on_ray
+    from tests.storage.helpers import make_image_caption_dataset
+
+    options = dict(fields={"image": "jpg", "caption": "txt"})
+    one, stopped = tmp_path / "one", tmp_path / "stopped"
+    make_image_caption_dataset(one, shards=5, per_shard=2, with_json=False)
+    shutil.copytree(one, stopped)
+    prepare_dataset(one, **options)
+    prepare_dataset(stopped, part=(0, 3), **options)
+    _ray_workers.release_ray_actors()
+    prepare_on_ray(stopped, parts=2, num_cpus=0.5, **options)
+    assert _index(stopped) == _index(one)
+    assert not (stopped / ".fpipe-parts").exists()
 
 
 def _index(root):
