@@ -179,7 +179,8 @@ def format_metadataset_info(path: str, open_kwargs: dict[str, Any] | None = None
     whole split, or repetitions), samples in its split part, path and subflavors.
     ``open_kwargs``: given to each dataset whose layout takes them (``media_root``)."""
     from fpipe.storage import load_metadataset, resolve_mix
-    from fpipe.storage.read.layouts import open_taking, refuse_untaken
+    from fpipe.storage.read.layouts import open_taking
+    from fpipe.storage.read.open_args import refuse_untaken
 
     md = load_metadataset(path)
     lines = [f"metadataset: {md.path}"]

@@ -282,7 +282,7 @@ def mix_views(
             ) from None
         sources.append(source)
         views.append(view)
-    from fpipe.storage.read.layouts import refuse_untaken
+    from fpipe.storage.read.open_args import refuse_untaken
 
     refuse_untaken(str(path), options.open_kwargs, [k for s in sources for k in _opened_with(s)])
     return mix, tuple(leaf.name for leaf in mix.leaves), sources, views
