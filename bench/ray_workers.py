@@ -47,7 +47,7 @@ from _ray_transport import TransportActor, call_ms, costs, rank_cost  # noqa: E4
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
-from fpipe.loader import _ray_workers  # noqa: E402
+from fpipe.loader import _ray_pool, _ray_workers  # noqa: E402
 from fpipe.materialize.recipe_codec import encode_recipe  # noqa: E402
 from fpipe.plan.skip import next_recipe  # noqa: E402
 
@@ -101,7 +101,7 @@ def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int, dict]:
     breakdown, added = {}, {}
     for way in ("torch", "fpipe"):
         # the loader's actor options (two threads: storing a result while the next runs)
-        options = dict(_ray_workers.DEFAULT_ACTOR_OPTIONS, num_cpus=1)
+        options = dict(_ray_pool.DEFAULT_ACTOR_OPTIONS, num_cpus=1)
         actor = ray.remote(TransportActor).options(**options).remote(way == "fpipe")
         ray.get(actor.where.remote())
         inside, round_trip = [], []

@@ -130,16 +130,16 @@ def test_results_made_on_other_nodes_are_fetched_ahead():
     import collections
     import types
 
-    from fpipe.loader import _ray_workers
+    from fpipe.loader import _ray_pool, _ray_workers
 
     asked = []
     ray = types.SimpleNamespace(
         wait=lambda refs, **kw: asked.append((refs, kw)),
         exceptions=types.SimpleNamespace(RayError=RuntimeError),
     )
-    actors = [_ray_workers._Actor(None, None, str(i), node=n) for i, n in enumerate("aab")]
+    actors = [_ray_pool._Actor(None, None, str(i), node=n) for i, n in enumerate("aab")]
     waiting = collections.deque([["r0", 2], ["r1", 0], ["r2", 2], ["r3", 1], ["r4", None]])
-    actors.append(_ray_workers._Actor(None, None, "3"))  # not started: its node is unknown
+    actors.append(_ray_pool._Actor(None, None, "3"))  # not started: its node is unknown
     waiting[-1][1] = 3
     _ray_workers._fetch_ahead(ray, waiting, actors, here="a")
     assert asked == [(["r2", "r4"], {"num_returns": 2, "timeout": 0, "fetch_local": True})]
@@ -194,9 +194,9 @@ def test_an_actor_materializes_one_recipe_at_a_time_on_two_threads(monkeypatch):
     import threading
     import time
 
-    from fpipe.loader import _ray_workers
+    from fpipe.loader import _ray_actor, _ray_pool
 
-    assert _ray_workers.DEFAULT_ACTOR_OPTIONS["max_concurrency"] == 2
+    assert _ray_pool.DEFAULT_ACTOR_OPTIONS["max_concurrency"] == 2
     monkeypatch.setattr(_ray_batches, "register", lambda: None)
     running, most = [0], [0]
 
@@ -207,8 +207,8 @@ def test_an_actor_materializes_one_recipe_at_a_time_on_two_threads(monkeypatch):
         running[0] -= 1
         return task
 
-    monkeypatch.setattr(_ray_workers, "run_task", run_task)
-    actor = _ray_workers.MaterializeActor()
+    monkeypatch.setattr(_ray_actor, "run_task", run_task)
+    actor = _ray_actor.MaterializeActor()
     monkeypatch.setattr(actor, "_materializer", lambda ref: None)
     results: list = []
     threads = [
@@ -228,7 +228,7 @@ def test_an_actor_materializes_its_recipes_in_the_order_they_were_sent(monkeypat
     import threading
     import time
 
-    from fpipe.loader import _ray_workers
+    from fpipe.loader import _ray_actor
 
     monkeypatch.setattr(_ray_batches, "register", lambda: None)
     order: list = []
@@ -238,8 +238,8 @@ def test_an_actor_materializes_its_recipes_in_the_order_they_were_sent(monkeypat
         time.sleep(0.01)
         return task
 
-    monkeypatch.setattr(_ray_workers, "run_task", run_task)
-    actor = _ray_workers.MaterializeActor()
+    monkeypatch.setattr(_ray_actor, "run_task", run_task)
+    actor = _ray_actor.MaterializeActor()
     monkeypatch.setattr(actor, "_materializer", lambda ref: None)
     late = threading.Thread(target=actor.run, args=([None], "second", None, 1))
     late.start()  # ticket 1 reaches the actor's turn first
@@ -247,7 +247,7 @@ def test_an_actor_materializes_its_recipes_in_the_order_they_were_sent(monkeypat
     actor.run([None], "first", None, 0)
     late.join()
     assert order == ["first", "second"]
-    monkeypatch.setattr(_ray_workers, "ORDER_WAIT_S", 0.05)
+    monkeypatch.setattr(_ray_actor, "ORDER_WAIT_S", 0.05)
     t0 = time.monotonic()
     actor.run([None], "after a lost one", None, 3)  # ticket 2 never comes
     assert order[-1] == "after a lost one" and time.monotonic() - t0 < 1

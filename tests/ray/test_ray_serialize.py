@@ -15,7 +15,7 @@ import pytest
 import fpipe
 from fpipe.core import ConfigError
 from fpipe.encode import DefaultTaskEncoder
-from fpipe.loader import _ray_workers
+from fpipe.loader import _ray_pool
 from fpipe.samples import TextSample
 
 
@@ -79,7 +79,7 @@ def test_an_object_that_cannot_travel_is_a_config_error_naming_it(texts):
         put=cloudpickle.dumps, cloudpickle=cloudpickle, get_runtime_context=_Context
     )
     with pytest.raises(ConfigError, match=r"task_encoder -> class Locked -> encode_batch -> lock"):
-        _ray_workers._Pool().ship(ray, _materializer(texts, Locked()))
+        _ray_pool._Pool().ship(ray, _materializer(texts, Locked()))
 
 
 class _Materializer:
@@ -100,10 +100,10 @@ class _Context:
 def test_a_new_ray_cluster_gets_new_actors_and_a_new_copy_of_the_materializer():
     context = _Context()
     ray = types.SimpleNamespace(get_runtime_context=lambda: context, put=lambda value: object())
-    pool, materializer = _ray_workers._Pool(), _Materializer()
+    pool, materializer = _ray_pool._Pool(), _Materializer()
     ref = pool.ship(ray, materializer)
     assert pool.ship(ray, materializer) is ref  # sent once per cluster
-    pool.give_back("options", [_ray_workers._Actor(handle=None, started=None, slot="a1")])
+    pool.give_back("options", [_ray_pool._Actor(handle=None, started=None, slot="a1")])
     context.node = "node-of-cluster-2"  # ray.shutdown(); ray.init(): the same job id
     assert pool.ship(ray, materializer) is not ref
     assert pool.idle == {}  # the old cluster's actors are not lent again

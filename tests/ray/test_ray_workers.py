@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fpipe.core import ConfigError, MaterializeError
-from fpipe.loader import _ray_batches, _ray_workers
+from fpipe.loader import _ray_batches, _ray_pool, _ray_workers
 from tests.loader.encoders import FaultEncoder
 from tests.loader.helpers import build, digest
 from tests.ray.datasets import Stamped, loader, make_all
@@ -150,7 +150,7 @@ def test_kept_batches_pin_at_most_the_bound_and_the_rest_arrive_copied(
     ray_cluster, paths, stamped_reference, monkeypatch
 ):
     ray, _ = ray_cluster
-    _ray_workers._POOL.size_store(ray)  # once per session: the bound set below stays
+    _ray_pool._POOL.size_store(ray)  # once per session: the bound set below stays
     before = _ray_batches.pinned_bytes()[0]
     monkeypatch.setattr(_ray_batches, "_bound", before + 3 * STAMPED_BYTES)
     ld = _stamped(paths, num_workers=2, worker_mode="ray", ray_options=OPTIONS)
