@@ -7,7 +7,8 @@ made on import by a finder that answers only for these names: its names are the 
 as ``fpipe.energon``'s (re-exports, loaded on first use, so importing a path imports no torch).
 Paths with their own file (``fpipe.energon.av``, ``fpipe.energon.transforms``) are not here;
 the modules below ``megatron.energon.av`` (``av.utils``, ...) are, holding ``fpipe.energon.av``'s
-names (that file declares itself a package for them).
+names (that file declares itself a package for them), and so are ``epathlib`` and
+``epathlib.epath``, holding ``fpipe.energon.epath``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from types import ModuleType
 
 from fpipe._lazy import lazy_exports
 
-__all__ = ["AV_PATHS", "PATHS", "TYPED_WEBDATASETS", "install"]
+__all__ = ["AV_PATHS", "EPATH_PATHS", "PATHS", "TYPED_WEBDATASETS", "install"]
 
 _PREFIX = "fpipe.energon."
 
@@ -178,6 +179,25 @@ AV_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Energon's ``epathlib`` package and its ``epath`` module (where Energon users import
+#: ``EPath`` from) -> the ``fpipe.energon.epath`` names each holds.
+EPATH_PATHS: dict[str, tuple[str, ...]] = {
+    "epathlib": ("DEFAULT_PROFILE_NAME", "EPath"),
+    "epathlib.epath": ("DEFAULT_PROFILE_NAME", "EPath", "NVDATASET_CACHE_DIR"),
+}
+#: The module each group of paths takes its names from.
+_SOURCES = (
+    (AV_PATHS, "fpipe.energon.av"),
+    (EPATH_PATHS, "fpipe.energon.epath"),
+    (PATHS, "fpipe.energon"),
+)
+
+
+def _paths_of(rel: str) -> tuple[dict[str, tuple[str, ...]], str] | None:
+    """The group holding path ``rel`` and the module its names come from (None: no path)."""
+    return next(((paths, src) for paths, src in _SOURCES if rel in paths), None)
+
+
 class _EnergonPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Makes the modules of :data:`PATHS`; answers None for every other name."""
 
@@ -185,11 +205,10 @@ class _EnergonPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self, fullname: str, path: object = None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
         rel = fullname[len(_PREFIX) :] if fullname.startswith(_PREFIX) else None
-        if rel in AV_PATHS:
-            return importlib.util.spec_from_loader(fullname, self, is_package=False)
-        if rel not in PATHS:
+        found = _paths_of(rel) if rel is not None else None
+        if found is None:
             return None
-        is_package = any(p.startswith(f"{rel}.") for p in PATHS)
+        is_package = any(p.startswith(f"{rel}.") for p in found[0])
         return importlib.util.spec_from_loader(fullname, self, is_package=is_package)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
@@ -197,10 +216,10 @@ class _EnergonPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         rel = module.__name__[len(_PREFIX) :]
-        names = AV_PATHS[rel] if rel in AV_PATHS else PATHS[rel]
+        paths, source = _paths_of(rel)  # type: ignore[misc]  # find_spec found it
+        names = paths[rel]
         module.__doc__ = f"``megatron.energon.{rel}`` on fpipe."
         module.__all__ = list(names)  # type: ignore[attr-defined]
-        source = "fpipe.energon.av" if rel in AV_PATHS else "fpipe.energon"
         get, listing = lazy_exports(module.__name__, dict.fromkeys(names, source))
         module.__getattr__ = get  # type: ignore[method-assign]
         module.__dir__ = listing  # type: ignore[method-assign]

@@ -9,6 +9,12 @@ Energon resolves it: ``$NVDATASET_CACHE_DIR/NAME/VERSION/path`` (refused when th
 
 An ``EPath`` equals the string of the same absolute path (``fpipe.SourceInfo.dataset_path`` is
 a string), and hashes as that string.
+
+Energon users import it as ``megatron.energon.epathlib.EPath`` or
+``megatron.energon.epathlib.epath.EPath``; both paths exist under ``fpipe.energon`` too.
+``NVDATASET_CACHE_DIR`` is, as in Energon, the cache folder named by the environment variable
+when this module was imported (None: unset); ``dss://`` paths are resolved through the
+environment variable itself, so set that to change the cache.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import IO, Any
 
 from fpipe.core.errors import ConfigError
 
-__all__ = ["DEFAULT_PROFILE_NAME", "EPath"]
+__all__ = ["DEFAULT_PROFILE_NAME", "EPath", "NVDATASET_CACHE_DIR"]
 
 #: The profile of local paths (Energon's name).
 DEFAULT_PROFILE_NAME = "default"
@@ -230,6 +236,12 @@ class EPath:
                 "fpipe.open_dataset), which read them"
             )
         return self._path
+
+
+#: The dataset-service cache folder at import (Energon's module variable; see the docstring).
+NVDATASET_CACHE_DIR: EPath | None = (
+    EPath(os.environ["NVDATASET_CACHE_DIR"]) if os.environ.get("NVDATASET_CACHE_DIR") else None
+)
 
 
 def _glob_regex(pattern: str) -> re.Pattern:

@@ -21,8 +21,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "decode": ("core",),
     "storage.paths": ("core",),
     "storage.msc": ("core",),  # Energon's msc:// and dss:// paths: where a dataset lives
+    "storage.objects": ("storage.paths", "storage.msc"),  # whole objects in a bucket
     "samples": ("decode",),
-    "storage.config": ("samples", "storage.paths", "storage.msc"),
+    "storage.config": ("samples", "storage.objects"),
     "storage.read": ("storage.config",),
     "storage.prepare": ("storage.read", "samples"),
     "storage": ("storage.prepare",),  # the package facade: re-exports its subpackages

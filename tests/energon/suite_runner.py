@@ -33,8 +33,8 @@ in its imports". This script checks it on Energon's own test suite:
 3. It runs each test file with pytest in the Energon venv (``--python``; Energon's prepare code
    needs it; by default ``$FPIPE_ENERGON_PYTHON``, else the ``.venv-energon`` that ``.ci/run``
    creates in the fpipe checkout), with the fpipe source root (``--fpipe``) first on
-   ``PYTHONPATH``. Packages the venv lacks (fpipe's ``msgspec`` and ``av``; pytest and its
-   pure-Python dependencies, which ``.ci/run`` does not install there) are linked from the
+   ``PYTHONPATH``. Packages the venv lacks (fpipe's ``msgspec``, ``av`` and ``obstore``; pytest
+   and its pure-Python dependencies, which ``.ci/run`` does not install there) are linked from the
    Python running this script into a side folder (``--extras``), which is also on
    ``PYTHONPATH``.
 
@@ -125,8 +125,9 @@ KEEP_REAL_NAMES = (
     ("megatron.energon.media.extractor", "MediaFilterStrategy"),
 )
 #: Import names the runs need that Energon's venv may lack (linked from this script's Python):
-#: fpipe's dependencies, and pytest with its own (pure Python: the same Python version suffices).
-FPIPE_DEPENDENCIES = ("msgspec", "av")
+#: fpipe's dependencies (obstore: the remote-storage tests read through it), and pytest with its
+#: own (pure Python: the same Python version suffices).
+FPIPE_DEPENDENCIES = ("msgspec", "av", "obstore")
 PYTEST_DEPENDENCIES = ("pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments")
 
 _PORT_MODULE = '''"""Name resolution for the rewritten imports (written by suite_runner.py)."""

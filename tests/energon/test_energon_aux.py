@@ -154,7 +154,8 @@ def test_aux_names_cannot_leave_the_store(root):
     [
         ("splits: {train: {path: crude, aux: {images: filesystem://nowhere}}}", "not a folder"),
         ("splits: {train: {path: crude, aux: {primary: texts}}}", "identifier other than"),
-        ("splits: {train: {path: crude, aux: {t: 's3://bucket/x'}}}", "only local"),
+        ("splits: {train: {path: crude, aux: {t: 'ftp://host/x'}}}", "does not read ftp://"),
+        ("splits: {train: {path: crude, aux: {t: 'filesystem+media'}}}", "followed by a URL"),
         ("splits: {train: {path: crude, aux: [texts]}}", "must map names"),
         ("splits: {train: {path: plain.yaml, aux: {t: texts}}}", "aux applies to a dataset"),
         ("splits: {train: {path: texts, aux: {t: texts}}}", "aux applies to crude"),

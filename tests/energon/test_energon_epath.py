@@ -76,3 +76,16 @@ def test_dss_paths_resolve_under_the_dataset_cache(monkeypatch, tmp_path):
     assert str(EPath("dss://name@v1")) == "msc://store/cache/name/v1"
     with pytest.raises(ConfigError, match="NAME@VERSION"):
         EPath("dss://name/x")
+
+
+def test_epath_imports_from_energons_module_paths():
+    # Energon users write `from megatron.energon.epathlib import EPath` (or `.epathlib.epath`)
+    import fpipe.energon.epathlib.epath as epath_mod
+    from fpipe.energon.epathlib import DEFAULT_PROFILE_NAME
+    from fpipe.energon.epathlib import EPath as FromPackage
+
+    import fpipe.energon.epath as ours
+
+    assert FromPackage is EPath and epath_mod.EPath is EPath
+    assert DEFAULT_PROFILE_NAME == epath_mod.DEFAULT_PROFILE_NAME == "default"
+    assert epath_mod.NVDATASET_CACHE_DIR == ours.NVDATASET_CACHE_DIR  # the variable at import

@@ -5,7 +5,9 @@ bucket."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 import pytest
 
@@ -14,10 +16,15 @@ from tests.optional import skip_unless_installed  # noqa: E402
 skip_unless_installed("obstore", "moto", "multistorageclient")
 
 import fpipe  # noqa: E402
-from fpipe.core.errors import ConfigError  # noqa: E402
+from fpipe.core.errors import BadSampleError, ConfigError  # noqa: E402
+from fpipe.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_keys, cooker  # noqa: E402
 from fpipe.energon.epath import EPath  # noqa: E402
-from fpipe.storage import open_dataset  # noqa: E402
-from tests.energon.energon_folder import TEXT_CONFIG, make_plain_energon_folder  # noqa: E402
+from fpipe.storage import load_metadataset, open_dataset, resolve_mix  # noqa: E402
+from tests.energon.energon_folder import (  # noqa: E402
+    CRUDE_CONFIG,
+    TEXT_CONFIG,
+    make_plain_energon_folder,
+)
 from tests.storage.s3_server import serving_s3  # noqa: E402
 
 BUCKET = "fpipe-msc"
@@ -178,8 +185,8 @@ def test_unknown_profile_and_other_providers_are_refused(msc, tmp_path):
         fpipe.get_train_dataset(str(md), batch_size=1)
     with pytest.raises(ConfigError, match=r"does not read ftp:// paths"):
         open_dataset("ftp://host/data")
-    # a metadataset file in a bucket is refused by name, not looked for on disk
-    with pytest.raises(ConfigError, match=r"metadataset file on object storage"):
+    # a metadataset file in a bucket is read from there: a missing one is named
+    with pytest.raises(ConfigError, match=r"msc://emu/energon/mix\.yaml does not exist"):
         fpipe.get_train_dataset("msc://emu/energon/mix.yaml", batch_size=1)
 
 
@@ -199,3 +206,94 @@ def test_shard_names_in_a_remote_nv_meta_stay_inside_the_dataset(s3, uploaded, m
     s3.upload(bad, BUCKET, "escape")
     with pytest.raises(ConfigError, match=r"split\.yaml.*'\.\./x/parts/data-0\.tar', not in"):
         fpipe.get_train_dataset("msc://emu/escape", batch_size=1)
+
+
+_HEAD = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+
+
+def _upload_files(s3, tmp_path, files: dict[str, str]) -> None:
+    """``files`` (name -> text) written to a folder and uploaded under ``mds/``."""
+    folder = tmp_path / "mds-upload"
+    folder.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    s3.upload(folder, BUCKET, "mds")
+
+
+def test_a_metadataset_file_in_a_bucket_names_datasets_beside_it(s3, uploaded, msc, tmp_path):
+    # as Energon's test_s3: a local file names a metadataset file in the bucket, which names a
+    # nested one next to it, whose relative path leads to a dataset in the same bucket
+    _upload_files(s3, tmp_path, {
+        "outer.yaml": _HEAD + "    blend:\n      - weight: 1\n        path: ./inner.yaml\n"
+        f"      - weight: 1\n        path: {uploaded}\n        name: disk\n",
+        "inner.yaml": _HEAD + "    path: ../energon\n",
+    })  # fmt: skip
+    top = tmp_path / "top.yaml"
+    top.write_text(_HEAD + "    path: msc://emu/mds/outer.yaml\n")
+    leaves = resolve_mix(load_metadataset(str(top)), "train").leaves
+    assert sorted(lf.path for lf in leaves) == sorted(["msc://emu/energon", str(uploaded)])
+    loader = fpipe.get_loader(fpipe.get_train_dataset(str(top), batch_size=2, seed=1))
+    it = iter(loader)
+    texts = {t for _ in range(6) for t in next(it).text}
+    assert texts == {t.decode() for t in _texts(open_dataset(uploaded))}
+    taken = loader.stats().datasets  # both datasets were read
+    assert len(taken) == 2 and all(v["taken"] > 0 for v in taken.values()), taken
+
+
+def test_relative_paths_in_a_bucket_cannot_climb_above_it(s3, uploaded, msc, tmp_path):
+    _upload_files(s3, tmp_path, {"up.yaml": _HEAD + "    path: ../../../elsewhere\n"})
+    with pytest.raises(ConfigError, match=r"up\.yaml.*'\.\./\.\./\.\./elsewhere' leads above"):
+        load_metadataset("msc://emu/mds/up.yaml")
+
+
+@dataclasses.dataclass
+class _Cooked(Sample):
+    n: int
+    note: Any
+    other: Any
+
+
+@cooker
+def _cook_remote(sample: dict, texts, files) -> _Cooked:
+    n = sample["json"]["n"]
+    note = files.get("note.txt", sample)  # a folder in the bucket, by name
+    return _Cooked(**basic_sample_keys(sample), n=n, note=note, other=texts.get(f"{n:06d}.txt"))
+
+
+class _RemoteAux(DefaultTaskEncoder):
+    cookers = [Cooker(_cook_remote)]
+
+
+def test_aux_stores_in_a_bucket_serve_a_cooker(s3, uploaded, msc, tmp_path):
+    from fpipe.energon import get_loader, get_val_dataset
+
+    make_plain_energon_folder(tmp_path / "crude", CRUDE_CONFIG)
+    _upload_files(s3, tmp_path, {"note.txt": "hello"})
+    md = tmp_path / "aux.yaml"
+    md.write_text(
+        _HEAD + "    path: crude\n    aux:\n      texts: msc://emu/energon\n"
+        "      files: filesystem+msc://emu/mds\n"
+    )
+    ds = get_val_dataset(str(md), split="train", batch_size=1, task_encoder=_RemoteAux())
+    with get_loader(ds, num_workers=0) as loader:
+        got = sorted((b.n[0], b.note[0], b.other[0]) for b in loader)
+    assert got == [(n, "hello", f"{n + 10}") for n in range(6)]
+
+
+def test_a_jsonl_table_in_a_bucket_reads_as_the_local_file(s3, msc, tmp_path):
+    # Energon's prepared table: x.jsonl with its offsets in x.jsonl.idx (not a Megatron index)
+    rows = "".join(f'{{"idx": {i}, "txt": "t{i}"}}\n' for i in range(4))
+    _upload_files(s3, tmp_path, {"t.jsonl": rows, "t.jsonl.idx": "\0" * 40})
+    remote, local = (
+        open_dataset("msc://emu/mds/t.jsonl"),
+        open_dataset(tmp_path / "mds-upload/t.jsonl"),
+    )
+    assert len(remote) == 4 and _texts(remote) == _texts(local) == [b"t0", b"t1", b"t2", b"t3"]
+    assert [remote.key(i) for i in range(4)] == [local.key(i) for i in range(4)]
+    # media files its rows name: beside it in the bucket, confined to its folder
+    rows = '{"image": "a.png"}\n{"image": "../a.png"}\n'
+    _upload_files(s3, tmp_path, {"m.jsonl": rows, "a.png": "PNGDATA"})
+    media = open_dataset("msc://emu/mds/m.jsonl")
+    assert media.read(0)["image"] == b"PNGDATA"
+    with pytest.raises(BadSampleError, match=r"'\.\./a\.png' leaves"):
+        media.read(1)

@@ -14,7 +14,7 @@ skip_unless_installed("obstore", "moto")
 
 import fpipe  # noqa: E402
 from fpipe.core.errors import BadSampleError, ConfigError  # noqa: E402
-from fpipe.storage import open_dataset, paths, prepare_dataset  # noqa: E402
+from fpipe.storage import objects, open_dataset, paths, prepare_dataset  # noqa: E402
 from fpipe.storage.read import remote  # noqa: E402
 from tests.loader.helpers import build, digest, take  # noqa: E402
 from tests.storage.helpers import make_image_caption_dataset, write_tar  # noqa: E402
@@ -184,7 +184,7 @@ def test_gzip_shards_are_refused(s3, tmp_path):
 def test_forked_child_gets_an_error_not_a_hang(pair, monkeypatch):
     _, url = pair
     open_dataset(url).read(0)  # obstore's runtime is running in this process
-    monkeypatch.setattr(remote, "_STORES_PID", os.getpid() + 1)  # as a forked child sees it
+    monkeypatch.setattr(objects, "_STORES_PID", os.getpid() + 1)  # as a forked child sees it
     with pytest.raises(ConfigError, match="forkserver"):
         remote.open_store(url)
 

@@ -10,14 +10,14 @@ import pytest
 pytest.importorskip("obstore")
 
 from fpipe.core.errors import ConfigError  # noqa: E402
-from fpipe.storage import paths  # noqa: E402
+from fpipe.storage import objects, paths  # noqa: E402
 from fpipe.storage.read import remote  # noqa: E402
 
 
 def test_without_obstore_the_error_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore now raises ImportError
     monkeypatch.setitem(sys.modules, "obstore.store", None)
-    monkeypatch.setattr(remote, "_STORES", {})
+    monkeypatch.setattr(objects, "_STORES", {})
     with pytest.raises(ConfigError, match=r"pip install 'fpipe\[remote\]'"):
         remote.open_store(f"file://{tmp_path}/x.bin")
 
@@ -39,7 +39,7 @@ def test_a_range_read_that_fails_after_its_get_raises_instead_of_hanging(monkeyp
     url = f"file://{tmp_path}/x.bin"
     files = remote.RemoteFiles(f"file://{tmp_path}")
     assert files.pread(url, 2, 4) == b"2345"
-    monkeypatch.setattr(remote, "_obstore", _FetchedButUnreadable)
+    monkeypatch.setattr(remote, "import_obstore", _FetchedButUnreadable)
     raised: list[BaseException] = []
 
     def read():

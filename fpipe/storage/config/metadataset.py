@@ -2,7 +2,9 @@
 
 The file is read with ``yaml.safe_load`` only and parsed into frozen msgspec records. The
 names ``__module__: megatron.energon`` / ``__class__: MetadatasetV2`` are accepted as labels,
-never imported. Relative paths are relative to the file that names them.
+never imported. Relative paths are relative to the file that names them. A file may be on
+object storage (``msc://PROFILE/x.yaml``, ``s3://bucket/x.yaml``): it is read with one GET
+when it is loaded, and its relative paths name objects in its own folder of the bucket.
 
 A split is one node::
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import yaml
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import _load_yaml
@@ -45,6 +48,8 @@ from fpipe.storage.config.metadataset_entries import (
 from fpipe.storage.config.metadataset_records import AuxRef, JoinPart, Leaf, MixSchedule
 from fpipe.storage.config.metadataset_schedule import schedule_of
 from fpipe.storage.config.metadataset_subset import node_subset
+from fpipe.storage.config.safe_yaml import safe_load
+from fpipe.storage.paths import is_url
 
 __all__ = [
     "AuxRef",
@@ -106,9 +111,9 @@ def load_metadataset(path: str | os.PathLike, *, check_paths: bool = True) -> Me
     parses the top file (to list what it names, datasets that do not exist yet included:
     :func:`resolve_mix` with ``check_paths=False``).
     """
-    if isinstance(path, str) and "://" in path:  # dss:// resolved; one in a bucket refused
+    if isinstance(path, str) and "://" in path:  # dss:// and msc:// profiles resolved
         path = user_path(path, "the metadataset file")
-    md = _load(Path(path).resolve(), ())
+    md = _load(_located(path), ())
     if not check_paths:
         return md
     for split in md.splits:  # every node is checked (both readings walk the same nodes)
@@ -117,13 +122,39 @@ def load_metadataset(path: str | os.PathLike, *, check_paths: bool = True) -> Me
     return md
 
 
-def _load(path: Path, stack: tuple[str, ...]) -> Metadataset:
+def _located(path: str | os.PathLike) -> Path | str:
+    """A metadataset file's absolute path, or its URL (on object storage)."""
+    return path if is_url(path) else Path(path).resolve()
+
+
+def _read(path: Path | str) -> Any:
+    """The parsed YAML of a metadataset file: a local file, or an object (one GET)."""
+    if not isinstance(path, str):
+        if not path.is_file():
+            raise ConfigError(f"metadataset {path} does not exist")
+        return _load_yaml(path)
+    from fpipe.storage.objects import read_object
+
+    try:
+        data = read_object(path)
+    except ConfigError:
+        raise
+    except FileNotFoundError:
+        raise ConfigError(f"metadataset {path} does not exist (no such object)") from None
+    except Exception as e:  # obstore's errors (no such object, access denied, ...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"metadataset {path} cannot be read: {first}") from None
+    try:
+        return safe_load(data)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+
+
+def _load(path: Path | str, stack: tuple[str, ...]) -> Metadataset:
     if str(path) in stack:
         chain = " -> ".join([*stack[stack.index(str(path)) :], str(path)])
         raise ConfigError(f"{stack[-1]}: nested metadatasets form a cycle: {chain}")
-    if not path.is_file():
-        raise ConfigError(f"metadataset {path} does not exist")
-    obj = _load_yaml(path)
+    obj = _read(path)
     where = str(path)
     if not isinstance(obj, dict):
         raise ConfigError(f"{where}: a metadataset is a mapping with 'splits:'")
@@ -189,8 +220,8 @@ def resolve_mix(
     walked = md.walked.get(split) if check_paths else None
     if walked is None:  # the walk does not depend on the reading (training or not)
         walked = _node(
-            md.splits[split], Path(md.path), split, f"splits.{split}", {}, (md.path,), top=True,
-            check=check_paths,
+            md.splits[split], _located(md.path), split, f"splits.{split}", {}, (md.path,),
+            top=True, check=check_paths,
         )  # fmt: skip
         if check_paths:
             md.walked[split] = walked
@@ -265,8 +296,11 @@ def _clash(first: Leaf, second: Leaf, where: str, split: str) -> None:
     )
 
 
-def _node(node, base: Path, split, entry, subflavors, stack, *, top=False, subset=None, check=True):
-    """(mode, leaves, schedule) of one node; ``subflavors`` and ``subset`` (a
+def _node(
+    node, base: Path | str, split, entry, subflavors, stack, *, top=False, subset=None, check=True
+):
+    """(mode, leaves, schedule) of one node of the file ``base`` (a path, or a URL);
+    ``subflavors`` and ``subset`` (a
     :class:`~fpipe.storage.config.metadataset_subset.SampleRange`) come from the levels
     above; ``check``: refuse paths that do not exist."""
     where = stack[-1]

@@ -9,6 +9,7 @@ next). Every error names the file and the entry.
 from __future__ import annotations
 
 import os
+import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,13 @@ __all__ = [
     "JOIN_KEYS",
     "REF_KEYS",
     "aux_refs",
+    "beside",
     "config_name",
     "entry_name",
     "is_metadataset",
     "join_leaf",
     "multiplier",
+    "names_metadataset",
     "no_unknown",
     "number",
     "read_reference",
@@ -97,9 +100,12 @@ def aux_refs(
     node: dict, base: Path, where: str, entry: str, *, check: bool = True
 ) -> tuple[AuxRef, ...]:
     """The ``aux:`` mapping of a reference as records (``()`` without one): a plain path is a
-    prepared dataset, ``filesystem://path`` a folder; relative paths are relative to the file
-    that names them. Raises ConfigError naming the file, the entry and the name (``check``:
-    also when the folder does not exist)."""
+    prepared dataset, ``filesystem://path`` a folder (``filesystem+msc://PROFILE/path``,
+    ``filesystem+s3://...``: a folder on object storage); relative paths are relative to the
+    file that names them (in its bucket, for a metadataset file on object storage). Paths
+    take Energon's schemes as a ``path:`` does (:func:`user_path`). Raises ConfigError naming
+    the file, the entry and the name (``check``: also when a local folder does not exist; one
+    on object storage is read when a cooker asks for a file)."""
     raw = node.get("aux")
     if raw is None:
         return ()
@@ -118,17 +124,30 @@ def aux_refs(
         kind, target = "dataset", ref
         if ref.startswith("filesystem://"):
             kind, target = "filesystem", ref[len("filesystem://") :]
-        if is_url(target) or "://" in target:
-            raise ConfigError(
-                f"{at}: {ref!r}: only local folders (filesystem://dir) and local prepared "
-                "datasets are supported as auxiliary stores; copy the files locally"
-            )
-        path = Path(target) if os.path.isabs(target) else base.parent / target
-        path = path.resolve()
+        elif ref.startswith("filesystem+"):  # Energon's folder on object storage
+            kind, target = "filesystem", ref[len("filesystem+") :]
+            if not is_url(target):
+                raise ConfigError(
+                    f"{at}: {ref!r}: filesystem+ is followed by a URL (filesystem+msc://"
+                    "PROFILE/path); a local folder is filesystem://path"
+                )
+        target = user_path(beside(base, target, at), at)
+        if is_url(target):
+            out.append(AuxRef(name=name, path=target, kind=kind))
+            continue
+        path = _local(base, target)
         if check and not path.is_dir():
             raise ConfigError(f"{at}: {ref!r} is not a folder ({path})")
         out.append(AuxRef(name=name, path=str(path), kind=kind))
     return tuple(out)
+
+
+def _local(base: Path | str, raw: str) -> Path:
+    """The absolute local path of entry ``raw`` (not a URL) of the file ``base`` (a relative
+    one of a file on object storage was made a URL by :func:`beside`)."""
+    if os.path.isabs(raw):
+        return Path(raw).resolve()
+    return (Path(base).parent / raw).resolve()
 
 
 def _exists(path: Path) -> bool:
@@ -199,8 +218,8 @@ def user_path(raw: str, at: str) -> str:
     """A ``path:`` as written, with Energon's schemes resolved (``dss://``, ``msc://``
     profiles: :func:`~fpipe.storage.msc.resolve_location`, which refuses an unknown profile
     here, when the metadataset is read); a scheme fpipe does not read is refused, rather than
-    taken for a relative folder, and so is a metadataset file on object storage. ``at``:
-    where it is written (``"<file>: <entry>"``), for the messages."""
+    taken for a relative folder. ``at``: where it is written (``"<file>: <entry>"``), for the
+    messages."""
     if "://" not in raw:
         return raw
     scheme = raw.split("://", 1)[0].lower()
@@ -210,23 +229,34 @@ def user_path(raw: str, at: str) -> str:
             f"an msc://PROFILE/path or dss://NAME@VERSION path, or a URL of "
             f"{', '.join(s + '://' for s in SCHEMES if s != 'msc')}"
         )
-    out = raw
-    if scheme == "dss" or not _names_metadataset(raw):
-        try:
-            out = resolve_location(raw)
-        except ConfigError as e:
-            raise ConfigError(f"{at}: {e}") from None
-    if is_url(out) and _names_metadataset(out):
+    try:
+        return resolve_location(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{at}: {e}") from None
+
+
+def beside(base: Path | str, raw: str, at: str) -> str:
+    """Path entry ``raw`` of the metadataset file ``base`` as it is to be opened: a relative
+    path named by a file on object storage (``base`` a URL) becomes the URL of that path in
+    the file's folder (``..`` climbs folders, but not above the bucket or ``msc://`` profile:
+    refused naming the entry); anything else stays as written (local relative paths are
+    resolved against ``base``'s folder by the caller)."""
+    if not is_url(base) or "://" in raw or os.path.isabs(raw):
+        return raw
+    scheme, rest = str(base).split("://", 1)
+    root, _, inner = rest.partition("/")
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(inner), raw))
+    if joined == ".." or joined.startswith("../"):
         raise ConfigError(
-            f"{at}: path {raw!r} names a metadataset file on object storage, which fpipe does "
-            "not read; copy the metadataset file to a local folder (the datasets it names may "
-            "stay in the bucket)"
+            f"{at}: path {raw!r} leads above {scheme}://{root}, the top of the store the "
+            "metadataset file is in; name the dataset by its full URL"
         )
-    return out
+    return f"{scheme}://{root}" if joined == "." else f"{scheme}://{root}/{joined}"
 
 
-def _names_metadataset(path: str) -> bool:
-    return Path(path).suffix.lower() in (".yaml", ".yml")
+def names_metadataset(path: str) -> bool:
+    """True when the local path or URL ``path`` ends in ``.yaml`` / ``.yml``."""
+    return posixpath.splitext(path)[1].lower() in (".yaml", ".yml")
 
 
 def read_reference(
@@ -250,12 +280,12 @@ def read_reference(
     raw = node["path"]
     if not isinstance(raw, str) or not raw:
         raise ConfigError(f"{where}: {entry}: 'path' must be a non-empty string")
-    raw = user_path(raw, f"{where}: {entry}")
+    raw = user_path(beside(base, raw, f"{where}: {entry}"), f"{where}: {entry}")
     split_part = node.get("split_part") or split
     if is_url(raw):  # a dataset on object storage: opened (and checked) when it is loaded
         path: Any = raw
     else:
-        path = (base.parent / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
+        path = _local(base, raw)
     # Subflavors: the levels above override the entry's own (Energon's merge order).
     merged = {**subflavors_of(node, where, entry), **subflavors}
     name = entry_name(node)
@@ -267,7 +297,7 @@ def read_reference(
         mult = None  # Megatron's order is the dataset's own: its samples are not reshuffled
     configs = {key: config_name(node.get(key), where, entry, key) for key in CONFIG_FILE_KEYS}
     aux = aux_refs(node, base, where, entry, check=check)
-    nested = not is_url(raw) and is_metadataset(path)
+    nested = names_metadataset(raw) if is_url(raw) else is_metadataset(path)
     subset = node_subset(node, subset, where, entry, leaf=not nested)
     if nested:
         given = [key for key, value in configs.items() if value is not None] + sorted(gpt)
@@ -340,8 +370,8 @@ def join_leaf(
             raise ConfigError(f"{where}: {e}: expected a mapping with 'path'")
         no_unknown(part, JOIN_PART_KEYS, where, e)
         configs = {k: config_name(part.get(k), where, e, k) for k in CONFIG_FILE_KEYS}
-        raw = user_path(str(part["path"]), f"{where}: {e}")
-        p = raw if is_url(raw) else str((base.parent / raw).resolve())
+        raw = user_path(beside(base, str(part["path"]), f"{where}: {e}"), f"{where}: {e}")
+        p = raw if is_url(raw) else str(_local(base, raw))
         if check and not is_url(raw) and not _exists(Path(p)):
             raise ConfigError(f"{where}: {e}: path {raw!r} does not exist ({p})")
         if not is_url(raw) and is_metadataset(p):

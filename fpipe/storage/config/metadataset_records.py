@@ -40,7 +40,8 @@ class AuxRef(msgspec.Struct, frozen=True, kw_only=True):
     """An auxiliary file store of a crude dataset (Energon's ``aux:``): cookers get it as the
     keyword ``name`` and read files from it by name. ``kind``: ``"filesystem"`` (a folder,
     ``filesystem://dir``) or ``"dataset"`` (a prepared dataset, files named
-    ``<sample key>.<member>``); ``path``: absolute."""
+    ``<sample key>.<member>``); ``path``: absolute, or the URL of a store on object
+    storage."""
 
     name: str
     path: str
@@ -103,7 +104,7 @@ class NestedRef(msgspec.Struct, frozen=True, kw_only=True):
     next, its leaves named ``<name>/<leaf>``, with ``subflavors`` merged in, the multiplier
     composed with ``multiplier`` and ``subset`` applied."""
 
-    path: Path
+    path: Path | str  # a str: the URL of a metadataset file on object storage
     split_part: str
     name: str
     subflavors: dict[str, Any]

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.paths import contained
+from fpipe.storage.paths import contained, is_url
 
 __all__ = ["DatasetFiles", "FolderFiles", "StoredMediaMetadata"]
 
@@ -23,7 +23,8 @@ class StoredMediaMetadata:
     ``prepare_filesystem_dataset``), opened read-only on first use; empty when absent."""
 
     def __init__(self, root: str):
-        self._path = Path(root) / ".nv-meta" / "index.sqlite"
+        # a store on object storage: none read (the metadata is computed from the bytes)
+        self._path = None if is_url(root) else Path(root) / ".nv-meta" / "index.sqlite"
         self._db: sqlite3.Connection | None = None
         self._has: bool | None = None
 
@@ -31,7 +32,7 @@ class StoredMediaMetadata:
         """``(metadata_type, metadata_json)`` stored for file ``name``, or None."""
         if self._has is None:
             self._has = False
-            if self._path.is_file():
+            if self._path is not None and self._path.is_file():
                 db = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True)
                 found = db.execute(
                     "SELECT name FROM sqlite_master WHERE type='table' AND name='media_metadata'"
@@ -46,7 +47,8 @@ class StoredMediaMetadata:
 
 
 class FolderFiles:
-    """The files under ``root``, read by relative name."""
+    """The files under ``root``, read by relative name: a local folder, or a folder on object
+    storage (a URL; each file one GET)."""
 
     def __init__(self, root: str):
         self.root = str(root)
@@ -62,6 +64,10 @@ class FolderFiles:
             folder="the store's folder",
         )
         try:
+            if is_url(path):
+                from fpipe.storage.read.remote import read_object
+
+                return read_object(path), path
             return Path(path).read_bytes(), path
         except (FileNotFoundError, IsADirectoryError):
             raise KeyError(f"{self.root}: no file {name!r}") from None

@@ -27,7 +27,7 @@ from fpipe.storage.read.open_args import Opener, keywords_of, supplied_args, tak
 from fpipe.storage.read.open_energon import open_energon_folder
 from fpipe.storage.read.open_local import open_prepared, open_table_file
 from fpipe.storage.read.open_remote import open_remote
-from fpipe.storage.read.tables import table_record
+from fpipe.storage.read.tables import is_table, table_record
 from fpipe.storage.read.tar.index import INDEX_DIR
 
 __all__ = ["open_dataset", "open_taking"]
@@ -124,6 +124,8 @@ def _opener(path: str | os.PathLike, kwargs: dict[str, Any]) -> tuple[Opener, An
             "gs://, az:// or file:// URL"
         )
     if is_url(path):
+        if is_table(path):  # before the corpus test: Energon's x.jsonl.idx is no Megatron index
+            return _TABLE, str(path)
         if kwargs.get("index_dir") is None and megatron_prefixes(path, kwargs.get("storage")):
             return _MEGATRON, path
         return _REMOTE, str(path)

@@ -47,14 +47,14 @@ def _strip(path: str) -> str:
 
 def _remote_prefix(url: str, storage: Any) -> bool:
     """Whether ``url.idx`` is an object (one HEAD); False on any error."""
-    from fpipe.storage.read.remote import StorageOptions, _obstore, open_store
+    from fpipe.storage.read.remote import StorageOptions, import_obstore, open_store
 
     try:
         options = (
             storage if isinstance(storage, StorageOptions) else StorageOptions(**(storage or {}))
         )
         store, name = open_store(url + ".idx", options)
-        _obstore().head(store, name)
+        import_obstore().head(store, name)
     except Exception:  # noqa: BLE001 - not a corpus (missing, or not readable: said elsewhere)
         return False
     return True

@@ -69,12 +69,12 @@ def _cached_idx(url: str, storage) -> str:
     """A local copy of the ``.idx`` object at ``url``, kept in ``$FPIPE_CACHE`` under the
     URL's hash with the object's size and version (ETag, else time): a changed object is
     copied again, never read through a stale copy."""
-    from fpipe.storage.read.remote import _obstore, open_store, read_object
+    from fpipe.storage.read.remote import import_obstore, open_store, read_object
     from fpipe.storage.read.remote_index import _cache_root
 
     store, name = open_store(url, storage)
     try:
-        head = _obstore().head(store, name)
+        head = import_obstore().head(store, name)
     except FileNotFoundError:
         raise ConfigError(f"{url}: no such object") from None
     except Exception as e:  # noqa: BLE001 - obstore's own errors, named with the object

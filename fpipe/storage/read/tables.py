@@ -30,11 +30,13 @@ holding it (``media_root=``), so a table folder from elsewhere cannot read ``/``
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
+import posixpath
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 import numpy as np
@@ -42,7 +44,7 @@ import numpy as np
 from fpipe.core.errors import BadSampleError, ConfigError
 from fpipe.decode.extensions import MEDIA_EXTENSIONS, last_part, strip_gz
 from fpipe.decode.limits import DecodeLimits
-from fpipe.storage.paths import PathEscapeError, contained, contained_or_allowed
+from fpipe.storage.paths import PathEscapeError, contained, contained_or_allowed, is_url
 from fpipe.storage.read.record import IndexRecord, TableLayout
 from fpipe.storage.read.tar.index import encode_keys
 
@@ -97,15 +99,35 @@ def _json_columns(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> list[
     return out
 
 
+def _open_table(path: str, mode: str) -> IO[Any]:
+    """The table file, opened: a local file, or an object read whole (one GET; a table is
+    held in memory whole either way)."""
+    if not is_url(path):
+        return open(path, mode, **({} if "b" in mode else {"newline": "", "encoding": "utf-8"}))
+    from fpipe.storage.read.remote import read_object
+
+    try:
+        data = read_object(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such table (no such object)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the table: {e}") from None
+    if "b" in mode:
+        return io.BytesIO(data)
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
+
+
 def read_table(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """(column names, rows) of a JSONL or CSV file; CSV numbers are parsed, JSON object and
-    list cells kept as they are (:func:`table_arrays` stores them as JSON text)."""
-    path = Path(path)
+    """(column names, rows) of a JSONL or CSV file (local, or the URL of one on object
+    storage); CSV numbers are parsed, JSON object and list cells kept as they are
+    (:func:`table_arrays` stores them as JSON text)."""
+    path = str(path)
     rows: list[dict[str, Any]] = []
     names: dict[str, None] = {}
-    if path.suffix == ".jsonl":
+    kind = posixpath.splitext(path)[1]
+    if kind == ".jsonl":
         dec = msgspec.json.Decoder()
-        with open(path, "rb") as f:
+        with _open_table(path, "rb") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -117,8 +139,8 @@ def read_table(path: str | Path) -> tuple[list[str], list[dict[str, Any]]]:
                     raise ConfigError(f"{path}:{lineno}: each line must be a JSON object")
                 names.update(dict.fromkeys(obj))
                 rows.append(obj)
-    elif path.suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as f:
+    elif kind == ".csv":
+        with _open_table(path, "r") as f:
             reader = csv.DictReader(f)
             names.update(dict.fromkeys(reader.fieldnames or ()))
             for row in reader:
@@ -197,6 +219,11 @@ def table_arrays(
     return arrays, dtypes, layout
 
 
+def _folder_of(path: str) -> str:
+    """The folder of a table file: a local folder, or a URL's prefix."""
+    return path.rsplit("/", 1)[0] if is_url(path) else str(Path(path).parent)
+
+
 def table_record(
     path: str | os.PathLike,
     *,
@@ -215,7 +242,7 @@ def table_record(
     layout = msgspec.structs.replace(
         layout,
         path=str(path),
-        root=str(root) if root is not None else str(Path(path).parent),
+        root=str(root) if root is not None else _folder_of(str(path)),
         aux=None if aux is None else str(aux),
     )
     record = IndexRecord(
@@ -337,6 +364,10 @@ class TableReader:
         ``.gz`` members are inflated within ``limits``)."""
         fpath = self.media_path(value, col, key)
         try:
+            if is_url(fpath):  # a table on object storage: its media beside it, one GET each
+                from fpipe.storage.read.remote import read_object
+
+                return read_object(fpath)
             with open(fpath, "rb") as f:
                 return f.read()
         except FileNotFoundError:
