@@ -133,7 +133,11 @@ def history(changes: Sequence[Change]) -> dict:
 
 
 def changes_of(hist: dict) -> list[Change]:
-    return [(c["step"], tuple(float(c["weights"][n]) for n in NAMES)) for c in hist["changes"]]
+    # the history writes each float32 weight as its shortest decimal: read it back as float32
+    return [
+        (c["step"], tuple(float(np.float32(c["weights"][n])) for n in NAMES))
+        for c in hist["changes"]
+    ]
 
 
 def samples_of(batch) -> tuple[Sample, ...]:

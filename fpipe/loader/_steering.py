@@ -220,4 +220,3 @@ def seek(loader: Loader, step: int, history: Any) -> None:
     loader._state = LoaderState(plan_state, batches, samples, 0, epoch, skip=loader._state.skip)
     loader._mix = MixLog(0, list(changes))
     loader._generation += 1
-    loader._finished = False

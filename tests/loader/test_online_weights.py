@@ -480,3 +480,382 @@ def test_seek_refuses_a_history_it_cannot_follow(mix, steered):
     short = fpipe.get_loader(dataset(mix), mix_history=earlier)
     short.seek(31, mix_history=hist)
     assert short.snapshot() == snaps[30]
+
+
+def test_steering_refusals_say_what_is_wrong(mix, steered):
+    out, snaps, hist = steered()
+    loader = fpipe.get_loader(dataset(mix))
+    for bad in (-1, 2.5, True, "3"):
+        with pytest.raises(ConfigError) as e:
+            loader.seek(bad)
+        assert str(e.value) == f"seek: the step must be an integer >= 0, got {bad!r}"
+    loader.seek(0)  # step 0 is a step: the fresh state
+    assert loader.snapshot() == fpipe.get_loader(dataset(mix)).snapshot()
+    for bad in (2.5, True):
+        with pytest.raises(ConfigError) as e:
+            loader.set_weights([1, 1, 1], at_step=bad)
+        assert str(e.value) == f"set_weights: at_step must be a global step number, got {bad!r}"
+    loader.seek(9)
+    with pytest.raises(ConfigError) as e:
+        loader.set_weights([1, 1, 1], at_step=3)
+    assert str(e.value) == (
+        "set_weights at step 3: the loader is already at step 9; restore a checkpoint from "
+        "before it (or seek there) to change the weights of that step"
+    )
+    from fpipe.encode import DefaultTaskEncoder
+
+    class Pairs(DefaultTaskEncoder):  # Energon's packing hooks
+        def select_samples_to_pack(self, samples):
+            return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+        def pack_selected_samples(self, samples):
+            return samples[0]
+
+    packed = fpipe.get_loader(
+        dataset(mix, global_batch_size=None, batch_size=4, packing_buffer_size=8,
+                task_encoder=Pairs())
+    )  # fmt: skip
+    calls = ((lambda: packed.seek(3), "seek"), (lambda: packed.set_weights([1, 1]), "set_weights"))
+    for call, what in calls:
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert str(e.value) == (
+            f"{what} needs batches the plan decides: with packing_buffer_size (the task "
+            "encoder's packing hooks) a batch's packs are only known after reading its samples. "
+            "Pack in the plan tier instead (plan_stages=[fpipe.plan.pack(...)], docs/packing.md)"
+        )
+    # a seek without the history of the changes a restored state holds
+    restored = fpipe.get_loader(dataset(mix))
+    restored.load_state_dict(snaps[20])
+    with pytest.raises(ConfigError) as e:
+        restored.mix_history()
+    assert str(e.value) == (
+        "this loader was restored from a state with 2 online weight change(s) it does not "
+        "know: call loader.load_mix_history(history) with the history saved beside that "
+        "checkpoint"
+    )
+    with pytest.raises(ConfigError) as e:
+        restored.seek(8)
+    assert str(e.value) == (
+        "seek: this loader was restored from a state with 2 online weight change(s) it does not "
+        "know, and a seek replays the run from step 0: pass the history saved beside that "
+        "checkpoint, loader.seek(step, mix_history=history)"
+    )
+    # a history that differs from the loader's
+    follows = fpipe.get_loader(dataset(mix), mix_history=hist)
+    other = copy.deepcopy(hist)
+    other["changes"][1]["step"] = 13
+    other.pop("digest")
+    with pytest.raises(ConfigError) as e:
+        follows.seek(3, mix_history=other)
+    assert str(e.value) == (
+        "seek: this mix history differs from the one this loader follows at change 1 (step 13, "
+        "weights [1.0, 0.0, 2.0]; the loader's: step 12, weights [1.0, 0.0, 2.0]). A loader "
+        "replays one run's history: make a new loader (fpipe.get_loader(..., "
+        "mix_history=history)) to seek in another run"
+    )
+
+
+def test_a_history_must_lead_to_the_state_and_name_its_datasets(mix, steered):
+    from fpipe.loader.steering import MixHistory
+
+    out, snaps, hist = steered()
+    loader = fpipe.get_loader(dataset(mix))
+    loader.load_state_dict(snaps[20])  # holds the changes at steps 5 and 12
+    held = fpipe.get_loader(dataset(mix), mix_history=hist)
+    held.seek(20)
+    state_digest = held.mix_history()["digest"]
+    # another run's history of three changes, whose first two give another digest
+    other = {k: v for k, v in hist.items() if k != "digest"}
+    other["changes"] = [*hist["changes"][1:], {"step": 35, "weights": {"a.jsonl": 1.0}}]
+    first_two = MixHistory.of(dict(other, changes=other["changes"][:2])).digest().hex()
+    with pytest.raises(ConfigError) as e:
+        loader.load_mix_history(other)
+    assert str(e.value) == (
+        f"this mix history does not lead to the loader's state: the state holds 2 change(s) "
+        f"with digest {state_digest}, the history's first 2 give {first_two} (a history of "
+        "another run, or one saved before this checkpoint)"
+    )
+    # the run's history for datasets of other names (the digest does not hold names)
+    renamed = copy.deepcopy(hist)
+    renamed["datasets"] = ["x", "y", "z"]
+    for c in renamed["changes"]:
+        c["weights"] = {new: c["weights"][old] for old, new in zip(NAMES, "xyz")}
+    named = re.escape(
+        "mix history is for datasets ['x', 'y', 'z'], this loader blends "
+        "['a.jsonl', 'b.jsonl', 'c.jsonl']"
+    )
+    with pytest.raises(ConfigError, match=named):
+        loader.load_mix_history(renamed)
+    with pytest.raises(ConfigError, match=named):
+        fpipe.get_loader(dataset(mix)).seek(8, mix_history=renamed)
+
+
+def test_a_history_loaded_before_its_first_change_puts_it_in_the_state(mix, steered):
+    # a run without changes at step 5 (the state holds none) takes the history: the change at
+    # step 5 is due now, so the state is the steered run's after step 4
+    out, snaps, hist = steered()
+    loader = fpipe.get_loader(dataset(mix))
+    for _ in zip(range(5), loader):
+        pass
+    loader.load_mix_history(hist)
+    assert loader.snapshot() == snaps[4]
+    assert [keys(b) for _, b in zip(range(10), loader)] == out[5:15]
+
+
+def test_a_restored_loader_that_knew_the_history_makes_its_changes_again(mix, steered):
+    out, snaps, hist = steered()
+    loader = fpipe.get_loader(dataset(mix), mix_history=hist)
+    loader.load_state_dict(snaps[20])
+    got = []
+    for step, batch in zip(range(21, 40), loader):
+        got.append(keys(batch))
+        if step + 1 in CHANGES:
+            loader.set_weights(CHANGES[step + 1])
+    assert got == out[21:40] and loader.mix_history() == hist
+
+
+def test_load_mix_history_and_seek_during_iteration_start_over_from_them(mix, steered):
+    # as load_state_dict does; a skip range far ahead is set before, and one after each call
+    out, snaps, hist = steered()
+    for before, after in ((True, False), (False, True)):
+        loader = fpipe.get_loader(dataset(mix))
+        if before:
+            loader.skip((1000, 1001))
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+        loader.load_mix_history(hist)
+        if after:
+            loader.skip((2000, 2001))
+        assert [keys(next(it)) for _ in range(5)] == out[5:10]
+        loader.seek(20)
+        if after:
+            loader.skip((3000, 3001))
+        assert [keys(next(it)) for _ in range(5)] == out[20:25]
+
+
+def test_seek_keeps_the_skip_ranges(mix):
+    ranged = fpipe.get_loader(dataset(mix))
+    ranged.skip((10, 12))
+    whole = [keys(b) for _, b in zip(range(10), ranged)]  # steps 0..9, 12..13
+    loader = fpipe.get_loader(dataset(mix))
+    loader.skip((10, 12))
+    loader.seek(8)
+    assert [keys(b) for _, b in zip(range(4), loader)] == whole[8:10] + [
+        keys(b) for _, b in zip(range(2), ranged)
+    ]
+
+
+def test_set_weights_compares_over_the_data_parallel_group(mix, monkeypatch):
+    import fpipe.loader.consistency as consistency
+
+    group = object()
+    loader = fpipe.get_loader(
+        dataset(mix, topology=Topology(rank=0, world_size=1, data_parallel_group=group))
+    )
+    seen = []
+    monkeypatch.setattr(
+        consistency, "consistency_enabled", lambda flag, group=None: seen.append(group) or True
+    )
+    monkeypatch.setattr(consistency, "_gather_rows", lambda row, group: np.stack([row, row]))
+    loader.set_weights([1, 2, 3])
+    assert seen == [group]
+
+
+def test_seek_in_per_rank_mode_gives_the_runs_state(mix):
+    # per-rank mode has no global position: the state's epoch is this rank's highest (past
+    # the first epoch of the 650 samples at step 82)
+    def ds():
+        return dataset(mix, global_batch_size=None, batch_size=8, distribution="per_rank")
+
+    run = fpipe.get_loader(ds())
+    snaps = [run.snapshot() for _ in zip(range(90), run)]
+    loader = fpipe.get_loader(ds())
+    loader.seek(90)
+    assert loader.snapshot() == snaps[89] and loader.stats().epoch == run.stats().epoch == 1
+
+
+def test_changes_scheduled_on_a_restored_loader_apply_in_step_order(mix, steered):
+    # restored from a state with changes it does not know: the run's change at step 30 made
+    # again gives the run; one at step 35 scheduled before it still comes after it, as on a
+    # loader that knew the history; of two changes at one step the later call holds
+    out, snaps, hist = steered()
+
+    def restored(known=False):
+        loader = fpipe.get_loader(dataset(mix), mix_history=hist if known else None)
+        loader.load_state_dict(snaps[20])
+        return loader
+
+    def run(loader):
+        return [keys(b) for _, b in zip(range(19), loader)]
+
+    again = restored()
+    again.set_weights(CHANGES[30], at_step=30)
+    assert run(again) == out[21:40]
+    late, ordered = restored(), restored(known=True)
+    late.set_weights([0, 1, 0], at_step=35)
+    late.set_weights(CHANGES[30], at_step=30)
+    ordered.set_weights(CHANGES[30], at_step=30)
+    ordered.set_weights([0, 1, 0], at_step=35)
+    assert run(late) == run(ordered) != out[21:40]
+    twice, once = restored(), restored()
+    twice.set_weights([1, 0, 0], at_step=25)
+    twice.set_weights([0, 0, 1], at_step=25)
+    once.set_weights([0, 0, 1], at_step=25)
+    assert run(twice) == run(once)
+    # and the history lists both, in the order they were made
+    fresh = fpipe.get_loader(dataset(mix))
+    fresh.set_weights([1, 0, 0], at_step=3)
+    fresh.set_weights([0, 0, 1], at_step=3)
+    for _ in zip(range(4), fresh):
+        pass
+    assert [(c["step"], c["weights"]["c.jsonl"]) for c in fresh.mix_history()["changes"]] == [
+        (3, 0.0),
+        (3, 1.0),
+    ]
+
+
+def test_set_weights_during_iteration_starts_over_from_the_last_batch(mix, steered):
+    out, _, _ = steered()
+    loader = fpipe.get_loader(dataset(mix))
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    loader.set_weights(CHANGES[5])
+    loader.skip((4000, 4001))  # one more call before the next batch
+    assert [keys(next(it)) for _ in range(5)] == out[5:10]
+
+
+def test_a_loader_without_online_weights_restores_and_seeks(mix):
+    # no weighted blend, so no changes to know: a restored loader seeks from the config
+    for name in ("a.jsonl", "epochized.yaml"):
+        run = fpipe.get_loader(dataset(mix, name))
+        snaps = [run.snapshot() for _ in zip(range(12), run)]
+        loader = fpipe.get_loader(dataset(mix, name))
+        loader.load_state_dict(snaps[10])
+        loader.seek(6)
+        assert loader.snapshot() == snaps[5]
+
+
+def test_a_change_after_the_end_of_a_stream_is_refused(tmp_path):
+    for name in "ab":
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"text": name, "tokens": 9}) + "\n")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "c", "tokens": 99}) + "\n")
+    blend = "".join(f"      - {{weight: {w}, path: {n}}}\n" for n, w in zip(NAMES, (0, 0, 1)))
+    (tmp_path / "mix.yaml").write_text("splits:\n  train:\n    blend:\n" + blend)
+    ds = dataset(
+        tmp_path, global_batch_size=1, shuffle_buffer_size=None, num_epochs=1,
+        plan_stages=[fpipe.plan.filter_refs("tokens", "<", 50)],
+    )  # fmt: skip
+    loader = fpipe.get_loader(ds)  # no step under its weights: the stream ends at step 0
+    with pytest.raises(ConfigError) as e:
+        loader.set_weights([1, 0, 0], at_step=3)
+    assert str(e.value) == (
+        "set_weights: the stream has ended at step 0; there is no later step to change"
+    )
+    before = loader.snapshot()
+    loader.seek(0)  # step 0 of a stream with no step is its start
+    assert loader.snapshot() == before
+
+
+def test_datasets_blended_whole_restore_and_seek(mix):
+    # a weighted blend inside datasets blended whole (blend_datasets) takes no online weights,
+    # so a restored loader has no changes to know and seeks from the config
+    from fpipe.datasets import blend_datasets
+
+    def ds():
+        return blend_datasets([(dataset(mix), 1.0), (dataset(mix, "a.jsonl"), 1.0)])
+
+    run = fpipe.get_loader(ds())
+    snaps = [run.snapshot() for _ in zip(range(12), run)]
+    loader = fpipe.get_loader(ds())
+    loader.load_state_dict(snaps[10])
+    loader.seek(6)
+    assert loader.snapshot() == snaps[5]
+
+
+def test_a_mix_history_is_read_back_or_refused_naming_what_is_wrong(mix):
+    from fpipe.loader.steering import MixChange, MixHistory
+
+    h = MixHistory(NAMES, (MixChange(3, (1.0, 0.0, 2.0)), MixChange(3, (0.0, 1.0, 0.0))))
+    data = h.to_dict()
+    assert data["format"] == "fpipe-mix-history" and data["version"] == 1
+    assert MixHistory.of(h) is h and MixHistory.of(data) == h  # two changes at one step
+    plain = {k: v for k, v in data.items() if k != "digest"}
+    W = {"a.jsonl": 1.0}
+    for bad, message in (
+        ([1, 2], "a mix history is the dict loader.mix_history() returns (format "
+         "'fpipe-mix-history'), got list"),
+        ({**data, "format": "other"}, "a mix history is the dict loader.mix_history() returns "
+         "(format 'fpipe-mix-history'), got dict"),
+        ({**plain, "changes": [{"weights": {}}]}, "mix history change 0 lacks 'step' or 'weights'"),
+        ({**data, "digest": "00" * 8}, "mix history: its digest does not match its changes (the "
+         "file was edited or truncated)"),
+        ({**plain, "changes": [{"step": 5, "weights": W}, {"step": 3, "weights": W}]},
+         "mix history: change steps must be >= 0 and in order: [5, 3]"),
+        ({**plain, "changes": [{"step": -1, "weights": W}]},
+         "mix history: change steps must be >= 0 and in order: [-1]"),
+        ({**plain, "changes": [{"step": i, "weights": W} for i in (2, 5, 3)]},
+         "mix history: change steps must be >= 0 and in order: [2, 5, 3]"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError) as e:
+            MixHistory.of(bad)
+        assert str(e.value) == message
+    loader = fpipe.get_loader(dataset(mix))
+    for index in (3, -1):
+        with pytest.raises(ConfigError) as e:
+            loader.set_weights({index: 1.0})
+        assert str(e.value) == f"set_weights: unknown dataset {index}; blended: {list(NAMES)}"
+
+
+def test_ranks_that_disagree_are_named_with_their_steps(mix, monkeypatch):
+    import fpipe.loader.consistency as consistency
+
+    group = object()
+    loader = fpipe.get_loader(
+        dataset(mix, topology=Topology(rank=0, world_size=1, data_parallel_group=group))
+    )
+    seen = []
+
+    def gathered(row, group):  # rank 1 asked for step 7, rank 2 as rank 0
+        seen.append((row.dtype, group))
+        other = row.copy()
+        other[0] = 7
+        return np.stack([row, other, row])
+
+    monkeypatch.setattr(consistency, "consistency_enabled", lambda flag, group=None: True)
+    monkeypatch.setattr(consistency, "_gather_rows", gathered)
+    with pytest.raises(ConsistencyError) as e:
+        loader.set_weights([1, 2, 3])
+    assert seen == [(np.int64, group)]
+    assert str(e.value) == (
+        "set_weights: the ranks asked for different weight changes (ranks [0, 2] step 0; "
+        "ranks [1] step 7); every rank must call set_weights with the same weights and step "
+        "(compute them on one rank and broadcast them, or from values all-reduced over the "
+        "ranks). Nothing changed."
+    )
+
+
+def test_a_steered_plan_steps_and_advances_to_the_states_a_seek_reaches(mix):
+    # SteeredPlan (what fpipe plan --mix-history steps through): each change before its step,
+    # one recipe per next() by default, advance over runs of steps between changes
+    from fpipe.loader.steering import MixChange, SteeredPlan, seek_state
+
+    plan = fpipe.get_loader(dataset(mix)).plan
+    changes = (MixChange(0, (0.0, 1.0, 0.0)), MixChange(3, (1.0, 0.0, 1.0)))
+    steered = SteeredPlan(plan, changes)
+
+    def at(step):
+        return plan.snapshot(seek_state(plan, step, (), changes)[0])
+
+    state = steered.init()
+    assert plan.snapshot(state) == at(0)
+    for step in range(1, 7):
+        state, out = steered.next(state)
+        assert len(out) == 1 and out[0].step == step - 1
+        assert plan.snapshot(state) == at(step)
+    for start, n in ((0, 1), (0, 6), (3, 2), (2, 3)):
+        begin = seek_state(plan, start, (), changes)[0]
+        state, passed = steered.advance(begin, n)
+        assert plan.snapshot(state) == at(start + n) and passed.outputs == n

@@ -162,3 +162,69 @@ def test_over_a_tile_the_highest_epoch_is_the_highest_pass_read():
             fast = seek_state(plans[0], target, (), (), planned=1)
             slow = seek_state(plans[1], target, (), (), fast=False)
             assert fast[1:] == slow[1:], (name, target)
+
+
+def test_passed_of_counts_outputs_refs_and_the_highest_epoch():
+    # a chunk of refs: each ref is an output; recipes: one output each, holding their refs;
+    # recipes of packs: one output each, holding every pack's refs; nothing: all 0
+    from fpipe.core.advance import passed_of
+    from fpipe.core.records import Recipe, Refs
+
+    assert passed_of(Refs.of(index=[4, 5, 6], epoch=[0, 3, 1])) == Passed(3, 3, 3)
+    assert passed_of(Refs.empty()) == Passed(0, 0, 0)
+    assert passed_of(()) == Passed(0, 0, 0)
+
+    def recipe(*refs):
+        return Recipe(step=0, refs=refs[0] if len(refs) == 1 else refs, key=None)
+
+    recipes = (recipe(Refs.of(index=[1, 2], epoch=1)), recipe(Refs.of(index=[3, 4, 5], epoch=2)))
+    assert passed_of(recipes) == Passed(2, 5, 2)
+    assert passed_of((recipe(Refs.empty()),)) == Passed(1, 0, 0)
+    packs = (recipe(Refs.of(index=[1], epoch=4), Refs.of(index=[2, 3], epoch=0)),)
+    assert passed_of(packs) == Passed(1, 3, 4)
+
+
+def test_a_step_that_cannot_count_is_advanced_by_building_its_outputs():
+    # a filter has no advance: next builds the outputs (5 of each epoch of 10 pass), to the
+    # state next and skip reach; a finite stream gives fewer; more than 2**36 outputs one at a
+    # time are refused at once, naming the step
+    import pytest
+
+    from fpipe.core.errors import ConfigError
+    from fpipe.plan import filter_refs, repeat
+
+    def filtered(num_epochs=None):
+        return Pipeline(chain(repeat(samples(10), num_epochs), filter_refs("index", "<", 5)), 0)
+
+    p = filtered()
+    assert p.source.advance is None
+    for n in (0, 7, 1500):
+        state, passed = p.advance(p.init(), n)
+        assert passed == Passed(n, n, max(0, n - 1) // 5)
+        assert state == p.skip(p.init(), n)[0]
+    f = filtered(num_epochs=2)
+    state, passed = f.advance(f.init(), 2**36)  # not past the limit: to the stream's end
+    assert passed == Passed(10, 10, 1) and not len(f.next(state, 1)[1])
+    with pytest.raises(ConfigError) as e:
+        f.advance(f.init(), 2**36 + 1)
+    assert str(e.value) == (
+        "passing 68,719,476,737 outputs of plan step 'filter' (it cannot count them, nor its "
+        "end) one at a time is refused (at most 2**36, 68,719,476,736: hours of CPU already); a "
+        "run that far is resumed from its saved state (loader.load_state_dict), not recomputed "
+        "from the start"
+    )
+
+
+def test_a_count_past_64_bits_is_refused():
+    import pytest
+
+    from fpipe.core.advance import check_state_int
+    from fpipe.core.errors import ConfigError
+
+    check_state_int(2**63 - 1, "the position")  # the largest a state holds
+    with pytest.raises(ConfigError) as e:
+        check_state_int(2**63, "the position")
+    assert str(e.value) == (
+        "the position would reach 9,223,372,036,854,775,808, past the 2**63 a plan state "
+        "holds: no run of this plan gets there"
+    )

@@ -51,6 +51,24 @@ def test_rampup_is_megatrons_step_for_step():
         assert s.sizes[-1] == final and len(s.sizes) <= (final - start) // inc + 1
 
 
+def test_rampup_beyond_float_precision_changes_size_where_megatron_does():
+    # Ramp-up sample counts above 2**53, where Megatron's float division rounds neighbouring
+    # counts alike: too many steps to replay, so check each change of size: the step before it
+    # still has the old size and the step itself the new one, by Megatron's formula.
+    cases = [(1, 1, 53_674_917_024_482_883, 2), (1, 3, 1_089_668_028_955_637_996, 13)]
+    for start, inc, ramp, final in cases:
+        per = ramp / ((final - start) // inc)
+
+        def megatron(consumed, ramp=ramp, per=per, start=start, inc=inc, final=final):
+            return final if consumed > ramp else start + int(consumed / per) * inc
+
+        s = BatchSchedule.rampup(start, inc, ramp, final=final)
+        assert s.sizes == tuple(range(start, final + 1, inc))
+        for j in range(1, len(s.steps)):
+            assert megatron(s.refs_before(s.steps[j] - 1)) == s.sizes[j - 1]
+            assert megatron(s.refs_before(s.steps[j])) == s.sizes[j]
+
+
 def test_table_and_errors():
     s = BatchSchedule.of({0: 8, 10: 16, 20: 16, 30: 32})
     assert s.steps == (0, 10, 30) and s.sizes == (8, 16, 32)
