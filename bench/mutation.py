@@ -89,26 +89,35 @@ TESTS: dict[str, list[str]] = {
         "property_tests/test_coverage.py",
     ],
     "fpipe/plan/blend.py": [
+        "tests/plan/test_blend_rules.py",
         "tests/plan/test_blend.py",
+        "tests/plan/test_blend_advance.py",
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
     ],
     "fpipe/plan/blend_choice.py": [
         "tests/plan/test_blend.py",
+        "tests/plan/test_blend_choice_rules.py",
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
     ],
+    "fpipe/plan/blend_advance.py": [
+        "tests/plan/test_blend_advance.py",
+        "tests/plan/test_blend.py",
+        "tests/plan/test_advance.py",
+        "property_tests/test_fast_seek.py",
+    ],
     "fpipe/plan/_blend_units.py": [
+        "tests/plan/test_blend_units.py",
         "tests/plan/test_blend.py",
         "property_tests/test_token_blend.py",
     ],
     "fpipe/plan/recipe_blend.py": [
-        "tests/plan/test_blend.py",
-        "property_tests/test_blend_fidelity.py",
-        "property_tests/test_token_blend.py",
+        "tests/plan/test_recipe_blend.py",
     ],
     "fpipe/plan/online_mix.py": [
         "tests/plan/test_blend.py",
+        "tests/plan/test_online_mix_rules.py",
         "property_tests/test_online_mix.py",
     ],
     "fpipe/core/advance.py": [
@@ -117,11 +126,17 @@ TESTS: dict[str, list[str]] = {
     ],
     "fpipe/loader/steering.py": [
         "tests/loader/test_online_weights.py",
+        "tests/plan/test_seek_cost.py",
+        "tests/plan/test_advance.py",
         "property_tests/test_online_mix.py",
+        "property_tests/test_fast_seek.py",
+        # the state machine's kept sequences (its random run takes ~30 s per mutant)
+        "property_tests/test_loader_machine.py::test_found_sequences",
     ],
     "fpipe/loader/_steering.py": [
         "tests/loader/test_online_weights.py",
         "property_tests/test_online_mix.py",
+        "property_tests/test_loader_machine.py::test_found_sequences",
     ],
 }
 

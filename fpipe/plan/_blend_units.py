@@ -109,7 +109,7 @@ def units_of(refs: Refs, unit: str, name: str) -> np.ndarray:
         i = int(np.flatnonzero(bad)[0])
         raise ConfigError(
             f"blend_unit {unit!r}: dataset {name!r}, sample index {int(refs.index[i])}: "
-            f"{unit} is {raw[i]!r}; a blend by units needs finite values >= 0"
+            f"{unit} is {raw[i]}; a blend by units needs finite values >= 0"
         )
     return np.maximum(np.rint(values), 1).astype(np.int64)
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 import msgspec
 import numpy as np
 
-from fpipe.core.advance import Passed, advance_by_next, check_one_by_one, check_state_int
+from fpipe.core.advance import Passed, advance_by_next
 from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
 from fpipe.core.graph import input_root, step_key
 from fpipe.core.records import Config, Refs, State
@@ -39,10 +39,10 @@ from fpipe.plan._blend_units import (
     COUNTER_BYTES,
     pack_counters,
     take_by_units,
-    units_of,
     unpack_counters,
 )
-from fpipe.plan._unit_count import Uncountable, pass_by_units
+from fpipe.plan._unit_count import Uncountable
+from fpipe.plan.blend_advance import BlendCounting
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
 from fpipe.plan.online_mix import (
     OnlineMix,
@@ -54,7 +54,6 @@ from fpipe.plan.online_mix import (
     online_segment,
     prune,
 )
-from fpipe.plan.slice_order import highest_epoch
 
 __all__ = [
     "BlendConfig",
@@ -73,7 +72,6 @@ BlendMode = Literal["weighted", "epochized"]
 _CHOICE = 0xB1E2D  # fold_in tag of the blend's choice key
 _BLOCK = 8192  # positions computed at once when callers ask for fewer (memoized, invisible)
 _FIRST_BLOCK = 256  # the first such block of a blend; each later one twice the last, to _BLOCK
-_COUNT_BLOCK = 1 << 20  # positions whose choices advance counts at once (bounded memory)
 
 CHANGED_MIX_HINT = (
     "the datasets of a blend changed: a snapshot keeps one counter per dataset, so adding, "
@@ -429,94 +427,40 @@ def blend(
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
 
-    def count_choices(state: BlendState, lo: int, hi: int) -> np.ndarray:
-        """How many of positions ``lo..hi-1`` choose each dataset, one position at a time (a
-        block of :data:`_COUNT_BLOCK` per numpy pass)."""
-        counts_ = np.zeros(n, dtype=np.int64)
-        for a in range(lo, hi, _COUNT_BLOCK):
-            positions = np.arange(a, min(a + _COUNT_BLOCK, hi), dtype=np.int64)
-            counts_ += np.bincount(choose(state, positions), minlength=n)
-        return counts_
-
-    def epochized_counts(state: BlendState, start: int, stop: int) -> np.ndarray:
-        """count_choices over ``start..stop-1`` of an epochized blend: every whole blend
-        epoch gives each dataset its count; only the epochs cut at either end are counted."""
-        total = sum(counts)
-        first, last = -(-start // total), stop // total  # whole epochs first..last-1
-        if first >= last:
-            check_one_by_one(stop - start, f"positions of blend {name!r} within an epoch")
-            return count_choices(state, start, stop)
-        cut = (first * total - start) + (stop - last * total)
-        check_one_by_one(cut, f"positions of blend {name!r} in the epochs cut at either end")
-        whole = (last - first) * np.asarray(counts, dtype=np.int64)
-        head = count_choices(state, start, first * total)
-        return whole + head + count_choices(state, last * total, stop)
-
-    def epoch_units(state: BlendState, d: int, epoch: int) -> np.ndarray:
-        """The units of each ref of dataset ``d``'s epoch ``epoch``, in stream order."""
-        assert unit is not None  # a blend by units
-        refs = ranges[d](leaf_roots(state.key)[d], epoch, 0, sizes[d])
-        return units_of(refs, unit, names[d])
-
-    def units_advance(state: BlendState, start: int, stop: int):
-        """A blend by units' ``(taken, units)`` after positions ``start..stop-1``: long
-        segments counted from their datasets' cumulative units (see
-        :mod:`fpipe.plan._unit_count`), short ones built."""
-        assert schedule is not None and unit is not None  # a weighted blend by units
-        online = entries(state)
-        taken, used = pass_by_units(
-            lambda p: online_segment(schedule, online, p),
-            lambda d, e: epoch_units(state, d, e),
-            lambda d, a, b: Refs.concat(leaf_refs(state, d, a, b)),
-            unit,
-            names,
-            sizes,
-            start,
-            state.taken,
-            unpack_counters(getattr(state, "tokens", b""), n),
-            stop - start,
-        )
-        return taken, pack_counters(used)
+    counting = BlendCounting(
+        name=name,
+        names=names,
+        sizes=sizes,
+        views=tuple(views),
+        ranges=tuple(ranges),
+        mode=mode,
+        counts=counts,
+        schedule=schedule,
+        unit=unit,
+        limit=limit,
+        choose=choose,
+        entries=entries,
+        leaf_roots=leaf_roots,
+        leaf_refs=leaf_refs,
+    )
 
     def advance(state: BlendState, want: int) -> tuple[BlendState, Passed]:
         """next_'s state after ``want`` positions, from their choices counted per dataset
-        (no ref gathered): each position's draw of a weighted blend; the cut epochs of an
-        epochized one; a blend by units from its datasets' cumulative units."""
+        (no ref gathered, see :mod:`fpipe.plan.blend_advance`)."""
         if state.weights[: len(digests)] != digests or (
             len(state.weights) > len(digests) and mode != "weighted"
         ):
             return advance_by_next(source, state, want)  # next_ checks or resets these
-        start = state.position
-        stop = start + (want if limit is None else max(0, min(want, limit - start)))
-        check_state_int(stop, f"blend {name!r}: the positions")
-        before = np.asarray(state.taken, dtype=np.int64)
-        tokens = b""
-        if unit is not None:
-            try:
-                taken, tokens = units_advance(state, start, stop)
-            except Uncountable:  # a dataset whose epochs hold other units: build them
-                return advance_by_next(source, state, want)
-        elif mode == "epochized":
-            taken = before + epochized_counts(state, start, stop)
-        else:
-            what = f"positions of blend {name!r} (each one's dataset is drawn on its own)"
-            check_one_by_one(stop - start, what)
-            taken = before + count_choices(state, start, stop)
-        roots = leaf_roots(state.key)
-        epoch = max(
-            (
-                highest_epoch(views[d], roots[d], int(before[d]), int(taken[d]))
-                for d in np.flatnonzero(taken - before).tolist()
-            ),
-            default=0,
-        )
+        try:
+            stop, taken, tokens, epoch = counting.count(state, want)
+        except Uncountable:  # a dataset whose epochs hold other units: build them
+            return advance_by_next(source, state, want)
         new: BlendState
         if unit is None:
-            new = BlendState(state.key, stop, tuple(taken.tolist()), own_weights(state, stop))
+            new = BlendState(state.key, stop, taken, own_weights(state, stop))
         else:
-            weights = own_weights(state, stop)
-            new = UnitBlendState(state.key, stop, tuple(taken.tolist()), weights, tokens)
-        return new, Passed(stop - start, stop - start, epoch)
+            new = UnitBlendState(state.key, stop, taken, own_weights(state, stop), tokens)
+        return new, Passed(stop - state.position, stop - state.position, epoch)
 
     no_input_state = (None,) * n
     source = Source(

@@ -1,0 +1,155 @@
+"""A blend's advance on counts: where its counters stand after many positions, without
+gathering a ref (what a seek, or a restore that skips ahead, runs).
+
+A blend's state is its position and one counter per dataset (see :mod:`fpipe.plan.blend`), so
+passing ``m`` positions only needs how many of them chose each dataset:
+
+* a weighted blend draws each position's dataset on its own: the draws are counted, a block of
+  :data:`_COUNT_BLOCK` positions per numpy pass (one at a time, never gathered);
+* an epochized blend gives each dataset exactly its count per blend epoch: only the epochs cut
+  at either end of the range are drawn;
+* a blend by units counts each segment from its datasets' cumulative units
+  (:mod:`fpipe.plan._unit_count`), and raises :class:`~fpipe.plan._unit_count.Uncountable`
+  where a dataset's epochs hold other units (the caller builds those positions instead).
+
+The counters are those of building the positions with the blend's ``next``: an advance is a
+shortcut, never another stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fpipe.core.advance import check_one_by_one, check_state_int
+from fpipe.core.records import Refs
+from fpipe.core.rng import Key
+from fpipe.core.stage import View
+from fpipe.plan._blend_units import pack_counters, units_of, unpack_counters
+from fpipe.plan._unit_count import pass_by_units
+from fpipe.plan.blend_choice import WeightSchedule
+from fpipe.plan.online_mix import online_segment
+from fpipe.plan.slice_order import highest_epoch
+
+__all__ = ["BlendCounting", "Counted"]
+
+_COUNT_BLOCK = 1 << 20  # positions whose choices advance counts at once (bounded memory)
+
+
+class Counted(NamedTuple):
+    """A blend's counters after an advance: ``stop`` (the new position), ``taken`` (refs per
+    dataset), ``tokens`` (a blend by units' packed unit counters; b"" otherwise) and ``epoch``
+    (the highest dataset epoch the passed refs reach)."""
+
+    stop: int
+    taken: tuple[int, ...]
+    tokens: bytes
+    epoch: int
+
+
+@dataclass(frozen=True)
+class BlendCounting:
+    """What counting a blend's positions reads: its datasets (``names``, ``sizes``, ``views``
+    and their ``ranges``), how it chooses (``mode``; ``counts`` per blend epoch of an epochized
+    blend; ``schedule`` and ``unit`` of a weighted one), its ``limit`` (positions before the
+    end, None: forever), and the blend's own functions: ``choose(state, positions)`` (each
+    position's dataset), ``entries(state)`` (the online changes a state holds),
+    ``leaf_roots(key)`` and ``leaf_refs(state, d, start, stop)`` (refs of ``d``'s stream)."""
+
+    name: str
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    views: tuple[View, ...]
+    ranges: tuple[Callable[..., Refs], ...]
+    mode: str
+    counts: tuple[int, ...]
+    schedule: WeightSchedule | None
+    unit: str | None
+    limit: int | None
+    choose: Callable[[Any, np.ndarray], np.ndarray]
+    entries: Callable[[Any], tuple]
+    leaf_roots: Callable[[Key], tuple[Key, ...]]
+    leaf_refs: Callable[[Any, int, int, int], list[Refs]]
+
+    def count(self, state: Any, want: int) -> Counted:
+        """The counters ``want`` positions after ``state`` (fewer at the blend's end): each
+        position's draw of a weighted blend; the cut epochs of an epochized one; a blend by
+        units from its datasets' cumulative units (an ``Uncountable`` where it cannot)."""
+        start = state.position
+        limit = self.limit
+        stop = start + (want if limit is None else max(0, min(want, limit - start)))
+        check_state_int(stop, f"blend {self.name!r}: the positions")
+        before = np.asarray(state.taken, dtype=np.int64)
+        tokens = b""
+        if self.unit is not None:
+            taken, tokens = self.units_advance(state, start, stop)
+        elif self.mode == "epochized":
+            taken = before + self.epochized_counts(state, start, stop)
+        else:
+            what = f"positions of blend {self.name!r} (each one's dataset is drawn on its own)"
+            check_one_by_one(stop - start, what)
+            taken = before + self.count_choices(state, start, stop)
+        roots = self.leaf_roots(state.key)
+        epoch = max(
+            (
+                highest_epoch(self.views[d], roots[d], int(before[d]), int(taken[d]))
+                for d in np.flatnonzero(taken - before).tolist()
+            ),
+            default=0,
+        )
+        return Counted(stop, tuple(taken.tolist()), tokens, epoch)
+
+    def count_choices(self, state: Any, lo: int, hi: int) -> np.ndarray:
+        """How many of positions ``lo..hi-1`` choose each dataset, one position at a time (a
+        block of :data:`_COUNT_BLOCK` per numpy pass)."""
+        n = len(self.names)
+        counts_ = np.zeros(n, dtype=np.int64)
+        for a in range(lo, hi, _COUNT_BLOCK):
+            positions = np.arange(a, min(a + _COUNT_BLOCK, hi), dtype=np.int64)
+            counts_ += np.bincount(self.choose(state, positions), minlength=n)
+        return counts_
+
+    def epochized_counts(self, state: Any, start: int, stop: int) -> np.ndarray:
+        """count_choices over ``start..stop-1`` of an epochized blend: every whole blend
+        epoch gives each dataset its count; only the epochs cut at either end are counted."""
+        total = sum(self.counts)
+        first, last = -(-start // total), stop // total  # whole epochs first..last-1
+        if first >= last:
+            check_one_by_one(stop - start, f"positions of blend {self.name!r} within an epoch")
+            return self.count_choices(state, start, stop)
+        cut = (first * total - start) + (stop - last * total)
+        what = f"positions of blend {self.name!r} in the epochs cut at either end"
+        check_one_by_one(cut, what)
+        whole = (last - first) * np.asarray(self.counts, dtype=np.int64)
+        head = self.count_choices(state, start, first * total)
+        return whole + head + self.count_choices(state, last * total, stop)
+
+    def epoch_units(self, state: Any, d: int, epoch: int) -> np.ndarray:
+        """The units of each ref of dataset ``d``'s epoch ``epoch``, in stream order."""
+        assert self.unit is not None  # a blend by units
+        refs = self.ranges[d](self.leaf_roots(state.key)[d], epoch, 0, self.sizes[d])
+        return units_of(refs, self.unit, self.names[d])
+
+    def units_advance(self, state: Any, start: int, stop: int) -> tuple[np.ndarray, bytes]:
+        """A blend by units' ``(taken, units)`` after positions ``start..stop-1``: long
+        segments counted from their datasets' cumulative units (see
+        :mod:`fpipe.plan._unit_count`), short ones built."""
+        schedule, unit = self.schedule, self.unit
+        assert schedule is not None and unit is not None  # a weighted blend by units
+        online = self.entries(state)
+        taken, used = pass_by_units(
+            lambda p: online_segment(schedule, online, p),
+            lambda d, e: self.epoch_units(state, d, e),
+            lambda d, a, b: Refs.concat(self.leaf_refs(state, d, a, b)),
+            unit,
+            self.names,
+            self.sizes,
+            start,
+            state.taken,
+            unpack_counters(getattr(state, "tokens", b""), len(self.names)),
+            stop - start,
+        )
+        return taken, pack_counters(used)
