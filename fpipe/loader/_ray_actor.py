@@ -34,8 +34,10 @@ class MaterializeActor:
     One task materializes at a time (``_turn``). Ray stores a task's result after the method
     returns, on the task's thread: serializing it, creating the object, copying the tensors'
     bytes in and sealing it, each a round trip to the node's object store. With two threads
-    (``max_concurrency=2``) the next recipe, already queued, materializes meanwhile, so the
-    store's round trips are off the actor's critical path.
+    (``ray_options={"max_concurrency": 2}``) the next recipe, already queued, materializes
+    meanwhile, so the store's round trips are off the actor's critical path; it is not the
+    default because a sample that kills the actor then also loses the reply of the recipe
+    before it (not yet stored), each time both are sent again.
 
     Recipes materialize in the order they were sent (their ``ticket``, counted per actor by
     the loader): Ray hands queued tasks to the two threads in order, but which thread takes the

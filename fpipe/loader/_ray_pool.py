@@ -30,9 +30,12 @@ __all__ = ["actors_in_use", "connect", "import_ray", "release_ray_actors"]
 #: Seconds to wait for idle actors to answer a ping before a pass (see _Pool.replace_dead).
 PING_S = 1.0
 #: Actor options applied unless ``ray_options`` names them.
-#: ``max_concurrency`` 2: an actor stores a result in the object store (and replies) on one
-#: thread while it materializes the next recipe on the other (see :class:`MaterializeActor`).
-DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_concurrency": 2}
+#: ``max_concurrency`` stays Ray's 1: with 2, an actor would store one result while it
+#: materializes the next recipe, but a sample that kills the actor then takes the finished
+#: recipe's unstored reply with it, every time that recipe is sent again with the killing one
+#: behind it: that recipe fails twice unnamed and ``error_policy="skip"`` cannot skip the
+#: sample (see :class:`MaterializeActor`).
+DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0}
 
 
 def import_ray():
