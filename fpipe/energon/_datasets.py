@@ -35,6 +35,7 @@ from typing import Any
 
 from fpipe.datasets import get_train_dataset as _fpipe_get_train_dataset
 from fpipe.datasets import get_val_dataset as _fpipe_get_val_dataset
+from fpipe.energon.epath import path_text
 from fpipe.loader import Topology
 
 __all__ = ["get_train_dataset", "get_val_dataset"]
@@ -58,6 +59,7 @@ def get_train_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
     """:func:`fpipe.get_train_dataset` with Energon's slices (``sequence_slices="shards"``)
     and, for a stream that ends (``repeat=False``), Energon's split of the data to ranks by
     default (see the module doc)."""
+    path = path_text(path)
     _auto_decode(kwargs)
     kwargs.setdefault("sequence_slices", "shards")
     if "distribution" not in kwargs and kwargs.get("repeat", True) is False:
@@ -72,6 +74,7 @@ def get_val_dataset(path: str | os.PathLike, **kwargs: Any) -> Any:
     """:func:`fpipe.get_val_dataset` with Energon's per-worker batches on each rank
     (``distribution="energon"``) by default for one dataset read by several ranks or workers,
     also taking Energon's ``auto_decode`` (see the module doc)."""
+    path = path_text(path)
     _auto_decode(kwargs)
     if "distribution" not in kwargs and kwargs.get("packing_buffer_size") is None:
         from fpipe.storage.config.metadataset import is_metadataset

@@ -85,10 +85,10 @@ class DatasetFactory:
         subflavors: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
-        from fpipe.energon.epath import EPath
+        from fpipe.energon.epath import EPath, path_text
         from fpipe.samples import sample_type_from_name
 
-        self._path = os.fspath(path)
+        self._path = path_text(path)
         self._training = training
         self._worker_config = worker_config
         # Energon's factories decode images so by default (float32 in [0, 1])

@@ -227,16 +227,18 @@ def _traverse(md: Any, split_part: str, *, check_paths: bool) -> list[TraversedD
 def load_dataset(path: Any, **kwargs: Any) -> DatasetLoaderInterface:
     """Energon's ``load_dataset``: a :class:`MetadatasetLoader` for a metadataset file, a
     :class:`DatasetLoader` (``kwargs``: its fields) for a dataset folder."""
+    from fpipe.energon.epath import path_text
     from fpipe.storage.config.metadataset import is_metadataset
 
-    if is_metadataset(os.fspath(path)):
+    path = path_text(path)
+    if is_metadataset(path):
         if kwargs:
             raise ConfigError(
                 f"load_dataset({path}): {sorted(kwargs)} apply to a dataset folder, not a "
                 "metadataset"
             )
-        return MetadatasetLoader(str(path))
-    return DatasetLoader(path=os.fspath(path), **kwargs)
+        return MetadatasetLoader(path)
+    return DatasetLoader(path=path, **kwargs)
 
 
 def traverse_metadataset(path: Any, *, split_part: str, **kwargs: Any) -> list:
@@ -244,13 +246,15 @@ def traverse_metadataset(path: Any, *, split_part: str, **kwargs: Any) -> list:
     metadataset file (nested files flattened), each with its path, split part, ``aux`` stores
     and the subflavors the metadataset levels give it. Nothing is opened: a dataset or ``aux:``
     folder that does not exist (yet) is listed as named, as in Energon."""
+    from fpipe.energon.epath import path_text
     from fpipe.storage.config.metadataset import is_metadataset, load_metadataset
 
-    if not is_metadataset(os.fspath(path)):
+    path = path_text(path)
+    if not is_metadataset(path):
         raise ConfigError(f"traverse_metadataset({path}): not a metadataset file")
     if kwargs:
         raise ConfigError(f"traverse_metadataset: unknown keyword(s) {sorted(kwargs)}")
-    md = load_metadataset(os.fspath(path), check_paths=False)
+    md = load_metadataset(path, check_paths=False)
     return _traverse(md, split_part, check_paths=False)
 
 
@@ -261,6 +265,7 @@ def prepare_metadataset(path: Any) -> None:
     resolved here, as in Energon's preparation: a joiner of code that is not imported yet is
     resolved when the dataset is built. Raises a ConfigError naming the file and the entry for
     a bad metadataset."""
+    from fpipe.energon.epath import path_text
     from fpipe.storage.config.metadataset import load_metadataset
 
-    load_metadataset(str(path))
+    load_metadataset(path_text(path))

@@ -257,8 +257,10 @@ def get_val_datasets(path: str | os.PathLike, **kwargs: Any) -> list[tuple[Plann
     """
     from fpipe.datasets.dataset import build_val_dataset, get_val_dataset
     from fpipe.datasets.options import DatasetOptions
+    from fpipe.energon.epath import path_text
     from fpipe.storage.config.metadataset import is_metadataset, load_metadataset, resolve_mix
 
+    path = path_text(path)
     if not is_metadataset(path):
         ds = get_val_dataset(path, **kwargs)
         return [(ds, ds.materializer.sources[0])]

@@ -238,6 +238,16 @@ class EPath:
         return self._path
 
 
+def path_text(path: str | os.PathLike | EPath) -> str:
+    """The string fpipe reads ``path`` as: an ``EPath``'s URL, or its local path (an
+    ``EPath`` of a URL has no ``os.fspath``, which names local files only); any other path
+    as ``os.fspath`` gives it. Every ``fpipe.energon`` function taking a dataset or
+    metadataset path passes it through this, so Energon's ``EPath`` objects work there."""
+    if isinstance(path, EPath):
+        return path.url
+    return os.fsdecode(path)
+
+
 #: The dataset-service cache folder at import (Energon's module variable; see the docstring).
 NVDATASET_CACHE_DIR: EPath | None = (
     EPath(os.environ["NVDATASET_CACHE_DIR"]) if os.environ.get("NVDATASET_CACHE_DIR") else None

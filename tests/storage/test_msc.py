@@ -297,3 +297,43 @@ def test_a_jsonl_table_in_a_bucket_reads_as_the_local_file(s3, msc, tmp_path):
     assert media.read(0)["image"] == b"PNGDATA"
     with pytest.raises(BadSampleError, match=r"'\.\./a\.png' leaves"):
         media.read(1)
+
+
+def test_energon_entry_points_take_an_epath_of_a_url_or_a_local_file(s3, uploaded, msc, tmp_path):
+    # Energon users pass EPath objects; one naming a URL reads as its URL string does
+    from fpipe.energon import (
+        get_dataset_from_config,
+        get_loader,
+        get_train_dataset,
+        get_val_datasets,
+        load_dataset,
+        traverse_metadataset,
+    )
+
+    _upload_files(s3, tmp_path, {"epath.yaml": _HEAD + "    path: ../energon\n"})
+    url = "msc://emu/mds/epath.yaml"
+    local = tmp_path / "local.yaml"
+    local.write_text(_HEAD + f"    path: {uploaded}\n")
+
+    def first_texts(path, build=get_train_dataset, **kwargs):
+        with get_loader(build(path, batch_size=2, seed=1, **kwargs), num_workers=0) as loader:
+            it = iter(loader)
+            return [t for _ in range(3) for t in next(it).text]
+
+    want = first_texts(url)
+    assert sorted(want) == sorted(t.decode() for t in _texts(open_dataset(uploaded)))
+    assert first_texts(EPath(url)) == want
+    assert first_texts(EPath(local)) == want
+    # fpipe's own function reads the URL string the same (with Energon's slices)
+    assert first_texts(url, fpipe.get_train_dataset, sequence_slices="shards") == want
+    assert [s.path for _, s in get_val_datasets(EPath(url), split="train", batch_size=1)] == [
+        "msc://emu/energon"
+    ]
+    assert [r.path for r in traverse_metadataset(EPath(url), split_part="train")] == [
+        EPath("msc://emu/energon")
+    ]
+    assert type(load_dataset(EPath(url))).__name__ == "MetadatasetLoader"
+    factory = get_dataset_from_config(
+        EPath("msc://emu/energon"), split_part="train", worker_config=None
+    )
+    assert len(factory) == 6 and factory.paths == [EPath("msc://emu/energon")]
