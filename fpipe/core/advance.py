@@ -87,20 +87,31 @@ def check_one_by_one(count: int, what: str) -> None:
         )
 
 
-class Passed(msgspec.Struct, frozen=True):
-    """What a run of outputs held: ``outputs``, ``refs`` in them (a recipe or a pack holds
-    several) and the highest ``epoch`` of those refs (0 when there are none; None when the
-    counts cannot say: a rank's part of global batches, whose highest epoch depends on which
-    refs it got)."""
+class Passed(msgspec.Struct, frozen=True, repr_omit_defaults=True):
+    """What a run of steps held: ``outputs``, ``refs`` in them (a recipe or a pack holds
+    several), the highest ``epoch`` of those refs (0 when there are none; None when the counts
+    cannot say: a rank's part of global batches, whose highest epoch depends on which refs it
+    got) and ``empty``: the steps that held nothing for this rank (``Source.next_steps``: in a
+    blend of whole datasets, a dataset's last, short global batch that went to the other ranks
+    alone). ``steps`` is all of them: where a run of steps ends is counted in steps, not
+    outputs, so that it is the same step on every rank."""
 
     outputs: int = 0
     refs: int = 0
     epoch: int | None = 0
+    empty: int = 0
+
+    @property
+    def steps(self) -> int:
+        """The steps passed: the outputs and the steps that held nothing for this rank."""
+        return self.outputs + self.empty
 
     def __add__(self, other: Passed) -> Passed:
         a, b = self.epoch, other.epoch
         epoch = None if a is None or b is None else max(a, b)
-        return Passed(self.outputs + other.outputs, self.refs + other.refs, epoch)
+        return Passed(
+            self.outputs + other.outputs, self.refs + other.refs, epoch, self.empty + other.empty
+        )
 
 
 class BlockAdvance(msgspec.Struct, frozen=True):
@@ -140,8 +151,9 @@ def passed_of(chunk: Any) -> Passed:
 
 
 def advance(source: Any, state: Any, n: int) -> tuple[Any, Passed]:
-    """The state after the next ``n`` outputs of ``source`` (fewer at the end of the stream)
-    and what they held: ``source.advance`` where the source has one, else ``next``."""
+    """The state after the next ``n`` steps of ``source`` (fewer at the end of the stream: one
+    output each, or none for this rank, see :class:`Passed`) and what they held:
+    ``source.advance`` where the source has one, else ``next_steps`` or ``next``."""
     if n <= 0:
         return state, Passed()
     if source.advance is not None:
@@ -152,16 +164,27 @@ def advance(source: Any, state: Any, n: int) -> tuple[Any, Passed]:
 def advance_by_next(
     source: Any, state: Any, n: int, *, bounded: bool = False
 ) -> tuple[Any, Passed]:
-    """:func:`advance` by building the outputs with ``source.next``: refused past
+    """:func:`advance` by building the outputs, step by step: with ``source.next_steps``
+    where the source has it (a step may hold nothing for this rank: it counts as a step, the
+    one the other ranks take there), else ``source.next`` (one output a step). Refused past
     :data:`MAX_ONE_BY_ONE` of them unless ``bounded`` (the caller knows the stream ends
     sooner)."""
     if not bounded:
         what = f"outputs of plan step {source.name!r} (it cannot count them, nor its end)"
         check_one_by_one(n, what)
+    by_step = getattr(source, "next_steps", None)
     total = Passed()
-    while total.outputs < n:
-        state, out = source.next(state, min(1024, n - total.outputs))
-        if not len(out):
+    while total.steps < n:
+        want = min(1024, n - total.steps)
+        if by_step is None:
+            state, out = source.next(state, want)
+            if not len(out):
+                break
+            total = total + passed_of(out)
+            continue
+        state, steps = by_step(state, want)
+        if not len(steps):
             break
-        total = total + passed_of(out)
+        held = [r for r in steps if r is not None]
+        total = total + passed_of(held) + Passed(empty=len(steps) - len(held))
     return state, total

@@ -119,7 +119,8 @@ class Pipeline(msgspec.Struct, frozen=True):
         return state, passed
 
     def advance(self, state: Any, n: int) -> tuple[Any, Passed]:
-        """The state :meth:`skip` reaches after the next ``n`` outputs, and a
+        """The state :meth:`skip` reaches after the next ``n`` outputs (steps, for a source
+        with ``next_steps``: a step that holds nothing for this rank counts), and a
         :class:`~fpipe.core.advance.Passed` of them (outputs, refs, highest epoch): computed
         on counts where the steps can (a seek far into a run), else by building the outputs
         (see :mod:`fpipe.core.advance`)."""

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from fpipe.core.advance import advance_by_next
 from fpipe.core.errors import ConfigError
 from fpipe.core.pipeline import Pipeline
 from fpipe.plan.blend import BlendConfig, online_mix, with_online_change
@@ -325,7 +326,7 @@ class SteeredPlan:
             stop = target if i == len(self.changes) else min(target, self.changes[i].step)
             state, got = self.plan.advance(state, stop - step)
             passed = passed + got
-            if got.outputs < stop - step:
+            if got.steps < stop - step:
                 break
             step = stop
             state, i = _apply_due(self.plan, state, step, self.changes, i)
@@ -429,9 +430,9 @@ def _seek_on_counts(
         state, i = _apply_due(plan, state, step, changes, i)
         stop, skipped = _run_end(step, target, ranges, changes, i)
         state, got = plan.advance(state, stop - step)
-        if got.outputs < stop - step:
+        if got.steps < stop - step:
             raise ConfigError(
-                f"step {asked or target} is past the end of the stream ({step + got.outputs})"
+                f"step {asked or target} is past the end of the stream ({step + got.steps})"
             )
         if not skipped:  # delivered steps: the loader counts them
             batches += got.outputs
@@ -468,7 +469,9 @@ def _seek_by_next(
     i: int = 0,
 ) -> tuple[Any, int, int, int]:
     """:func:`seek_state` planning every delivered step (from ``state`` before ``step``, with
-    the first ``i`` changes applied; the counters then count from there)."""
+    the first ``i`` changes applied; the counters then count from there). Steps are counted
+    as :func:`~fpipe.core.advance.advance_by_next` counts them, a step that holds nothing for
+    this rank included, so the seek stops at the same step on every rank."""
     state = plan.init() if state is None else state
     batches = samples = epoch = 0
     while step < target:
@@ -477,17 +480,11 @@ def _seek_by_next(
         if skipped:
             state, passed = plan.skip(state, stop - step)
         else:
-            passed = 0
-            while passed < stop - step:
-                state, out = plan.next(state, min(1024, stop - step - passed))
-                if not len(out):
-                    break
-                for recipe in out:
-                    batches += 1
-                    samples += len(recipe.refs)
-                    if len(recipe.refs):
-                        epoch = max(epoch, int(recipe.refs.epoch.max()))
-                passed += len(out)
+            state, got = advance_by_next(plan.source, state, stop - step, bounded=True)
+            batches += got.outputs
+            samples += got.refs
+            epoch = max(epoch, got.epoch or 0)
+            passed = got.steps
         if passed < stop - step:
             raise ConfigError(f"step {target} is past the end of the stream ({step + passed})")
         step = stop

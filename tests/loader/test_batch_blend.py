@@ -257,3 +257,50 @@ def test_a_snapshot_restores_on_another_world_size(tmp_path):
     resumed = loader(1, 0)
     resumed.load_state_dict(ranks[0].state_dict())
     assert [list(b.text) for b in itertools.islice(resumed, 5)] == whole[3:]
+
+
+@pytest.mark.parametrize("combine", ["blend", "concat"])
+def test_seek_lands_on_the_same_step_on_every_rank_past_a_short_last_batch(tmp_path, combine):
+    # 4 ranks, global batches of 4, drop_last=False: each dataset's last global batch is short,
+    # so some ranks have a step with nothing at it; a seek to step t on every rank is where
+    # stepping that rank t steps lands (its batches and samples before t), at step t
+    from fpipe.loader import Topology
+    from fpipe.loader.steering import seek_state
+
+    for name, n in (("a", 10), ("b", 14)):
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(f'{{"text": "{name}{i}"}}\n' for i in range(n))
+        )
+
+    def plan(rank):
+        def ds(name, seed):
+            return fpipe.get_train_dataset(
+                str(tmp_path / f"{name}.jsonl"), batch_size=1, seed=seed, num_epochs=1,
+                drop_last=False, topology=Topology(rank=rank, world_size=4),
+                sample_type="TextSample", field_map={"text": "text"},
+            )  # fmt: skip
+
+        parts = [ds("a", 1), ds("b", 2)]
+        if combine == "concat":
+            return concat_datasets(parts).plan
+        return blend_datasets([(parts[0], 1), (parts[1], 1)]).plan
+
+    nothing = 0
+    for rank in range(4):
+        p = plan(rank)
+        state, batches, samples, step = p.init(), 0, 0, 0
+        while True:
+            assert seek_state(p, step, (), ())[:3] == (state, batches, samples), (rank, step)
+            assert seek_state(p, step, (), (), fast=False)[:3] == (state, batches, samples)
+            assert p.next_step(state) == step
+            state, got = p.source.next_steps(state, 1)
+            if not got:
+                break
+            nothing += got[0] is None
+            batches += got[0] is not None
+            samples += 0 if got[0] is None else len(got[0].refs)
+            step += 1
+        assert step == 7  # 3 + 4 global batches, the same on every rank
+        with pytest.raises(ConfigError, match="past the end"):
+            seek_state(p, 8, (), ())
+    assert nothing  # some rank had a step with nothing for it
