@@ -95,6 +95,20 @@ TESTS: dict[str, list[str]] = {
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
     ],
+    "fpipe/plan/blend_state.py": [
+        "tests/plan/test_blend_rules.py",
+        "tests/plan/test_blend.py",
+        "tests/plan/test_blend_advance.py",
+        "property_tests/test_blend_fidelity.py",
+        "property_tests/test_token_blend.py",
+    ],
+    "fpipe/plan/blend_block.py": [
+        "tests/plan/test_blend_rules.py",
+        "tests/plan/test_blend.py",
+        "tests/plan/test_blend_advance.py",
+        "property_tests/test_blend_fidelity.py",
+        "property_tests/test_token_blend.py",
+    ],
     "fpipe/plan/blend_choice.py": [
         "tests/plan/test_blend.py",
         "tests/plan/test_blend_choice_rules.py",

@@ -11,6 +11,10 @@ stream. The state is therefore the position plus one counter per dataset: fixed 
 O(datasets), whatever the step. Window shuffle, distribution and batching come after the
 blend, so a batch mixes datasets.
 
+This module builds the step and hands out positions (``next``, ``advance``); its records and
+their checks are :mod:`fpipe.plan.blend_state`, the blocks of positions it memoizes
+:mod:`fpipe.plan.blend_block`, and its advance on counts :mod:`fpipe.plan.blend_advance`.
+
 Example:
     >>> from fpipe.plan.source import samples
     >>> src = blend([samples(4, dataset=0), samples(6, dataset=1)], weights=[1, 1])
@@ -21,39 +25,34 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-import msgspec
 import numpy as np
 
 from fpipe.core.advance import Passed, advance_by_next
-from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
-from fpipe.core.graph import input_root, step_key
-from fpipe.core.records import Config, Refs, State
-from fpipe.core.rng import Key, fold_in, name_id
+from fpipe.core.graph import step_key
+from fpipe.core.records import Refs
+from fpipe.core.rng import fold_in
 from fpipe.core.stage import Source, View
-from fpipe.plan._blend_units import (
-    COUNTER_BYTES,
-    pack_counters,
-    take_by_units,
-    unpack_counters,
-)
+from fpipe.plan._blend_units import pack_counters
 from fpipe.plan._unit_count import Uncountable
 from fpipe.plan.blend_advance import BlendCounting
+from fpipe.plan.blend_block import blend_blocks
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
-from fpipe.plan.online_mix import (
-    OnlineMix,
-    add_change,
-    agree_until,
-    choose_online,
-    decode_mix,
-    encode_mix,
-    online_segment,
-    prune,
+from fpipe.plan.blend_state import (
+    BlendConfig,
+    BlendMode,
+    BlendState,
+    UnitBlendState,
+    blend_config,
+    online_mix,
+    restore_check,
+    weight_digests,
+    with_online_change,
 )
+from fpipe.plan.online_mix import choose_online, decode_mix, encode_mix, prune
 
 __all__ = [
     "BlendConfig",
@@ -66,76 +65,9 @@ __all__ = [
     "with_online_change",
 ]
 
-#: How a blend chooses: by weight (a schedule), or epochized (exact counts per blend epoch).
-BlendMode = Literal["weighted", "epochized"]
-
 _CHOICE = 0xB1E2D  # fold_in tag of the blend's choice key
 _BLOCK = 8192  # positions computed at once when callers ask for fewer (memoized, invisible)
 _FIRST_BLOCK = 256  # the first such block of a blend; each later one twice the last, to _BLOCK
-
-CHANGED_MIX_HINT = (
-    "the datasets of a blend changed: a snapshot keeps one counter per dataset, so adding, "
-    "removing or renaming a dataset cannot continue the same run. Resume with the same "
-    "datasets, or start a new run from the new metadataset."
-)
-
-
-class BlendConfig(Config, frozen=True):
-    """A blend of ``datasets`` (names, in order) with ``sizes`` refs per epoch each.
-
-    ``mode``: ``"weighted"`` (``schedule`` gives the weights) or ``"epochized"`` (dataset ``d``
-    gives ``counts[d]`` refs per blend epoch). ``num_epochs``: blend epochs before the stream
-    ends (None: forever); a weighted blend's epoch is ``sum(sizes)`` positions.
-    ``unit``: None (weights are shares of samples) or the index column whose values weights
-    share (``"tokens"``; see :mod:`fpipe.plan._blend_units`).
-    ``schedule`` and ``unit`` are declared compatible: a restore checks them itself, by
-    dataset name (the state's weight digests cover both), and accepts a change when
-    ``allow_changed_weights`` is set.
-    """
-
-    compatible: ClassVar[frozenset[str]] = frozenset({"schedule", "allow_changed_weights", "unit"})
-    mismatch_hint: ClassVar[str] = CHANGED_MIX_HINT
-
-    datasets: tuple[str, ...]
-    sizes: tuple[int, ...]
-    mode: BlendMode = "weighted"
-    schedule: WeightSchedule | None = None
-    counts: tuple[int, ...] = ()
-    num_epochs: int | None = None
-    allow_changed_weights: bool = False
-    unit: str | None = None
-
-
-class BlendState(State, frozen=True, array_like=True):
-    """``key``: the root key of the blend's plan; ``position``: next global position;
-    ``taken[d]``: refs dataset ``d`` gave so far (its epoch is ``taken[d] // size``);
-    ``weights``: 2-byte digest per dataset of its scheduled weights, checked on restore; after
-    weights changed online, followed by the :class:`~fpipe.plan.online_mix.OnlineMix` record
-    of the changes (see :func:`online_mix`)."""
-
-    key: Key
-    position: int
-    taken: tuple[int, ...]
-    weights: bytes = b""
-
-
-class UnitBlendState(BlendState, frozen=True, array_like=True):
-    """The state of a blend by units (``unit="tokens"``): :class:`BlendState` plus
-    ``tokens``: for each dataset ``d``, the units it gave since the start of the
-    constant-weight segment that holds ``position``, as 6-byte counters (fixed width)."""
-
-    tokens: bytes = b""
-
-
-def _weight_digests(schedule: WeightSchedule | None, n: int, unit: str | None = None) -> bytes:
-    if schedule is None:
-        return b""
-    out = bytearray()
-    for d in range(n):
-        col = (schedule.linear, schedule.points, tuple(row[d] for row in schedule.weights))
-        text = repr(col) if unit is None else repr((*col, unit))
-        out += (name_id(text) & 0xFFFF).to_bytes(2, "little")
-    return bytes(out)
 
 
 def blend(
@@ -170,59 +102,22 @@ def blend(
         of shares of samples: each view's refs must carry the column. The choice is then
         deterministic, from per-dataset counters (see :mod:`fpipe.plan._blend_units`).
     """
-    n = len(views)
-    names = tuple(names) if names is not None else tuple(f"d{i}" for i in range(n))
-    if n == 0 or len(names) != n or len(set(names)) != n:
-        raise ConfigError(f"blend needs one unique name per view, got {names} for {n} views")
-    sizes = tuple(v.size for v in views)
-    for nm, size in zip(names, sizes):
-        if size <= 0:
-            raise ConfigError(f"blend: dataset {nm!r} has no samples")
-    if sum(x is not None for x in (weights, schedule, repetitions)) != 1:
-        raise ConfigError("blend: give exactly one of weights, schedule or repetitions")
-    if num_epochs is not None and num_epochs < 0:
-        raise ConfigError(f"num_epochs must be >= 0 or None, got {num_epochs}")
-    given_counts, counts = counts, ()
-    mode: BlendMode
-    if given_counts is not None and repetitions is None:
-        raise ConfigError("blend: counts apply to an epochized blend (repetitions)")
-    if repetitions is not None:
-        if len(repetitions) != n or any(not r > 0 for r in repetitions):
-            raise ConfigError(f"blend: repetitions must be > 0, one per dataset: {repetitions}")
-        counts = tuple(max(1, round(r * s)) for r, s in zip(repetitions, sizes))
-        if given_counts is not None:
-            if len(given_counts) != n or any(int(c) < 1 for c in given_counts):
-                raise ConfigError(f"blend: counts must be >= 1, one per dataset: {given_counts}")
-            counts = tuple(int(c) for c in given_counts)
-        mode, epoch_len = "epochized", sum(counts)
-    else:
-        if schedule is None:
-            assert weights is not None  # exactly one of the three is given (checked above)
-            schedule = WeightSchedule.constant(weights)
-        if len(schedule.weights[0]) != n:
-            raise ConfigError(f"blend: {len(schedule.weights[0])} weights for {n} datasets")
-        mode, epoch_len = "weighted", sum(sizes)
-    if unit in ("", "samples"):
-        unit = None  # the default: weights are shares of samples
-    if unit is not None and mode != "weighted":
-        raise ConfigError(
-            f"blend: unit {unit!r} applies to a weighted blend; an epochized blend takes whole "
-            "passes of samples"
-        )
-    config = BlendConfig(
-        datasets=names,
-        sizes=sizes,
-        mode=mode,
+    config, limit = blend_config(
+        views,
+        weights=weights,
         schedule=schedule,
+        repetitions=repetitions,
         counts=counts,
+        names=names,
         num_epochs=num_epochs,
         allow_changed_weights=allow_changed_weights,
         unit=unit,
     )
-    limit = None if num_epochs is None else num_epochs * epoch_len
-    digests = _weight_digests(schedule, n, unit)
+    names, sizes, mode = config.datasets, config.sizes, config.mode
+    schedule, counts, unit = config.schedule, config.counts, config.unit
+    n = len(names)
+    digests = weight_digests(schedule, n, unit)
     ranges = [v.take_range for v in views]
-    sort_dtype = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
     cache: OrderedDict = OrderedDict()
     # a fresh plan (a restore, a seek, a small run) pays for a short block only; a long run
     # reaches _BLOCK after a few misses
@@ -244,131 +139,28 @@ def blend(
             return choose_online(ck, schedule, entries(state), positions)
         return choose_epochized(ck, counts, positions)
 
-    @functools.lru_cache(maxsize=4)
-    def leaf_roots(root: Key) -> tuple[Key, ...]:
-        # A memo of a pure function (the root key of each input), computed once per root.
-        return tuple(input_root(root, name, d) for d in range(n))
-
-    def leaf_refs(state, d, start, stop) -> list[Refs]:
-        size, out, lk = sizes[d], [], leaf_roots(state.key)[d]
-        while start < stop:
-            e, pos = divmod(start, size)
-            take = min(stop - start, size - pos)
-            out.append(ranges[d](lk, e, pos, pos + take))
-            start += take
-        return out
-
-    streams: dict = {}  # (root key, d) -> (start, refs): a memo of dataset d's stream
-
-    def stream_refs(state, d, start, stop) -> Refs:
-        """Refs ``start..stop-1`` of dataset ``d``'s stream, read ahead three times as far: the
-        next blocks (and a block chosen again after an online change) slice the same read."""
-        k = (state.key, d)
-        hit = streams.get(k)
-        if hit is not None and hit[0] <= start and stop <= hit[0] + len(hit[1]):
-            return hit[1][start - hit[0] : stop - hit[0]]
-        refs = Refs.concat(leaf_refs(state, d, start, start + 3 * (stop - start)))
-        streams[k] = (start, refs)
-        return refs[: stop - start]
-
-    def compute(state, m):
-        positions = np.arange(state.position, state.position + m, dtype=np.int64)
-        ids = choose(state, positions)
-        counts_ = np.bincount(ids, minlength=n)
-        # Stable sort by dataset; small integer types take numpy's radix sort.
-        order = np.argsort(ids.astype(sort_dtype, copy=False), kind="stable")
-        chunks = []
-        for d in np.flatnonzero(counts_).tolist():
-            t0 = state.taken[d]
-            chunks.append(stream_refs(state, d, t0, t0 + int(counts_[d])))
-        inv = np.empty(m, dtype=np.int64)
-        inv[order] = np.arange(m, dtype=np.int64)
-        return Refs.concat(chunks)[inv], ids
-
-    def check(state):
-        if unit is not None and len(getattr(state, "tokens", b"")) not in (0, COUNTER_BYTES * n):
-            raise SnapshotError(
-                f"snapshot state of blend {name!r}: {len(state.tokens)} bytes of unit counters "
-                f"for {n} datasets: the snapshot was edited or corrupted"
-            )
-        own = state.weights[: len(digests)]
-        if len(state.weights) > len(digests):
-            if mode != "weighted":
-                raise SnapshotError(
-                    f"snapshot state of blend {name!r}: online weights in an epochized blend: "
-                    "the snapshot was edited or corrupted"
-                )
-            decode_mix(state.weights[len(digests) :], n)  # a SnapshotError if malformed
-        if own == digests or allow_changed_weights:
-            return
-        if len(own) != len(digests):
-            raise SnapshotMismatchError(f"blend {name!r}: {CHANGED_MIX_HINT}")
-        changed = [
-            nm for d, nm in enumerate(names) if own[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
-        ]
-        raise SnapshotMismatchError(
-            f"blend {name!r}: the weights of {changed} differ from the snapshot's (or the "
-            "blend_unit that weighs them changed); resuming "
-            "would change the mix mid-run. Pass allow_changed_weights=True to continue each "
-            "dataset from its own position with the new weights from here on."
-        )
-
-    def compute_units(state, m):
-        """``m`` choices by units from ``state``: refs, dataset ids, units of each."""
-        assert schedule is not None and unit is not None  # a weighted blend by units
-        pos, taken, used = state.position, np.asarray(state.taken), unpack_counters(state.tokens, n)
-        parts, ids_parts, unit_parts = [], [], []
-        online = entries(state)
-
-        def fetch(d, start, stop):
-            return Refs.concat(leaf_refs(state, d, start, stop))
-
-        while m:
-            _, stop, w = online_segment(schedule, online, pos)
-            k = m if stop is None else min(m, stop - pos)
-            refs, ids, units = take_by_units(fetch, unit, names, w, taken, used, k)
-            taken = taken + np.bincount(ids, minlength=n)
-            used = used + np.bincount(ids, weights=units, minlength=n).astype(np.int64)
-            parts.append(refs)
-            ids_parts.append(ids)
-            unit_parts.append(units)
-            pos, m = pos + k, m - k
-            if pos == stop:  # the weights change: the counters start again
-                used = np.zeros(n, dtype=np.int64)
-        return Refs.concat(parts), np.concatenate(ids_parts), np.concatenate(unit_parts)
-
-    def units_after(state, ids, units, start, take) -> bytes:
-        """``tokens`` of the state ``take`` positions after ``state``, which is at offset
-        ``start`` of a block whose choices are ``ids`` (units ``units``)."""
-        end = state.position + take
-        lo = online_segment(schedule, entries(state), end)[0] if schedule is not None else 0
-        if lo <= state.position:  # still in the segment of state.position
-            first, acc = start, unpack_counters(state.tokens, n)
-        else:  # a new segment began inside: count from its start
-            first, acc = start + (lo - state.position), np.zeros(n, dtype=np.int64)
-        stop = start + take
-        got = np.bincount(ids[first:stop], weights=units[first:stop], minlength=n)
-        return pack_counters(acc + got.astype(np.int64))
-
-    def reuse(state):
-        """A block memoized for the same position under other online weights, cut where the
-        two choose differently (a change applied at the loader leaves the positions before
-        its frontier as they were)."""
-        for k, (refs, ids, units, off) in cache.items():
-            if (
-                k.position != state.position
-                or k.taken != state.taken
-                or k.key != state.key
-                or getattr(k, "tokens", None) != getattr(state, "tokens", None)
-                or k.weights[: len(digests)] != digests
-            ):
-                continue
-            same = agree_until(entries(k), entries(state), state.position) - state.position
-            if same <= 0:
-                continue
-            end = min(len(refs), off + same)
-            return refs[:end], ids[:end], None if units is None else units[:end], off
-        return None
+    leaf_roots, leaf_refs, compute, compute_units, units_after, reuse = blend_blocks(
+        name=name,
+        n=n,
+        names=names,
+        sizes=sizes,
+        ranges=ranges,
+        schedule=schedule,
+        unit=unit,
+        digests=digests,
+        choose=choose,
+        entries=entries,
+        cache=cache,
+    )
+    check = restore_check(
+        name=name,
+        names=names,
+        n=n,
+        mode=mode,
+        unit=unit,
+        digests=digests,
+        allow_changed_weights=allow_changed_weights,
+    )
 
     def own_weights(state, position) -> bytes:
         """The ``weights`` field of a state at ``position``: the digests, and the online
@@ -475,36 +267,6 @@ def blend(
         advance=advance,
     )
     return source
-
-
-def online_mix(state: BlendState, n: int) -> OnlineMix | None:
-    """The online weight changes a weighted blend's state of ``n`` datasets holds (None:
-    never changed)."""
-    extra = state.weights[2 * n :]
-    return decode_mix(extra, n) if extra else None
-
-
-def with_online_change(
-    state: BlendState, n: int, *, position: int, step: int, weights: bytes
-) -> BlendState:
-    """``state`` (a weighted blend of ``n`` datasets) with the weights ``weights`` (float32
-    bytes, see :func:`fpipe.plan.online_mix.weights32`) in force from ``position`` (at or after
-    the state's own position) on, recorded as a change at global step ``step``. A blend by
-    units counts its units from ``position`` on (from zero, as at a schedule point)."""
-    if position < state.position:
-        raise ConfigError(
-            f"online weights from blend position {position}, before the blend's {state.position}"
-        )
-    mix = add_change(online_mix(state, n), position=position, step=step, weights=weights)
-    mix = prune(mix, state.position)
-    new = msgspec.structs.replace(state, weights=state.weights[: 2 * n] + encode_mix(mix))
-    if isinstance(new, UnitBlendState) and position == state.position:
-        # The change starts a segment at the state's own position (no lookahead drew past it:
-        # a shuffle window used up to the step, or none at all), so the unit counters, which
-        # count from the start of the segment holding the position, start again here. A change
-        # further ahead is reached inside a block, where the blend starts them again itself.
-        new = msgspec.structs.replace(new, tokens=bytes(COUNTER_BYTES * n))
-    return new
 
 
 def blend_counters(pipeline: Any, state: Any) -> dict[str, dict[str, int]]:
