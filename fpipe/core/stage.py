@@ -55,7 +55,7 @@ from fpipe.core.advance import BlockAdvance, Passed
 from fpipe.core.records import Config, Refs, Unit
 from fpipe.core.rng import Key
 
-__all__ = ["Source", "Stage", "View", "stateless"]
+__all__ = ["Source", "Stage", "View", "by_steps", "stateless"]
 
 
 def _no_flush(state):
@@ -201,6 +201,30 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
     drawn: Callable[[Any], Any] | None = None
     advance: Callable[[Any, int], tuple[Any, Passed]] | None = None
     next_steps: Callable[[Any, int], tuple[Any, Any]] | None = None
+
+
+def by_steps(
+    steps: Callable[[Any, int], tuple[Any, Any]],
+) -> tuple[Callable[[Any, int], tuple[Any, tuple]], Callable[[Any, int], tuple[Any, int]]]:
+    """``(next, skip)`` of a source whose ``steps(state, n)`` is its ``next_steps``: ``next``
+    gives the next ``want`` outputs, passing over steps that hold nothing for this rank;
+    ``skip`` passes ``n`` steps, not outputs, so that it lands at the same step on every
+    rank."""
+
+    def next_(state: Any, want: int) -> tuple[Any, tuple]:
+        out: list[Any] = []
+        while len(out) < want:
+            state, got = steps(state, want - len(out))
+            if not got:
+                break
+            out.extend(r for r in got if r is not None)  # a step with nothing: passed over
+        return state, tuple(out)
+
+    def skip(state: Any, n: int) -> tuple[Any, int]:
+        state, got = steps(state, n)
+        return state, len(got)
+
+    return next_, skip
 
 
 def stateless(name: str, config: Config, fn: Callable[[Any], Any]) -> Stage:

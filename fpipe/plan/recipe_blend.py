@@ -51,7 +51,7 @@ from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.graph import global_position, step_key
 from fpipe.core.records import Config, State
 from fpipe.core.rng import Key, fold_in, key, uniform
-from fpipe.core.stage import Source
+from fpipe.core.stage import Source, by_steps
 from fpipe.plan.blend_choice import pick
 
 __all__ = ["RecipeBlendConfig", "RecipeBlendState", "blend_recipes"]
@@ -196,18 +196,7 @@ def blend_recipes(
             )
         return state, tuple(out)
 
-    def next_(state, want: int):
-        out: list[Any] = []
-        while len(out) < want:
-            state, got = steps(state, want - len(out))
-            if not got:
-                break
-            out.extend(r for r in got if r is not None)  # a step with nothing: passed over
-        return state, tuple(out)
-
-    def skip(state, n: int):
-        state, got = steps(state, n)  # steps, not outputs: the same on every rank
-        return state, len(got)
+    next_, skip = by_steps(steps)
 
     def check(state) -> None:
         if len(state.ended) != n or len(state.taken) != n or len(state.inputs) != n:

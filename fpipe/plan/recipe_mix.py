@@ -34,7 +34,7 @@ import msgspec
 
 from fpipe.core.errors import ConfigError, SnapshotError
 from fpipe.core.records import REQUIRED_COLUMNS, Config, Recipe, Refs, State
-from fpipe.core.stage import Source
+from fpipe.core.stage import Source, by_steps
 
 __all__ = ["RecipeMixConfig", "RecipeMixState", "mix_recipes"]
 
@@ -108,18 +108,7 @@ def mix_recipes(source: Source, size: int, *, name: str = "mix_batches") -> Sour
                 break
         return state_type(state.position + len(out), sub), tuple(out)
 
-    def next_(state, want: int):
-        out: list[Recipe] = []
-        while len(out) < want:
-            state, got = steps(state, want - len(out))
-            if not got:
-                break
-            out.extend(r for r in got if r is not None)  # a step with nothing: passed over
-        return state, tuple(out)
-
-    def skip(state, n: int):
-        state, got = steps(state, n)  # steps, not outputs: the same on every rank
-        return state, len(got)
+    next_, skip = by_steps(steps)
 
     def check(state) -> None:
         if state.position < 0:
