@@ -6,20 +6,30 @@ Two ways, as in Megatron-Energon:
   other members are never decoded (a corrupt unused member is harmless).
 - **crude** datasets: the raw members become a :class:`CrudeSample` (a dict) and the first
   matching :class:`Cooker` turns it into a sample (:func:`cook_crude_sample`).
+
+Here: the field-map way (:func:`cook_sample`, :func:`cook_fields`). The crude way is
+:mod:`fpipe.samples._crude`, decoding members :mod:`fpipe.samples._decode_members`; their
+names are importable from here too.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fpipe.core.errors import BadSampleError, ConfigError
-from fpipe.decode.extensions import is_gz
+from fpipe.core.errors import BadSampleError
 from fpipe.decode.image import ImageDecodeOptions
-from fpipe.decode.registry import decode_by_extension
+from fpipe.samples._crude import Cooker, CrudeSample, cook_crude_sample, make_crude_sample
+from fpipe.samples._decode_members import (
+    _av_member,
+    _decode_av_member,
+    _decode_member,
+    as_image_options,
+    decode_members,
+    decode_whole_sample,
+)
 from fpipe.samples._field_map import FieldMap, compile_field_map
 from fpipe.samples.registry import sample_type_from_name
 
@@ -36,13 +46,6 @@ __all__ = [
 ]
 
 _MISSING = object()
-
-
-def as_image_options(opts: ImageDecodeOptions | Mapping[str, Any] | None) -> Any:
-    """Image decode options as a record (a mapping gives its keywords), or None."""
-    if opts is None or isinstance(opts, ImageDecodeOptions):
-        return opts
-    return ImageDecodeOptions(**opts)
 
 
 def _walk(value: Any, path: tuple[str, ...]) -> Any:
@@ -219,84 +222,6 @@ def cook_fields(
     )
 
 
-def decode_whole_sample(
-    decoder: Callable[[dict[str, Any]], Any],
-    raw: Mapping[str, Any],
-    path: str,
-    key: str,
-    sample_key: str | None = None,
-) -> dict[str, Any]:
-    """``decoder({"__key__": key, **raw})``, Energon's call of a whole-sample decoder
-    (``sample_key``, when given, is the ``__key__`` it sees; ``key`` names it in errors).
-
-    Raises:
-      BadSampleError: the decoder raised (the sample's file and key named) or returned no
-        mapping.
-    """
-    try:
-        out = decoder({"__key__": key if sample_key is None else sample_key, **raw})
-    except (BadSampleError, ConfigError):
-        raise
-    except Exception as e:  # noqa: BLE001 - the user's decoder failing on this sample's data
-        raise BadSampleError(path, key, f"decoder {decoder!r}: {type(e).__name__}: {e}") from e
-    if not isinstance(out, Mapping):
-        raise BadSampleError(
-            path, key, f"decoder {decoder!r} returned {type(out).__name__}, not a dict"
-        )
-    return dict(out)
-
-
-def decode_members(
-    raw: Mapping[str, Any],
-    *,
-    path: str = "",
-    key: str = "",
-    image_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
-    limits: Any = None,
-    decode_exts: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Every member of ``raw`` decoded by its extension, as Energon's default ``SampleDecoder``
-    decodes a crude sample before its cooker sees it (``txt`` -> str, ``cls`` -> int,
-    ``json`` -> objects, images as ``image_options`` say, audio/video -> a lazy
-    :class:`fpipe.decode.av.AVDecoder`; unknown extensions stay bytes); values that are not
-    bytes and keys starting with ``__`` are kept as they are. ``decode_exts``: how a table's
-    columns are decoded (see :func:`cook_sample`).
-
-    Example:
-      >>> decode_members({"__key__": "000001", "txt": b"12", "cls": b"3", "bin": b"x"})
-      {'__key__': '000001', 'txt': '12', 'cls': 3, 'bin': b'x'}
-    """
-    opts = as_image_options(image_options)
-    exts = decode_exts or {}
-    return {
-        k: v
-        if k.startswith("__") or not isinstance(v, (bytes, bytearray, memoryview))
-        else _decode_member(k, exts.get(k, k), bytes(v), path, key, opts, None, limits)
-        for k, v in raw.items()
-    }
-
-
-def _decode_member(
-    name: str,
-    ext: str,
-    data: bytes,
-    path: str,
-    key: str,
-    image_options: Any,
-    rng: np.random.Generator | None,
-    limits: Any,
-) -> Any:
-    """Member ``name`` decoded as extension ``ext``; an error names both when they differ.
-    (Arguments by position: this runs for every member the loader decodes.)"""
-    try:
-        return decode_by_extension(ext, data, path, key, image_options, rng, limits)
-    except BadSampleError as e:
-        if ext == name:
-            raise
-        reason = f"member {name!r} (decoded as {ext!r}): {e.reason}"
-        raise BadSampleError(e.path, e.key, reason) from e
-
-
 #: The values :func:`_as_text` changes (others it returns as they are): tested before calling
 #: it, as most text fields hold text already.
 _TEXT_SOURCES = (bytes, bytearray, memoryview, int, float)
@@ -314,170 +239,3 @@ def _as_text(value: Any, field: str, path: str, key: str) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     return value
-
-
-def _av_member(name: str, ext: str, av_metadata: Mapping[str, Any] | None, probe_av: bool) -> bool:
-    """Whether member ``name``, decoded as extension ``ext``, gets the video branch: stored
-    metadata applies to it (or ``probe_av``) and it is audio/video (a built-in AV extension,
-    or named in ``av_metadata`` and without a registered decoder). A custom decoder
-    registered for the extension keeps precedence."""
-    if not (probe_av or (av_metadata and name in av_metadata)) or is_gz(ext):
-        return False
-    from fpipe.decode import fields
-    from fpipe.decode.registry import get_decoder
-
-    fn = get_decoder(ext)
-    return fn is fields.decode_av or (fn is None and bool(av_metadata) and name in av_metadata)
-
-
-def _decode_av_member(
-    ext: str,
-    data: bytes,
-    av_metadata: Mapping[str, Any] | None,
-    decode_limits: Any,
-    *,
-    path: str,
-    key: str,
-) -> Any:
-    """The video branch: a lazy ``AVDecoder`` with the stored metadata and the limits."""
-    from fpipe.decode.av.decoder import AVDecoder
-    from fpipe.decode.limits import DEFAULT_LIMITS
-
-    meta = av_metadata.get(ext) if av_metadata else None
-    limits = decode_limits if decode_limits is not None else DEFAULT_LIMITS
-    try:
-        dec = AVDecoder(data, metadata=meta, path=path, key=key, limits=limits)
-        if meta is None:
-            dec.metadata  # noqa: B018 - probe now: corrupt files and limits raise while cooking
-    except BadSampleError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure of the data is a bad sample
-        raise BadSampleError(path, key, f"member {ext!r}: {type(e).__name__}: {e}") from e
-    return dec
-
-
-class CrudeSample(dict):
-    """Raw fields of one sample: ``__key__``, ``__restore_key__``, ``__subflavors__``,
-    ``__path__`` and one entry per member (extension -> bytes), as a dict.
-
-    Examples:
-      >>> c = make_crude_sample({"txt": b"hello"}, key="s/0")
-      >>> c["__key__"], c.decode("txt")
-      ('s/0', 'hello')
-    """
-
-    def decode(
-        self,
-        ext: str,
-        *,
-        image_options: ImageDecodeOptions | Mapping[str, Any] | None = None,
-        rng: np.random.Generator | None = None,
-        limits: Any = None,
-    ) -> Any:
-        """Decode member ``ext`` with the registry (a table's column by its type, see
-        ``__decode_exts__``); errors name this sample's file and key.
-
-        ``limits``: a :class:`fpipe.decode.DecodeLimits`; None: the loader's (carried in the
-        sample as ``__decode_limits__``), or the defaults. A member the loader decoded already
-        (crude samples reach cookers decoded by extension, as in Energon) is returned as it is.
-        """
-        path, key = self.get("__path__", ""), self.get("__key__", "")
-        if limits is None:
-            limits = self.get("__decode_limits__")
-        if ext not in self:
-            present = ", ".join(sorted(k for k in self if not k.startswith("__")))
-            raise BadSampleError(path, key, f"missing member {ext!r} (members: {present})")
-        if not isinstance(self[ext], (bytes, bytearray, memoryview)):
-            return self[ext]
-        return _decode_member(
-            ext,
-            (self.get("__decode_exts__") or {}).get(ext, ext),
-            self[ext],
-            path,
-            key,
-            as_image_options(image_options),
-            rng,
-            limits,
-        )
-
-
-def make_crude_sample(
-    raw: Mapping[str, bytes],
-    *,
-    key: str,
-    restore_key: tuple[Any, ...] = (),
-    subflavors: Mapping[str, Any] | None = None,
-    path: str = "",
-    decode_limits: Any = None,
-    decode_exts: Mapping[str, str] | None = None,
-    shard: str = "",
-    sources: tuple[Any, ...] | None = None,
-) -> CrudeSample:
-    """Wrap raw members into a :class:`CrudeSample` (nothing is decoded). ``decode_limits``
-    (the loader's :class:`fpipe.decode.DecodeLimits`) is kept as ``__decode_limits__`` and
-    ``decode_exts`` (how a table's columns are decoded, see :func:`cook_sample`) as
-    ``__decode_exts__``, for :meth:`CrudeSample.decode`; ``shard``: the shard's name, kept as
-    Energon's ``__shard__`` when given; ``sources``: the sample's ``__sources__``
-    (:class:`~fpipe.samples.SourceInfo` records), kept when given."""
-    crude = CrudeSample(raw)
-    crude["__key__"] = key
-    crude["__restore_key__"] = tuple(restore_key)
-    crude["__subflavors__"] = dict(subflavors) if subflavors else {}
-    crude["__path__"] = path
-    if shard:
-        crude["__shard__"] = shard
-    if sources is not None:
-        crude["__sources__"] = tuple(sources)
-    if decode_limits is not None:
-        crude["__decode_limits__"] = decode_limits
-    if decode_exts:
-        crude["__decode_exts__"] = dict(decode_exts)
-    return crude
-
-
-@dataclasses.dataclass(frozen=True)
-class Cooker:
-    """A user function ``cook(crude) -> sample`` and when it applies.
-
-    Attributes:
-      cook: turns a :class:`CrudeSample` into a sample.
-      has_subflavors: applies only if the sample's subflavors contain all these items.
-      condition: applies only if ``condition(crude)`` is true.
-    """
-
-    cook: Callable[[CrudeSample], Any]
-    has_subflavors: Mapping[str, Any] | None = None
-    condition: Callable[[CrudeSample], bool] | None = None
-
-    def is_match(self, crude: Mapping[str, Any]) -> bool:
-        """Whether this cooker applies to ``crude``."""
-        if self.has_subflavors:
-            sub = crude.get("__subflavors__") or {}
-            for k, v in self.has_subflavors.items():
-                if k not in sub or sub[k] != v:
-                    return False
-        return self.condition is None or bool(self.condition(crude))
-
-
-def cook_crude_sample(
-    crude: CrudeSample,
-    cookers: Sequence[Cooker | Callable[[CrudeSample], Any]],
-    aux: Mapping[str, Any] | None = None,
-) -> Any:
-    """Cook ``crude`` with the first matching cooker (a bare function always matches);
-    ``aux``: file stores passed to it as keywords (Energon's ``cook(sample, **aux)``).
-
-    Raises:
-      ConfigError: no cooker matches (the message names the key and subflavors).
-    """
-    for c in cookers:
-        if isinstance(c, Cooker):
-            if c.is_match(crude):
-                return c.cook(crude, **(aux or {}))
-        else:
-            return c(crude, **(aux or {}))
-    raise ConfigError(
-        f"no cooker matches crude sample {crude.get('__key__', '')!r} of "
-        f"{crude.get('__path__', '')!r} with subflavors {crude.get('__subflavors__')}; "
-        "add a Cooker whose has_subflavors matches"
-    )

@@ -1,8 +1,9 @@
 """The records a metadataset is read into: a resolved split's datasets (:class:`Leaf`, with
 the :class:`JoinPart` datasets joined to it and its :class:`AuxRef` stores), a weighted
 blend's :class:`MixSchedule`, and a reference to a nested metadataset (:class:`NestedRef`).
-Plain frozen data: :mod:`fpipe.storage.config.metadataset_entries` builds them from the file,
-the plan tier reads them.
+Plain frozen data: :mod:`fpipe.storage.config.metadataset_entries` and
+:mod:`fpipe.storage.config.metadataset_join` build them from the file, the plan tier reads
+them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ an entry's weight is spread over its leaves by their share within the entry.
 from __future__ import annotations
 
 from fpipe.core.errors import ConfigError
-from fpipe.storage.config.metadataset_entries import number
+from fpipe.storage.config.metadataset_fields import number
 from fpipe.storage.config.metadataset_records import MixSchedule
 
 __all__ = ["schedule_of"]

@@ -27,7 +27,7 @@ from fpipe.storage.read.open_args import Opener, keywords_of, supplied_args, tak
 from fpipe.storage.read.open_energon import open_energon_folder
 from fpipe.storage.read.open_local import open_prepared, open_table_file
 from fpipe.storage.read.open_remote import open_remote
-from fpipe.storage.read.tables import is_table, table_record
+from fpipe.storage.read.table_files import is_table, table_record
 from fpipe.storage.read.tar.index import INDEX_DIR
 
 __all__ = ["open_dataset", "open_taking"]
