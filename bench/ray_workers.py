@@ -14,12 +14,16 @@ spends per batch taken from the ``ray2`` loader (``processes_rank_cpu_ms_per_bat
 ``processes2`` one), planning included.
 
 Then, with one actor and nothing else running, recipe by recipe, the round trip seen by this
-process (send the recipe, materialize, store the result, fetch and deserialize it) minus the
-time materializing took inside the actor: the median is ``ray_batch_overhead_ms``, what Ray adds
-per batch; ``ray_bytes_per_batch`` is the serialized size of a result as Ray stores it (plus the
-recipe sent). ``ray_breakdown`` splits that cost (bench/_ray_transport.py) for the loader's way
-of sending tensors (``fpipe``: out of band, read where they lie in the object store) and Ray's
-default (``torch``: each storage pickled by ``torch.save``); ``ray_rank_cost_by_batch_mb``
+process (send the recipe, materialize, hand the result over, deserialize it) minus the time
+materializing took inside the actor: the median is ``ray_batch_overhead_ms``, what Ray adds per
+batch from an actor on this node (the batch in a shared-memory slot, ``slots`` in the
+breakdown), and ``ray_batch_overhead_store_ms`` the same through the object store, as from an
+actor on another node; ``ray_bytes_per_batch`` is the serialized size of a result as Ray stores
+it (plus the recipe sent). ``ray_breakdown`` splits the object store's cost
+(bench/_ray_transport.py) for the loader's way of sending tensors (``fpipe``: out of band, read
+where they lie in the object store) and Ray's default (``torch``: each storage pickled by
+``torch.save``); each row's ``rank_cpu_ms`` is this process's CPU time per batch of that loop
+(call and get); ``ray_rank_cost_by_batch_mb``
 gives this process's cost per batch of 1, 5 and 20 MB sent the loader's way. Last, a
 ``ray.cluster_utils.Cluster`` of two simulated nodes runs 2 actors spread over both and
 ``ray2_nodes_identical`` says whether its batches equal process mode's, bit for bit.
@@ -47,6 +51,7 @@ from _ray_transport import TransportActor, call_ms, costs, rank_cost  # noqa: E4
 
 import fpipe  # noqa: E402
 from fpipe.decode.image import ImageDecodeOptions  # noqa: E402
+from fpipe.encode import batch_slots  # noqa: E402
 from fpipe.loader import _ray_pool, _ray_workers  # noqa: E402
 from fpipe.materialize.recipe_codec import encode_recipe  # noqa: E402
 from fpipe.plan.skip import next_recipe  # noqa: E402
@@ -98,22 +103,36 @@ def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int, dict]:
         state, recipe, _ = next_recipe(ds.plan, state, ())
         recipes.append(encode_recipe(recipe))
     shipped = [ray.put(ds.materializer)]
+    here = ray.get_runtime_context().get_node_id()
     breakdown, added = {}, {}
-    for way in ("torch", "fpipe"):
-        # the loader's actor options (two threads: storing a result while the next runs)
+    for way in ("torch", "fpipe", "slots"):
+        # the loader's actor options
         options = dict(_ray_pool.DEFAULT_ACTOR_OPTIONS, num_cpus=1)
-        actor = ray.remote(TransportActor).options(**options).remote(way == "fpipe")
+        actor = ray.remote(TransportActor).options(**options).remote(way != "torch")
         ray.get(actor.where.remote())
-        inside, round_trip = [], []
+        # ``slots``: as the loader sends batches from an actor on its node; else through the
+        # object store, as from an actor on another node
+        slots = (batch_slots.new_config(4), here, 0) if way == "slots" else None
+        inside, round_trip, cpu, in_slot = [], [], [], 0
         for task in recipes:
-            t0 = time.perf_counter()
-            result, seconds = ray.get(actor.timed.remote(shipped, task))
+            c0, t0 = time.process_time(), time.perf_counter()
+            got, seconds = ray.get(actor.timed.remote(shipped, task, slots))
             round_trip.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             inside.append(seconds)
+            in_slot += _in_slot(got.batch.image)
+            if way == "fpipe":
+                result = got
         # the first two open the dataset
         added[way] = statistics.median(r - i for r, i in zip(round_trip[2:], inside[2:])) * 1e3
-        row = costs(ray, actor, shipped, recipes[-1], n, way == "fpipe")
-        row["call_ms"] = call_ms(ray, actor, recipes[0], n)
+        if way == "slots":
+            row = {"batches_in_slots": in_slot, "batches": len(recipes)}
+            del got
+            batch_slots.detach(slots[0])
+        else:
+            row = costs(ray, actor, shipped, recipes[-1], n, way == "fpipe")
+            row["call_ms"] = call_ms(ray, actor, recipes[0], n)
+        row["rank_cpu_ms"] = round(statistics.median(cpu[2:]) * 1e3, 2)
         row["added_ms"] = round(added[way], 2)
         breakdown[way] = row
         if way == "fpipe":
@@ -130,11 +149,17 @@ def overhead(ray, root: Path, n: int) -> tuple[float, float, int, int, dict]:
         size = len(pickle.dumps(result, protocol=5))
     return (
         statistics.median(inside[2:]) * 1e3,
-        added["fpipe"],
+        added["slots"],
         size,
         statistics.median(len(t) for t in recipes),
         breakdown,
     )
+
+
+def _in_slot(t) -> bool:
+    """Whether tensor ``t`` lies in a shared-memory slot mapped here."""
+    arenas = batch_slots._attached.values()
+    return any(a.base <= t.data_ptr() < a.base + len(a.mm) for a in arenas)
 
 
 def rank_cpu_ms(root: Path, mode: str, n: int) -> float:
@@ -237,6 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ray2_vs_processes2": round(wall["ray2"] / wall["processes2"], 3),
         "materialize_ms_in_actor": round(inside_ms, 2),
         "ray_batch_overhead_ms": round(added_ms, 2),
+        "ray_batch_overhead_store_ms": breakdown["fpipe"]["added_ms"],
         "ray_rank_cpu_ms_per_batch": round(cpu_ms["ray"], 2),
         "processes_rank_cpu_ms_per_batch": round(cpu_ms["process"], 2),
         "ray_bytes_per_batch": int(size),

@@ -97,8 +97,13 @@ def sent_as_collated(sent: bool = True) -> Iterator[None]:
 
 def collate_into_shared() -> bool:
     """True where collate should build its tensors in shared memory: inside
-    :func:`sent_as_collated`, in a torch DataLoader worker process."""
-    return _SENT_AS_COLLATED.get() and in_worker_process()
+    :func:`sent_as_collated`, in a torch DataLoader worker process or where the loader set
+    slots up for this task (a Ray actor on the training process's node)."""
+    if not _SENT_AS_COLLATED.get():
+        return False
+    from fpipe.encode import batch_slots
+
+    return batch_slots.active() or in_worker_process()
 
 
 def in_worker_process() -> bool:
@@ -111,7 +116,8 @@ def in_worker_process() -> bool:
 def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialized contiguous CPU tensor in shared memory: in a slot the worker reuses
     batch after batch where the loader set slots up (:mod:`fpipe.encode.batch_slots`), else a
-    fresh segment (``is_shared()``); pickling it to another process sends only where it is."""
+    fresh segment (``is_shared()``; in a Ray actor, ordinary memory); pickling it to another
+    process sends only where it is."""
     import torch
 
     from fpipe.encode import batch_slots
@@ -119,6 +125,8 @@ def shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     reused = batch_slots.take(shape, dtype)  # the worker's reused slot, where the loader set one
     if reused is not None:
         return reused
+    if batch_slots.active() and not in_worker_process():  # a Ray actor: its store copies it
+        return torch.empty(tuple(shape), dtype=dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     try:
         storage = torch.UntypedStorage._new_shared(nbytes)

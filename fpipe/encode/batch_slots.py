@@ -32,6 +32,14 @@ pages are reserved when it is made: where ``/dev/shm`` has no room for them, the
 every batch the fresh-segment way. The loader turns slots on for its
 worker processes (:class:`SlotConfig`) and off at the end of each pass (:func:`detach`);
 elsewhere nothing changes.
+
+Ray actors on the training process's node use the same slots (:mod:`fpipe.loader._ray_actor`):
+the actor collates into its slot, Ray's serializer sends the slot's tensors as where they lie
+(:func:`slot_reduction`), and only that header travels through Ray. A batch that finds no free
+slot is built in ordinary memory there and goes through Ray's object store. A slot is marked
+taken (1) by its process and claimed (2) where its batch is unpickled: an actor outlives the
+loader's passes, and a result the loader never read (a pass left early) leaves its slot taken,
+which :func:`reclaim_unclaimed` frees when the actor's next pass begins.
 """
 
 from __future__ import annotations
@@ -54,12 +62,23 @@ from fpipe.encode.shared_mapping import SharedMapping
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SlotConfig", "begin_task", "detach", "new_config", "release_unsent", "take"]
+__all__ = [
+    "SlotConfig",
+    "active",
+    "begin_task",
+    "detach",
+    "new_config",
+    "reclaim_unclaimed",
+    "release_unsent",
+    "slot_reduction",
+    "take",
+]
 
 _DIR = "/dev/shm"
 _PAGE = 4096  # the arena's first page holds one flag byte per slot (1: in use)
 _ALIGN = 64
 _GROWTH = 1.25
+_TAKEN, _CLAIMED = 1, 2  # a slot's flag: written by its worker, read where it is unpickled
 
 
 class SlotConfig(msgspec.Struct, frozen=True):
@@ -134,9 +153,9 @@ class _Ticket:
 
 
 def begin_task(config: SlotConfig | None) -> None:
-    """In a worker process, before materializing one task: use ``config``'s slots (None:
-    none). The first batch measures; an arena is made (or replaced by a larger one) here,
-    between batches."""
+    """In a worker process (or a Ray actor), before materializing one task: use ``config``'s
+    slots (None: none). The first batch measures; an arena is made (or replaced by a larger
+    one) here, between batches."""
     global _config, _arena, _refused, _slot, _used, _asked
     if config is not None and config == _refused:
         config = None  # no room for its slots in /dev/shm: fresh segments, as torch sends
@@ -160,6 +179,23 @@ def release_unsent() -> None:
     _taken.clear()
 
 
+def active() -> bool:
+    """Whether this process's current task collates into slots (:func:`begin_task`)."""
+    return _config is not None
+
+
+def reclaim_unclaimed() -> None:
+    """In a Ray actor, as a pass of the loader begins: free the slots of results sent but never
+    unpickled (a pass left early drops the results in flight unread). Every task before this
+    one has run (an actor runs its tasks in order), and the loader reads no result of an
+    earlier pass, so no claim can come for them; slots the loader holds are claimed."""
+    arena = _arena
+    if arena is not None:
+        for slot in range(arena.count):
+            if arena.mm[slot] == _TAKEN:
+                arena.mm[slot] = 0
+
+
 def take(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
     """An uninitialized contiguous tensor in this worker's slot for the batch being collated,
     or None (no slots configured, no free slot, or the batch outgrew its slot)."""
@@ -179,7 +215,7 @@ def take(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
         if not free:
             return None
         _slot, _used = free[0], 0
-        arena.mm[_slot] = 1
+        arena.mm[_slot] = _TAKEN
         _taken.append((arena, _slot))
         _tickets[(arena.base, _slot)] = _Ticket(arena, _slot)
     if _used + nbytes > arena.slot_bytes:
@@ -202,17 +238,28 @@ def _new_arena(config: SlotConfig, largest: int) -> _Arena:
     return arena
 
 
-def _reduce_tensor(t):
-    """The worker's pickling of a tensor: a slot's tensor as where it lies; any other as torch
-    sends it."""
-    arena = _arenas.get(t.untyped_storage().data_ptr()) if t.device.type == "cpu" else None
+def slot_reduction(t) -> tuple | None:
+    """``(rebuild, args)`` of a tensor in one of this process's slots: where it lies (the
+    arena, the slot, the offset, dtype, shape and strides); None for any other tensor."""
+    if not _arenas or t.device.type != "cpu":
+        return None
+    arena = _arenas.get(t.untyped_storage().data_ptr())
     if arena is None:
-        from torch.multiprocessing.reductions import reduce_tensor
-
-        return reduce_tensor(t)
+        return None
     offset = t.data_ptr() - arena.base
     ticket = _tickets[(arena.base, (offset - _PAGE) // arena.slot_bytes)]
     return _slot_tensor, (ticket, offset, t.dtype, tuple(t.shape), tuple(t.stride()))
+
+
+def _reduce_tensor(t):
+    """The worker's pickling of a tensor: a slot's tensor as where it lies; any other as torch
+    sends it."""
+    reduced = slot_reduction(t)
+    if reduced is None:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        return reduce_tensor(t)
+    return reduced
 
 
 def _reduce_storage(storage):
@@ -274,6 +321,7 @@ def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:
         if arena is None:
             arena = _attached[name] = _Arena(name, count, slot_bytes, create=False)
             os.unlink(os.path.join(_DIR, name))  # mapped now: no file needs to stay
+    arena.mm[slot] = _CLAIMED
     return _Claim(arena, slot)
 
 

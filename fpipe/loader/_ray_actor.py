@@ -3,6 +3,11 @@ materializes the recipes it is sent one at a time, in the order they were sent, 
 materializers it keeps, and :class:`MarksActor`, where an actor running a recipe that faulted
 before reports each sample it starts.
 
+An actor on the training process's node collates each batch into a shared-memory slot it
+reuses (:mod:`fpipe.encode.batch_slots`, as worker processes do) and Ray carries only where the
+tensors lie; the training process maps the slot. An actor on another node, or a batch that
+finds no free slot, sends the bytes through Ray's object store (:mod:`fpipe.loader._ray_batches`).
+
 Ray sends these classes to the actors by name, so each actor process imports this module; it
 imports ``ray`` only inside the methods that run there (importing fpipe imports no Ray).
 """
@@ -15,9 +20,10 @@ import threading
 import time
 from typing import Any
 
+from fpipe.encode import batch_slots
 from fpipe.loader import _ray_batches
 from fpipe.loader._recovery import run_task
-from fpipe.loader._workers import remote_failure
+from fpipe.loader._workers import RemoteFailure, remote_failure
 from fpipe.materialize.materializer import Materializer
 
 __all__ = ["MarksActor", "MaterializeActor"]
@@ -51,6 +57,8 @@ class MaterializeActor:
         self._turn = threading.Condition()
         self._busy = False
         self._next = 0  #: the ticket expected next
+        self._node: str | None = None  #: this actor's node id, once asked
+        self._pass: int | None = None  #: the loader's pass of the last task sent with slots
         _ray_batches.register()  # tensors go out of band, read where they lie in the store
 
     def where(self) -> tuple[int, str]:
@@ -60,15 +68,26 @@ class MaterializeActor:
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
     def run(
-        self, shipped: list, task: Any, marks: tuple | None = None, ticket: int | None = None
+        self,
+        shipped: list,
+        task: Any,
+        marks: tuple | None = None,
+        ticket: int | None = None,
+        slots: tuple | None = None,
     ) -> Any:
         """Materialize ``task`` with the materializer ``shipped[0]`` (an ObjectRef, in a list so
         that Ray hands it over unresolved); a failure is returned as a RemoteFailure.
         ``marks``: (marks actor, slot) to report each sample started to; ``ticket``: the
-        task's place in the order the loader sent this actor's tasks."""
+        task's place in the order the loader sent this actor's tasks; ``slots``: (the
+        :class:`~fpipe.encode.batch_slots.SlotConfig` of this actor, the loader's node id, the
+        loader's pass): the batch goes in a slot where this actor runs on that node."""
         self._take_turn(ticket)
         try:
-            return self._run(shipped, task, marks)
+            self._begin(slots)
+            result = self._run(shipped, task, marks)
+            if isinstance(result, RemoteFailure):
+                batch_slots.release_unsent()
+            return result
         finally:
             with self._turn:
                 self._busy = False
@@ -86,6 +105,23 @@ class MaterializeActor:
             self._busy = True
             if ticket is not None:
                 self._next = max(self._next, ticket + 1)
+
+    def _begin(self, slots: tuple | None) -> None:
+        """Collate the next batch into a slot where the loader is on this node, else in
+        ordinary memory (it goes through the object store)."""
+        config = None
+        if slots is not None:
+            config, node, loader_pass = slots
+            if self._node is None:
+                import ray
+
+                self._node = ray.get_runtime_context().get_node_id()
+            if node != self._node:
+                config = None
+            elif loader_pass != self._pass:  # results of an earlier pass are never read
+                batch_slots.reclaim_unclaimed()
+                self._pass = loader_pass
+        batch_slots.begin_task(config)
 
     def _run(self, shipped: list, task: Any, marks: tuple | None) -> Any:
         try:

@@ -23,6 +23,11 @@ its ObjectRef is dropped. Small storages (under :data:`COPY_BELOW` bytes) are al
 The count is by storage: Ray pins a whole object while any of its buffers is in use, so a
 consumer that keeps one tensor of a batch and drops the rest pins more than is counted.
 
+An actor on the training process's node collates a batch into a shared-memory slot instead
+(:mod:`fpipe.encode.batch_slots`, as worker processes do): its tensors pickle as where they lie
+in the slot, so nothing but that header goes through Ray, and the slot is this process's until
+the consumer drops the batch. Only batches that find no free slot come through the store.
+
 :func:`register` is called in each actor; :func:`set_capacity` by the loader in the training
 process. Tensors that are not plain CPU tensors (autograd, quantized, sparse, conjugate views,
 subclasses) travel as torch pickles them.
@@ -36,6 +41,7 @@ import weakref
 from typing import Any
 
 from fpipe.core.raw_memory import array_at
+from fpipe.encode import batch_slots
 
 __all__ = ["pinned_bytes", "reduce_tensor", "register", "set_capacity"]
 
@@ -77,10 +83,15 @@ _stored: weakref.WeakValueDictionary[tuple[int, int], _Stored] = weakref.WeakVal
 
 
 def reduce_tensor(t: Any) -> tuple:
-    """``(rebuild, args)`` of tensor ``t``: its storage as an out-of-band array and where the
-    tensor lies in it, or torch's own reduction for tensors that are not plain CPU tensors."""
+    """``(rebuild, args)`` of tensor ``t``: where it lies in the actor's shared-memory slot
+    (:func:`fpipe.encode.batch_slots.slot_reduction`), else its storage as an out-of-band
+    array and where the tensor lies in it, or torch's own reduction for tensors that are not
+    plain CPU tensors."""
     import torch
 
+    in_slot = batch_slots.slot_reduction(t)  # an actor on the loader's node: where it lies
+    if in_slot is not None:
+        return in_slot
     if (
         type(t) is not torch.Tensor
         or t.device.type != "cpu"

@@ -12,6 +12,7 @@ store for :mod:`fpipe.loader._ray_batches`, and holds the marks actor. A new ``r
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
@@ -20,12 +21,13 @@ import weakref
 from typing import Any
 
 from fpipe.core.errors import ConfigError
+from fpipe.encode import batch_slots
 from fpipe.loader import _ray_batches
 from fpipe.loader._ray_actor import MarksActor, MaterializeActor
 from fpipe.loader._ray_serialize import put_materializer
 from fpipe.materialize.materializer import Materializer
 
-__all__ = ["actors_in_use", "connect", "import_ray", "release_ray_actors"]
+__all__ = ["actors_in_use", "connect", "end_actor", "import_ray", "release_ray_actors"]
 
 #: Seconds to wait for idle actors to answer a ping before a pass (see _Pool.replace_dead).
 PING_S = 1.0
@@ -69,6 +71,8 @@ class _Actor:
     pid: int | None = None
     node: str | None = None
     sent: int = 0  #: tasks sent to it (the next task's ticket)
+    #: its shared-memory slots, used when it runs on this node (see fpipe.encode.batch_slots)
+    slots: batch_slots.SlotConfig | None = None
 
 
 class _Pool:
@@ -84,6 +88,8 @@ class _Pool:
         self.session: tuple[str, str] | None = None
         #: this node's object store capacity is known (kept batches are bounded by it)
         self.sized = False
+        #: slot configs given to actors, whose arena files are removed at exit (see slots_for)
+        self.slot_configs: list[batch_slots.SlotConfig] = []
 
     def _check_session(self, ray) -> None:
         # A new ray.init makes the handles of the old connection void: a new job of the same
@@ -107,8 +113,7 @@ class _Pool:
             self.lent.update((a.slot, a) for a in actors)
             others = [a for k in list(self.idle) if k != key for a in self.idle.pop(k)]
         for actor in others:
-            with contextlib.suppress(Exception):
-                ray.kill(actor.handle)
+            end_actor(ray, actor)
         return key, actors + [self.new_actor(ray, options) for _ in range(n - len(actors))]
 
     def replace_dead(self, ray, options: dict, actors: list[_Actor]) -> list[_Actor]:
@@ -128,8 +133,7 @@ class _Pool:
                     ray.get(ping)
                 except ray.exceptions.RayError:
                     self.discard(actor)
-                    with contextlib.suppress(Exception):
-                        ray.kill(actor.handle)
+                    end_actor(ray, actor)
                     actor = self.new_actor(ray, options)
             out.append(actor)
         return out
@@ -170,6 +174,19 @@ class _Pool:
                 _ray_batches.set_capacity(int(info["Resources"]["object_store_memory"]))
         self.sized = True
 
+    def slots_for(self, actor: _Actor, count: int) -> batch_slots.SlotConfig | None:
+        """The actor's slot config (``count`` slots, made on its first use; None where this
+        machine has no ``/dev/shm``). Arena files the loader never mapped (an actor that
+        ended first) are removed when the actor is ended, or else at exit."""
+        if actor.slots is None:
+            actor.slots = batch_slots.new_config(count)
+            if actor.slots is not None:
+                with self.lock:
+                    if not self.slot_configs:
+                        atexit.register(_remove_arenas, self.slot_configs)
+                    self.slot_configs.append(actor.slots)
+        return actor.slots
+
     def marks_actor(self, ray) -> Any:
         with self.lock:
             if self.marks is None:
@@ -178,6 +195,19 @@ class _Pool:
 
 
 _POOL = _Pool()
+
+
+def end_actor(ray, actor: _Actor) -> None:
+    """Kill ``actor`` and let go of its slots (batches the consumer holds keep theirs)."""
+    with contextlib.suppress(Exception):
+        ray.kill(actor.handle)
+    if actor.slots is not None:
+        batch_slots.detach(actor.slots)
+
+
+def _remove_arenas(configs: list[batch_slots.SlotConfig]) -> None:
+    for config in list(configs):
+        batch_slots.detach(config)
 
 
 @functools.cache
@@ -201,5 +231,4 @@ def release_ray_actors() -> None:
         idle, _POOL.idle = _POOL.idle, {}
     for actors in idle.values():
         for actor in actors:
-            with contextlib.suppress(Exception):
-                ray.kill(actor.handle)
+            end_actor(ray, actor)

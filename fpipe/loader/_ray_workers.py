@@ -17,9 +17,13 @@ this process's pool (:mod:`fpipe.loader._ray_pool`), per set of actor options, u
 :func:`release_ray_actors` or the end of the process (Ray ends the actors of a driver that
 exits).
 
-Results come back through Ray's object store, their tensors out of band and read here where
-they lie (:mod:`fpipe.loader._ray_batches`); those made on other nodes are moved here ahead of
-their turn (:func:`_fetch_ahead`).
+An actor on this process's node collates each batch into one of its shared-memory slots and
+returns only where the tensors lie (:mod:`fpipe.encode.batch_slots`, as worker processes do):
+the batch is handed over where it lies, and the slot is reused once the consumer has dropped
+the batch. Other results (an actor on another node, a batch that found no free slot) come back
+through Ray's object store, their tensors out of band and read here where they lie
+(:mod:`fpipe.loader._ray_batches`); those made on other nodes are moved here ahead of their
+turn (:func:`_fetch_ahead`).
 
 Faults: an exception raised while materializing comes back as a value
 (:class:`~fpipe.loader._workers.RemoteFailure`) and is re-raised here with its type and
@@ -48,6 +52,7 @@ from fpipe.loader._ray_pool import (
     _Actor,
     actors_in_use,
     connect,
+    end_actor,
     import_ray,
     release_ray_actors,
 )
@@ -63,6 +68,8 @@ __all__ = ["MaterializeActor", "actors_in_use", "import_ray", "iterate_ray", "re
 
 #: Seconds a new actor may take to be placed on a node and start (a busy cluster queues it).
 ACTOR_START_S = 120.0
+#: Numbers the loader's passes: an actor frees the slots of results an earlier pass left unread.
+_PASSES = itertools.count()
 #: Times a recipe is sent again to an actor Ray reported unavailable (a connection that failed
 #: for a moment: the actor may be fine) before that counts as a fault.
 UNAVAILABLE_RETRIES = 2
@@ -87,6 +94,8 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
     marked = {step for step, _ in healer.faults} if healer is not None else set()
     marks = _POOL.marks_actor(ray) if marked else None
     here = ray.get_runtime_context().get_node_id()
+    loader_pass = next(_PASSES)
+    slot_count = max(loader.prefetch_factor, 1) + 2  # in flight, and what the consumer holds
     source = iter(recipes)
     #: (result ref, actor index, task, whether it runs with marks, sends left when unavailable)
     waiting: collections.deque[list] = collections.deque()
@@ -96,7 +105,9 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
         actor = actors[i]
         mark = (marks, actor.slot) if with_marks else None
         actor.sent += 1
-        return actor.handle.run.remote(shipped, task, mark, actor.sent - 1)
+        config = _POOL.slots_for(actor, slot_count)  # used by an actor on this node only
+        slots = None if config is None else (config, here, loader_pass)
+        return actor.handle.run.remote(shipped, task, mark, actor.sent - 1, slots)
 
     def submit() -> None:
         nonlocal sent
@@ -122,8 +133,7 @@ def iterate_ray(loader: Loader, recipes: Iterable[Any], *, recipe_at) -> Iterato
                 actor = actors[i]
                 actors[i] = _POOL.new_actor(ray, options)  # the failed one is not given back
                 _POOL.discard(actor)
-                with contextlib.suppress(Exception):
-                    ray.kill(actor.handle)
+                end_actor(ray, actor)
                 raise _error(ray, fault, i, actor, marks, recipe_at(0), loader) from fault.cause
             waiting.popleft()
             submit()

@@ -163,7 +163,7 @@ def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch):
     view = got["t"][1:3]
     del got, a
     gc.collect()
-    assert arena.mm[0] == 1  # a view of the batch still holds its slot
+    assert arena.mm[0] == 2  # a view of the batch still holds its slot (claimed here)
     del view
     gc.collect()
     assert arena.mm[0] == 0  # the consumer dropped the whole batch: the slot is free

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fpipe.core import ConfigError, MaterializeError
+from fpipe.encode import batch_slots
 from fpipe.loader import _ray_batches, _ray_pool, _ray_workers
 from tests.loader.encoders import FaultEncoder
 from tests.loader.helpers import build, digest
@@ -161,6 +162,49 @@ def test_kept_batches_pin_at_most_the_bound_and_the_rest_arrive_copied(
     del kept
     gc.collect()
     assert _ray_batches.pinned_bytes()[0] == before
+
+
+def _in_slot(t: torch.Tensor) -> bool:
+    arenas = batch_slots._attached.values()
+    return any(a.base <= t.data_ptr() < a.base + len(a.mm) for a in arenas)
+
+
+def test_an_actor_on_this_node_hands_batches_over_in_slots_kept_ones_never_change(
+    ray_cluster, paths
+):
+    """fpipe's own batch hooks: an actor on the driver's node collates into shared-memory
+    slots and the batch is handed over where it lies, the actor on the other node sends through
+    the object store. Bit for bit process mode's. Every batch is kept: the actor's slots (2
+    prefetched + 2) are all held after four, and its next batches come through the object
+    store; kept batches never change while the actors go on."""
+    reference = [digest(b) for b in build(paths["images"], encoder=None, num_epochs=1)]
+    ld = build(paths["images"], encoder=None, num_epochs=1, num_workers=2, worker_mode="ray",
+               ray_options=OPTIONS)  # fmt: skip
+    loop = iter(ld)
+    kept = [next(loop), next(loop)]  # one from each actor: both have said where they run
+    here = ray_cluster[0].get_runtime_context().get_node_id()
+    on_this_node = sum(node == here for _, _, node in _ray_workers.actors_in_use())
+    kept += list(loop)
+    kept = [(b, b.image.clone(), _in_slot(b.image)) for b in kept]
+    assert [digest(b) for b, _, _ in kept] == reference and len(kept) > 10
+    # batch i came from actor i % 2
+    in_slots = sorted(sum(slot for _, _, slot in kept[k::2]) for k in (0, 1))
+    assert in_slots == [0] * (2 - on_this_node) + [4] * on_this_node, (in_slots, on_this_node)
+    for _ in range(2):  # the actors go on with other passes
+        assert len(_run(build(paths["images"], encoder=None, num_workers=2, worker_mode="ray",
+                              ray_options=OPTIONS), 8)) == 8  # fmt: skip
+    assert all(torch.equal(b.image, c) for b, c, _ in kept)
+
+    # the actor on this node killed mid-run, with recipes in flight and batches in its slots
+    ld = build(paths["images"], encoder=None, num_epochs=1, num_workers=2, worker_mode="ray",
+               ray_options=OPTIONS)  # fmt: skip
+    loop = iter(ld)
+    got = [next(loop) for _ in range(3)]
+    victims = [h for h, _, node in _ray_workers.actors_in_use() if node == here]
+    ray_cluster[0].kill(victims[0] if victims else _ray_workers.actors_in_use()[0][0])
+    got += list(loop)
+    assert [digest(b) for b in got] == reference and ld.stats().recoveries == 1
+    assert all(torch.equal(b.image, c) for b, c, _ in kept)
 
 
 def _storage_of(nbytes: int):
