@@ -37,10 +37,6 @@ REFUSED: dict[str, str] = {
     "IterMapDataset": f"{_WRAPPER}: a generator encode_sample (yield) in the task encoder",
     "LogSampleDataset": f"{_WRAPPER}: loader.stats() and fpipe plan --step N list the samples",
     "PackingDataset": f"{_WRAPPER}: packing_buffer_size= with the task encoder's packing hooks",
-    "WatchdogDataset": (
-        "fpipe's loader has the watchdog: watchdog_timeout_seconds= (and "
-        "watchdog_initial_timeout_seconds=) of get_savable_loader / get_loader"
-    ),
     "SavableDataset": f"{_WRAPPER}: every dataset of fpipe is savable (loader.state_dict())",
     "ShuffleBufferDataset": f"{_WRAPPER}: shuffle_buffer_size= of get_train_dataset",
     "BaseCoreDatasetFactory": _FACTORY,

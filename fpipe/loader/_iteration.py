@@ -30,6 +30,7 @@ from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, r
 from fpipe.loader.state import LoaderState, state_epoch
 from fpipe.loader.steering import planned_recipes
 from fpipe.loader.threads import iterate_threads
+from fpipe.loader.watchdog import WatchdogDataset, watch_task, worker_watchdog
 from fpipe.materialize.materializer import Materializer
 from fpipe.materialize.recipe_codec import encode_recipe
 from fpipe.plan.skip import next_recipe
@@ -69,14 +70,23 @@ class RecipeDataset(torch.utils.data.Dataset):
         materializer: Materializer,
         marks: WorkerMarks | None = None,
         slots: batch_slots.SlotConfig | None = None,
+        watchdog: WatchdogDataset | None = None,
     ):
         self.materializer, self.marks, self.slots = materializer, marks, slots
+        #: watches each task in a worker process (fpipe.loader.watchdog); None: not watched
+        self.watchdog = watchdog
 
     def __getitem__(self, task):
         mark = None if self.marks is None else self.marks.writer()
-        if self.slots is not None and torch.utils.data.get_worker_info() is not None:
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if self.slots is not None and in_worker:
             batch_slots.begin_task(self.slots)
-        result = run_in_worker(lambda: run_task(self.materializer, task, mark))
+        run = lambda: run_task(self.materializer, task, mark)  # noqa: E731
+        if self.watchdog is not None and in_worker:  # (the loop watches num_workers=0 itself)
+            watchdog = self.watchdog
+            result = run_in_worker(lambda: watch_task(watchdog, run))
+        else:
+            result = run_in_worker(run)
         if isinstance(result, RemoteFailure):
             batch_slots.release_unsent()
         return result
@@ -331,7 +341,7 @@ def torch_loader(loader: Loader, sampler: PlanSampler):
         # the batches a worker may have in flight, the one it builds, and one spare
         slots = batch_slots.new_config(loader.prefetch_factor + 2)
     return torch.utils.data.DataLoader(
-        RecipeDataset(loader.dataset.materializer, marks, slots),
+        RecipeDataset(loader.dataset.materializer, marks, slots, worker_watchdog(loader)),
         batch_size=None,
         sampler=sampler,
         num_workers=loader.num_workers,

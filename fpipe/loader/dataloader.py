@@ -9,6 +9,7 @@ includes prefetched work, nothing is per worker, and a restore replays nothing.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -32,6 +33,7 @@ from fpipe.loader.state import (
     loader_parts,
     snapshot_bytes,
 )
+from fpipe.loader.watchdog import WatchdogDataset, watch_batches
 from fpipe.materialize.parts import leaves
 from fpipe.plan.skip import normalize_step_ranges
 
@@ -154,8 +156,9 @@ class Loader:
             self._finish()
             return
         batches = closed_at_exit(iterate_batches(self))
+        watched = watch_batches(self, batches)  # the watchdog, where batches are built here
         try:
-            for batch in batches:
+            for batch in watched:
                 if self._debug_log:
                     self._debug_log.batch(self._state.batches - 1, batch)
                 yield batch
@@ -165,6 +168,7 @@ class Loader:
                     return
             self._finish()
         finally:
+            watched.close()
             batches.close()
 
     def _finish(self) -> None:
@@ -252,6 +256,10 @@ class Loader:
         (ConfigError), as is a seek without it after a restore from changes the loader does
         not know. See docs/steering.md."""
         _steering.seek(self, step, mix_history)
+
+    #: The watchdog over batches built in the loop (num_workers=0): Energon's
+    #: watchdog_timeout_seconds (see fpipe.loader.watchdog); None: none.
+    watchdog: WatchdogDataset | None = None
 
     #: Compare the state across ranks in state_dict() (None: when torch.distributed
     #: is initialized with > 1 rank). A collective; see fpipe.loader.consistency.
@@ -352,7 +360,7 @@ def _check_skippable(dataset: Any, skip: tuple) -> None:
 
 @check_keywords
 def get_loader(
-    dataset: PlannedDataset,
+    dataset: PlannedDataset | WatchdogDataset,
     *,
     num_workers: int | None = None,
     prefetch_factor: int = 2,
@@ -407,23 +415,39 @@ def get_loader(
     same with it on or off; see docs/remote.md.
 
     Energon's keywords: ``worker_config`` must be the dataset's (another is refused; it has no
-    effect, as in Energon). ``fail_on_timeout=True`` stops with a :class:`fpipe.core.WorkerError`
-    when no batch came for ``watchdog_timeout_seconds`` (else ``timeout``) instead of
-    replacing the workers. ``checkpoint_every_sec``, ``checkpoint_every_min_n_samples``,
-    ``n_checkpoints``, ``gc_collect_every_n_steps``, ``cache_pool`` and a watchdog without
-    ``fail_on_timeout`` have no effect on what is delivered: fpipe's state is exact after every
-    batch (there are no worker checkpoints to space out), members are read by random access
-    (nothing to cache), and ``timeout`` governs hung workers. See docs/energon_migration.md.
+    effect, as in Energon). ``watchdog_timeout_seconds`` (off by default; Energon's is 60 s):
+    a batch that takes longer than this to build (reading, ``encode_sample``,
+    ``encode_batch``...; in the loop with ``num_workers=0``, else in its worker process; thread
+    and Ray workers are not watched) prints the stack where it is stuck and calls
+    ``WatchdogDataset._watchdog_trigger`` (a RuntimeWarning; ``watchdog_initial_timeout_seconds``:
+    the first batch's limit; see :mod:`fpipe.loader.watchdog`). ``fail_on_timeout=True`` stops
+    with a :class:`fpipe.core.WorkerError` instead: the late batch is stopped, or with workers,
+    when no batch came for ``watchdog_timeout_seconds`` (else ``timeout``), the workers are not
+    replaced. ``dataset`` may be Energon's ``WatchdogDataset(dataset, ...)``: its settings
+    apply unless given here. ``checkpoint_every_sec``, ``checkpoint_every_min_n_samples``,
+    ``n_checkpoints``, ``gc_collect_every_n_steps`` and ``cache_pool`` have no effect on what is
+    delivered: fpipe's state is exact after every batch (there are no worker checkpoints to
+    space out), members are read by random access (nothing to cache), and ``timeout`` governs
+    hung workers. See docs/energon_migration.md.
     """
-    check_worker_config(dataset, worker_config)
+    wrapper: WatchdogDataset | None = None
+    if isinstance(dataset, WatchdogDataset):  # Energon's wrapper: its settings, unless given
+        wrapper, planned = dataset, dataset.dataset
+    else:
+        planned = dataset
+    check_worker_config(planned, worker_config)
+    if wrapper is not None and watchdog_timeout_seconds is None:
+        watchdog_timeout_seconds = wrapper.timeout_seconds
+        watchdog_initial_timeout_seconds = wrapper.initial_timeout_seconds
+        fail_on_timeout = fail_on_timeout or wrapper.fail_on_timeout
     if fail_on_timeout:
         recover_workers = False
         if watchdog_timeout_seconds:
             timeout = watchdog_timeout_seconds
     if num_workers is None:
-        num_workers = dataset.topology.num_workers
+        num_workers = planned.topology.num_workers
     loader = Loader(
-        dataset,
+        planned,
         num_workers=num_workers,
         prefetch_factor=prefetch_factor,
         pin_memory=pin_memory,
@@ -436,6 +460,15 @@ def get_loader(
         ray_options=ray_options,
     )
     loader.check_consistency = check_consistency
+    if watchdog_timeout_seconds:
+        # (a copy of the user's wrapper, whose own trigger a subclass may define)
+        watchdog = (
+            WatchdogDataset(planned, worker_config) if wrapper is None else copy.copy(wrapper)
+        )
+        loader.watchdog = watchdog
+        watchdog.dataset, watchdog.timeout_seconds = planned, watchdog_timeout_seconds
+        watchdog.initial_timeout_seconds = watchdog_initial_timeout_seconds
+        watchdog.fail_on_timeout = fail_on_timeout
     if start_step is not None:
         loader.seek(start_step, mix_history)
     elif mix_history is not None:
