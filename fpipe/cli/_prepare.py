@@ -127,6 +127,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--compact-index",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write a tar dataset's index in the compact layout (about 16 bytes per image + "
+        "caption sample); --no-compact-index: the flat layout that fpipe versions before it "
+        "read (default: on)",
+    )
+    p.add_argument(
         "--probe-av",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -211,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             aux=args.aux,
             probe_av=args.probe_av,
             index_dir=args.index_dir,
+            compact_index=args.compact_index,
         )
     except FpipeError as e:
         print(f"fpipe prepare: error: {e}", file=sys.stderr)

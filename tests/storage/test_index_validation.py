@@ -17,7 +17,11 @@ from tests.storage.helpers import make_image_caption_dataset, write_tar
 
 def _prepared(tmp_path, shards=3, per_shard=4, split=None):
     make_image_caption_dataset(tmp_path, shards=shards, per_shard=per_shard)
-    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, split=split)
+    # the flat layout (format 2), whose arrays these tests edit; tests/storage/
+    # test_compact_index.py edits the compact one
+    prepare_dataset(
+        tmp_path, fields={"image": "jpg", "caption": "txt"}, split=split, compact_index=False
+    )
     return tmp_path / ".fpipe"
 
 
@@ -40,9 +44,9 @@ def _edit_info(index, fn):
         (lambda i: i["shards"][0].update(name="../outside.tar"), "leaves the dataset folder"),
         (lambda i: i["shards"][0].update(name="/etc/passwd"), "leaves the dataset folder"),
         (lambda i: i.update(version="one"), "info.yaml: bad index info: version must be an"),
-        (lambda i: i.update(version=True), "version must be an integer from 1 to 3, got True"),
-        (lambda i: i.update(version=0), "version must be an integer from 1 to 3, got 0"),
-        (lambda i: i.update(version=4), "index version 4 is newer"),
+        (lambda i: i.update(version=True), "version must be an integer from 1 to 4, got True"),
+        (lambda i: i.update(version=0), "version must be an integer from 1 to 4, got 0"),
+        (lambda i: i.update(version=5), "index version 5 is newer"),
         (
             lambda i: i.update(members=["../../x", *i["members"][1:]]),
             "info.yaml: bad index info: members entry '../../x' is not a member extension",

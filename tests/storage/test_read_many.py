@@ -104,7 +104,7 @@ def _covered(ranges, reads) -> bool:
 @pytest.mark.parametrize("what", [*_BAD_MEMBER, "key offsets"])
 def test_byte_ranges_of_a_bad_entry_are_its_reads(tmp_path, what):
     make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
-    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"})
+    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, compact_index=False)
     corrupt_entry(tmp_path / ".fpipe", what)
     ds = open_dataset(tmp_path)
     order, exts = [6, 5, 4, 0], frozenset({"jpg", "txt"})
@@ -127,7 +127,7 @@ def test_energon_and_out_of_range_fall_back_to_one_by_one(tmp_path):
 @pytest.mark.parametrize("what", [*_BAD_MEMBER, "key offsets"])
 def test_bad_entry_is_that_sample_s_error_only(tmp_path, what, exts):
     make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
-    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"})
+    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, compact_index=False)
     corrupt_entry(tmp_path / ".fpipe", what)
     ds = open_dataset(tmp_path)
     order = [6, 5, 4, 0]
@@ -162,7 +162,9 @@ def test_loader_raises_or_skips_the_unreadable_sample_only(tmp_path):
     import fpipe
 
     make_image_caption_dataset(tmp_path, shards=2, per_shard=4)
-    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, split="1,0,0")
+    prepare_dataset(
+        tmp_path, fields={"image": "jpg", "caption": "txt"}, split="1,0,0", compact_index=False
+    )
     corrupt_entry(tmp_path / ".fpipe", "negative size")
     kw = dict(batch_size=4, seed=0, num_epochs=1, shuffle_buffer_size=1)
     with pytest.raises(BadSampleError, match="index is corrupt") as ei:

@@ -27,7 +27,7 @@ def arrays_from_two(monkeypatch):
 
 def test_format3_reads_what_format2_reads(tmp_path, arrays_from_two):
     make_image_caption_dataset(tmp_path, shards=3, per_shard=2)
-    prepare_dataset(tmp_path)
+    prepare_dataset(tmp_path, compact_index=False)  # the flat layout: format 3
     info = yaml.safe_load((tmp_path / ".fpipe/info.yaml").read_text())
     assert info["version"] == 3 and info["num_shards"] == 3 and "shards" not in info
     ds = open_dataset(tmp_path)
@@ -66,7 +66,7 @@ def test_planning_a_1000_shard_index_reads_no_shard_entry(tmp_path, monkeypatch)
     from fpipe.storage.read.tar.shard_table import ShardTable
 
     make_image_caption_dataset(tmp_path, shards=1, per_shard=1)
-    prepare_dataset(tmp_path)  # a real dataset.yaml; the index is replaced below
+    prepare_dataset(tmp_path, compact_index=False)  # a real dataset.yaml; index replaced below
     idx = tmp_path / ".fpipe"
     n, shards = 5000, 1000
     files = index_mod.shard_table_files(

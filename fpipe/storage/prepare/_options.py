@@ -118,6 +118,9 @@ class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
     probe_av: bool = True  #: probe audio/video members for stream metadata and keyframes
     index_dir: str | None = None  #: URL datasets: local folder for the index (else the bucket)
     storage: StorageOptions | None = None  #: URL datasets: how to reach the bucket
+    #: tar datasets: the compact index layout (format 4); False: the flat one (format 2 / 3),
+    #: which fpipe versions before the compact layout read
+    compact_index: bool = True
 
 
 def _field_map(fields: Mapping[str, Any] | Iterable[str] | None) -> FieldMapValue | None:
@@ -222,6 +225,7 @@ def make_options(
     probe_av: bool = True,
     index_dir: str | os.PathLike | None = None,
     storage: StorageOptions | Mapping[str, Any] | None = None,
+    compact_index: bool = True,
 ) -> PrepareOptions:
     """Check and normalize the arguments of ``prepare_dataset`` (same names and meanings)."""
     opts = PrepareOptions(
@@ -248,6 +252,7 @@ def make_options(
         storage=storage
         if storage is None or isinstance(storage, StorageOptions)
         else StorageOptions(**storage),
+        compact_index=bool(compact_index),
     )
     if opts.part is not None and opts.merge:
         raise ConfigError("use either part (index one slice) or merge (combine slices)")

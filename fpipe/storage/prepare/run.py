@@ -407,6 +407,7 @@ class _Index(msgspec.Struct):
     split: SplitConfig | None
     info: dict[str, Any]
     source: str
+    compact: bool = True  #: the compact index layout (format 4), else the flat one
 
 
 def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
@@ -429,12 +430,12 @@ def _compute_index(root: str, src: _Source, opts: PrepareOptions) -> _Index:
     else:
         split = build_split_config(opts.split, names, opts.exclude, opts.split_seed)
     info = {"source": source, "aliases": _aliases(data.columns, fmap), "field_map": fmap}
-    return _Index(data, kf, config, split, info, source)
+    return _Index(data, kf, config, split, info, source, opts.compact_index)
 
 
 def _write_index(out: Path, index: _Index) -> None:
     """Write ``index`` into the index folder ``out`` (``DIR/.fpipe`` or ``--index-dir``)."""
-    write_index_with_av(out, index.data, index.keyframes, index.info)
+    write_index_with_av(out, index.data, index.keyframes, index.info, index.compact)
     dump_yaml(out / "dataset.yaml", index.config)
     if index.split is not None:
         dump_yaml(out / "split.yaml", index.split)
@@ -515,6 +516,9 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
       probe_av: probe audio/video members (or table media files) and store their stream
         metadata columns and keyframe times (:mod:`fpipe.storage.read.av_meta`); a file that
         cannot be probed is left out and reported.
+      compact_index: write a tar dataset's index in the compact layout (format 4, about 16
+        bytes per image + caption sample; the default); False: the flat layout (formats 2 and
+        3, ~117 bytes per sample), which fpipe versions before the compact layout read.
 
     Returns:
       A :class:`PrepareReport`.

@@ -185,19 +185,23 @@ def _av_info(kf: Keyframes, fmap: dict[str, str]) -> dict[str, Any]:
     return {"av": {"fields": fields}}
 
 
-def write_index_with_av(out: Path, data: IndexData, kf: Keyframes, info: dict[str, Any]) -> None:
-    """Write an index folder plus its audio/video keyframe arrays."""
-    write_index(out, data, {**info, **_av_info(kf, info.get("field_map") or {})})
+def write_index_with_av(
+    out: Path, data: IndexData, kf: Keyframes, info: dict[str, Any], compact: bool = True
+) -> None:
+    """Write an index folder plus its audio/video keyframe arrays (the compact layout unless
+    ``compact`` is False: see :func:`~fpipe.storage.read.tar.index.write_index`)."""
+    write_index(out, data, {**info, **_av_info(kf, info.get("field_map") or {})}, compact)
     av_meta.write_keyframes(out, kf)
 
 
 def write_part(
     root: Path, part: tuple[int, int], data: IndexData, kf: Keyframes, info: dict[str, Any]
 ) -> Path:
-    """Write part ``(i, n)`` to ``root/.fpipe-parts/part-i-of-n``; returns that folder."""
+    """Write part ``(i, n)`` to ``root/.fpipe-parts/part-i-of-n``; returns that folder (in the
+    flat layout, which :func:`merge_parts` reads whole)."""
     out = root / PARTS_DIR / f"part-{part[0]}-of-{part[1]}"
     out.parent.mkdir(exist_ok=True)
-    write_index_with_av(out, data, kf, {**info, "part": list(part), "aliases": {}})
+    write_index_with_av(out, data, kf, {**info, "part": list(part), "aliases": {}}, False)
     return out
 
 

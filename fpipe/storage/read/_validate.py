@@ -179,9 +179,23 @@ def _expected(record: IndexRecord, name: str) -> tuple[int, str] | None:
         return n, "iu"
     if name.startswith("columns/"):
         return n, "iufb"
+    if name.startswith("compact/"):  # index format 4 (tar/compact.py)
+        return _expected_compact(record, name[len("compact/") :])
     if name.startswith("parquet/"):  # file row group, place in it, row number (Parquet layout)
         return n, "iu"
     return None
+
+
+def _expected_compact(record: IndexRecord, name: str) -> tuple[int, str]:
+    """:func:`_expected` of ``compact/<name>``: per shard, per sample, or its own length
+    (the keys and members of the shards stored explicitly)."""
+    if name.startswith("shard/"):
+        return len(record.shards), "iu"
+    if name.startswith("columns/"):
+        return record.num_samples, "iufb"
+    if name == "offset.npy" or name.startswith("size."):
+        return record.num_samples, "iu"
+    return -1, "iu"
 
 
 def _check_shape(record: IndexRecord, where: str, name: str, shape: tuple, dtype) -> None:
@@ -202,7 +216,8 @@ def array_checker(record: IndexRecord, where: str) -> Callable[[str, np.ndarray]
 
     def check(name: str, arr: np.ndarray) -> None:
         _check_shape(record, where, name, arr.shape, arr.dtype)
-        if name in ("keys.offsets.npy", "members/start.npy") and len(arr) and int(arr[0]) != 0:
+        starts = ("keys.offsets.npy", "members/start.npy", "compact/keys.offsets.npy")
+        if name in (*starts, "compact/explicit/start.npy") and len(arr) and int(arr[0]) != 0:
             raise ConfigError(f"{where}/{name}: does not start at 0; the index is corrupt")
         if name == "members/start.npy" and len(arr) and int(arr[-1]) != record.num_members:
             raise ConfigError(

@@ -32,7 +32,7 @@ loads it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,11 +231,19 @@ class AVIndex:
     Args:
       fields: ``info["av"]["fields"]``: field -> member extensions.
       arrays: the dataset's arrays by relative path (memory-mapped, cached).
+      column: the dataset's column by name (``Dataset.column``: whatever the index layout);
+        None: ``columns/<name>.npy`` of ``arrays``.
     """
 
-    def __init__(self, fields: Mapping[str, list[str]], arrays: ArrayStore):
+    def __init__(
+        self,
+        fields: Mapping[str, list[str]],
+        arrays: ArrayStore,
+        column: Callable[[str], Any] | None = None,
+    ):
         self.fields = {str(f): list(e) for f, e in fields.items()}
         self._arrays = arrays
+        self._column = column or (lambda name: arrays(f"columns/{name}.npy"))
         self._no_frames: set[str] = set()  # fields of an index without keyframe frame numbers
 
     def _keyframe_frames(self, field: str, lo: int, hi: int) -> tuple[int, ...]:
@@ -253,15 +261,15 @@ class AVIndex:
         """The ``AVMetadata`` of field ``field`` of sample ``i``, or None if it has none."""
         from fpipe.decode.av.records import AVMetadata  # no PyAV needed to read the index
 
-        col = self._arrays
-        dur = float(col(f"columns/{field}.duration_s.npy")[i])
+        col, arrays = self._column, self._arrays
+        dur = float(col(f"{field}.duration_s")[i])
         if math.isnan(dur):
             return None
-        f = {s: float(col(f"columns/{field}.{s}.npy")[i]) for s in FLOAT_STATS}
-        n = {s: int(col(f"columns/{field}.{s}.npy")[i]) for s in INT_STATS}
-        off = col(f"{AV_DIR}/{field}.keyframes.offsets.npy")
+        f = {s: float(col(f"{field}.{s}")[i]) for s in FLOAT_STATS}
+        n = {s: int(col(f"{field}.{s}")[i]) for s in INT_STATS}
+        off = arrays(f"{AV_DIR}/{field}.keyframes.offsets.npy")
         lo, hi = int(off[i]), int(off[i + 1])
-        keys = col(f"{AV_DIR}/{field}.keyframes.npy")[lo:hi]
+        keys = arrays(f"{AV_DIR}/{field}.keyframes.npy")[lo:hi]
 
         def fl(s):
             return None if math.isnan(f[s]) else f[s]

@@ -138,14 +138,19 @@ class Dataset:
         return (*head, *self.record.columns, *self.record.aliases)
 
     def column(self, name: str) -> np.ndarray:
-        """Values of column ``name`` for every sample (memory-mapped when prepared, read-only)."""
+        """Values of column ``name`` for every sample (memory-mapped when prepared, read-only;
+        a compact tar index gives an array-like read on access: ``col[indices]``,
+        ``np.asarray(col)``)."""
+        own = getattr(self.reader, "index_column", None)  # the tar index's layout decides
         if name == "shard_id" and self.record.shards:
-            return self._array("shard_id.npy")
+            got = own("shard_id") if own is not None else None
+            return self._array("shard_id.npy") if got is None else got
         name = self.record.aliases.get(name, name)
         if name not in self.record.columns:
             hint = " (run `fpipe prepare` for metadata columns)" if self.layout == "energon" else ""
             raise KeyError(f"{self.path}: no column {name!r}; columns: {self.column_names}{hint}")
-        return self._array(f"columns/{name}.npy")
+        got = own(name) if own is not None else None
+        return self._array(f"columns/{name}.npy") if got is None else got
 
     @property
     def split_names(self) -> tuple[str, ...]:
@@ -299,7 +304,7 @@ class Dataset:
             return {}
         i = self._check(i)
         if self._av is None:
-            self._av = AVIndex(fields, self._array)
+            self._av = AVIndex(fields, self._array, self.column)
         out: dict[str, Any] = {}
         for field in fields:
             names = [n for n in self.reader.av_names(field, i) if n not in out]

@@ -6,8 +6,9 @@ member extensions, metadata columns, column aliases and probed audio/video field
 is read here and only here:
 
 - :func:`read_record` parses ``DIR/.fpipe/info.yaml`` (written by ``fpipe prepare``);
-- :func:`fpipe.storage.read.energon.energon_record` builds one from Energon's ``.nv-meta``;
-- :func:`fpipe.storage.read.tables.table_record` builds one from a JSONL/CSV table opened as is;
+- :func:`fpipe.storage.read.energon_meta.energon_record` builds one from Energon's ``.nv-meta``;
+- :func:`fpipe.storage.read.table_files.table_record` builds one from a JSONL/CSV table opened
+  as is;
 - Parquet files prepared by ``fpipe prepare`` are the ``"parquet"`` layout of ``info.yaml``
   (:mod:`fpipe.storage.read.parquet`).
 
@@ -26,6 +27,7 @@ import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.storage.read.tar.compact import CompactInfo
 from fpipe.storage.read.tar.index import load_array, read_info
 from fpipe.storage.read.tar.shard_table import ShardEntry, ShardTable
 
@@ -87,6 +89,8 @@ class IndexRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: rows of the member table (``"tar"`` layout, index format 2); None: an index of format
     #: 1, with two arrays per extension (see :mod:`fpipe.storage.read.members`)
     num_members: int | None = None
+    #: the compact per-sample layout (index format 4, :mod:`.tar.compact`); None: flat arrays
+    compact: CompactInfo | None = None
     columns: dict[str, str] = msgspec.field(default_factory=dict)  #: column name -> dtype
     aliases: dict[str, str] = msgspec.field(default_factory=dict)  #: alias -> column name
     #: audio/video field -> member extensions (or media column) it was probed from
@@ -130,6 +134,7 @@ def _record_from_info(
         "shards": [] if "num_shards" in info else info.get("shards") or [],
         "members": info.get("members") or [],
         "num_members": info.get("num_members") if flat else None,
+        "compact": info.get("compact") if flat and info.get("version", 0) >= 4 else None,
         "columns": info.get("columns") or {},
         "aliases": info.get("aliases") or {},
         "av_fields": av,

@@ -1,7 +1,8 @@
 """Reading a batch of samples of a prepared tar dataset at once (``Dataset.read_many``).
 
-The index is looked up for the whole batch with numpy: shard ids, key offsets and every
-member's row of the flat member table (:meth:`fpipe.storage.read.members.FlatMembers.rows`), checked
+The index is looked up for the whole batch with numpy, through the index layout's accessor
+(:mod:`fpipe.storage.read.tar.samples`): shard ids, keys and every member's row
+(:meth:`fpipe.storage.read.members.FlatMembers.rows` and its compact counterpart), checked
 as :meth:`TarReader.members` checks one sample (rows and extension ids inside the table, every
 member inside its shard). Each sound sample whose wanted members lie in one byte range is then
 one range, its members sliced out (a lone member is the range itself); close ranges of small
@@ -89,18 +90,17 @@ def _plan(
     reader, idx: np.ndarray, exts: frozenset[str] | None, with_keys: bool = True
 ) -> _Plan | None:
     rec = reader._record
-    rows_of = getattr(reader._members, "rows", None)
-    if rows_of is None or not len(idx) or not rec.members:  # format 1: one sample at a time
+    index = reader._samples  # the index layout's accessor (.samples)
+    if not index.batched or not len(idx) or not rec.members:  # format 1: one at a time
         return None
-    arr = reader._array
     n = len(idx)
-    sid = arr("shard_id.npy")[idx].astype(np.int64)
+    sid = index.shard_ids(idx)
     ok = (sid >= 0) & (sid < len(rec.shards))
     sid = np.where(ok, sid, 0)
-    koff, kbytes = arr("keys.offsets.npy"), arr("keys.npy")
-    ka, kb = koff[idx], koff[idx + 1]
-    ok &= (ka >= 0) & (ka <= kb) & (kb <= len(kbytes))
-    rows: MemberRows = rows_of(idx)
+    if with_keys:
+        raw, good_keys = index.keys(idx)
+        ok &= good_keys
+    rows: MemberRows = index.members.rows(idx)
     ok &= rows.ok
     owner, off, size = rows.owner, rows.offset, rows.size
     # every member inside its shard (gzip shards: offsets are in the decompressed copy)
@@ -130,11 +130,7 @@ def _plan(
     lo = np.where(count == 1, lo - TAR_HEADER, lo)  # a lone member's read starts at its header
     first = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=first[1:])
-    raw = [
-        kbytes[a:b].tobytes() if good else b""
-        for a, b, good in zip(ka.tolist(), kb.tolist(), ok.tolist())
-        if with_keys
-    ]
+    raw = [k if good else b"" for k, good in zip(raw, ok.tolist())] if with_keys else []
     return _Plan(
         ok=ok,
         sid=sid.tolist(),

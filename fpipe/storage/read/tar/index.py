@@ -16,6 +16,10 @@ Layout::
     .fpipe/members/offset.npy        int64 (m,)     byte offset of the member's data in its shard
     .fpipe/members/size.npy          int64 (m,)     member size in bytes
     .fpipe/columns/<name>.npy        int64 / float64 (n,) metadata columns
+
+That is the flat layout (formats 1 to 3, ~117 bytes per image + caption sample). ``fpipe
+prepare`` writes the compact layout (format 4, :mod:`.compact`) instead unless asked for the
+flat one: the same values, most of them derived, the rest in the smallest dtypes.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.safe_yaml import safe_load
 from fpipe.storage.read.members import MemberTable, concat_members, member_files
+from fpipe.storage.read.tar.compact import compact_files
 from fpipe.storage.read.tar.shard_table import (
     SHARD_ARRAYS_FROM,
     ShardTable,
@@ -63,11 +68,12 @@ READ_GAP = 64 * 1024
 
 INDEX_DIR = ".fpipe"
 FORMAT = "fpipe-index"
-#: 3: the shard list as arrays (``shards/*.npy``, :mod:`.shard_table`), written from
-#: ``SHARD_ARRAYS_FROM`` shards on; 2: one flat member table
+#: 4: the compact per-sample layout (``compact/``, :mod:`.compact`), the shard list in
+#: ``info.yaml`` or as arrays; 3: the shard list as arrays (``shards/*.npy``,
+#: :mod:`.shard_table`), written from ``SHARD_ARRAYS_FROM`` shards on; 2: one flat member table
 #: (``members/start|ext|offset|size.npy``), shards listed in ``info.yaml``; 1: two arrays per
-#: extension (``members/<ext>.offset|size.npy``). All three are read.
-VERSION = 3
+#: extension (``members/<ext>.offset|size.npy``). All four are read.
+VERSION = 4
 
 
 class IndexData(msgspec.Struct, kw_only=True):
@@ -173,22 +179,33 @@ def write_folder(
         shutil.rmtree(old)
 
 
-def write_index(out: str | Path, data: IndexData, info_extra: dict[str, Any]) -> None:
-    """Write ``data`` as an index folder at ``out``, replacing any previous one atomically."""
-    files: dict[str, np.ndarray] = {
-        "shard_id.npy": np.asarray(data.shard_id, np.int32),
-        "keys.npy": np.asarray(data.keys, np.uint8),
-        "keys.offsets.npy": np.asarray(data.key_offsets, np.int64),
-    }
-    files.update(member_files(data.members))
-    for name, arr in data.columns.items():
-        files[f"columns/{name}.npy"] = arr
+def write_index(
+    out: str | Path, data: IndexData, info_extra: dict[str, Any], compact: bool = True
+) -> None:
+    """Write ``data`` as an index folder at ``out``, replacing any previous one atomically:
+    in the compact layout (format 4, :mod:`.compact`), or the flat one (``compact=False``:
+    formats 2 and 3, which older fpipe versions read)."""
+    extra: dict[str, Any] = {}
+    if compact:
+        files, layout = compact_files(data)
+        extra = {"compact": msgspec.to_builtins(layout)}
+    else:
+        files = {
+            "shard_id.npy": np.asarray(data.shard_id, np.int32),
+            "keys.npy": np.asarray(data.keys, np.uint8),
+            "keys.offsets.npy": np.asarray(data.key_offsets, np.int64),
+        }
+        files.update(member_files(data.members))
+        for name, arr in data.columns.items():
+            files[f"columns/{name}.npy"] = arr
     # many shards: arrays, not a YAML list every rank parses (format 3); else the readable list
     if len(data.shards) >= SHARD_ARRAYS_FROM:
         files.update(shard_table_files(data.shards))
         shards: dict[str, Any] = {"version": 3, "num_shards": len(data.shards)}
     else:
         shards = {"version": 2, "shards": data.shards}
+    if compact:
+        shards["version"] = 4
     info = {
         "kind": "webdataset",
         "num_samples": int(len(data.shard_id)),
@@ -197,6 +214,7 @@ def write_index(out: str | Path, data: IndexData, info_extra: dict[str, Any]) ->
         "num_members": int(len(data.members.ext)),
         "columns": {k: str(v.dtype) for k, v in data.columns.items()},
         "shard_errors": int(data.shard_errors),
+        **extra,
         **info_extra,
     }
     write_folder(out, files, info, data.problems)
@@ -252,6 +270,11 @@ def read_index_data(index_dir: str | Path) -> IndexData:
         raise ConfigError(
             f"{d}: part written by an older fpipe (index format version {info.get('version')}); "
             "run its `fpipe prepare DIR --part i/n` again before merging"
+        )
+    if "compact" in info:  # parts are written flat (prepare.shards.write_part)
+        raise ConfigError(
+            f"{d}: a compact index (format 4), not a part of a `fpipe prepare DIR --part i/n` "
+            "run; run its `fpipe prepare DIR --part i/n` again before merging"
         )
     problems = []
     with open(d / "problems.jsonl", encoding="utf-8") as f:

@@ -1,9 +1,11 @@
 """Reader of the ``"tar"`` layout: member byte offsets from fpipe's own index.
 
-``fpipe prepare`` stores the extension, byte offset and size of every member in one table
-sorted by sample (:mod:`fpipe.storage.read.members`; indexes of format 1 hold two arrays per
-extension instead, still read) and the sample keys (``keys.npy``). A sample is then one
-positional read (or one per member when they are far apart). Gzip-compressed shards are
+``fpipe prepare`` stores the extension, byte offset and size of every member and the sample
+keys: in the compact layout (format 4, :mod:`.compact`), most of them derived, or in the flat
+one (one member table sorted by sample, :mod:`fpipe.storage.read.members`, and ``keys.npy``;
+indexes of format 1 hold two arrays per extension instead, still read). The reader looks them
+up through the layout's accessor (:mod:`.samples`), never the arrays themselves. A sample is
+then one positional read (or one per member when they are far apart). Gzip-compressed shards are
 decompressed once into ``.fpipe/decompressed/``.
 
 Every read checks the tar header of one of the sample's members against the index (it must
@@ -36,12 +38,13 @@ from fpipe.storage.read._validate import (
     header_mismatch,
     stale_reason,
 )
-from fpipe.storage.read.members import CorruptIndex, FlatMembers, PerExtensionMembers
+from fpipe.storage.read.members import CorruptIndex
 from fpipe.storage.read.reader import FileCache, members_to_dict
 from fpipe.storage.read.record import ArrayStore, IndexRecord
 from fpipe.storage.read.tar.batch import byte_ranges as batch_byte_ranges
 from fpipe.storage.read.tar.batch import read_many
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
+from fpipe.storage.read.tar.samples import sample_index
 from fpipe.storage.read.webdataset import is_gzip_shard, shard_stem
 
 __all__ = ["TarReader", "tar_arrays"]
@@ -68,8 +71,10 @@ class TarReader:
         self._check = shard_check if record.shard_arrays else None
         self._stems = _PerShard(record, lambda s: shard_stem(s.name))
         self._gz = _PerShard(record, lambda s: is_gzip_shard(s.name))  # decompressed offsets
-        table = FlatMembers if record.num_members is not None else PerExtensionMembers
-        self._members = table(record.members, arrays)
+        #: shard ids, keys, members and columns, whatever the index layout (.samples)
+        self._samples = sample_index(record, arrays, str(index_dir))
+        self._members = self._samples.members
+        self._columns: dict[str, object] = {}  #: index_column's, by name
         self._paths: dict[int, str] = {}  #: shard id -> file to read (see shard_path)
 
     def key(self, i: int) -> str:
@@ -82,31 +87,33 @@ class TarReader:
 
     def _key_bytes(self, i: int) -> bytes:
         """:meth:`member_key` of sample ``i`` as stored (the tar name up to the extension)."""
-        off = self._array("keys.offsets.npy")
-        keys = self._array("keys.npy")
-        a, b = int(off[i]), int(off[i + 1])
-        if not 0 <= a <= b <= len(keys):
+        try:
+            return self._samples.key(i)
+        except CorruptIndex as e:
             name = self._record.shards[self._shard_id(i)].name
-            raise BadSampleError(name, f"#{i}", self._corrupt(f"key bytes {a}..{b}"))
-        return keys[a:b].tobytes()
+            raise BadSampleError(name, f"#{i}", self._corrupt(str(e))) from None
 
     def member_keys(self, indices) -> np.ndarray:
         """:meth:`member_key` of samples ``indices`` at once, as UTF-8 bytes (numpy ``S``)."""
-        from fpipe.storage.read.keys import packed_keys
+        try:
+            return self._samples.packed_keys(np.asarray(indices, dtype=np.int64))
+        except CorruptIndex as e:
+            raise BadSampleError(self.path, "keys", self._corrupt(str(e))) from None
 
-        off = np.asarray(self._array("keys.offsets.npy"))
-        blob = np.asarray(self._array("keys.npy"))
-        indices = np.asarray(indices, dtype=np.int64)
-        start, end = off[indices], off[indices + 1]
-        if len(indices) and (start.min() < 0 or np.any(end < start) or end.max() > len(blob)):
-            raise BadSampleError(self.path, "keys", self._corrupt("key offsets out of range"))
-        return packed_keys(blob, start, end)
+    def index_column(self, name: str):
+        """Column ``name`` (or ``shard_id``) as the index layout gives it: an array-like
+        derived on access for a compact index, None where it is the array
+        ``columns/<name>.npy`` (``shard_id.npy``) itself. One object per name, as the arrays
+        are (``fpipe info`` tells an alias from its column by identity)."""
+        if name not in self._columns:
+            self._columns[name] = self._samples.column(name)
+        return self._columns[name]
 
     def _corrupt(self, what: str) -> str:
         return f"the index is corrupt ({what}); re-run `fpipe prepare {self.path}`"
 
     def _shard_id(self, i: int) -> int:
-        sid = int(self._array("shard_id.npy")[i])
+        sid = self._samples.shard_id(i)
         if not 0 <= sid < len(self._record.shards):
             raise BadSampleError(self.path, f"#{i}", self._corrupt(f"shard id {sid}"))
         return sid
@@ -289,6 +296,11 @@ class _PerShard:
 
 def tar_arrays(record: IndexRecord) -> tuple[str, ...]:
     """The arrays every sample read uses (their headers are checked when a dataset opens)."""
+    if record.compact is not None:
+        sizes = (f"compact/size.{j}.npy" for j in range(len(record.compact.pattern)))
+        shard = ("keys_at", "key_first", "key_width", "members_at", "blocks_at")
+        per_shard = (f"compact/shard/{a}.npy" for a in shard)
+        return (*per_shard, "compact/offset_base.npy", "compact/offset.npy", *sizes)
     head = ("shard_id.npy", "keys.offsets.npy")
     if record.num_members is None:
         return head
