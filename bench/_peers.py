@@ -91,8 +91,8 @@ def resize_then_crop_np(img: Image.Image, size: int = TARGET) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(img).transpose(2, 0, 1))
 
 
-def decode_pillow(data: bytes) -> np.ndarray:
-    return resize_crop_np(Image.open(io.BytesIO(data)))
+def decode_pillow(data: bytes, size: int = TARGET) -> np.ndarray:
+    return resize_crop_np(Image.open(io.BytesIO(data)), size)
 
 
 #: the repository root: fpipe's decode is imported from there (the peers' Python needs
@@ -101,7 +101,7 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 @functools.cache
-def _fpipe_decoder() -> Callable[[bytes], np.ndarray]:
+def _fpipe_decoder(size: int = TARGET) -> Callable[[bytes], np.ndarray]:
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     from fpipe.decode.image import ImageDecodeOptions, decode_image_with
@@ -109,29 +109,29 @@ def _fpipe_decoder() -> Callable[[bytes], np.ndarray]:
     try:  # fpipe's loader asks for torch CHW: the very same work, then a zero-copy view
         import torch  # noqa: F401
 
-        opts = ImageDecodeOptions(target_size=TARGET, draft=False, out="torch")
+        opts = ImageDecodeOptions(target_size=size, draft=False, out="torch")
         return lambda data: decode_image_with(data, opts).numpy()
     except ImportError:  # a peers' Python without torch: HWC, then one copy to CHW
-        opts = ImageDecodeOptions(target_size=TARGET, draft=False, out="numpy")
+        opts = ImageDecodeOptions(target_size=size, draft=False, out="numpy")
         return lambda data: np.ascontiguousarray(decode_image_with(data, opts).transpose(2, 0, 1))
 
 
-def decode_fpipe(data: bytes) -> np.ndarray:
+def decode_fpipe(data: bytes, size: int = TARGET) -> np.ndarray:
     """fpipe's own decode through its public ``decode_image_with`` (``target_size=224,
     draft=False``): libjpeg-turbo through simplejpeg for the plain JPEGs fpipe takes that way,
     Pillow for the others, image by image, then the same resize + crop. A Grain, SPDL or
     ``datasets`` user writes this decode function: the peers then do fpipe's decode work."""
-    return _fpipe_decoder()(data)
+    return _fpipe_decoder(size)(data)
 
 
-def decode_spdl_ffmpeg(data: bytes) -> np.ndarray:
+def decode_spdl_ffmpeg(data: bytes, size: int = TARGET) -> np.ndarray:
     import spdl.io
 
     desc = spdl.io.get_video_filter_desc(
-        scale_width=TARGET, scale_height=TARGET, scale_algo="bilinear", scale_mode="crop"
+        scale_width=size, scale_height=size, scale_algo="bilinear", scale_mode="crop"
     )
     arr = spdl.io.to_numpy(spdl.io.load_image(data, filter_desc=desc))
-    return np.ascontiguousarray(arr.reshape(TARGET, TARGET, 3).transpose(2, 0, 1))
+    return np.ascontiguousarray(arr.reshape(size, size, 3).transpose(2, 0, 1))
 
 
 def collate_np(samples: list) -> dict:
@@ -179,14 +179,56 @@ class TarSource:
         return {"index": self.index, "_fds": {}}
 
 
-class Decode:
-    """``(jpg bytes, caption) -> (CHW uint8, caption)`` with a named decode (picklable)."""
+class ArrayTarSource(TarSource):
+    """:class:`TarSource` over the index :func:`cached_tar_index` saved beside the shards (the
+    peers' prepare step, as fpipe and Energon read their prepared index): numpy columns, so
+    opening a large set costs a file read, not a scan of every tar header."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, root: str):
+        self.shards, rows = cached_tar_index(Path(root))
+        self.index = rows  # (shard id, jpg offset, jpg size, txt offset, txt size) per sample
+        self._fds = {}
+
+    def __getitem__(self, i: int) -> tuple[bytes, str]:
+        s, jo, js, to, ts = self.index[i].tolist()
+        fd = self._fds.get(s)
+        if fd is None:
+            fd = self._fds[s] = os.open(self.shards[s], os.O_RDONLY)
+        return os.pread(fd, js, jo), os.pread(fd, ts, to).decode()
+
+    def __getstate__(self) -> dict:
+        return {"shards": self.shards, "index": self.index, "_fds": {}}
+
+
+#: where :func:`cached_tar_index` keeps a folder's index
+PEERS_INDEX = ".peers-index.npz"
+
+
+def cached_tar_index(root: Path) -> tuple[list[str], np.ndarray]:
+    """``(shard paths, int64 rows of (shard id, jpg offset, jpg size, txt offset, txt
+    size))`` of a folder, from ``PEERS_INDEX`` (written from :func:`tar_index` on first use)."""
+    f = root / PEERS_INDEX
+    if not f.exists():
+        rows = tar_index(root)
+        shards = sorted({r[0] for r in rows})
+        ids = {s: i for i, s in enumerate(shards)}
+        table = np.array([(ids[r[0]], *r[1:]) for r in rows], np.int64).reshape(-1, 5)
+        tmp = root / (PEERS_INDEX + ".tmp.npz")
+        np.savez(tmp, shards=np.array([Path(s).name for s in shards]), rows=table)
+        os.replace(tmp, f)
+    with np.load(f, allow_pickle=False) as z:
+        return [str(root / s) for s in z["shards"].tolist()], z["rows"]
+
+
+class Decode:
+    """``(jpg bytes, caption) -> (CHW uint8, caption)`` with a named decode (picklable), to
+    ``size`` pixels a side."""
+
+    def __init__(self, name: str, size: int = TARGET):
+        self.name, self.size = name, size
 
     def __call__(self, sample: tuple[bytes, str]) -> tuple[np.ndarray, str]:
-        return DECODERS[self.name](sample[0]), sample[1]
+        return DECODERS[self.name](sample[0], self.size), sample[1]
 
 
 DECODERS: dict[str, Callable[[bytes], np.ndarray]] = {
@@ -211,6 +253,13 @@ def grain_iter(root: str, bs: int, workers: int, procs: bool, decode: str) -> It
     import grain
 
     ds = grain.MapDataset.source(TarSource(root)).shuffle(seed=SEED).repeat().map(Decode(decode))
+    return grain_batches(ds, bs, workers, procs)
+
+
+def grain_batches(ds, bs: int, workers: int, procs: bool) -> Iterator:
+    """Batches of a decoding ``grain.MapDataset``: ``workers`` threads, or processes."""
+    import grain
+
     threads = 1 if procs else workers
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * bs))
     it = it.batch(bs, drop_remainder=True, batch_fn=collate_np)
@@ -220,16 +269,22 @@ def grain_iter(root: str, bs: int, workers: int, procs: bool, decode: str) -> It
 
 
 def spdl_iter(root: str, bs: int, workers: int, decode: str) -> Iterator:
-    from spdl.pipeline import PipelineBuilder
-
     src = TarSource(root)
     decode_one = Decode(decode)
     # SPDL's pipeline turns a failing stage into a 120 s wait for the next item: decode one
     # sample first, so a missing FFmpeg library fails at once with its own error
     decode_one(src[0])
+    return spdl_batches((src[i] for i in shuffled_forever(len(src))), decode_one, bs, workers)
+
+
+def spdl_batches(samples: Iterator, decode_one: Callable, bs: int, workers: int) -> Iterator:
+    """Batches of an SPDL pipeline: ``samples`` -> ``decode_one`` (``workers`` at once) ->
+    ``aggregate(bs)`` -> collate, on ``workers`` threads."""
+    from spdl.pipeline import PipelineBuilder
+
     pipeline = (
         PipelineBuilder()
-        .add_source(src[i] for i in shuffled_forever(len(src)))
+        .add_source(samples)
         .pipe(decode_one, concurrency=workers)
         .aggregate(bs, drop_last=True)
         .pipe(collate_np)

@@ -12,7 +12,9 @@ Each thread has its own :class:`~fpipe.materialize.materializer.Materializer` (d
 per thread, like once per process) and shares the task encoder object, as Grain's thread
 workers share their transforms: its hooks run concurrently and must not mutate shared state
 (fpipe's hooks are stateless; ``stateless(restore_seeds=True)`` hooks take a lock around the
-global generators they seed).
+global generators they seed). The first recipe runs alone on the first thread; the others,
+and the recipes ahead, start once the consumer has the first batch, so it does not wait on
+their dataset opens (Python work that would share the GIL with it).
 
 Faults: an exception raised while materializing is re-raised in the consumer with its own type
 and attributes, as at ``num_workers=0``. A recipe that produced nothing for ``timeout`` seconds
@@ -127,8 +129,11 @@ def iterate_threads(
         )
         for i in range(num_threads)
     ]
-    for t in threads:
-        t.start()
+    # The first recipe alone, on one thread: each thread opens its datasets at its first recipe
+    # and planning the recipes ahead is Python work too; run together, they share the GIL with
+    # the first recipe and delay the first batch by about their sum. The other threads and the
+    # recipes ahead start when the consumer has the first batch (see the loop).
+    threads[0].start()
     source = iter(recipes)
     waiting: collections.deque[_Task] = collections.deque()
 
@@ -142,8 +147,8 @@ def iterate_threads(
     stuck = None  # the thread of a recipe that timed out: abandoned
     ended = False  # the recipes ran out or the loop was closed
     try:
-        for _ in range(max(in_flight, num_threads)):
-            submit()
+        submit()
+        first = True
         while waiting:
             task = waiting[0]
             # wait() tells a timeout by its return value: a TimeoutError raised while waiting
@@ -154,8 +159,15 @@ def iterate_threads(
                 raise _timeout_error(task, timeout, recipe_at(0), describe)
             result = task.result()
             waiting.popleft()
-            submit()
+            if not first:
+                submit()
             yield result
+            if first:  # the consumer has the first batch: the other threads, the recipes ahead
+                first = False
+                for t in threads[1:]:
+                    t.start()
+                for _ in range(max(in_flight, num_threads)):
+                    submit()
         ended = True
     except GeneratorExit:
         ended = True
@@ -166,7 +178,7 @@ def iterate_threads(
             task.cancel()
         for _ in threads:
             tasks.put(None)
-        finishing = [t for i, t in enumerate(threads) if i != stuck]
+        finishing = [t for i, t in enumerate(threads) if i != stuck and t.ident is not None]
         _FINISHING.update(finishing)
         # A closed loop waits for each thread to finish the recipe it is on; an exception (the
         # user's, a timeout) goes on at once and the exit hook waits for them instead.

@@ -105,7 +105,8 @@ def _digest(*arrays: np.ndarray) -> str:
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(str(a.dtype).encode())
-        h.update(a.tobytes())
+        # the array's own bytes, not a copy of them (8 MB for a split of 10^6 samples)
+        h.update(a.tobytes() if a.dtype.hasobject or a.ndim == 0 else a.reshape(-1).data)
     return h.hexdigest()
 
 

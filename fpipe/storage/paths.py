@@ -164,12 +164,29 @@ def escape_reason(
     if is_url(root):
         return f"an absolute path, not one under {root}" if absolute else None
     base = _real_root(os.fspath(root))
-    real = os.path.realpath(os.path.join(root, name))
+    real = _real_path(root, base, name, absolute)
     if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
         return None
     if absolute:
         return f"an absolute path outside {base}"
     return f"it resolves to {real}, outside {folder} {base} (a symbolic link leads out)"
+
+
+def _real_path(root: str | os.PathLike, base: str, name: str, absolute: bool) -> str:
+    """``os.path.realpath(os.path.join(root, name))`` for a ``name`` without ``..``, given
+    ``base``, the real path of ``root``: an ``lstat`` per part of ``name`` (one for a shard
+    of a flat folder), not per part of the whole path, unless a part is a symbolic link.
+    Checking every shard of a 1,000-shard dataset at each open cost 4-5 ``lstat`` each."""
+    if absolute or os.altsep:
+        return os.path.realpath(os.path.join(root, name))
+    real = base
+    for part in name.split(os.sep):
+        if part in ("", "."):
+            continue
+        real = os.path.join(real, part)
+        if os.path.islink(real):
+            return os.path.realpath(os.path.join(root, name))
+    return real
 
 
 def contained(

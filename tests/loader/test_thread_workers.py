@@ -65,3 +65,34 @@ def test_closing_a_loop_waits_for_its_threads(image_dataset):
         loop.close()
         alive = [t.name for t in threading.enumerate() if t.name.startswith("fpipe-materialize")]
         assert alive == []
+
+
+def test_the_first_batch_waits_on_one_threads_dataset_opens(image_dataset, monkeypatch):
+    """Each thread opens its datasets at its first recipe (Python work, under the GIL): the
+    first recipe runs alone on one thread, the others start once the consumer has its batch."""
+    from fpipe.loader import threads as threads_mod
+    from fpipe.materialize import materializer as materializer_mod
+
+    events: list[str] = []
+    real_open, real_run = materializer_mod.open_source, threads_mod.run_task
+
+    def slow_open(src):
+        events.append(threading.current_thread().name)
+        threading.Event().wait(0.05)  # an open that takes a while
+        return real_open(src)
+
+    def run(*args):
+        result = real_run(*args)
+        events.append("done")
+        return result
+
+    monkeypatch.setattr(materializer_mod, "open_source", slow_open)
+    monkeypatch.setattr(threads_mod, "run_task", run)
+    loader = build(image_dataset, num_workers=4, worker_mode="thread")
+    loop = iter(loader)
+    for _ in range(4):
+        next(loop)
+    loop.close()
+    before_first = set(events[: events.index("done")])
+    assert len(before_first) == 1, events
+    assert len({e for e in events if e != "done"}) > 1, events  # the others started after it

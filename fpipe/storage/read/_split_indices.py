@@ -67,5 +67,15 @@ def resolve_split(
             keep[j] = False
     if not ids:
         return np.zeros(0, dtype=np.int64)
-    idx = np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in ids])
-    return idx[keep[idx]]
+    idx = _shard_samples(starts, np.asarray(ids, dtype=np.int64))
+    return idx if keep.all() else idx[keep[idx]]
+
+
+def _shard_samples(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The sample indices of shards ``ids`` in that order: one ``arange`` per run of
+    consecutive shards (a split of every shard in index order is one run), not one per shard."""
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    firsts = ids[np.concatenate([[0], breaks])]
+    lasts = ids[np.concatenate([breaks - 1, [len(ids) - 1]])]
+    runs = [np.arange(starts[a], starts[b + 1], dtype=np.int64) for a, b in zip(firsts, lasts)]
+    return runs[0] if len(runs) == 1 else np.concatenate(runs)

@@ -25,9 +25,11 @@ from fpipe.storage.read._validate import (
 from fpipe.storage.read.dataset import Dataset, Reader
 from fpipe.storage.read.nv_meta import edited_nv_meta
 from fpipe.storage.read.parquet import ParquetReader
+from fpipe.storage.read.parsed_files import checked_once, parsed
 from fpipe.storage.read.reader import FileCache
 from fpipe.storage.read.record import ArrayStore, read_record
-from fpipe.storage.read.tables import TableReader, prepared_media, table_record
+from fpipe.storage.read.table_files import table_record
+from fpipe.storage.read.tables import TableReader, prepared_media
 from fpipe.storage.read.tar.index import INDEX_DIR
 from fpipe.storage.read.tar.reader import TarReader, tar_arrays
 
@@ -48,13 +50,19 @@ def open_prepared(
     its shards checked by ``shard_check`` unless ``plan_only``."""
     index_dir = p / INDEX_DIR
     allowed = allowed_folders(media_root)
-    record = read_record(index_dir)
+    # parsed and checked once per process while the files are unchanged (see parsed_files):
+    # a thread worker, a forked one and a reopened dataset take what planning parsed
+    record = parsed(index_dir / "info.yaml", _record_of_info, _inline_shards)
     where = str(index_dir)
     # plan_only: the plan needs the record (counts) and the configs; the shard table, the
     # shards and the arrays' headers are checked by the process that opens it to read
     # samples (a worker), so planning a blend of 10,000 datasets opens none of their arrays
     if not (plan_only and record.shard_arrays):
-        check_record(p, record, where + "/info.yaml")
+        check = lambda: check_record(p, record, where + "/info.yaml")  # noqa: E731
+        if _inline_shards(record):  # a record kept parsed: checked once per process
+            checked_once(record, str(p), check)
+        else:
+            check()
     if not plan_only:
         check_shards_unchanged(p, record, shard_check)
     arrays = ArrayStore(index_dir, check=array_checker(record, where))
@@ -76,8 +84,8 @@ def open_prepared(
         (p / ".nv-meta" if name in edited else index_dir) / name
         for name in ("dataset.yaml", "split.yaml")
     )
-    config = load_dataset_config(config_file)
-    split = load_split_config(split_file)
+    config = parsed(config_file, load_dataset_config)
+    split = parsed(split_file, load_split_config)
     return Dataset(
         str(p),
         record,
@@ -97,6 +105,16 @@ def open_prepared(
     )
 
 
+def _record_of_info(info_yaml: Path):
+    return read_record(info_yaml.parent)
+
+
+def _inline_shards(record) -> bool:
+    """Whether ``info.yaml`` holds the whole record: not a shard table read from the arrays
+    beside it (index format 3, whose ``info.yaml`` is short to parse anyway)."""
+    return not record.shard_arrays
+
+
 def open_table_file(
     p: Path,
     *,
@@ -106,7 +124,7 @@ def open_table_file(
     **table_args: Any,
 ) -> Dataset:
     """The dataset of the table file ``p`` opened as is (every row kept); ``table_args``:
-    :func:`~fpipe.storage.read.tables.table_record`'s."""
+    :func:`~fpipe.storage.read.table_files.table_record`'s."""
     record, mem = table_record(p, **table_args)
     arrays = ArrayStore(make=mem.__getitem__)
     t = record.table
