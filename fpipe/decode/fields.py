@@ -127,10 +127,12 @@ def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
     nbytes = count * dtype.itemsize
     if len(data) - offset != nbytes or (max_bytes is not None and nbytes > max_bytes):
         return None  # truncated or padded: let np.load produce its error
-    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    # By position: numpy parses frombuffer's keywords slowly (0.9 us against 0.2 us, as much as
+    # the rest of a small array's decode).
+    arr = np.frombuffer(data, dtype, count, offset)
     if len(shape) != 1:
-        arr = arr.reshape(shape, order=order)
-    return arr.copy(order="K")
+        return arr.reshape(shape, order=order).copy("K")
+    return arr.copy()
 
 
 def decode_npy(data: bytes, *, max_bytes: int | None = DEFAULT_MAX_ARRAY_BYTES) -> np.ndarray:

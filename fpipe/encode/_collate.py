@@ -32,6 +32,9 @@ def pad_stack(tensors: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Te
     if not tensors:
         raise ValueError("pad_stack needs at least one tensor, got an empty sequence")
     first = tensors[0]
+    rows = _short_rows(tensors, pad_value)
+    if rows is not None:
+        return rows
     if _numpy_viewable(tensors):
         # numpy does the copy on this thread: torch's intra-op pool can stall for milliseconds
         # on a busy machine, which dominates small batches at num_workers=0.
@@ -92,6 +95,52 @@ def _numpy_viewable(tensors: Sequence[torch.Tensor]) -> bool:
         and not t.is_neg()
         for t in tensors
     )
+
+
+#: Elements of one tensor below which torch copies it on the calling thread (ATen's
+#: ``GRAIN_SIZE``): ``torch.cat`` of such tensors never waits on the intra-op pool.
+_SERIAL_NUMEL = 32768
+
+
+def _short_rows(tensors: Sequence[torch.Tensor], pad_value: float) -> torch.Tensor | None:
+    """:func:`pad_stack` of 1-D tensors of one dtype numpy has, each shorter than
+    :data:`_SERIAL_NUMEL` (token ids): one ``torch.cat`` copies them all (a ``.numpy()`` view
+    of each costs more than its copy), and one mask places the rows. None for other tensors,
+    and where the concatenation is not what :func:`_numpy_viewable` admits (another device,
+    sparse, autograd, a lazy conjugate or negative bit): the general path decides."""
+    dtype = tensors[0].dtype
+    if dtype not in _NUMPY_DTYPES:
+        return None
+    lengths = []
+    for t in tensors:  # per row: two attributes and its length, not the six checks of a view
+        if t.dtype != dtype or t.dim() != 1:
+            return None
+        lengths.append(t.shape[0])
+    longest = max(lengths)
+    if longest >= _SERIAL_NUMEL:
+        return None
+    try:
+        cat = torch.cat(list(tensors))
+    except RuntimeError:  # devices differ: the general path says so
+        return None
+    if not (
+        cat.is_cpu
+        and cat.layout == torch.strided
+        and not cat.requires_grad
+        and not cat.is_conj()
+        and not cat.is_neg()
+    ):
+        return None
+    flat = cat.numpy()
+    n = len(lengths)
+    if min(lengths) == longest:
+        out = _new_batch((n, longest), flat.dtype)
+        out.numpy()[...] = flat.reshape(n, longest)
+        return out
+    out = _new_batch((n, longest), flat.dtype, pad_value)
+    rows = np.fromiter(lengths, dtype=np.int64, count=n)
+    out.numpy()[np.arange(longest) < rows[:, None]] = flat
+    return out
 
 
 def _new_batch(shape: Sequence[int], dtype: np.dtype, fill: float | None = None) -> torch.Tensor:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fpipe.materialize._aux import aux_stores, cache_pool, primary_store
+from fpipe.materialize._cook_many import plain_fields
 from fpipe.materialize._source_info import ShardNames
 from fpipe.materialize.lazy import PrimaryFileStore
 from fpipe.materialize.sources import DatasetSource
@@ -23,7 +24,7 @@ from fpipe.storage.config.dataset_yaml import is_crude
 if TYPE_CHECKING:  # the materializer calls these with itself
     from fpipe.materialize.materializer import Materializer
 
-__all__ = ["COOK", "ENCODE", "cook"]
+__all__ = ["COOK", "ENCODE", "cook", "new_cooking"]
 
 COOK, ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a sample
 
@@ -32,7 +33,7 @@ COOK, ENCODE = 0, 1  # fold_in tags: the cooking rng and the encoding rng of a s
 class _Cooking:
     """What cooking a sample of ``src`` (opened as ``ds``) takes that is the same for all its
     samples. Cooking runs for every sample, so this is worked out once per process
-    (:func:`_new_cooking`), not per sample."""
+    (:func:`new_cooking`), not per sample."""
 
     src: DatasetSource
     ds: Any
@@ -49,16 +50,19 @@ class _Cooking:
     #: always give ``{}``)
     av_metadata: Callable[[int], Any] | None
     row_object: bool  #: whether crude samples carry the row's object as ``json`` (a JSONL table)
+    #: the fields, where its samples cook in one pass (:func:`fpipe.materialize._cook_many.
+    #: plain_fields`), else None
+    plain: tuple | None = None
 
 
-def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
+def new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
     """The :class:`_Cooking` of ``src`` opened as ``ds``, kept by the materializer under
     ``id(ds)`` (the materializer holds each opened dataset until it closes it, and drops the
     entry then; the entry holds it too, so that its id stays its own)."""
     path = str(getattr(ds, "path", src.path))
     names = ShardNames(ds, path)
     crude = is_crude(src.sample_type)
-    how = mat._cooking[id(ds)] = _Cooking(
+    how = _Cooking(
         src=src,
         ds=ds,
         path=path,
@@ -71,6 +75,8 @@ def _new_cooking(mat: Materializer, src: DatasetSource, ds) -> _Cooking:
         av_metadata=_per_sample(ds, "av_metadata", "record", "av_fields"),
         row_object=crude and _is_jsonl_table(ds),
     )
+    # whether its samples cook in one pass depends on the rest of the record
+    how = mat._cooking[id(ds)] = dataclasses.replace(how, plain=plain_fields(mat, how))
     return how
 
 
@@ -120,7 +126,7 @@ def cook(
     sample_key = ds.key(index) if key is None else key
     how = mat._cooking.get(id(ds))
     if how is None or how.ds is not ds or how.src is not src:
-        how = _new_cooking(mat, src, ds)
+        how = new_cooking(mat, src, ds)
     path = how.path
     # before decoding; a typed sample is made of its field map's members
     shard, inner, sources = how.names.locate(index, sample_key, raw, how.wanted)

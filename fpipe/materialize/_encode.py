@@ -19,7 +19,9 @@ from fpipe.core.resource_limits import resource_limit_error
 from fpipe.core.rng import LazyGenerator
 from fpipe.encode.hooks import SkipSample, enter_sample, leave_sample
 from fpipe.encode.packing import pre_pack_encoder
+from fpipe.encode.task_encoder import DefaultTaskEncoder, TaskEncoder
 from fpipe.materialize._cook import ENCODE
+from fpipe.materialize._cook_many import Cooked
 from fpipe.materialize._error_handler import call_error_handler
 from fpipe.materialize._hook_errors import PASSING, wrap_error
 from fpipe.materialize._source_info import failed_sources
@@ -34,6 +36,25 @@ __all__ = ["encode_samples"]
 def _read_hook(src) -> str:
     """What names the reading and cooking of a sample of ``src`` in a MaterializeError."""
     return "cook_crude_sample" if is_crude(src.sample_type) else "read/cook"
+
+
+def _encodes_as_is(enc) -> bool:
+    """Whether ``enc.encode_sample(sample, rng)`` returns ``sample`` itself: the default
+    ``encode_sample`` with the default pre/postencode hooks, none replaced on the instance,
+    and (:class:`DefaultTaskEncoder`) no ``encoded_sample_type``."""
+    cls = type(enc)
+    if cls.encode_sample is DefaultTaskEncoder.encode_sample:
+        if getattr(enc, "_encoded_sample_type", None) is not None:
+            return False
+    elif cls.encode_sample is not TaskEncoder.encode_sample:
+        return False
+    if (
+        cls.preencode_sample is not TaskEncoder.preencode_sample
+        or cls.postencode_sample is not TaskEncoder.postencode_sample
+    ):
+        return False
+    own = getattr(enc, "__dict__", {})
+    return not any(h in own for h in ("encode_sample", "preencode_sample", "postencode_sample"))
 
 
 def encode_samples(
@@ -56,6 +77,9 @@ def encode_samples(
         encode_hook = getattr(encode, "__name__", "preencode_sample")
     else:
         encode, encode_hook = enc.encode_sample, "encode_sample"
+    # encoding leaves a sample as it is: not called; and for a sample cooked with the others
+    # (Materializer.reads) no hook of the task encoder runs, so it needs no context either
+    as_is = not mat.packing and _encodes_as_is(enc)
     refs, step = recipe.refs, recipe.step
     parts_found = mat._prefetch(refs)
     ids = zip(
@@ -81,6 +105,12 @@ def encode_samples(
             continue
         if mark is not None:
             mark(pos)
+        if as_is and type(read) is Cooked:
+            samples.append(read.sample)
+            kept.append(pos)
+            if mark is not None:
+                mark(-1)
+            continue
         sample = None  # what the error handler gets when reading or cooking fails
         try:
             encoding = False  # which hook a failure names: reading/cooking, then encoding
@@ -93,7 +123,7 @@ def encode_samples(
                     encoding = True
                     # Lazy fields (video frames) are decoded inside the encoder: their
                     # failures are bad input too, and go through the same policy.
-                    encoded = encode(sample, rng)
+                    encoded = sample if as_is else encode(sample, rng)
                     several = isinstance(encoded, GeneratorType)
                     if several:  # all it yields (what outputs() gives)
                         encoded = list(encoded)

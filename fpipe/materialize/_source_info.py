@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from fpipe.samples import SourceInfo
 from fpipe.storage.read.webdataset import shard_stem
 
@@ -30,6 +32,8 @@ class ShardNames:
         self._shards = getattr(record, "shards", None) or ()
         self._shard_ids = ds.column("shard_id") if self._shards else None
         self._named: dict[int, tuple[str, str]] = {}  # shard id -> (name, its stem + "/")
+        #: sample index -> shard id of the samples being read (:meth:`remember`)
+        self._sid_of: dict[int, int] = {}
         self.energon = bool(self._shards) and str(record.source).endswith("energon")
 
     def locate(
@@ -45,11 +49,38 @@ class ShardNames:
         table's rows: ``""`` and ``key``), and its ``__sources__``, ``(SourceInfo,)``.
         ``wanted``: the members the sample is made of (None: all; a field map's members, as
         Energon's part filter takes them)."""
+        sid = self._sid_of.get(index, -1)
+        if sid < 0 and self._shards:
+            sid = self._shard_ids.item(index)  # type: ignore[union-attr]  # set with the shards
+        return self.locate_in(sid, index, key, raw, wanted)
+
+    def remember(self, indices: np.ndarray) -> None:
+        """Look up the shard ids of samples ``indices`` at once, for :meth:`locate` of each
+        (a compact index derives a sample's shard id: one lookup for a batch costs about
+        what one for a sample does); the ids remembered before are forgotten."""
+        if self._shards:
+            self._sid_of = dict(zip(indices.tolist(), self.shard_ids(indices)))
+
+    def shard_ids(self, indices: np.ndarray) -> list[int]:
+        """The shard id of each of samples ``indices`` (one lookup for them all), for
+        :meth:`locate_in`; -1 each for a table's rows."""
+        if not self._shards:
+            return [-1] * len(indices)
+        return np.asarray(self._shard_ids[indices]).tolist()  # type: ignore[index]
+
+    def locate_in(
+        self,
+        sid: int,
+        index: int,
+        key: str,
+        raw: Mapping[str, Any],
+        wanted: frozenset[str] | None = None,
+    ) -> tuple[str, str, tuple]:
+        """:meth:`locate` of a sample of shard ``sid`` (:meth:`shard_ids`)."""
         # The loader calls this for every sample: a loop rather than a comprehension (no
         # function object and frame each time), and the record built from its slots (below).
         files = []
         if self._shards:
-            sid = self._shard_ids.item(index)  # type: ignore[union-attr]  # set with the shards
             named = self._named.get(sid)
             if named is None:
                 name = self._shards[sid].name

@@ -26,7 +26,8 @@ from fpipe.encode.hook_forms import check_hook_forms, groups_batches
 from fpipe.encode.packing import check_packing_hooks
 from fpipe.encode.task_encoder import decode_limits_of, image_options, sample_decoder_of
 from fpipe.materialize._assemble import assemble
-from fpipe.materialize._cook import COOK, ENCODE, cook
+from fpipe.materialize._cook import COOK, ENCODE, cook, new_cooking
+from fpipe.materialize._cook_many import Cooked, cook_many
 from fpipe.materialize._encode import encode_samples
 from fpipe.materialize._hook_errors import naming_failures, show_keys, wrap_error
 from fpipe.materialize.join import joined_sample, prefetch_parts, read_joined
@@ -80,6 +81,13 @@ class MaterializedBatch:
     #: ahead...; see :func:`fpipe.storage.read.read_ahead.take_io_counters`), for
     #: ``loader.stats().io``.
     io: dict | None = None
+
+
+def dataset_ids(datasets: np.ndarray) -> list[int]:
+    """The distinct dataset ids of a recipe's refs, ascending. Not ``np.unique``: its first
+    call imports ``numpy.ma`` (~20 ms), which every worker process would pay at its first
+    recipe."""
+    return sorted(set(datasets.tolist()))
 
 
 class Materializer:
@@ -205,7 +213,8 @@ class Materializer:
         lazy: building a generator costs more than most samples. A joined dataset's sample
         is joined with its parts' samples of the same key (:mod:`fpipe.materialize.join`).
         ``read``: the sample's ``(key, members)`` from :meth:`reads` (members may be the
-        exception reading raised); None: read here."""
+        exception reading raised), or the sample :meth:`reads` cooked already
+        (:class:`~fpipe.materialize._cook_many.Cooked`); None: read here."""
         restore_key = (dataset, index, epoch)
         src = self.sources[dataset]
         if src.join:
@@ -215,6 +224,8 @@ class Materializer:
             key = None
             if read is None:
                 raw = ds.read(index, self.wanted(src), limits=self.decode_limits)
+            elif type(read) is Cooked:  # cooked with the recipe's other samples
+                return read.sample, LazyGenerator(skey, ENCODE)
             else:
                 key, raw = read
                 if isinstance(raw, Exception):
@@ -230,11 +241,12 @@ class Materializer:
         (``key``: its key when known, else ``ds.key(index)``)."""
         return cook(self, src, ds, index, raw, restore_key, rng, key)
 
-    def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[tuple]:
+    def reads(self, refs, parts_found: dict[int, np.ndarray] | None = None) -> Iterator[Any]:
         """``(key, members)`` of each ref in order (:meth:`Dataset.read_many`, up to
         ``_READ_CHUNK`` samples per call); a sample that cannot be read holds the exception
         in place of its members; a joined dataset's sample also holds its parts' reads
-        (:func:`fpipe.materialize.join.read_joined`).
+        (:func:`fpipe.materialize.join.read_joined`); a sample that cooks with the others
+        of its dataset is cooked here (a :class:`~fpipe.materialize._cook_many.Cooked`).
         ``parts_found``: from :meth:`_prefetch`, the part indices of each joined dataset's
         refs in recipe order (not looked up again)."""
         parts_found = parts_found or {}
@@ -242,8 +254,9 @@ class Materializer:
         for c in range(0, len(refs), _READ_CHUNK):
             datasets = refs.dataset[c : c + _READ_CHUNK]
             indices = refs.index[c : c + _READ_CHUNK]
+            epochs = refs.epoch[c : c + _READ_CHUNK]
             out: list[tuple] = [()] * len(indices)
-            for d in np.unique(datasets).tolist():
+            for d in dataset_ids(datasets):
                 pos = np.flatnonzero(datasets == d)
                 if self.sources[d].join:  # joined samples: with their parts' samples
                     found = parts_found.get(d)
@@ -253,6 +266,7 @@ class Materializer:
                     got = read_joined(self, d, indices[pos], found)
                 else:
                     got = self._read_many(d, indices[pos])
+                    got = self._cook_many(d, indices[pos], epochs[pos], got)
                 for p, r in zip(pos.tolist(), got):
                     out[p] = r
             yield from out
@@ -262,6 +276,20 @@ class Materializer:
             self.dataset(d), indices, self.wanted(self.sources[d]), self.decode_limits
         )
 
+    def _cook_many(self, d: int, indices: np.ndarray, epochs: np.ndarray, got: list) -> list:
+        """``got`` (the reads of samples ``indices`` of dataset ``d``) with the samples that
+        cook in one pass cooked (:mod:`fpipe.materialize._cook_many`); for the others, their
+        shard ids are looked up at once (``ShardNames.remember``)."""
+        ds = self._datasets.get(d) or self.dataset(d)
+        how = self._cooking.get(id(ds))
+        src = self.sources[d]
+        if how is None or how.ds is not ds or how.src is not src:
+            how = new_cooking(self, src, ds)
+        if how.plain is None:  # cooked one by one (Materializer.sample), in the read's order
+            how.names.remember(indices)
+            return got
+        return cook_many(self, how, how.plain, d, indices, epochs, got)
+
     def _prefetch(self, refs) -> dict[int, np.ndarray]:
         """Let each dataset start fetching this recipe's samples (concurrent ranged GETs on
         object storage; nothing on local disks), opening them first: a dataset that cannot be
@@ -270,7 +298,7 @@ class Materializer:
         :meth:`reads`."""
         datasets = refs.dataset
         parts_found = {}
-        for d in np.unique(datasets).tolist():
+        for d in dataset_ids(datasets):
             indices = refs.index[datasets == d]
             src = self.sources[d]
             self.dataset(d).prefetch(indices, self.wanted(src))

@@ -72,8 +72,10 @@ _COMPLEX = torch.tensor([[1 + 2j, 3 - 4j], [5 + 6j, -7 - 8j]])
         [_COMPLEX.conj().imag, _COMPLEX.imag],  # negative bit: .imag of a conjugate view
         [_COMPLEX.conj().imag[:1], _COMPLEX.imag],
         [torch.ones(2, 3).to(torch.float8_e4m3fn), torch.ones(1, 3).to(torch.float8_e4m3fn)],
+        [_COMPLEX[0].conj(), _COMPLEX[1][:1].conj()],  # rows (token-id sized)
+        [_COMPLEX[0].conj().imag, _COMPLEX[1].imag[:1]],
     ],
-    ids=["conj", "conj ragged", "neg", "neg ragged", "float8 ragged"],
+    ids=["conj", "conj ragged", "neg", "neg ragged", "float8 ragged", "conj rows", "neg rows"],
 )
 def test_tensors_numpy_cannot_view_are_stacked_by_torch(tensors):
     got = pad_stack(tensors)
@@ -101,6 +103,28 @@ def test_pad_stack_of_tensors_is_padding_by_hand(dtype, shapes):
     for pad_value in (0, 1):
         got, want = pad_stack(tensors, pad_value), _padded_by_hand(tensors, pad_value)
         assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        lambda b: [b[::2], b[:3], b[5:5]],  # a strided view, an empty row
+        lambda b: [b[:4], b[4:8]],  # equal lengths
+        lambda b: [torch.arange(40_000, dtype=b.dtype), b[:3]],  # a row torch copies in parallel
+    ],
+    ids=["ragged", "equal", "long"],
+)
+def test_rows_of_tensors_are_padded_as_by_hand(rows):
+    tensors = rows(torch.arange(12, dtype=torch.int32))
+    for pad_value in (0, 7):
+        got, want = pad_stack(tensors, pad_value), _padded_by_hand(tensors, pad_value)
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+def test_rows_that_need_autograd_keep_it():
+    rows = [torch.ones(2, requires_grad=True), torch.ones(3)]
+    got = pad_stack(rows)
+    assert got.requires_grad and got.tolist() == [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
 
 
 def test_sparse_tensors_are_stacked_by_torch(monkeypatch):

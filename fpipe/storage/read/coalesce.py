@@ -58,22 +58,28 @@ class Group:
 def groups(ranges: Sequence[Range], budget: int) -> list[Group]:
     """The reads for ``ranges``, by file and offset (see the module's docstring). Empty
     ranges are in no group; a budget of 0 gives one group per range."""
-    order = sorted((k for k in range(len(ranges)) if ranges[k][2] > 0), key=lambda k: ranges[k][:2])
+    # Sorted by the whole range: two ranges of one file start at one offset only where they
+    # are the same range (a sample twice in a batch), so this is the order by (file, offset),
+    # ties kept in their order, without a key function called per range.
+    order = sorted([k for k, r in enumerate(ranges) if r[2] > 0], key=ranges.__getitem__)
     out: list[Group] = []
     cur: Group | None = None
+    # The loop runs per sample: the open group's file and bounds kept in locals.
+    cur_path, lo, hi = None, 0, 0
     for k in order:
         path, off, size = ranges[k]
         end = off + size
         if (
-            cur is not None
-            and path == cur.path
-            and max(off - cur.hi, 0) + size <= budget
-            and max(end, cur.hi) - cur.lo <= MAX_SPAN
+            path == cur_path
+            and (off - hi if off > hi else 0) + size <= budget
+            and (end if end > hi else hi) - lo <= MAX_SPAN
         ):
-            cur.hi = max(cur.hi, end)
-            cur.members.append(k)
+            if end > hi:
+                hi = cur.hi = end  # type: ignore[union-attr]  # set with cur_path
+            cur.members.append(k)  # type: ignore[union-attr]
             continue
         cur = Group(path, off, end, k)
+        cur_path, lo, hi = path, off, end
         out.append(cur)
     return out
 
@@ -94,10 +100,16 @@ def read_grouped(
             for k in g.members:  # each range's own read says what is wrong with it
                 _read_alone(pread, ranges, k, out)
             continue
+        lo = g.lo
+        if type(buf) is bytes:  # a slice of bytes is bytes: one copy, no view made first
+            for k in g.members:
+                _, off, size = ranges[k]
+                out[k] = buf[off - lo : off - lo + size]
+            continue
         mv = memoryview(buf)
         for k in g.members:
             _, off, size = ranges[k]
-            out[k] = bytes(mv[off - g.lo : off - g.lo + size])
+            out[k] = bytes(mv[off - lo : off - lo + size])
     return out
 
 
