@@ -29,7 +29,7 @@ import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -88,11 +88,6 @@ class WatchdogDataset:
     def __getstate__(self) -> dict:
         """Sent to worker processes without the dataset (they watch, the loader plans)."""
         return {**self.__dict__, "dataset": None}
-
-    def __iter__(self) -> Iterator[Any]:
-        from fpipe.loader.dataloader import get_loader
-
-        return iter(get_loader(self, num_workers=0))
 
     def __repr__(self) -> str:
         return f"WatchdogDataset(dataset={self.dataset!r}, timeout_seconds={self.timeout_seconds})"
