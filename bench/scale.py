@@ -16,7 +16,11 @@ Scenarios, each in its own subprocess (``ru_maxrss`` is per process):
   folder links to one of 100 index templates (seconds to build). A weighted blend draws each
   position's dataset, so its seek goes to step 100, not 10^6 (1.3 x 10^11 draws, refused);
   ``state_bytes_fixed`` / ``state_bytes_online``: the loader snapshot there with fixed weights
-  and with the weights changed once (at step 50).
+  and with the weights changed once (at step 50), with the blend's quota draw
+  (``blend_draw="quota"``: no per-dataset counter); the same with the default hash draw as
+  ``state_bytes_fixed_hash_draw`` / ``state_bytes_online_hash_draw``. The quota draw's counts
+  are a formula of the position, so its plan also seeks to step 10^6 on counts
+  (``seek_1e6_quota_s``, plan snapshot there ``state_bytes_1e6_quota``).
 - ``tokens``: 2 x 10^5 shards x 5,000 samples = 10^9 samples with a real int32 ``tokens``
   column (4 GB written once, ``--tokens``), blended by tokens with a small second dataset:
   how much of the column one rank touches.
@@ -28,13 +32,17 @@ Per scenario: ``open_s`` (get_train_dataset), ``rss_mb`` (peak), ``first_recipe_
 plan of rank 5 of 3,072 and take its first recipe; ``elastic_rss_mb`` of that
 process). The last line is one JSON object.
 
+- ``index``: bytes per sample on disk of a prepared image + caption index written by the real
+  writer at 10^6 and 10^7 samples, extrapolated to 10^8 (``bench/_scale_index.py``):
+  ``index_bytes_per_sample`` (10^8, extrapolated), ``index_bytes_per_sample_1e6``,
+  ``index_bytes_per_shard``, ``index_flat_bytes_per_sample_1e6`` (the flat layout).
 - ``prepare`` (not in the default run: about 7 minutes at 10^5 shards): ``fpipe prepare`` of
   ``--prepare-shards`` tiny shards on one process, killed halfway and resumed, and on a local
   Ray cluster of 2 nodes (``bench/_scale_prepare.py``): ``prepare_shards_per_s``,
   ``prepare_ray_shards_per_s`` and the figures named there.
 
-Usage: ``python bench/scale.py [--dir /tmp/fpipe-scale] [--only 5e9,10k,prepare] [--tokens]
-[--prepare-shards 100000]``.
+Usage: ``python bench/scale.py [--dir /tmp/fpipe-scale] [--only 5e9,10k,index,prepare]
+[--tokens] [--prepare-shards 100000]``.
 Timings are wall-clock on whatever machine runs it (shared machines vary).
 """
 
@@ -173,16 +181,26 @@ def measure(path: str, under: str, world: int, kw: dict, seek_to: int = 10**6) -
     snap = plan.snapshot(state)
     out["state_bytes"] = len(snap)
     if "yaml" in Path(path).suffix:
-        out.update(online_state(plan, seek_to))
+        out.update(online_state(plan, seek_to, "_hash_draw"))
+        t = time.perf_counter()
+        quota = _plan(path, world, 17, blend_draw="quota", **dict(kw))
+        out["open_quota_s"] = time.perf_counter() - t
+        out.update(online_state(quota, seek_to))
+        # the plan's seek on counts (a loader's seek_state also plans the last steps until
+        # this rank's epoch is known, which here, with 10,000 datasets, takes far longer)
+        t = time.perf_counter()
+        far, _ = quota.advance(quota.init(), 10**6)
+        out["seek_1e6_quota_s"] = time.perf_counter() - t
+        out["state_bytes_1e6_quota"] = len(quota.snapshot(far))
     out["rss_mb"] = _rss_mb()
     out["touched_mb"] = _touched_mb(under)
     Path(under, "snap.bin").write_bytes(snap)
     return out
 
 
-def online_state(plan, step: int) -> dict:
+def online_state(plan, step: int, label: str = "") -> dict:
     """Loader snapshot bytes at ``step``: fixed weights, and the blend's weights changed once
-    (at step/2)."""
+    (at step/2); ``label`` ends each key."""
     from fpipe.loader.state import LoaderState, encode_loader_state
     from fpipe.loader.steering import MixChange, blend_of, seek_state
 
@@ -194,8 +212,8 @@ def online_state(plan, step: int) -> dict:
         t = time.perf_counter()
         state, batches, refs, epoch = seek_state(plan, step, (), changes)
         data = encode_loader_state(plan, LoaderState(state, batches, refs, 0, epoch))
-        out[f"seek_{key}_s"] = time.perf_counter() - t
-        out[f"state_bytes_{key}"] = len(data)
+        out[f"seek_{key}{label}_s"] = time.perf_counter() - t
+        out[f"state_bytes_{key}{label}"] = len(data)
     return out
 
 
@@ -317,10 +335,18 @@ def run_prepare(args) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def run_index(args) -> dict:
+    cmd = [sys.executable, str(HERE / "_scale_index.py"), str(Path(args.dir) / "index")]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode:
+        return {"index_error": res.stderr.strip().splitlines()[-1:] or ["?"]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/fpipe-scale")
-    ap.add_argument("--only", default="5e9,10k")
+    ap.add_argument("--only", default="5e9,10k,index")
     ap.add_argument("--prepare-shards", type=int, default=10**5, help="shards for --only prepare")
     ap.add_argument("--tokens", action="store_true", help="also the 10^9-sample token column")
     ap.add_argument("--flat", action="store_true", help="10k sources as one flat blend list")
@@ -336,8 +362,8 @@ def main() -> None:
     if "tokens" in names:
         build_tokens(Path(args.dir))
     for name in names:
-        if name == "prepare":  # its own subprocesses and keys (bench/_scale_prepare.py)
-            got = run_prepare(args)
+        if name in ("prepare", "index"):  # own subprocesses and keys (bench/_scale_*.py)
+            got = run_prepare(args) if name == "prepare" else run_index(args)
             print(name, json.dumps(got), flush=True)
             final.update({k: round(v, 3) if isinstance(v, float) else v for k, v in got.items()})
             continue

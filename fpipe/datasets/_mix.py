@@ -125,6 +125,11 @@ def train_head(
                 f"{path}: blend_unit={unit!r} applies to a weighted 'blend:'; "
                 "'blend_epochized' takes whole passes of samples"
             )
+        if options.blend_draw != "hash":
+            raise ConfigError(
+                f"{path}: blend_draw={options.blend_draw!r} applies to a weighted 'blend:'; "
+                "'blend_epochized' gives each dataset exact passes already"
+            )
         reps = [leaf.repetitions for leaf in mix.leaves]
         per_view = None
         if counts is not None:  # by name: the datasets this rank blends; a tile's passes kept
@@ -135,7 +140,8 @@ def train_head(
     schedule = _schedule(weight_schedule, options.schedule_mode, names) or _plan_schedule(
         mix.schedule
     )
-    return blend(views, schedule=schedule, unit=unit, **common), sources, names
+    src = blend(views, schedule=schedule, unit=unit, draw=options.blend_draw, **common)
+    return src, sources, names
 
 
 def _energon_counts(mix, views, rotations, options, topology):

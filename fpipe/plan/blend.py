@@ -8,8 +8,9 @@ stream is its epochs one after the other, epoch ``e`` in that view's keyed order
 which dataset feeds global position ``i`` from ``(key, i)`` alone (see
 :mod:`fpipe.plan.blend_choice`); the k-th position that chose ``d`` takes the k-th ref of ``d``'s
 stream. The state is therefore the position plus one counter per dataset: fixed width,
-O(datasets), whatever the step. Window shuffle, distribution and batching come after the
-blend, so a batch mixes datasets.
+O(datasets), whatever the step; with ``draw="quota"`` the counters are a formula of the
+position (:mod:`fpipe.plan.blend_quota`) and the state holds none. Window shuffle,
+distribution and batching come after the blend, so a batch mixes datasets.
 
 This module builds the step and hands out positions (``next``, ``advance``); its records and
 their checks are :mod:`fpipe.plan.blend_state`, the blocks of positions it memoizes
@@ -41,10 +42,12 @@ from fpipe.plan._unit_count import Uncountable
 from fpipe.plan.blend_advance import BlendCounting
 from fpipe.plan.blend_block import blend_blocks
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
+from fpipe.plan.blend_quota import QuotaPlan
 from fpipe.plan.blend_state import (
     BlendConfig,
     BlendMode,
     BlendState,
+    QuotaBlendState,
     UnitBlendState,
     blend_config,
     online_mix,
@@ -58,10 +61,13 @@ __all__ = [
     "BlendConfig",
     "BlendMode",
     "BlendState",
+    "QuotaBlendState",
     "UnitBlendState",
     "blend",
     "blend_counters",
+    "choice_key",
     "online_mix",
+    "quota_taken",
     "with_online_change",
 ]
 
@@ -81,6 +87,7 @@ def blend(
     num_epochs: int | None = None,
     allow_changed_weights: bool = False,
     unit: str | None = None,
+    draw: str = "hash",
     name: str = "blend",
 ) -> Source:
     """A source mixing ``views`` (give exactly one of ``weights``, ``schedule``, ``repetitions``).
@@ -101,6 +108,11 @@ def blend(
       unit: a weighted blend's weights are shares of this index column (``"tokens"``) instead
         of shares of samples: each view's refs must carry the column. The choice is then
         deterministic, from per-dataset counters (see :mod:`fpipe.plan._blend_units`).
+      draw: how a weighted blend draws each position's dataset: ``"hash"`` (the default, each
+        position on its own) or ``"quota"`` (blocks of 4,096 positions holding each dataset's
+        share of them, in a keyed order: the counters are then a formula of the position and
+        the state holds none; constant weights or a schedule of steps, see
+        :mod:`fpipe.plan.blend_quota`).
     """
     config, limit = blend_config(
         views,
@@ -112,11 +124,15 @@ def blend(
         num_epochs=num_epochs,
         allow_changed_weights=allow_changed_weights,
         unit=unit,
+        draw=draw,
     )
     names, sizes, mode = config.datasets, config.sizes, config.mode
     schedule, counts, unit = config.schedule, config.counts, config.unit
     n = len(names)
-    digests = weight_digests(schedule, n, unit)
+    digests = weight_digests(schedule, n, unit, config.draw)
+    quota: QuotaPlan | None = None
+    if config.draw == "quota" and schedule is not None:  # counters derived, none stored
+        quota = QuotaPlan(schedule.points, schedule.weights, n)
     ranges = [v.take_range for v in views]
     cache: OrderedDict = OrderedDict()
     # a fresh plan (a restore, a seek, a small run) pays for a short block only; a long run
@@ -125,16 +141,29 @@ def blend(
     zero_units = pack_counters(np.zeros(n, dtype=np.int64))
 
     def init(root):
+        if quota is not None:
+            return QuotaBlendState(root, 0, digests)
         if unit is not None:
             return UnitBlendState(root, 0, (0,) * n, digests, zero_units)
         return BlendState(root, 0, (0,) * n, digests)
 
     def entries(state):
         extra = state.weights[len(digests) :]
-        return decode_mix(extra, n).entries if extra else ()
+        return decode_mix(extra, n, quota is not None).entries if extra else ()
+
+    def counters(state, position=None) -> np.ndarray:
+        """Each dataset's refs given before ``position`` (default: the state's): the state's
+        own counters, or a quota blend's formula."""
+        if quota is None:
+            assert position is None or position == state.position
+            return np.asarray(state.taken, dtype=np.int64)
+        at = state.position if position is None else position
+        return quota.counts(choice_key(state.key, name), entries(state), at)
 
     def choose(state, positions):
-        ck = fold_in(step_key(state.key, name), _CHOICE)
+        ck = choice_key(state.key, name)
+        if quota is not None:
+            return quota.choose(ck, entries(state), positions)
         if schedule is not None:  # a weighted blend (an epochized one has no schedule)
             return choose_online(ck, schedule, entries(state), positions)
         return choose_epochized(ck, counts, positions)
@@ -150,6 +179,7 @@ def blend(
         digests=digests,
         choose=choose,
         entries=entries,
+        counters=counters,
         cache=cache,
     )
     check = restore_check(
@@ -168,11 +198,13 @@ def blend(
         extra = state.weights[len(digests) :]
         if not extra:
             return digests
+        if quota is not None:  # its counts follow from every change: all kept
+            return state.weights
         mix = decode_mix(extra, n)
         pruned = prune(mix, position)
         return digests + (extra if pruned is mix else encode_mix(pruned))
 
-    def next_(state: BlendState, want: int):
+    def next_(state: Any, want: int):
         if state.weights[: len(digests)] != digests or (
             len(state.weights) > len(digests) and mode != "weighted"
         ):
@@ -196,25 +228,35 @@ def blend(
                 hit = (*compute_units(state, block), 0)
         refs, ids, units, off = hit
         take = min(left, len(refs) - off)
+        new: BlendState | QuotaBlendState
+        weights = own_weights(state, state.position + take)
+        if quota is not None:
+            new = QuotaBlendState(state.key, state.position + take, weights)
+            return _keep(new, hit, take), refs[off : off + take]
         counts_ = np.bincount(ids[off : off + take], minlength=n)
         taken = tuple((np.asarray(state.taken, dtype=np.int64) + counts_).tolist())
-        new: BlendState
-        weights = own_weights(state, state.position + take)
         if unit is None:
             new = BlendState(state.key, state.position + take, taken, weights)
         else:
             used = units_after(state, ids, units, off, take)
             new = UnitBlendState(state.key, state.position + take, taken, weights, used)
+        return _keep(new, hit, take), refs[off : off + take]
+
+    def _keep(new, hit, take):
+        """``new``, with the rest of the block ``hit`` memoized for it."""
+        refs, ids, units, off = hit
         if off + take < len(refs):
             cache[new] = (refs, ids, units, off + take)
             while len(cache) > 4:
                 cache.popitem(last=False)
-        return new, refs[off : off + take]
+        return new
 
-    def _reset(state: BlendState) -> BlendState:
+    def _reset(state: Any) -> BlendState | QuotaBlendState:
         """A state restored under other (accepted) weights or unit: the new digests, and the
         unit counters from zero (the new weights start a new segment)."""
         extra = state.weights[len(digests) :]
+        if quota is not None:
+            return QuotaBlendState(state.key, state.position, digests + extra)
         if unit is None:
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
@@ -234,9 +276,10 @@ def blend(
         entries=entries,
         leaf_roots=leaf_roots,
         leaf_refs=leaf_refs,
+        derived=None if quota is None else counters,
     )
 
-    def advance(state: BlendState, want: int) -> tuple[BlendState, Passed]:
+    def advance(state: Any, want: int) -> tuple[BlendState | QuotaBlendState, Passed]:
         """next_'s state after ``want`` positions, from their choices counted per dataset
         (no ref gathered, see :mod:`fpipe.plan.blend_advance`)."""
         if state.weights[: len(digests)] != digests or (
@@ -247,8 +290,10 @@ def blend(
             stop, taken, tokens, epoch = counting.count(state, want)
         except Uncountable:  # a dataset whose epochs hold other units: build them
             return advance_by_next(source, state, want)
-        new: BlendState
-        if unit is None:
+        new: BlendState | QuotaBlendState
+        if quota is not None:
+            new = QuotaBlendState(state.key, stop, own_weights(state, stop))
+        elif unit is None:
             new = BlendState(state.key, stop, taken, own_weights(state, stop))
         else:
             new = UnitBlendState(state.key, stop, taken, own_weights(state, stop), tokens)
@@ -260,7 +305,9 @@ def blend(
         config=config,
         init=init,
         next=next_,
-        state_type=BlendState if unit is None else UnitBlendState,
+        state_type=(
+            QuotaBlendState if quota is not None else BlendState if unit is None else UnitBlendState
+        ),
         inputs=tuple(views),
         split=lambda s: (s, no_input_state),
         check=check,
@@ -289,7 +336,24 @@ def blend_counters(pipeline: Any, state: Any) -> dict[str, dict[str, int]]:
         return {}
     path, config = found
     own = pipeline.get(state, path)
+    taken = own.taken if hasattr(own, "taken") else quota_taken(config, path, own)
     return {
         name: {"taken": t, "epoch": t // size}
-        for name, t, size in zip(config.datasets, own.taken, config.sizes)
+        for name, t, size in zip(config.datasets, taken, config.sizes)
     }
+
+
+def choice_key(root: Any, name: str) -> Any:
+    """The choice key of the blend step ``name`` in the plan of root key ``root``."""
+    return fold_in(step_key(root, name), _CHOICE)
+
+
+def quota_taken(config: BlendConfig, path: str, state: QuotaBlendState) -> tuple[int, ...]:
+    """Each dataset's refs given so far by the quota blend at ``path`` (config ``config``) in
+    state ``state``: a formula of its position and changes (:mod:`fpipe.plan.blend_quota`)."""
+    assert config.schedule is not None  # a quota blend is weighted
+    n = len(config.datasets)
+    mix = online_mix(state, n)
+    plan = QuotaPlan(config.schedule.points, config.schedule.weights, n)
+    ck = choice_key(state.key, path.rsplit("/", 1)[-1])
+    return tuple(plan.counts(ck, mix.entries if mix else (), state.position).tolist())

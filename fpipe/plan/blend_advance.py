@@ -8,6 +8,8 @@ passing ``m`` positions only needs how many of them chose each dataset:
   :data:`_COUNT_BLOCK` positions per numpy pass (one at a time, never gathered);
 * an epochized blend gives each dataset exactly its count per blend epoch: only the epochs cut
   at either end of the range are drawn;
+* a quota blend (``draw="quota"``) counts nothing: its counters are a formula of the
+  position (:mod:`fpipe.plan.blend_quota`);
 * a blend by units counts each segment from its datasets' cumulative units
   (:mod:`fpipe.plan._unit_count`), and raises :class:`~fpipe.plan._unit_count.Uncountable`
   where a dataset's epochs hold other units (the caller builds those positions instead).
@@ -57,7 +59,8 @@ class BlendCounting:
     blend; ``schedule`` and ``unit`` of a weighted one), its ``limit`` (positions before the
     end, None: forever), and the blend's own functions: ``choose(state, positions)`` (each
     position's dataset), ``entries(state)`` (the online changes a state holds),
-    ``leaf_roots(key)`` and ``leaf_refs(state, d, start, stop)`` (refs of ``d``'s stream)."""
+    ``leaf_roots(key)`` and ``leaf_refs(state, d, start, stop)`` (refs of ``d``'s stream);
+    ``derived(state, position)``: a quota blend's counters at any position (None: counted)."""
 
     name: str
     names: tuple[str, ...]
@@ -73,6 +76,7 @@ class BlendCounting:
     entries: Callable[[Any], tuple]
     leaf_roots: Callable[[Key], tuple[Key, ...]]
     leaf_refs: Callable[[Any, int, int, int], list[Refs]]
+    derived: Callable[[Any, int], np.ndarray] | None = None
 
     def count(self, state: Any, want: int) -> Counted:
         """The counters ``want`` positions after ``state`` (fewer at the blend's end): each
@@ -82,16 +86,12 @@ class BlendCounting:
         limit = self.limit
         stop = start + (want if limit is None else max(0, min(want, limit - start)))
         check_state_int(stop, f"blend {self.name!r}: the positions")
-        before = np.asarray(state.taken, dtype=np.int64)
         tokens = b""
-        if self.unit is not None:
-            taken, tokens = self.units_advance(state, start, stop)
-        elif self.mode == "epochized":
-            taken = before + self.epochized_counts(state, start, stop)
+        if self.derived is not None:  # a formula of the position: nothing to count
+            before, taken = self.derived(state, start), self.derived(state, stop)
         else:
-            what = f"positions of blend {self.name!r} (each one's dataset is drawn on its own)"
-            check_one_by_one(stop - start, what)
-            taken = before + self.count_choices(state, start, stop)
+            before = np.asarray(state.taken, dtype=np.int64)
+            taken, tokens = self.counted(state, before, start, stop)
         roots = self.leaf_roots(state.key)
         epoch = max(
             (
@@ -101,6 +101,19 @@ class BlendCounting:
             default=0,
         )
         return Counted(stop, tuple(taken.tolist()), tokens, epoch)
+
+    def counted(
+        self, state: Any, before: np.ndarray, start: int, stop: int
+    ) -> tuple[np.ndarray, bytes]:
+        """The counters (and packed unit counters) after positions ``start..stop-1`` of a blend
+        that keeps them in its state (``before``: those at ``start``)."""
+        if self.unit is not None:
+            return self.units_advance(state, start, stop)
+        if self.mode == "epochized":
+            return before + self.epochized_counts(state, start, stop), b""
+        what = f"positions of blend {self.name!r} (each one's dataset is drawn on its own)"
+        check_one_by_one(stop - start, what)
+        return before + self.count_choices(state, start, stop), b""
 
     def count_choices(self, state: Any, lo: int, hi: int) -> np.ndarray:
         """How many of positions ``lo..hi-1`` choose each dataset, one position at a time (a

@@ -58,13 +58,16 @@ def blend_blocks(
     digests: bytes,
     choose: Callable[[Any, np.ndarray], np.ndarray],
     entries: Callable[[Any], tuple],
+    counters: Callable[[Any], np.ndarray],
     cache: OrderedDict,
 ) -> BlendBlocks:
     """The block functions of the blend ``name`` of ``n`` datasets (``names``, ``sizes`` refs
     per epoch, read with ``ranges``), weighted by ``schedule`` (None: epochized) in ``unit``
     (None: samples), whose states carry the weight digests ``digests``; ``choose`` and
-    ``entries`` are the blend's own, and ``cache`` its memo of blocks (state -> (refs, ids,
-    units, offset of the state in the block)), which ``reuse`` searches."""
+    ``entries`` are the blend's own, ``counters(state)`` each dataset's refs given before the
+    state's position (its ``taken``, or a quota blend's formula), and ``cache`` its memo of
+    blocks (state -> (refs, ids, units, offset of the state in the block)), which ``reuse``
+    searches."""
     sort_dtype = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
 
     @functools.lru_cache(maxsize=4)
@@ -101,8 +104,9 @@ def blend_blocks(
         # Stable sort by dataset; small integer types take numpy's radix sort.
         order = np.argsort(ids.astype(sort_dtype, copy=False), kind="stable")
         chunks = []
+        taken = counters(state)
         for d in np.flatnonzero(counts_).tolist():
-            t0 = state.taken[d]
+            t0 = int(taken[d])
             chunks.append(stream_refs(state, d, t0, t0 + int(counts_[d])))
         inv = np.empty(m, dtype=np.int64)
         inv[order] = np.arange(m, dtype=np.int64)
@@ -152,14 +156,13 @@ def blend_blocks(
         for k, (refs, ids, units, off) in cache.items():
             if (
                 k.position != state.position
-                or k.taken != state.taken
                 or k.key != state.key
                 or getattr(k, "tokens", None) != getattr(state, "tokens", None)
                 or k.weights[: len(digests)] != digests
             ):
                 continue
             same = agree_until(entries(k), entries(state), state.position) - state.position
-            if same <= 0:
+            if same <= 0 or not np.array_equal(counters(k), counters(state)):
                 continue
             end = min(len(refs), off + same)
             return refs[:end], ids[:end], None if units is None else units[:end], off

@@ -2,7 +2,10 @@
 :func:`~fpipe.plan.blend.blend` by :func:`blend_config`, which refuses bad ones), the states
 :class:`BlendState` and :class:`UnitBlendState`, the weight digests a state carries and the
 check a restore makes of them (:func:`restore_check`), and the online weight changes a state
-records (:func:`online_mix`, :func:`with_online_change`).
+records (:func:`online_mix`, :func:`with_online_change`). A blend with ``draw="quota"``
+(:mod:`fpipe.plan.blend_quota`) derives its counters from the position and keeps
+:class:`QuotaBlendState` instead: no counter, one weight digest, its changes' weights as
+compact integer shares.
 
 The blend itself, which reads and writes these records, is :mod:`fpipe.plan.blend`.
 """
@@ -13,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal
 
 import msgspec
+import numpy as np
 
 from fpipe.core.errors import ConfigError, SnapshotError, SnapshotMismatchError
 from fpipe.core.records import Config, State
@@ -20,13 +24,24 @@ from fpipe.core.rng import Key, name_id
 from fpipe.core.stage import View
 from fpipe.plan._blend_units import COUNTER_BYTES
 from fpipe.plan.blend_choice import WeightSchedule
-from fpipe.plan.online_mix import OnlineMix, add_change, decode_mix, encode_mix, prune
+from fpipe.plan.blend_quota import encode_shares, quantize
+from fpipe.plan.online_mix import (
+    MAX_QUOTA_CHANGES,
+    OnlineMix,
+    add_change,
+    decode_mix,
+    encode_mix,
+    prune,
+)
 
 __all__ = [
     "BlendConfig",
+    "BlendDraw",
     "BlendMode",
     "BlendState",
     "CHANGED_MIX_HINT",
+    "MAX_QUOTA_CHANGES",
+    "QuotaBlendState",
     "UnitBlendState",
     "blend_config",
     "online_mix",
@@ -37,6 +52,9 @@ __all__ = [
 
 #: How a blend chooses: by weight (a schedule), or epochized (exact counts per blend epoch).
 BlendMode = Literal["weighted", "epochized"]
+#: How a weighted blend draws: each position on its own (``"hash"``), or in blocks whose
+#: counts are a formula of the position (``"quota"``, see :mod:`fpipe.plan.blend_quota`).
+BlendDraw = Literal["hash", "quota"]
 
 CHANGED_MIX_HINT = (
     "the datasets of a blend changed: a snapshot keeps one counter per dataset, so adding, "
@@ -53,12 +71,15 @@ class BlendConfig(Config, frozen=True):
     ends (None: forever); a weighted blend's epoch is ``sum(sizes)`` positions.
     ``unit``: None (weights are shares of samples) or the index column whose values weights
     share (``"tokens"``; see :mod:`fpipe.plan._blend_units`).
-    ``schedule`` and ``unit`` are declared compatible: a restore checks them itself, by
-    dataset name (the state's weight digests cover both), and accepts a change when
-    ``allow_changed_weights`` is set.
+    ``draw``: how a weighted blend draws (``"hash"`` or ``"quota"``).
+    ``schedule``, ``unit`` and ``draw`` are declared compatible: a restore checks them itself,
+    by dataset name (the state's weight digests cover them; a quota blend's state is of another
+    type), and accepts a change of weights when ``allow_changed_weights`` is set.
     """
 
-    compatible: ClassVar[frozenset[str]] = frozenset({"schedule", "allow_changed_weights", "unit"})
+    compatible: ClassVar[frozenset[str]] = frozenset(
+        {"schedule", "allow_changed_weights", "unit", "draw"}
+    )
     mismatch_hint: ClassVar[str] = CHANGED_MIX_HINT
 
     datasets: tuple[str, ...]
@@ -69,6 +90,7 @@ class BlendConfig(Config, frozen=True):
     num_epochs: int | None = None
     allow_changed_weights: bool = False
     unit: str | None = None
+    draw: BlendDraw = "hash"
 
 
 class BlendState(State, frozen=True, array_like=True):
@@ -83,6 +105,32 @@ class BlendState(State, frozen=True, array_like=True):
     taken: tuple[int, ...]
     weights: bytes = b""
 
+    #: The online changes store float32 weights and only those positions ahead still use.
+    compact_changes: ClassVar[bool] = False
+
+    @staticmethod
+    def digest_bytes(n: int) -> int:
+        """Bytes of weight digests at the head of ``weights`` for ``n`` datasets."""
+        return 2 * n
+
+
+class QuotaBlendState(State, frozen=True, array_like=True):
+    """The state of a blend with ``draw="quota"``: ``key`` and ``position`` as in
+    :class:`BlendState`, no counter (each dataset's is a formula of the position, see
+    :mod:`fpipe.plan.blend_quota`), and ``weights``: one 2-byte digest of the scheduled weights,
+    then, after weights changed online, the :class:`~fpipe.plan.online_mix.OnlineMix` record
+    of every change, its weights as compressed integer shares."""
+
+    key: Key
+    position: int
+    weights: bytes = b""
+
+    compact_changes: ClassVar[bool] = True
+
+    @staticmethod
+    def digest_bytes(n: int) -> int:
+        return 2
+
 
 class UnitBlendState(BlendState, frozen=True, array_like=True):
     """The state of a blend by units (``unit="tokens"``): :class:`BlendState` plus
@@ -92,11 +140,17 @@ class UnitBlendState(BlendState, frozen=True, array_like=True):
     tokens: bytes = b""
 
 
-def weight_digests(schedule: WeightSchedule | None, n: int, unit: str | None = None) -> bytes:
+def weight_digests(
+    schedule: WeightSchedule | None, n: int, unit: str | None = None, draw: BlendDraw = "hash"
+) -> bytes:
     """2 bytes per dataset: a digest of its column of ``schedule`` (and of ``unit``), which a
-    state carries so that a restore sees changed weights (b"" for an epochized blend)."""
+    state carries so that a restore sees changed weights (b"" for an epochized blend); 2 bytes
+    for a quota blend: a digest of the whole schedule."""
     if schedule is None:
         return b""
+    if draw == "quota":
+        text = repr(("quota", schedule.linear, schedule.points, schedule.weights))
+        return (name_id(text) & 0xFFFF).to_bytes(2, "little")
     out = bytearray()
     for d in range(n):
         col = (schedule.linear, schedule.points, tuple(row[d] for row in schedule.weights))
@@ -116,6 +170,7 @@ def blend_config(
     num_epochs: int | None,
     allow_changed_weights: bool,
     unit: str | None,
+    draw: str = "hash",
 ) -> tuple[BlendConfig, int | None]:
     """The config of a blend of ``views`` from :func:`~fpipe.plan.blend.blend`'s arguments
     (see there), and its limit: the positions before the stream ends (None: forever). A
@@ -159,6 +214,10 @@ def blend_config(
             f"blend: unit {unit!r} applies to a weighted blend; an epochized blend takes whole "
             "passes of samples"
         )
+    if draw not in ("hash", "quota"):
+        raise ConfigError(f"blend: draw must be 'hash' or 'quota', got {draw!r}")
+    if draw == "quota":
+        _check_quota(mode, schedule, unit, allow_changed_weights)
     config = BlendConfig(
         datasets=names,
         sizes=sizes,
@@ -168,9 +227,33 @@ def blend_config(
         num_epochs=num_epochs,
         allow_changed_weights=allow_changed_weights,
         unit=unit,
+        draw=draw,  # type: ignore[arg-type]  # checked above
     )
     limit = None if num_epochs is None else num_epochs * epoch_len
     return config, limit
+
+
+def _check_quota(
+    mode: BlendMode, schedule: WeightSchedule | None, unit: str | None, allow_changed: bool
+) -> None:
+    """A ConfigError for what a quota draw does not do."""
+    if mode != "weighted" or schedule is None:
+        raise ConfigError("blend: draw='quota' applies to a weighted blend (weights or schedule)")
+    if unit is not None:
+        raise ConfigError(
+            f"blend: draw='quota' counts samples; a blend by {unit!r} chooses by its own counters"
+        )
+    if schedule.linear:
+        raise ConfigError(
+            "blend: draw='quota' needs constant weights or a schedule of steps, not a linear one"
+        )
+    if allow_changed:
+        raise ConfigError(
+            "blend: draw='quota' derives each dataset's count from the weights in force since "
+            "the start, so it cannot resume under other configured weights "
+            "(allow_changed_weights); resume with the same weights and change them with "
+            "loader.set_weights"
+        )
 
 
 def restore_check(
@@ -201,11 +284,18 @@ def restore_check(
                     f"snapshot state of blend {name!r}: online weights in an epochized blend: "
                     "the snapshot was edited or corrupted"
                 )
-            decode_mix(state.weights[len(digests) :], n)  # a SnapshotError if malformed
+            # a SnapshotError if malformed
+            decode_mix(state.weights[len(digests) :], n, state.compact_changes)
         if own == digests or allow_changed_weights:
             return
         if len(own) != len(digests):
             raise SnapshotMismatchError(f"blend {name!r}: {CHANGED_MIX_HINT}")
+        if state.compact_changes:  # one digest of all the weights
+            raise SnapshotMismatchError(
+                f"blend {name!r}: the weights differ from the snapshot's; a blend with "
+                "draw='quota' derives each dataset's count from them, so it resumes only with "
+                "the same weights (change them with loader.set_weights instead)"
+            )
         changed = [
             nm for d, nm in enumerate(names) if own[2 * d : 2 * d + 2] != digests[2 * d : 2 * d + 2]
         ]
@@ -219,27 +309,40 @@ def restore_check(
     return check
 
 
-def online_mix(state: BlendState, n: int) -> OnlineMix | None:
+def online_mix(state: BlendState | QuotaBlendState, n: int) -> OnlineMix | None:
     """The online weight changes a weighted blend's state of ``n`` datasets holds (None:
     never changed)."""
-    extra = state.weights[2 * n :]
-    return decode_mix(extra, n) if extra else None
+    extra = state.weights[state.digest_bytes(n) :]
+    return decode_mix(extra, n, state.compact_changes) if extra else None
 
 
 def with_online_change(
-    state: BlendState, n: int, *, position: int, step: int, weights: bytes
-) -> BlendState:
+    state: BlendState | QuotaBlendState, n: int, *, position: int, step: int, weights: bytes
+) -> BlendState | QuotaBlendState:
     """``state`` (a weighted blend of ``n`` datasets) with the weights ``weights`` (float32
     bytes, see :func:`fpipe.plan.online_mix.weights32`) in force from ``position`` (at or after
     the state's own position) on, recorded as a change at global step ``step``. A blend by
-    units counts its units from ``position`` on (from zero, as at a schedule point)."""
+    units counts its units from ``position`` on (from zero, as at a schedule point). A quota
+    blend keeps every change, its weights as integer shares (:mod:`fpipe.plan.blend_quota`)."""
     if position < state.position:
         raise ConfigError(
             f"online weights from blend position {position}, before the blend's {state.position}"
         )
+    head = state.weights[: state.digest_bytes(n)]
+    if state.compact_changes:
+        shares = encode_shares(quantize(np.frombuffer(weights, dtype="<f4").astype(np.float64)))
+        mix = add_change(
+            online_mix(state, n),
+            position=position,
+            step=step,
+            weights=weights,
+            stored=shares,
+            limit=MAX_QUOTA_CHANGES,
+        )
+        return msgspec.structs.replace(state, weights=head + encode_mix(mix))
     mix = add_change(online_mix(state, n), position=position, step=step, weights=weights)
     mix = prune(mix, state.position)
-    new = msgspec.structs.replace(state, weights=state.weights[: 2 * n] + encode_mix(mix))
+    new = msgspec.structs.replace(state, weights=head + encode_mix(mix))
     if isinstance(new, UnitBlendState) and position == state.position:
         # The change starts a segment at the state's own position (no lookahead drew past it:
         # a shuffle window used up to the step, or none at all), so the unit counters, which

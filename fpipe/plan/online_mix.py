@@ -15,6 +15,10 @@ after the blend's own position still need (the one in force, and those a lookahe
 reached yet). Weights are stored as float32 (what the blend then uses), so a 100-dataset blend
 adds about 460 bytes per entry to the state, whatever the number of changes.
 
+A blend with ``draw="quota"`` (:mod:`fpipe.plan.blend_quota`) keeps every entry instead (its
+counts after a change follow from all the earlier ones; at most :data:`MAX_QUOTA_CHANGES`),
+each holding its weights as compressed integer shares, not float32.
+
 Positions before the first entry follow the configured weights (or schedule); from an entry's
 position on, its weights hold until the next entry. A blend by units (tokens) starts its
 counters again at each entry, as at a schedule point.
@@ -44,6 +48,7 @@ from fpipe.core.rng import Key, uniform_array
 from fpipe.core.snapshot import pack, unpack
 from fpipe.plan._blend_units import segment
 from fpipe.plan.blend_choice import WeightSchedule, choose_weighted, pick
+from fpipe.plan.blend_quota import decode_shares
 
 __all__ = [
     "MAX_ENTRIES",
@@ -65,6 +70,8 @@ __all__ = [
 #: Entries a blend state may hold at once (the one in force and those not reached yet). Each
 #: lookahead stage after the blend can hold back at most one, so plans stay far below it.
 MAX_ENTRIES = 8
+#: Entries a quota blend's state holds: every change of the run (see ``draw="quota"``).
+MAX_QUOTA_CHANGES = 64
 #: The digest of an empty history.
 EMPTY_DIGEST = bytes(8)
 
@@ -118,9 +125,19 @@ def chain_digest(previous: bytes, step: int, weights: bytes) -> bytes:
     return h.digest()
 
 
-def add_change(mix: OnlineMix | None, *, position: int, step: int, weights: bytes) -> OnlineMix:
+def add_change(
+    mix: OnlineMix | None,
+    *,
+    position: int,
+    step: int,
+    weights: bytes,
+    stored: bytes | None = None,
+    limit: int = MAX_ENTRIES,
+) -> OnlineMix:
     """``mix`` with the change ``(step, weights)`` in force from ``position`` on. A change at
-    the position of the last entry replaces its weights (no position took them)."""
+    the position of the last entry replaces its weights (no position took them). ``stored``:
+    what the entry keeps instead of the float32 ``weights`` (a quota blend's shares; the
+    history digest is of ``weights`` all the same); ``limit``: the entries a state may hold."""
     digest = chain_digest(EMPTY_DIGEST if mix is None else mix.digest, step, weights)
     entries = () if mix is None else mix.entries
     if entries and position < entries[-1].position:
@@ -130,8 +147,13 @@ def add_change(mix: OnlineMix | None, *, position: int, step: int, weights: byte
         )
     if entries and entries[-1].position == position:
         entries = entries[:-1]
-    entries = (*entries, OnlineEntry(position, weights))
-    if len(entries) > MAX_ENTRIES:
+    entries = (*entries, OnlineEntry(position, weights if stored is None else stored))
+    if len(entries) > limit and stored is not None:  # a quota blend: every change is kept
+        raise ConfigError(
+            f"a blend with draw='quota' keeps every weight change in its state (its counts "
+            f"follow from them), at most {limit} in a run"
+        )
+    if len(entries) > limit:
         raise ConfigError(
             f"{len(entries)} blend weight changes are waiting for the plan's lookahead to reach "
             f"them (at most {MAX_ENTRIES}); change the weights less often than once per "
@@ -159,9 +181,11 @@ def encode_mix(mix: OnlineMix) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def decode_mix(data: bytes, n: int) -> OnlineMix:
+def decode_mix(data: bytes, n: int, shares: bool = False) -> OnlineMix:
     """The :class:`OnlineMix` of :func:`encode_mix` bytes for ``n`` datasets, checked; a
-    SnapshotError names what is wrong (edited or corrupted bytes)."""
+    SnapshotError names what is wrong (edited or corrupted bytes). ``shares``: the entries hold
+    a quota blend's integer shares (:func:`fpipe.plan.blend_quota.decode_shares`), not
+    float32 weights."""
     try:
         mix = msgspec.convert(unpack(data), type=OnlineMix)
     except (msgspec.ValidationError, SnapshotError) as e:
@@ -171,11 +195,15 @@ def decode_mix(data: bytes, n: int) -> OnlineMix:
         mix.changes >= 1
         and mix.step >= 0
         and len(mix.digest) == 8
-        and 1 <= len(mix.entries) <= MAX_ENTRIES
+        and 1 <= len(mix.entries) <= (MAX_QUOTA_CHANGES if shares else MAX_ENTRIES)
         and positions[0] >= 0
         and all(b > a for a, b in zip(positions, positions[1:]))
     )
-    for entry in mix.entries:
+    if shares:
+        for entry in mix.entries:
+            decode_shares(entry.weights, n)  # a SnapshotError if malformed
+        ok = ok and mix.changes >= len(mix.entries)
+    for entry in () if shares else mix.entries:
         raw = entry.weights
         w = np.frombuffer(raw, dtype="<f4") if len(raw) == 4 * n else None
         ok = ok and w is not None and bool(np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0)

@@ -221,3 +221,43 @@ class Blend:
         self.taken[d] += 1
         self.position += 1
         return ref
+
+
+# -- the quota draw (draw="quota", docs/design/blend.md) ---------------------------------------
+QUOTA_BLOCK = 4096
+QUOTA_PHASE_TAG, QUOTA_ORDER_TAG = 0x9A5E, 0x0BDE
+
+
+def quota_shares(row: Sequence[float]) -> list[int]:
+    """Whole weights summing below 2**31 as they are; else ``round(w / fsum(w) * 2**24)``,
+    at least 1 for a weight above 0."""
+    import math
+
+    total = math.fsum(row)
+    if all(float(w).is_integer() for w in row) and total < 1 << 31:
+        return [int(w) for w in row]
+    return [max(1, round(w / total * float(1 << 24))) if w > 0 else 0 for w in row]
+
+
+def quota_choice(ck: int, segments: Sequence[tuple[int, Sequence[int]]], i: int) -> int:
+    """The dataset of position ``i`` when segment ``(start, shares)`` holds the positions from
+    ``start`` to the next segment's start: one position at a time, blocks counted from 0."""
+    start, q = [s for s in segments if s[0] <= i][-1]
+    t, total = i - start, sum(q)
+    phase = [fold_in(fold_in(ck, QUOTA_PHASE_TAG, start), d) % total for d in range(len(q))]
+
+    def counts(k: int) -> list[int]:
+        return [(k * QUOTA_BLOCK * q[d] + phase[d]) // total for d in range(len(q))]
+
+    k = 0
+    while sum(counts(k + 1)) <= t:
+        k += 1
+    lo, hi = counts(k), counts(k + 1)
+    size = sum(hi) - sum(lo)
+    slot = permute(fold_in(ck, QUOTA_ORDER_TAG, start, k), size, t - sum(lo))
+    bound = 0
+    for d in range(len(q)):
+        bound += hi[d] - lo[d]
+        if slot < bound:
+            return d
+    raise AssertionError("unreachable: the slots of a block are its datasets' counts")

@@ -859,3 +859,34 @@ def test_a_steered_plan_steps_and_advances_to_the_states_a_seek_reaches(mix):
         begin = seek_state(plan, start, (), changes)[0]
         state, passed = steered.advance(begin, n)
         assert plan.snapshot(state) == at(start + n) and passed.outputs == n
+
+
+def test_the_quota_draw_steers_restores_and_seeks_exactly(mix):
+    def make(**kw):
+        return dataset(mix, blend_draw="quota", **kw)
+
+    loader = fpipe.get_loader(make())
+    out, snaps = [], []
+    for step, batch in zip(range(40), loader):
+        out.append(keys(batch))
+        if step + 1 in CHANGES:
+            loader.set_weights(CHANGES[step + 1])
+        snaps.append(loader.snapshot())
+    hist = loader.mix_history()
+    assert all(k.startswith("c/") for batch in out[10:12] for k in batch)
+    for n in (6, 13, 31):
+        at = fpipe.get_loader(make(), start_step=n, mix_history=hist)
+        assert at.snapshot() == snaps[n - 1]
+        assert [keys(b) for _, b in zip(range(3), at)] == out[n : n + 3]
+    restored = fpipe.get_loader(make())
+    restored.load_state_dict(snaps[20])
+    got = []
+    for step, batch in zip(range(21, 40), restored):
+        got.append(keys(batch))
+        if step + 1 in CHANGES:
+            restored.set_weights(CHANGES[step + 1])
+    assert got == out[21:40]
+    with pytest.raises(SnapshotError, match="does not fit"):  # not the draw it was saved with
+        fpipe.get_loader(dataset(mix)).load_state_dict(snaps[20])
+    with pytest.raises(ConfigError, match="blend_draw='quota' applies to a weighted"):
+        dataset(mix, "epochized.yaml", blend_draw="quota")
