@@ -183,7 +183,8 @@ def assert_config_reaches_fingerprint(
     the base pipeline into the variant is refused with a message naming the step and field.
 
     A field the config declares ``compatible`` must do the opposite: same fingerprint, and the
-    restore is accepted.
+    restore is accepted, unless the step checks that field against its restored state itself:
+    then a refusal must name the step and the field too (a blend's ``draw``).
     """
     base, variant = make_base(), make_variant()
     config = dict(base.parts).get(step)
@@ -193,7 +194,13 @@ def assert_config_reaches_fingerprint(
     data = base.snapshot(state)
     if field in type(config).compatible:
         assert base.fingerprint == variant.fingerprint, f"compatible field {step}.{field} refused"
-        variant.restore(data)
+        try:
+            variant.restore(data)
+        except SnapshotMismatchError as e:  # checked by the step: it must say what differs
+            msg = str(e)
+            assert repr(step) in msg and repr(field) in msg, (
+                f"compatible field {step}.{field} refused without naming it: {msg}"
+            )
         return
     assert base.fingerprint != variant.fingerprint, (
         f"changing {step}.{field} does not change the pipeline fingerprint: the config field "

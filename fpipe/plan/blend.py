@@ -142,7 +142,7 @@ def blend(
 
     def init(root):
         if quota is not None:
-            return QuotaBlendState(root, 0, digests)
+            return QuotaBlendState(root, 0, (), digests)
         if unit is not None:
             return UnitBlendState(root, 0, (0,) * n, digests, zero_units)
         return BlendState(root, 0, (0,) * n, digests)
@@ -190,6 +190,7 @@ def blend(
         unit=unit,
         digests=digests,
         allow_changed_weights=allow_changed_weights,
+        draw=config.draw,
     )
 
     def own_weights(state, position) -> bytes:
@@ -231,7 +232,7 @@ def blend(
         new: BlendState | QuotaBlendState
         weights = own_weights(state, state.position + take)
         if quota is not None:
-            new = QuotaBlendState(state.key, state.position + take, weights)
+            new = QuotaBlendState(state.key, state.position + take, (), weights)
             return _keep(new, hit, take), refs[off : off + take]
         counts_ = np.bincount(ids[off : off + take], minlength=n)
         taken = tuple((np.asarray(state.taken, dtype=np.int64) + counts_).tolist())
@@ -256,7 +257,7 @@ def blend(
         unit counters from zero (the new weights start a new segment)."""
         extra = state.weights[len(digests) :]
         if quota is not None:
-            return QuotaBlendState(state.key, state.position, digests + extra)
+            return QuotaBlendState(state.key, state.position, (), digests + extra)
         if unit is None:
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
@@ -292,7 +293,7 @@ def blend(
             return advance_by_next(source, state, want)
         new: BlendState | QuotaBlendState
         if quota is not None:
-            new = QuotaBlendState(state.key, stop, own_weights(state, stop))
+            new = QuotaBlendState(state.key, stop, (), own_weights(state, stop))
         elif unit is None:
             new = BlendState(state.key, stop, taken, own_weights(state, stop))
         else:
@@ -336,7 +337,7 @@ def blend_counters(pipeline: Any, state: Any) -> dict[str, dict[str, int]]:
         return {}
     path, config = found
     own = pipeline.get(state, path)
-    taken = own.taken if hasattr(own, "taken") else quota_taken(config, path, own)
+    taken = quota_taken(config, path, own) if own.compact_changes else own.taken
     return {
         name: {"taken": t, "epoch": t // size}
         for name, t, size in zip(config.datasets, taken, config.sizes)

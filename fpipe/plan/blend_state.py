@@ -123,6 +123,9 @@ class QuotaBlendState(State, frozen=True, array_like=True):
 
     key: Key
     position: int
+    #: always empty: laid out as :class:`BlendState` so that a snapshot of the other draw
+    #: decodes and its restore is refused by name (``draw``), not as foreign bytes
+    taken: tuple[int, ...] = ()
     weights: bytes = b""
 
     compact_changes: ClassVar[bool] = True
@@ -265,6 +268,7 @@ def restore_check(
     unit: str | None,
     digests: bytes,
     allow_changed_weights: bool,
+    draw: BlendDraw = "hash",
 ) -> Callable[[BlendState], None]:
     """The check of a restored state of the blend ``name`` (datasets ``names``, ``n`` of them,
     whose weights have the digests ``digests``): a :class:`~fpipe.core.errors.SnapshotError` for
@@ -272,6 +276,13 @@ def restore_check(
     taken with other datasets, or with other weights unless ``allow_changed_weights``."""
 
     def check(state):
+        if mode == "weighted" and (len(state.taken) == 0) != (draw == "quota"):
+            other = "hash" if draw == "quota" else "quota"
+            raise SnapshotMismatchError(
+                f"blend {name!r}: field 'draw' differs: the snapshot was taken with "
+                f"draw={other!r}, this blend draws with draw={draw!r}; the two keep different "
+                "counters, so a run resumes only with the draw it started with"
+            )
         if unit is not None and len(getattr(state, "tokens", b"")) not in (0, COUNTER_BYTES * n):
             raise SnapshotError(
                 f"snapshot state of blend {name!r}: {len(state.tokens)} bytes of unit counters "

@@ -169,6 +169,7 @@ def _blend(
     allow=False,
     k=3,
     unit=None,
+    draw="hash",
 ):
     views = [
         slice_shuffle(samples(n, dataset=d, columns={"t": np.arange(n) % 5 + d}), k)
@@ -176,7 +177,13 @@ def _blend(
     ]
     mix = dict(repetitions=reps) if reps else dict(weights=weights)
     head = blend(
-        views, names=names, num_epochs=epochs, allow_changed_weights=allow, unit=unit, **mix
+        views,
+        names=names,
+        num_epochs=epochs,
+        allow_changed_weights=allow,
+        unit=unit,
+        draw=draw,
+        **mix,
     )
     return chain(head, window_shuffle(5))
 
@@ -373,6 +380,7 @@ EXAMPLES: list[Example] = [
             "schedule": {"weights": (2.0, 1.0), "allow": True},
             "allow_changed_weights": {"allow": True},
             "unit": {"unit": "t", "allow": True},  # compatible, checked as the weights are
+            "draw": {"draw": "quota"},  # compatible, refused by the blend's own check
         },
     ),
     Example(  # a blend by units (tokens): a unit-by-unit choice, its own state
@@ -388,6 +396,7 @@ EXAMPLES: list[Example] = [
             "schedule": {"weights": (2.0, 1.0), "allow": True},
             "allow_changed_weights": {"allow": True},
             "unit": {"unit": None, "allow": True},
+            "draw": {"draw": "quota", "unit": None},
         },
     ),
     Example(  # an epochized blend; a dataset's own step is addressed by its path
