@@ -23,8 +23,25 @@ def open_files_headroom():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 
     def lower(headroom: int) -> int:
-        in_use = len(os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + headroom, hard))
+        # The limit caps descriptor numbers, not their count: a process with holes below its
+        # highest descriptor (left by earlier tests in the same xdist worker) could open more
+        # than ``headroom`` under "open count + headroom". Count free numbers instead (fstat
+        # opens nothing, unlike listing /proc/self/fd).
+        top = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+        used = set()
+        for fd in range(top):
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue
+            used.add(fd)
+        free, limit = 0, 0
+        while free < headroom:
+            free += limit not in used
+            limit += 1
+        while limit in used:  # descriptors in use just below the limit stay usable
+            limit += 1
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
         return headroom
 
     yield lower
