@@ -13,9 +13,11 @@ def test_check_passes_then_finds_a_wrong_offset_then_a_stale_shard(tmp_path, cap
     assert main(["check", str(tmp_path), "--no-progress"]) == 0
     assert "6 samples in 2 shards checked: ok" in capsys.readouterr().out
 
-    offsets = tmp_path / ".fpipe" / "compact" / "offset.npy"  # first member, 512-byte units
+    index = tmp_path / ".fpipe" / "members"
+    row = int(np.load(index / "start.npy")[4])  # the first member of sample 4
+    offsets = index / "offset.npy"
     arr = np.load(offsets)
-    arr[4] -= 1  # points at another member of the same shard, still inside it
+    arr[row] -= 512  # points at another member of the same shard, still inside it
     np.save(offsets, arr)
     assert main(["check", str(tmp_path), "--no-progress"]) == 1
     out = capsys.readouterr().out

@@ -38,8 +38,7 @@ def test_a_removed_folder_is_named(copy):
 @pytest.mark.parametrize("broken", ["missing", "not npy"])
 def test_a_broken_index_array_read_lazily_is_named(copy, broken):
     loader = build(str(copy))
-    # mapped by the worker that reads the first sample, not by the plan
-    keys = copy / ".fpipe" / "compact" / "offset.npy"
+    keys = copy / ".fpipe" / "keys.npy"  # loaded on the first key, not when opening
     if broken == "missing":
         keys.unlink()
     else:

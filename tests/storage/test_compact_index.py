@@ -26,7 +26,7 @@ def _both(tmp_path, make, **kw):
     """(compact dataset, flat dataset) of the same shards made by ``make(folder)``."""
     make(tmp_path / "c")
     shutil.copytree(tmp_path / "c", tmp_path / "f")
-    prepare_dataset(tmp_path / "c", **kw)
+    prepare_dataset(tmp_path / "c", compact_index=True, **kw)
     prepare_dataset(tmp_path / "f", compact_index=False, **kw)
     return open_dataset(tmp_path / "c"), open_dataset(tmp_path / "f")
 
@@ -107,7 +107,7 @@ def test_shards_that_do_not_fit_keep_explicit_entries(tmp_path):
 
 def test_a_corrupt_compact_array_names_its_file(tmp_path):
     make_image_caption_dataset(tmp_path, shards=2, per_shard=3)
-    prepare_dataset(tmp_path, fields=FIELDS)
+    prepare_dataset(tmp_path, fields=FIELDS, compact_index=True)
     offset = tmp_path / ".fpipe/compact/offset.npy"
     data = offset.read_bytes()
     offset.write_bytes(data[: len(data) - 3])  # cut short
@@ -145,7 +145,7 @@ def test_planning_a_compact_index_maps_no_per_sample_array(tmp_path, monkeypatch
     from fpipe.storage.read import record as record_mod
 
     make_image_caption_dataset(tmp_path, shards=4, per_shard=8)
-    prepare_dataset(tmp_path, fields=FIELDS)
+    prepare_dataset(tmp_path, fields=FIELDS, compact_index=True)
     assert (tmp_path / ".fpipe/compact/offset.npy").exists()  # the compact layout
     loaded = []
     real = record_mod.load_array
@@ -166,7 +166,7 @@ def test_planning_a_compact_index_maps_no_per_sample_array(tmp_path, monkeypatch
 
 def test_an_explicit_entry_in_an_index_without_explicit_rows_is_a_bad_sample(tmp_path):
     make_image_caption_dataset(tmp_path, shards=2, per_shard=3)
-    prepare_dataset(tmp_path, fields=FIELDS)
+    prepare_dataset(tmp_path, fields=FIELDS, compact_index=True)
     at = tmp_path / ".fpipe/compact/shard/members_at.npy"
     np.save(at, np.array([-1, 0], np.int64))  # shard 1 "explicit", but no explicit rows
     ds = open_dataset(tmp_path)

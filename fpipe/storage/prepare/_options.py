@@ -118,9 +118,9 @@ class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
     probe_av: bool = True  #: probe audio/video members for stream metadata and keyframes
     index_dir: str | None = None  #: URL datasets: local folder for the index (else the bucket)
     storage: StorageOptions | None = None  #: URL datasets: how to reach the bucket
-    #: tar datasets: the compact index layout (format 4); False: the flat one (format 2 / 3),
-    #: which fpipe versions before the compact layout read
-    compact_index: bool = True
+    #: tar datasets: the compact index layout (format 4, for indexes too large to keep flat);
+    #: False (the default): the flat one (format 2 / 3), faster to read per sample
+    compact_index: bool = False
 
 
 def _field_map(fields: Mapping[str, Any] | Iterable[str] | None) -> FieldMapValue | None:
@@ -225,7 +225,7 @@ def make_options(
     probe_av: bool = True,
     index_dir: str | os.PathLike | None = None,
     storage: StorageOptions | Mapping[str, Any] | None = None,
-    compact_index: bool = True,
+    compact_index: bool = False,
 ) -> PrepareOptions:
     """Check and normalize the arguments of ``prepare_dataset`` (same names and meanings)."""
     opts = PrepareOptions(

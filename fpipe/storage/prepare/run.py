@@ -516,9 +516,10 @@ def prepare_dataset(path: str | os.PathLike, **options: Any) -> PrepareReport:
       probe_av: probe audio/video members (or table media files) and store their stream
         metadata columns and keyframe times (:mod:`fpipe.storage.read.av_meta`); a file that
         cannot be probed is left out and reported.
-      compact_index: write a tar dataset's index in the compact layout (format 4, about 16
-        bytes per image + caption sample; the default); False: the flat layout (formats 2 and
-        3, ~117 bytes per sample), which fpipe versions before the compact layout read.
+      compact_index: write a tar dataset's index in the compact layout (format 4, about 14
+        bytes per image + caption sample against ~117, for datasets whose flat index is too
+        large to keep; each sample's lookup costs more); False (the default): the flat layout
+        (formats 2 and 3), which fpipe versions before the compact layout also read.
 
     Returns:
       A :class:`PrepareReport`.
