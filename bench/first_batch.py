@@ -133,12 +133,11 @@ def _fpipe_index_current(root: Path, shards: int) -> bool:
     older one is still read, by other code, and the timing would not be this fpipe's."""
     import yaml
 
-    from fpipe.storage.read.tar.index import VERSION
     from fpipe.storage.read.tar.shard_table import SHARD_ARRAYS_FROM
 
     info = yaml.safe_load((root / ".fpipe" / "info.yaml").read_text())
-    arrays = "num_shards" in info
-    return info.get("version") == VERSION and arrays == (shards >= SHARD_ARRAYS_FROM)
+    arrays = shards >= SHARD_ARRAYS_FROM  # the flat layout, shard list as arrays (format 3)
+    return info.get("version") == (3 if arrays else 2) and ("num_shards" in info) == arrays
 
 
 def _ready(root: Path, params: dict) -> bool:
