@@ -127,12 +127,11 @@ def cook_many(
     wanted = how.wanted
     subflavors = how.src.subflavors
     energon = names.energon
-    locate = names.locate_in
-    sids = names.shard_ids(indices)
+    locate = names.locate  # shard ids remembered for the batch (Materializer._cook_many)
     specs = [(f, ext, text, *dec) for (f, ext, text), dec in zip(plain, decoders)]
     out = list(reads)
-    rows = zip(sids, indices.tolist(), epochs.tolist(), reads)
-    for j, (sid, index, epoch, read) in enumerate(rows):
+    rows = zip(indices.tolist(), epochs.tolist(), reads)
+    for j, (index, epoch, read) in enumerate(rows):
         key, raw = read
         if isinstance(raw, Exception):
             continue
@@ -149,7 +148,7 @@ def cook_many(
                 if text and not isinstance(value, (str, np.ndarray)):
                     raise _Alone  # made text (or refused) the usual way
                 values[field] = value
-            _, inner, sources = locate(sid, index, key, raw, wanted)
+            _, inner, sources = locate(index, key, raw, wanted)
             sample = cls(
                 __key__=inner if energon else key,
                 __restore_key__=(dataset, index, epoch),

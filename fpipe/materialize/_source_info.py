@@ -52,31 +52,6 @@ class ShardNames:
         sid = self._sid_of.get(index, -1)
         if sid < 0 and self._shards:
             sid = self._shard_ids.item(index)  # type: ignore[union-attr]  # set with the shards
-        return self.locate_in(sid, index, key, raw, wanted)
-
-    def remember(self, indices: np.ndarray) -> None:
-        """Look up the shard ids of samples ``indices`` at once, for :meth:`locate` of each
-        (a compact index derives a sample's shard id: one lookup for a batch costs about
-        what one for a sample does); the ids remembered before are forgotten."""
-        if self._shards:
-            self._sid_of = dict(zip(indices.tolist(), self.shard_ids(indices)))
-
-    def shard_ids(self, indices: np.ndarray) -> list[int]:
-        """The shard id of each of samples ``indices`` (one lookup for them all), for
-        :meth:`locate_in`; -1 each for a table's rows."""
-        if not self._shards:
-            return [-1] * len(indices)
-        return np.asarray(self._shard_ids[indices]).tolist()  # type: ignore[index]
-
-    def locate_in(
-        self,
-        sid: int,
-        index: int,
-        key: str,
-        raw: Mapping[str, Any],
-        wanted: frozenset[str] | None = None,
-    ) -> tuple[str, str, tuple]:
-        """:meth:`locate` of a sample of shard ``sid`` (:meth:`shard_ids`)."""
         # The loader calls this for every sample: a loop rather than a comprehension (no
         # function object and frame each time), and the record built from its slots (below).
         files = []
@@ -101,6 +76,14 @@ class ShardNames:
         _set_shard_name(info, shard)
         _set_file_names(info, tuple(files))
         return shard, inner, (info,)
+
+    def remember(self, indices: np.ndarray) -> None:
+        """Look up the shard ids of samples ``indices`` at once, for :meth:`locate` of each
+        (a compact index derives a sample's shard id: one lookup for a batch costs about
+        what one for a sample does); the ids remembered before are forgotten."""
+        if self._shards:
+            sids = np.asarray(self._shard_ids[indices]).tolist()  # type: ignore[index]
+            self._sid_of = dict(zip(indices.tolist(), sids))
 
 
 # SourceInfo(dataset_path=..., ...) without its call: a frozen dataclass is built through its

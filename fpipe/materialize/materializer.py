@@ -278,15 +278,15 @@ class Materializer:
 
     def _cook_many(self, d: int, indices: np.ndarray, epochs: np.ndarray, got: list) -> list:
         """``got`` (the reads of samples ``indices`` of dataset ``d``) with the samples that
-        cook in one pass cooked (:mod:`fpipe.materialize._cook_many`); for the others, their
-        shard ids are looked up at once (``ShardNames.remember``)."""
+        cook in one pass cooked (:mod:`fpipe.materialize._cook_many`); the shard ids of all of
+        them are looked up at once first (``ShardNames.remember``), for either way of cooking."""
         ds = self._datasets.get(d) or self.dataset(d)
         how = self._cooking.get(id(ds))
         src = self.sources[d]
         if how is None or how.ds is not ds or how.src is not src:
             how = new_cooking(self, src, ds)
+        how.names.remember(indices)
         if how.plain is None:  # cooked one by one (Materializer.sample), in the read's order
-            how.names.remember(indices)
             return got
         return cook_many(self, how, how.plain, d, indices, epochs, got)
 
