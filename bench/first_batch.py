@@ -161,11 +161,12 @@ def blend_roots(yml: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 
 
-def fpipe_first(path: Path, nw: int, mode: str) -> Iterator:
+def fpipe_dataset(path: Path):
+    """fpipe's dataset of ``path`` as every fpipe row plans it."""
     import fpipe
     from fpipe.decode.image import ImageDecodeOptions
 
-    ds = fpipe.get_train_dataset(
+    return fpipe.get_train_dataset(
         path,
         batch_size=BS,
         shuffle_buffer_size=SHUFFLE,
@@ -173,7 +174,12 @@ def fpipe_first(path: Path, nw: int, mode: str) -> Iterator:
         seed=SEED,
         image_decode=ImageDecodeOptions(target_size=SIZE, draft=False),
     )
-    return iter(fpipe.get_loader(ds, num_workers=nw, worker_mode=mode))
+
+
+def fpipe_first(path: Path, nw: int, mode: str) -> Iterator:
+    import fpipe
+
+    return iter(fpipe.get_loader(fpipe_dataset(path), num_workers=nw, worker_mode=mode))
 
 
 def grain_first(path: Path, nw: int, procs: bool) -> Iterator:
@@ -365,18 +371,9 @@ def worker_payload(path: Path) -> dict[str, int]:
     and the index files the worker's copy opens to materialize the first recipe."""
     import pickle
 
-    import fpipe
-    from fpipe.decode.image import ImageDecodeOptions
     from fpipe.loader._iteration import RecipeDataset
 
-    ds = fpipe.get_train_dataset(
-        path,
-        batch_size=BS,
-        shuffle_buffer_size=SHUFFLE,
-        max_samples_per_sequence=MAX_SEQ,
-        seed=SEED,
-        image_decode=ImageDecodeOptions(target_size=SIZE, draft=False),
-    )
+    ds = fpipe_dataset(path)
     payload = pickle.dumps(RecipeDataset(ds.materializer))
     mat = pickle.loads(payload).materializer
     _, recipes = ds.plan.next(ds.plan.init(), 1)
