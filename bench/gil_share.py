@@ -8,8 +8,8 @@ full decode (``draft=False``):
 
 - ``per_sample_ms``: one sample at ``num_workers=0`` (no profiler), median of repeats;
 - ``gil_free_ms``: the GIL-releasing C calls per sample (Pillow's ``ImagingDecoder.decode`` and
-  ``ImagingCore.resize``, numpy's copies), from cProfile's own time of those calls (one call per
-  sample each, so the profiler adds little to them);
+  ``ImagingCore.resize``, simplejpeg's decode, numpy's copies), from cProfile's own time of
+  those calls (one call per sample each, so the profiler adds little to them);
 - ``gil_held_ms = per_sample_ms - gil_free_ms`` and its share, split by who runs it (Pillow's
   Python, fpipe, the rest) in proportion to cProfile's own time of their Python functions;
 - ``threads{N}_cores_busy``: samples/s over samples per CPU-second with N thread workers (2.0
@@ -52,6 +52,9 @@ GIL_FREE = {
     "<method 'resize' of 'ImagingCore' objects>",
     "<built-in method numpy.ascontiguousarray>",
 }
+#: fpipe's simplejpeg decode: cProfile does not see simplejpeg's (Cython) call, so the own time
+#: of the function making it is that GIL-free decode (and a few microseconds of Python)
+JPEG = os.path.join("fpipe", "decode", "_jpeg.py")
 
 
 def _loader(root: Path, nw: int):
@@ -95,7 +98,7 @@ def _split(profile: cProfile.Profile, samples: int) -> tuple[float, dict[str, fl
     stats = pstats.Stats(profile).stats  # {(file, line, name): (cc, nc, tottime, cumtime, ...)}
     free, held = 0.0, {"pillow": 0.0, "fpipe": 0.0, "other": 0.0}
     for (filename, _, name), (_, _, tottime, _, _) in stats.items():
-        if filename == "~" and name in GIL_FREE:
+        if (filename == "~" and name in GIL_FREE) or (filename.endswith(JPEG) and name == "decode"):
             free += tottime
         else:
             held[_owner(filename)] += tottime

@@ -70,6 +70,30 @@ def test_the_same_pixels_as_pillow_under_every_option(name, data, monkeypatch):
         assert np.array_equal(np.asarray(fast), np.asarray(slow)), (name, options)
 
 
+@pytest.mark.skipif(not _jpeg.MAPS_RGB, reason="this Pillow maps no RGB buffer")
+def test_colour_pixels_are_not_copied_into_pillow(monkeypatch):
+    # decoded as RGBX, Pillow's own layout of RGB, and mapped: Image.fromarray (a fill and an
+    # unpack of every pixel) is not called for a colour JPEG
+    data = _jpeg_of(333, 251)
+    expected = decode_image_with(data, ImageDecodeOptions(target_size=224, draft=False))
+    monkeypatch.setattr(Image, "fromarray", lambda *a, **k: pytest.fail("pixels copied"))
+    img = _jpeg.decode(data, "YCbCr")
+    assert img.mode == "RGB" and img.size == (333, 251)
+    got = decode_image_with(data, ImageDecodeOptions(target_size=224, draft=False))
+    assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("name,data", IMAGES[:2] + IMAGES[-2:], ids=["420", "422", "gray", "tiny"])
+def test_the_same_pixels_where_pillow_cannot_map_them(name, data, monkeypatch):
+    # a Pillow without the mapping (MAPS_RGB false) takes Image.fromarray: the same pixels
+    for options in OPTIONS:
+        mapped = decode_image_with(data, options, rng=np.random.default_rng(3))
+        with monkeypatch.context() as m:
+            m.setattr(_jpeg, "MAPS_RGB", False)
+            copied = decode_image_with(data, options, rng=np.random.default_rng(3))
+        assert np.array_equal(np.asarray(mapped), np.asarray(copied)), (name, options)
+
+
 def test_it_decodes_what_pillow_would_decode_without_a_reduction(monkeypatch):
     data = _jpeg_of(300, 240)
     calls = []

@@ -12,7 +12,7 @@ from PIL import Image
 
 from fpipe.decode import _pixels
 from fpipe.decode import image as image_mod
-from fpipe.decode._pixels import pixel_view
+from fpipe.decode._pixels import pixel_view, rgb_image
 from fpipe.decode.image import ImageDecodeOptions, decode_image_with
 
 #: Pillow exports its pixels from 11.2 on; before that, every output takes ``np.asarray``.
@@ -96,3 +96,33 @@ def test_torch_output_takes_the_view(monkeypatch):
     monkeypatch.setattr(image_mod, "pixel_view", spy)
     decode_image_with(_encoded("RGB", "JPEG"), ImageDecodeOptions(out="torch", target_size=64))
     assert seen == [True]
+
+
+mapped = pytest.mark.skipif(not _pixels.MAPS_RGB, reason="this Pillow maps no RGB buffer")
+
+
+@mapped
+def test_an_rgb_image_over_rgbx_pixels_holds_them():
+    img = rgb_image(np.arange(5 * 7 * 4, dtype=np.uint8).reshape(5, 7, 4))  # its only holder
+    expected = np.arange(5 * 7 * 4, dtype=np.uint8).reshape(5, 7, 4)[..., :3]
+    assert img.mode == "RGB" and img.size == (7, 5)
+    gc.collect()
+    for _ in range(50):  # reuse of freed memory would show up here
+        np.full((5, 7, 4), 255, np.uint8).sum()
+    assert np.array_equal(np.asarray(img), expected)
+
+
+@mapped
+def test_an_edit_of_an_rgb_image_leaves_its_pixels_alone():
+    px = np.arange(5 * 7 * 4, dtype=np.uint8).reshape(5, 7, 4)
+    img = rgb_image(px)
+    img.paste((9, 9, 9), (0, 0, 7, 5))  # read-only: Pillow copies before it writes
+    assert np.asarray(img)[0, 0].tolist() == [9, 9, 9]
+    assert np.array_equal(px, np.arange(5 * 7 * 4, dtype=np.uint8).reshape(5, 7, 4))
+
+
+def test_rgb_image_takes_only_contiguous_rgbx_bytes():
+    px = np.zeros((4, 6, 4), np.uint8)
+    assert rgb_image(px[:, ::2]) is None
+    assert rgb_image(px[..., :3].copy()) is None
+    assert rgb_image(px.astype(np.uint16)) is None
