@@ -13,7 +13,10 @@ group once; ``fpipe.get_train_dataset`` sizes the cache to the slices a shuffle 
 interleaves. Only the columns asked for are read (``exts``: the field map's columns). A decoded
 row group keeps pyarrow's buffers (:mod:`fpipe.storage.read.parquet_cells`): a row's bytes are
 sliced out when the row is read, so a worker pays only for the rows its batches hold, and
-:meth:`ParquetReader.read_many` looks a batch's rows up in the index at once.
+:meth:`ParquetReader.read_many` looks a batch's rows up in the index at once. In local files,
+uncompressed byte-array columns (images) are not decoded at all: their cells are located from
+the page headers and sliced out of the memory-mapped file
+(:mod:`fpipe.storage.read.parquet_mapped`).
 
 Local files are read by pyarrow itself (``pyarrow.OSFile``: positional reads, no Python call
 per read; one thread, as the loader's parallelism is its worker processes); on object storage
@@ -35,6 +38,7 @@ the row's key.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import OrderedDict
 from typing import Any
@@ -47,6 +51,7 @@ from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.paths import PathEscapeError, contained, is_url
 from fpipe.storage.read.arrow_stream import ARROW_SUFFIX, ArrowStreamFile
 from fpipe.storage.read.parquet_cells import column_cells
+from fpipe.storage.read.parquet_mapped import MappedParquet
 from fpipe.storage.read.parquet_open import PreadFile, open_parquet
 from fpipe.storage.read.record import ArrayStore, IndexRecord, ParquetLayout
 
@@ -131,6 +136,8 @@ class ParquetReader:
         self._pid = os.getpid()
         #: file id -> pq.ParquetFile (or ArrowStreamFile)
         self._opened: OrderedDict[int, Any] = OrderedDict()
+        #: file id -> the local Parquet file mapped (its byte-array cells read from there)
+        self._mapped: dict[int, MappedParquet] = {}
         #: (file id, row group) -> {column: its cells}; a null cell reads as ``None``
         self._groups: OrderedDict[tuple[int, int], dict[str, Any]] = OrderedDict()
         self._wanted: dict[frozenset[str] | None, list[str]] = {}  #: exts -> columns
@@ -156,6 +163,7 @@ class ParquetReader:
         """The open :class:`pyarrow.parquet.ParquetFile` of file ``sid`` (a few kept open)."""
         if self._pid != os.getpid():  # forked: start afresh (the file layer does too)
             self._opened.clear()
+            self._mapped.clear()
             self._pid = os.getpid()
         pf = self._opened.get(sid)
         if pf is not None:
@@ -178,9 +186,15 @@ class ParquetReader:
             import pyarrow as pa
 
             pf = open_parquet(pa.OSFile(path), pre_buffer=False)
+            # plain byte-array columns (images) are sliced out of the mapped file instead;
+            # a file that cannot be mapped is read by pyarrow alone
+            with contextlib.suppress(OSError, ValueError):
+                self._mapped[sid] = MappedParquet(path)
         self._opened[sid] = pf
         while len(self._opened) > 8:
-            self._opened.popitem(last=False)[1].close()
+            gone, old = self._opened.popitem(last=False)
+            old.close()
+            self._mapped.pop(gone, None)  # unmapped once no cached row group uses it
         return pf
 
     def _group(self, sid: int, rg: int, columns: list[str], key: str, i: int) -> dict[str, Any]:
@@ -216,8 +230,13 @@ class ParquetReader:
                     f"re-run `fpipe prepare {self.path}`",
                 )
             else:
+                mapped = self._mapped.get(sid)
+                if mapped is not None:  # the columns served from the mapped file
+                    got = mapped.cells(pf, rg, todo, self._kinds)
+                    entry.update(got)
+                    todo = [c for c in todo if c not in got]
                 # one thread: the loader's parallelism is its worker processes
-                table = pf.read_row_group(rg, columns=todo, use_threads=False)
+                table = pf.read_row_group(rg, columns=todo, use_threads=False) if todo else None
         except BadSampleError:
             raise
         except Exception as e:  # noqa: BLE001 - pyarrow's errors, OSError: the file is bad

@@ -6,7 +6,9 @@ hold (about half of each row group with two workers), so nothing is done per row
 row is read: a binary or string column keeps the Arrow buffers and takes a row's bytes out of
 the data buffer by its offsets (:class:`BinaryCells`: one copy of the bytes the row holds, no
 Python object for the rows never read, and text served as its UTF-8 bytes with no decode and
-re-encode); a ``{bytes, path}`` media struct is two such columns (:class:`MediaCells`). Other
+re-encode); a ``{bytes, path}`` media struct is two such columns (:class:`MediaCells`).
+:class:`SpanCells` serves an uncompressed column the same way straight from the memory-mapped
+file, with no row group decoded (:mod:`fpipe.storage.read.parquet_mapped`). Other
 columns (numbers, nested values) are small and become Python values once per row group.
 """
 
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BinaryCells", "MediaCells", "ValueCells", "column_cells"]
+__all__ = ["BinaryCells", "MediaCells", "SpanCells", "ValueCells", "column_cells"]
 
 
 class ValueCells:
@@ -63,18 +65,50 @@ class BinaryCells:
         return self._data[self._offsets[row] : self._offsets[row + 1]].tobytes()
 
 
+class SpanCells:
+    """A byte-array column whose cells lie in a buffer (a memory-mapped Parquet file, located
+    by :func:`~fpipe.storage.read.parquet_pages.plain_spans`): row ``r`` is
+    ``buf[starts[r]:ends[r]]`` (``None`` where ``null`` says so). Nothing is copied until a
+    row is read."""
+
+    __slots__ = ("_buf", "_ends", "_null", "_starts")
+
+    def __init__(self, buf: Any, starts: list[int], ends: list[int], null: list[bool] | None):
+        self._buf, self._starts, self._ends, self._null = buf, starts, ends, null
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, row: int) -> bytes | None:
+        if self._null is not None and self._null[row]:
+            return None
+        return bytes(self._buf[self._starts[row] : self._ends[row]])
+
+
+Cells = Any  #: what a column's cells give by row: BinaryCells, SpanCells or ValueCells
+
+
 class MediaCells:
     """A ``{bytes, path}`` struct column (Hugging Face ``Image`` / ``Audio``): row ``r`` as
-    ``(bytes or None, path or None)``, or ``None`` where the struct itself is null."""
+    ``(bytes or None, path or None)``, or ``None`` where the struct itself is null.
+    ``data`` / ``paths``: the two fields' cells (None: the struct lacks the field);
+    ``null``: which structs are null (None: none is)."""
 
     __slots__ = ("_bytes", "_n", "_null", "_paths")
 
-    def __init__(self, arr: Any):
+    def __init__(self, data: Cells | None, paths: Cells | None, n: int, null: list[bool] | None):
+        self._bytes, self._paths, self._n, self._null = data, paths, n, null
+
+    @classmethod
+    def of_arrow(cls, arr: Any) -> MediaCells:
+        """The cells of a struct array."""
         names = {arr.type.field(k).name for k in range(arr.type.num_fields)}
-        self._n = len(arr)
-        self._bytes = _cells(arr.field("bytes"), "binary") if "bytes" in names else None
-        self._paths = _cells(arr.field("path"), "string") if "path" in names else None
-        self._null: list[bool] | None = arr.is_null().to_pylist() if arr.null_count else None
+        return cls(
+            _cells(arr.field("bytes"), "binary") if "bytes" in names else None,
+            _cells(arr.field("path"), "string") if "path" in names else None,
+            len(arr),
+            arr.is_null().to_pylist() if arr.null_count else None,
+        )
 
     def __len__(self) -> int:
         return self._n
@@ -94,7 +128,7 @@ def column_cells(column: Any, kind: str) -> ValueCells | BinaryCells | MediaCell
     values."""
     arr = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if kind == "media":
-        return MediaCells(arr)
+        return MediaCells.of_arrow(arr)
     return _cells(arr, kind)
 
 
