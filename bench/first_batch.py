@@ -98,6 +98,8 @@ def ensure_sets(data: Path, samples: int, blend_n: int, per_blend: int) -> dict[
     """The single set and the blend's datasets and ``blend.yaml`` (reused when present)."""
     from _loader_data import ensure_image_set
 
+    from fpipe.storage.config.yaml_record import RECORD_NAME, write_yaml_record
+
     t0 = time.perf_counter()
     kw = dict(lo=16, hi=24, pool=256, quality=80)
 
@@ -109,6 +111,8 @@ def ensure_sets(data: Path, samples: int, blend_n: int, per_blend: int) -> dict[
 
             fields = {"image": "jpg", "caption": "txt"}
             prepare_dataset(root, fields=fields, sample_type="CaptioningSample", split="1,0,0")
+        elif not (root / ".fpipe" / RECORD_NAME).exists():  # indexed by an fpipe without it
+            write_yaml_record(root / ".fpipe")  # what this fpipe's prepare writes beside them
         cached_tar_index(root)
 
     with contextlib.redirect_stdout(io.StringIO()):  # Energon's prepare prints progress

@@ -17,7 +17,7 @@ import yaml
 
 from fpipe.core.errors import ConfigError
 from fpipe.samples.field_spec import field_spec_value
-from fpipe.storage.config.safe_yaml import safe_load
+from fpipe.storage.config.yaml_record import load_yaml_file
 from fpipe.storage.paths import expand_braces
 
 __all__ = [
@@ -96,10 +96,9 @@ def parse_split_ratios(text: str | tuple[float, ...] | list[float]) -> dict[str,
     return {k: v / total for k, v in ratios.items()}
 
 
-def _load_yaml(path: Path) -> Any:
+def _load_yaml(path: Path, data: bytes | None = None) -> Any:
     try:
-        with open(path, encoding="utf-8") as f:
-            return safe_load(f)
+        return load_yaml_file(path, data)  # the value prepare recorded for these bytes, or parsed
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
 
@@ -157,12 +156,13 @@ def is_config_file_name(name: Any) -> bool:
     return isinstance(name, str) and bool(name) and Path(name).name == name and name != ".."
 
 
-def load_dataset_config(path: str | Path) -> DatasetConfig:
-    """Read a ``dataset.yaml`` (fpipe or Energon form); a missing file gives the crude default."""
+def load_dataset_config(path: str | Path, data: bytes | None = None) -> DatasetConfig:
+    """Read a ``dataset.yaml`` (fpipe or Energon form; ``data``: its bytes, read already); a
+    missing file gives the crude default."""
     path = Path(path)
-    if not path.exists():
+    if data is None and not path.exists():
         return DatasetConfig()
-    return dataset_config_from_obj(_load_yaml(path), str(path))
+    return dataset_config_from_obj(_load_yaml(path, data), str(path))
 
 
 def split_config_from_obj(obj: Any, where: str | Path) -> SplitConfig:
@@ -193,12 +193,13 @@ def split_config_from_obj(obj: Any, where: str | Path) -> SplitConfig:
     return SplitConfig(split_parts=parts, exclude=exclude)
 
 
-def load_split_config(path: str | Path) -> SplitConfig | None:
-    """Read a ``split.yaml`` (fpipe or Energon form); ``None`` when the file does not exist."""
+def load_split_config(path: str | Path, data: bytes | None = None) -> SplitConfig | None:
+    """Read a ``split.yaml`` (fpipe or Energon form; ``data``: its bytes, read already);
+    ``None`` when the file does not exist."""
     path = Path(path)
-    if not path.exists():
+    if data is None and not path.exists():
         return None
-    return split_config_from_obj(_load_yaml(path), path)
+    return split_config_from_obj(_load_yaml(path, data), path)
 
 
 def dump_yaml(path: str | Path, obj: msgspec.Struct | dict) -> None:

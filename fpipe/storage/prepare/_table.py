@@ -23,6 +23,7 @@ from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import ext_kind, strip_gz
 from fpipe.samples.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
+from fpipe.storage.config.yaml_record import write_yaml_record
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
 from fpipe.storage.prepare._table_columns import check_table_columns, row_columns, user_column
 from fpipe.storage.prepare.scan import load_function
@@ -217,4 +218,5 @@ def write_table_index(
     out = folder / INDEX_DIR
     write_folder(out, arrays, info, rel)
     dump_yaml(out / "dataset.yaml", config)
+    write_yaml_record(out)  # its YAML files parsed, for a fast open
     return out, info, rel

@@ -39,6 +39,7 @@ from fpipe.storage.config.dataset_yaml import (
     load_split_config,
 )
 from fpipe.storage.config.splits import build_split_config
+from fpipe.storage.config.yaml_record import write_yaml_record
 from fpipe.storage.paths import expand_braces, is_url
 from fpipe.storage.prepare._checks import check_fields_present, check_sample_type
 from fpipe.storage.prepare._hf_arrow import hf_arrow_files
@@ -300,6 +301,7 @@ def _prepare_parquet(
             dump_yaml(out / "split.yaml", split)
         elif (out / "split.yaml").exists():
             (out / "split.yaml").unlink()
+        write_yaml_record(out)
 
     if kept is not None:
         write(kept)
@@ -441,6 +443,7 @@ def _write_index(out: Path, index: _Index) -> None:
         dump_yaml(out / "split.yaml", index.split)
     elif (out / "split.yaml").exists():
         (out / "split.yaml").unlink()
+    write_yaml_record(out)  # its YAML files parsed, for a fast open (see yaml_record)
 
 
 def _prepare_full(p: Path, src: _Source, opts: PrepareOptions, t0: float) -> PrepareReport:

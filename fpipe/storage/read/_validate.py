@@ -21,6 +21,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import contained
+from fpipe.storage.read.npy_files import plain_npy_header
 from fpipe.storage.read.record import IndexRecord
 from fpipe.storage.read.webdataset import _checksum_ok
 
@@ -45,9 +46,10 @@ ShardCheck = Literal["mtime", "size", "off"]
 _REPREPARE = "re-run `fpipe prepare {root}` to index the shards as they are now"
 
 
-def check_record(root: str | Path, record: IndexRecord, where: str) -> None:
+def check_record(root: str | Path, record: IndexRecord, where: str, paths: bool = True) -> None:
     """Counts agree and every shard path stays inside ``root`` (a folder or a URL; see
-    :func:`fpipe.storage.paths.contained`)."""
+    :func:`fpipe.storage.paths.contained`); ``paths=False``: counts only, for a reader that
+    checks each shard's path when it first reads the shard (a dataset opened to plan)."""
     if record.num_samples < 0:
         raise ConfigError(f"{where}: num_samples is negative ({record.num_samples})")
     if record.num_members is not None and record.num_members < 0:
@@ -60,7 +62,8 @@ def check_record(root: str | Path, record: IndexRecord, where: str) -> None:
     for s in record.shards:
         if s.samples < 0:
             raise ConfigError(f"{where}: shard {s.name!r} has a negative sample count")
-        contained(root, s.name, where=where, what="shard path")
+        if paths:
+            contained(root, s.name, where=where, what="shard path")
     total = sum(s.samples for s in record.shards)
     if total != record.num_samples:
         raise ConfigError(
@@ -234,11 +237,16 @@ def check_headers(index_dir: Path, record: IndexRecord, names: tuple[str, ...]) 
         path = Path(index_dir) / name
         try:
             with open(path, "rb") as f:
-                version = np.lib.format.read_magic(f)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                plain = plain_npy_header(f)  # the form np.save writes, parsed fast
+                if plain is not None:
+                    shape, dtype = (plain[0],), plain[1]
                 else:
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                    f.seek(0)
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
         except (OSError, ValueError) as e:
             raise ConfigError(
                 f"{path}: unreadable index array ({e}); re-run `fpipe prepare`"

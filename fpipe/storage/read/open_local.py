@@ -56,8 +56,12 @@ def open_prepared(
     where = str(index_dir)
     # plan_only: the plan needs the record (counts) and the configs; the shard table, the
     # shards and the arrays' headers are checked by the process that opens it to read
-    # samples (a worker), so planning a blend of 10,000 datasets opens none of their arrays
-    if not (plan_only and record.shard_arrays):
+    # samples (a worker), so planning a blend of 10,000 datasets opens none of their arrays.
+    # A tar dataset's inline shard list has its counts checked here and each shard path
+    # where the shard is first read (TarReader's check_on_read), as a shard table's are.
+    if plan_only and record.layout == "tar" and not record.shard_arrays:
+        check_record(p, record, where + "/info.yaml", paths=False)
+    elif not (plan_only and record.shard_arrays):
         check = lambda: check_record(p, record, where + "/info.yaml")  # noqa: E731
         if _inline_shards(record):  # a record kept parsed: checked once per process
             checked_once(record, str(p), check)
@@ -76,7 +80,7 @@ def open_prepared(
     elif record.layout == "parquet":
         reader = ParquetReader(str(p), record, arrays, files, row_group_cache)
     else:
-        reader = TarReader(str(p), index_dir, record, arrays, files, shard_check)
+        reader = TarReader(str(p), index_dir, record, arrays, files, shard_check, plan_only)
     # An index prepared through fpipe.energon has Energon's .nv-meta files too: edits to its
     # dataset.yaml / split.yaml are read here, in place of the index's copies.
     edited = edited_nv_meta(p, index_dir)
@@ -105,8 +109,8 @@ def open_prepared(
     )
 
 
-def _record_of_info(info_yaml: Path):
-    return read_record(info_yaml.parent)
+def _record_of_info(info_yaml: Path, data: bytes | None = None):
+    return read_record(info_yaml.parent, data)
 
 
 def _inline_shards(record) -> bool:

@@ -35,10 +35,13 @@ _lock = threading.Lock()
 
 
 def parsed(
-    path: str | os.PathLike, read: Callable[[Path], T], keep: Callable[[T], bool] | None = None
+    path: str | os.PathLike,
+    read: Callable[[Path, bytes | None], T],
+    keep: Callable[[T], bool] | None = None,
 ) -> T:
-    """``read(path)``, or what it returned before in this process for a file of the same path
-    and the same bytes (``read``: a function defined once, not a new lambda per call).
+    """``read(path, data)`` (``data``: the file's bytes, read here; None where it cannot be
+    read), or what it returned before in this process for a file of the same path and the
+    same bytes (``read``: a function defined once, not a new lambda per call).
     ``keep(value)``: whether to keep a value (None: always); one that holds more than the
     file's bytes say (arrays of files beside it) must not be kept.
 
@@ -49,14 +52,14 @@ def parsed(
     try:
         data = path.read_bytes()
     except OSError:
-        return read(path)  # missing or unreadable: the reader says so (or gives its default)
+        return read(path, None)  # missing or unreadable: the reader says so (or its default)
     key = (str(path), read)
     with _lock:
         hit = _parsed.get(key)
         if hit is not None and hit[0] == data:
             _parsed.move_to_end(key)
             return hit[1]
-    value = read(path)
+    value = read(path, data)  # the bytes read above: not read again
     if keep is not None and not keep(value):
         return value
     with _lock:
@@ -83,7 +86,11 @@ def checked_once(value: Any, what: Hashable, check: Callable[[], None]) -> None:
 
 
 def clear() -> None:
-    """Forget everything parsed and checked (tests)."""
+    """Forget everything parsed and checked (tests), and the prepared records of parsed YAML
+    read (:mod:`fpipe.storage.config.yaml_record`)."""
+    from fpipe.storage.config import yaml_record
+
     with _lock:
         _parsed.clear()
         _checked.clear()
+    yaml_record.clear()

@@ -158,14 +158,15 @@ def _record_from_info(
     return msgspec.structs.replace(record, shards=ShardTable(index_dir, count))
 
 
-def read_record(index_dir: str | Path) -> IndexRecord:
-    """Read the index record of a prepared dataset from ``index_dir/info.yaml``.
+def read_record(index_dir: str | Path, data: bytes | None = None) -> IndexRecord:
+    """Read the index record of a prepared dataset from ``index_dir/info.yaml`` (``data``:
+    its bytes, read already).
 
     Raises:
       ConfigError: the file is missing, not an fpipe index, newer than this fpipe, or
         malformed (the message names the file).
     """
-    info = read_info(index_dir)
+    info = read_info(index_dir, data)
     return _record_from_info(info, str(Path(index_dir) / "info.yaml"), index_dir)
 
 

@@ -36,7 +36,7 @@ import yaml
 
 from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
-from fpipe.storage.config.safe_yaml import safe_load
+from fpipe.storage.config.yaml_record import load_yaml_file
 from fpipe.storage.read.members import MemberTable, concat_members, member_files
 from fpipe.storage.read.tar.compact import compact_files
 from fpipe.storage.read.tar.shard_table import (
@@ -220,12 +220,11 @@ def write_index(
     write_folder(out, files, info, data.problems)
 
 
-def read_info(index_dir: str | Path) -> dict[str, Any]:
-    """Parse and check ``info.yaml`` of an index folder."""
+def read_info(index_dir: str | Path, data: bytes | None = None) -> dict[str, Any]:
+    """Parse and check ``info.yaml`` of an index folder (``data``: its bytes, read already)."""
     path = Path(index_dir) / "info.yaml"
     try:
-        with open(path, encoding="utf-8") as f:
-            info = safe_load(f)
+        info = load_yaml_file(path, data)  # the value prepare recorded for these bytes, or parsed
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read index info: {e}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:

@@ -61,14 +61,17 @@ class TarReader:
         arrays: ArrayStore,
         files: FileCache,
         shard_check: ShardCheck = "off",
+        check_on_read: bool = False,
     ):
         self.path = path
         self._dir = index_dir
         self._record = record
         self._array = arrays
         self._files = files
-        #: a format 3 shard table is checked shard by shard when first read (not at open)
-        self._check = shard_check if record.shard_arrays else None
+        #: a format 3 shard table, and a dataset opened to plan (its shards unchecked), is
+        #: checked shard by shard when first read (not at open)
+        lazy = check_on_read or record.shard_arrays
+        self._check = shard_check if lazy else None
         self._stems = _PerShard(record, lambda s: shard_stem(s.name))
         self._gz = _PerShard(record, lambda s: is_gzip_shard(s.name))  # decompressed offsets
         #: shard ids, keys, members and columns, whatever the index layout (.samples)
@@ -127,7 +130,7 @@ class TarReader:
         name = self._record.shards[shard_id].name
         if self._check is None:
             path = os.path.join(self.path, name)
-        else:  # format 3: checked here, once per shard and process (cached_shard_path)
+        else:  # format 3, or opened to plan: checked here, once per shard and process
             path = contained(self.path, name, where=self.path, what="shard")
             check_shard_unchanged(self.path, self._record.shards[shard_id], self._check)
         if not is_gzip_shard(name):

@@ -29,6 +29,7 @@ import msgspec
 import numpy as np
 
 from fpipe.core.errors import ConfigError
+from fpipe.storage.read.npy_files import map_plain_npy
 
 
 class ShardEntry(msgspec.Struct, frozen=True):
@@ -45,6 +46,13 @@ def load_array(path: str | Path, mmap: bool = True) -> np.ndarray:
     # a str, not a Path: numpy's memmap resolves a Path (an lstat per folder of the path, for
     # each of the arrays every worker maps), a str it only makes absolute
     path = os.fspath(path)
+    if mmap:
+        try:
+            arr = map_plain_npy(path)  # the header form np.save writes, parsed fast
+        except ValueError:
+            arr = None  # numpy's reader below says what is wrong
+        if arr is not None:
+            return arr
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except ValueError:
