@@ -141,7 +141,34 @@ TESTS: dict[str, list[str]] = {
         "tests/plan/test_recipe_blend.py",
         "tests/loader/test_batch_blend.py::test_seek_lands_on_the_same_step_on_every_rank_past_a_short_last_batch",
     ],
+    "fpipe/loader/seek.py": [
+        "tests/loader/test_online_weights.py",
+        "tests/plan/test_seek_cost.py",
+        "tests/plan/test_advance.py",
+        "property_tests/test_online_mix.py",
+        "property_tests/test_fast_seek.py",
+        # the state machine's kept sequences (its random run takes ~30 s per mutant)
+        "property_tests/test_loader_machine.py::test_found_sequences",
+    ],
     "fpipe/loader/steering.py": [
+        "tests/loader/test_online_weights.py",
+        "tests/plan/test_seek_cost.py",
+        "tests/plan/test_advance.py",
+        "property_tests/test_online_mix.py",
+        "property_tests/test_fast_seek.py",
+        # the state machine's kept sequences (its random run takes ~30 s per mutant)
+        "property_tests/test_loader_machine.py::test_found_sequences",
+    ],
+    "fpipe/loader/blend_changes.py": [
+        "tests/loader/test_online_weights.py",
+        "tests/plan/test_seek_cost.py",
+        "tests/plan/test_advance.py",
+        "property_tests/test_online_mix.py",
+        "property_tests/test_fast_seek.py",
+        # the state machine's kept sequences (its random run takes ~30 s per mutant)
+        "property_tests/test_loader_machine.py::test_found_sequences",
+    ],
+    "fpipe/loader/mix_history.py": [
         "tests/loader/test_online_weights.py",
         "tests/plan/test_seek_cost.py",
         "tests/plan/test_advance.py",

@@ -8,19 +8,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.loader.blend_changes import _chain_blend, apply_change, blend_of, next_step, state_mix
+from fpipe.loader.mix_history import MixChange, MixHistory, check_ranks_agree, resolve_weights
+from fpipe.loader.seek import seek_state
 from fpipe.loader.state import LoaderState, state_epoch
-from fpipe.loader.steering import (
-    MixChange,
-    MixHistory,
-    _chain_blend,
-    apply_change,
-    blend_of,
-    check_ranks_agree,
-    next_step,
-    resolve_weights,
-    seek_state,
-    state_mix,
-)
 from fpipe.plan.blend import BlendConfig
 from fpipe.plan.online_mix import EMPTY_DIGEST, entry_weights
 
