@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--text", type=int, default=200_000, help="samples in the text set")
     ap.add_argument("--batches", type=int, default=60, help="timed batches, 128-512 px set")
     ap.add_argument("--large-batches", type=int, default=8)
-    ap.add_argument("--text-batches", type=int, default=160)
+    ap.add_argument("--text-batches", type=int, default=320)
     ap.add_argument("--far-step", type=int, default=100_000)
     ap.add_argument(
         "--torch-threads",
