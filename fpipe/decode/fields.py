@@ -104,12 +104,20 @@ def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int] | N
     return np.dtype(m.group(1).decode()), shape, order, math.prod(shape)
 
 
-def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
-    """Decode the common ``.npy`` layout without ``np.load``'s per-call header compilation.
+#: Where numpy's writer starts a small array's data: it pads the header so that the data
+#: starts at a multiple of 64 bytes, 128 for arrays of a few dimensions.
+_NPY_PREAMBLE = 128
+#: The first :data:`_NPY_PREAMBLE` bytes of arrays whose data starts there (magic, version,
+#: header: all a parse reads) -> what :func:`_npy_parse` made of them. Token ids of one
+#: length share a preamble: looked up whole, it spares each array the header's slicing and
+#: parse (most of a small array's decode). Bounded: past the limit, new preambles are parsed.
+_npy_preambles: dict[bytes, tuple[np.dtype, tuple[int, ...] | None, str, int, int]] = {}
+_NPY_PREAMBLES_MAX = 4096
 
-    Only numeric dtypes are accepted (no object arrays, so nothing can unpickle); anything
-    unusual returns None and goes through ``np.load``.
-    """
+
+def _npy_parse(data) -> tuple[np.dtype, tuple[int, ...] | None, str, int, int] | None:
+    """(dtype, shape (None: 1-D), order, item count, data offset) of a ``.npy`` of the
+    common layout, or None."""
     if data[:6] != b"\x93NUMPY" or len(data) < 10:
         return None
     major = data[6]
@@ -123,14 +131,34 @@ def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
     if parsed is None:
         return None
     dtype, shape, order, count = parsed
-    offset = start + hlen
+    return dtype, (None if len(shape) == 1 else shape), order, count, start + hlen
+
+
+def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
+    """Decode the common ``.npy`` layout without ``np.load``'s per-call header compilation.
+
+    Only numeric dtypes are accepted (no object arrays, so nothing can unpickle); anything
+    unusual returns None and goes through ``np.load``.
+    """
+    parsed = _npy_preambles.get(data[:_NPY_PREAMBLE]) if type(data) is bytes else None
+    if parsed is None:
+        parsed = _npy_parse(data)
+        if parsed is None:
+            return None
+        if (
+            parsed[4] == _NPY_PREAMBLE
+            and type(data) is bytes
+            and len(_npy_preambles) < _NPY_PREAMBLES_MAX
+        ):
+            _npy_preambles[data[:_NPY_PREAMBLE]] = parsed
+    dtype, shape, order, count, offset = parsed
     nbytes = count * dtype.itemsize
     if len(data) - offset != nbytes or (max_bytes is not None and nbytes > max_bytes):
         return None  # truncated or padded: let np.load produce its error
     # By position: numpy parses frombuffer's keywords slowly (0.9 us against 0.2 us, as much as
     # the rest of a small array's decode).
     arr = np.frombuffer(data, dtype, count, offset)
-    if len(shape) != 1:
+    if shape is not None:
         return arr.reshape(shape, order=order).copy("K")
     return arr.copy()
 

@@ -129,6 +129,8 @@ def cook_many(
     energon = names.energon
     locate = names.locate  # shard ids remembered for the batch (Materializer._cook_many)
     specs = [(f, ext, text, *dec) for (f, ext, text), dec in zip(plain, decoders)]
+    npy_fast = _fields._npy_fast
+    texts = (str, np.ndarray)
     out = list(reads)
     rows = zip(indices.tolist(), epochs.tolist(), reads)
     for j, (index, epoch, read) in enumerate(rows):
@@ -136,26 +138,27 @@ def cook_many(
         if isinstance(raw, Exception):
             continue
         try:
-            values: dict[str, Any] = {}
+            # the fields and the sample's keys in one dict, the class's keywords (a dict
+            # of the fields merged into the call's keywords would cost as much as the call)
+            kw: dict[str, Any] = {}
             for field, ext, text, kind, fn, max_bytes in specs:
                 data = raw[ext]
                 if kind == _CALL:
                     value = fn(data)
-                elif kind == _ARRAY:
-                    value = fn(data, max_bytes=max_bytes)
+                elif kind == _ARRAY:  # decode_npy: its common layout, else all of it
+                    value = npy_fast(data, max_bytes)
+                    if value is None:
+                        value = fn(data, max_bytes=max_bytes)
                 else:
                     value = data
-                if text and not isinstance(value, (str, np.ndarray)):
+                if text and not isinstance(value, texts):
                     raise _Alone  # made text (or refused) the usual way
-                values[field] = value
-            _, inner, sources = locate(index, key, raw, wanted)
-            sample = cls(
-                __key__=inner if energon else key,
-                __restore_key__=(dataset, index, epoch),
-                __subflavors__=dict(subflavors) if subflavors else {},
-                __sources__=sources,
-                **values,
-            )
+                kw[field] = value
+            _, inner, kw["__sources__"] = locate(index, key, raw, wanted)
+            kw["__key__"] = inner if energon else key
+            kw["__restore_key__"] = (dataset, index, epoch)
+            kw["__subflavors__"] = dict(subflavors) if subflavors else {}
+            sample = cls(**kw)
         except Exception:  # noqa: BLE001 - cooked alone, the usual way, which names the error
             continue
         out[j] = Cooked(key, sample)

@@ -262,3 +262,27 @@ def test_npy_fast_path_leaves_odd_input_to_np_load():
     assert _npy_fast(buf.getvalue()) is None  # object arrays: np.load refuses them
     np.save(buf := io.BytesIO(), np.arange(4))
     assert _npy_fast(buf.getvalue()[:-3]) is None  # truncated: np.load reports it
+
+
+def test_npy_arrays_sharing_a_header_are_each_checked_on_their_own_bytes(monkeypatch):
+    """Arrays of one shape share their header's parse (looked up by the bytes before their
+    data, in a bounded table); each array's size and the size limit are still checked on its
+    own bytes, and a memoryview decodes as bytes do."""
+    from fpipe.decode import fields
+
+    monkeypatch.setattr(fields, "_npy_preambles", {})
+    monkeypatch.setattr(fields, "_NPY_PREAMBLES_MAX", 2)
+    ids = np.arange(9, dtype=np.int32)
+    np.save(buf := io.BytesIO(), ids)
+    data = buf.getvalue()
+    for _ in range(2):  # parsed, then from the table
+        assert np.array_equal(fields._npy_fast(data), ids)
+    assert fields._npy_fast(data[:-4]) is None  # truncated, padded: np.load reports them
+    assert fields._npy_fast(data + b"\0\0\0\0") is None
+    assert fields._npy_fast(data, max_bytes=35) is None  # 36 bytes of data declared
+    assert np.array_equal(fields._npy_fast(data, max_bytes=36), ids)
+    assert np.array_equal(fields._npy_fast(memoryview(data)), ids)
+    for n in range(1, 5):  # more shapes than the table holds: parsed each time
+        np.save(buf := io.BytesIO(), np.arange(n))
+        assert np.array_equal(fields._npy_fast(buf.getvalue()), np.arange(n))
+    assert len(fields._npy_preambles) == 2

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fpipe.core.errors import BadSampleError
 from fpipe.storage import open_dataset, prepare_dataset
-from fpipe.storage.read.coalesce import groups, read_grouped
+from fpipe.storage.read.coalesce import groups, read_grouped, read_spans
 from tests.storage.helpers import write_tar
 
 _FILE = bytes(range(256)) * 160  # 40,960 bytes
@@ -35,6 +35,10 @@ def test_grouped_reads_give_each_range_its_own_bytes(ranges, budget):
 
     assert read_grouped(pread, ranges, budget) == [_pread(*r) for r in ranges]
     assert len(made) == len(groups(ranges, budget)) <= sum(r[2] > 0 for r in ranges)
+    spans = read_spans(_pread, ranges, budget)  # where each range lies in its group's read
+    assert [buf[at : at + r[2]] for (buf, at), r in zip(spans, ranges)] == [
+        _pread(*r) for r in ranges
+    ]
 
 
 @settings(max_examples=100, deadline=None)
@@ -49,11 +53,13 @@ def test_a_failing_group_read_fails_only_the_ranges_that_fail_alone(ranges, bad)
         return _pread(path, offset, size)
 
     got = read_grouped(pread, ranges, 1 << 16)
-    for (path, off, size), g in zip(ranges, got):
+    spans = read_spans(pread, ranges, 1 << 16)
+    for (path, off, size), g, span in zip(ranges, got, spans):
         if off <= bad < off + size:
-            assert isinstance(g, OSError)
+            assert isinstance(g, OSError) and isinstance(span, OSError)
         else:
-            assert g == _pread(path, off, size)
+            buf, at = span
+            assert g == _pread(path, off, size) == buf[at : at + size]
 
 
 def _text_set(root, n: int = 12):
@@ -102,3 +108,18 @@ def test_a_corrupt_sample_in_a_merged_read_is_its_own_error(tmp_path):
     assert isinstance(err, BadSampleError) and "stale shard" in str(err) and err.key == "s-0/0005"
     rest = [v for k, v in got if k != "s-0/0005"]
     assert rest == [{"txt": f"text {i}".encode()} for i in (4, 6, 2)]
+
+
+def test_a_shard_ending_inside_a_merged_read_fails_the_samples_past_its_end(tmp_path):
+    """The shard cut short after prepare, inside sample 6: one read for the five samples; those
+    before the end are read, each one after it is refused by its own key, "shard truncated"."""
+    ds = _text_set(tmp_path)
+    shard = tmp_path / "s-0.tar"
+    data = shard.read_bytes()
+    os.truncate(shard, data.index(b"text 6"))  # in place: the open reader sees it
+    got, made = _read_many_counted(ds, [8, 4, 6, 5, 7])
+    assert len(made) == 1
+    assert [v for _, v in got[1:2] + got[3:4]] == [{"txt": b"text 4"}, {"txt": b"text 5"}]
+    for (key, err), i in zip(got[0:1] + got[2:3] + got[4:5], (8, 6, 7)):
+        assert isinstance(err, BadSampleError) and err.key == key == f"s-0/{i:04d}"
+        assert "shard truncated" in err.reason and err.path.endswith("s-0.tar")

@@ -7,7 +7,8 @@ token ids) that fixed cost dominates: ``bench/loader.py``'s text rows spent 16% 
 time in one ``pread`` per sample. :func:`groups` sorts a batch's ranges by file and offset and
 puts a range into the group before it when reading it that way costs fewer bytes than the
 fixed cost of a read of its own; :func:`read_grouped` makes one read per group and hands each
-range its own bytes.
+range its own bytes (:func:`read_spans`: where they lie in the group's read, for a reader that
+copies only a part of them, a tar member without its header).
 
 The rule: a range joins the group before it (same file) when the bytes it adds to copy, the
 gap before it plus its own bytes (sliced out of the group's read, a second copy), are at most
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["Group", "LOCAL_BUDGET", "MAX_SPAN", "groups", "read_grouped"]
+__all__ = ["Group", "LOCAL_BUDGET", "MAX_SPAN", "groups", "read_grouped", "read_spans"]
 
 #: Bytes one local ``pread`` call's fixed cost copies: ``FileCache.pread`` of 1-2 KiB took
 #: 1.3-1.4 us on the 2-core benchmark machine (page cache warm), and each further KiB
@@ -89,32 +90,46 @@ def read_grouped(
 ) -> list[bytes | OSError]:
     """The bytes of each of ``ranges`` (fewer where the file ends), or the ``OSError`` its
     read raised, read with one ``pread`` per group of :func:`groups`."""
-    out: list[bytes | OSError] = [b""] * len(ranges)
+    out: list[bytes | OSError] = []
+    for got, (_, _, size) in zip(read_spans(pread, ranges, budget), ranges):
+        if type(got) is tuple:
+            buf, at = got
+            # a range read alone is its read as it came (no copy); a group's, its slice
+            got = buf if at == 0 and len(buf) <= size else buf[at : at + size]
+        out.append(got)
+    return out
+
+
+def read_spans(
+    pread: Callable[[str, int, int], bytes], ranges: Sequence[Range], budget: int
+) -> list[tuple[bytes, int] | OSError]:
+    """Each of ``ranges`` as ``(buf, at)``: its bytes are ``buf[at : at + size]`` (fewer where
+    the file ends), ``buf`` being its group's read (:func:`groups`), shared with the group's
+    other ranges; or the ``OSError`` its read raised. :func:`read_grouped` without the copy of
+    each range's bytes, for a caller that takes the part of them it needs (a tar member
+    without its header)."""
+    out: list = [(b"", 0)] * len(ranges)
     for g in groups(ranges, budget):
-        if len(g.members) == 1:
-            _read_alone(pread, ranges, g.members[0], out)
+        members = g.members
+        if len(members) == 1:
+            _read_alone(pread, ranges, members[0], out)
             continue
         try:
             buf = pread(*g.range)
         except OSError:
-            for k in g.members:  # each range's own read says what is wrong with it
+            for k in members:  # each range's own read says what is wrong with it
                 _read_alone(pread, ranges, k, out)
             continue
+        if type(buf) is not bytes:
+            buf = bytes(buf)  # sliced by the caller (a memoryview's slice would be a view)
         lo = g.lo
-        if type(buf) is bytes:  # a slice of bytes is bytes: one copy, no view made first
-            for k in g.members:
-                _, off, size = ranges[k]
-                out[k] = buf[off - lo : off - lo + size]
-            continue
-        mv = memoryview(buf)
-        for k in g.members:
-            _, off, size = ranges[k]
-            out[k] = bytes(mv[off - lo : off - lo + size])
+        for k in members:
+            out[k] = (buf, ranges[k][1] - lo)
     return out
 
 
 def _read_alone(pread, ranges: Sequence[Range], k: int, out: list) -> None:
     try:
-        out[k] = pread(*ranges[k])
+        out[k] = (pread(*ranges[k]), 0)
     except OSError as e:
         out[k] = e

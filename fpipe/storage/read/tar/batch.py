@@ -23,7 +23,7 @@ from fpipe.core.errors import BadSampleError
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.read._validate import header_mismatch, header_names, stale_reason
-from fpipe.storage.read.coalesce import read_grouped
+from fpipe.storage.read.coalesce import read_spans
 from fpipe.storage.read.members import MemberRows
 from fpipe.storage.read.reader import read_each
 from fpipe.storage.read.tar.index import READ_GAP, TAR_HEADER
@@ -130,7 +130,10 @@ def _plan(
     lo = np.where(count == 1, lo - TAR_HEADER, lo)  # a lone member's read starts at its header
     first = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=first[1:])
-    raw = [k if good else b"" for k, good in zip(raw, ok.tolist())] if with_keys else []
+    if not with_keys:
+        raw = []
+    elif not ok.all():
+        raw = [k if good else b"" for k, good in zip(raw, ok.tolist())]
     return _Plan(
         ok=ok,
         sid=sid.tolist(),
@@ -147,45 +150,59 @@ def _plan(
 
 def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
     """Read the sound samples of ``plan`` into ``out``; the positions left to read one by
-    one. Close ranges are read together (:func:`fpipe.storage.read.coalesce.read_grouped`,
+    one. Close ranges are read together (:func:`fpipe.storage.read.coalesce.read_spans`,
     within the file layer's ``merge_budget``: none on object storage, whose ``prefetch``
     groups its GETs itself); each sample is still checked, and fails, on its own bytes."""
     slow = np.flatnonzero(~plan.ok).tolist()
     files = reader._files
-    stems, paths = reader._stems, reader._paths
+    paths = reader._paths
+    sid, lo, hi, keys, raw = plan.sid, plan.lo, plan.hi, plan.keys, plan.raw
     names, offset, size, first = plan.names, plan.offset, plan.size, plan.first
     # a lone member's header is checked against b"<key>.<ext>": the ".<ext>" ends made once
     dotted = {n: b"." + n.encode("utf-8", "surrogateescape") for n in set(names)}
-    todo: list[tuple[int, str]] = []
+    # The loops below run per sample: what is per shard (its file, its key's "<stem>/") is
+    # looked up once per shard of the batch.
+    shard_of: dict[int, tuple[str, str] | None] = {}
+    todo: list[int] = []
+    ranges: list[tuple[str, int, int]] = []
     for j in np.flatnonzero(plan.ok).tolist():
-        path = paths.get(plan.sid[j])  # reader.cached_shard_path(s) once it succeeded
-        if path is None:
-            try:
-                path = reader.cached_shard_path(plan.sid[j])
-            except OSError:
-                slow.append(j)  # read() names the shard that cannot be opened
-                continue
-        todo.append((j, path))
-    ranges = [(path, plan.lo[j], max(plan.hi[j] - plan.lo[j], 0)) for j, path in todo]
-    bufs = read_grouped(files.pread, ranges, getattr(files, "merge_budget", 0))
-    for (j, path), buf in zip(todo, bufs):
-        s, a, b = plan.sid[j], plan.lo[j], plan.hi[j]
-        key = f"{stems[s]}/{plan.keys[j]}"
-        if isinstance(buf, OSError):
-            failed = BadSampleError(path, key, f"read failed: {buf}")
-            failed.__cause__ = buf  # raised later, as it would be here: no descriptor left, say
+        s = sid[j]
+        shard = shard_of.get(s, False)
+        if shard is False:
+            path = paths.get(s)  # reader.cached_shard_path(s) once it succeeded
+            if path is None:
+                try:
+                    path = reader.cached_shard_path(s)
+                except OSError:
+                    path = None  # read() names the shard that cannot be opened
+            shard = shard_of[s] = None if path is None else (path, f"{reader._stems[s]}/")
+        if shard is None:
+            slow.append(j)
+            continue
+        todo.append(j)
+        a, b = lo[j], hi[j]
+        ranges.append((shard[0], a, b - a if b > a else 0))
+    spans = read_spans(files.pread, ranges, getattr(files, "merge_budget", 0))
+    for j, got, (path, a, n) in zip(todo, spans, ranges):
+        key = shard_of[sid[j]][1] + keys[j]  # type: ignore[index]  # a readable shard's
+        if type(got) is not tuple:
+            failed = BadSampleError(path, key, f"read failed: {got}")
+            failed.__cause__ = got  # raised later, as it would be here: no descriptor left, say
             out[j] = (key, failed)
             continue
-        if len(buf) < b - a:
-            wanted = f"wanted bytes {a}..{b}, file ends at {a + len(buf)}"
+        buf, at = got
+        if len(buf) - at < n:
+            wanted = f"wanted bytes {a}..{hi[j]}, file ends at {a + len(buf) - at}"
             out[j] = (key, BadSampleError(path, key, f"shard truncated: {wanted}"))
             continue
         r0, r1 = first[j], first[j + 1]
         if r1 == r0 + 1:  # one member: the read is its header and its bytes
             name = names[r0]
-            if header_names(buf, 0, plan.raw[j] + dotted[name]):
-                out[j] = (key, {name: buf[TAR_HEADER:]})
+            if header_names(buf, at, raw[j] + dotted[name]):
+                out[j] = (key, {name: buf[at + TAR_HEADER : at + n]})
                 continue
+        if at or len(buf) != n:
+            buf = buf[at : at + n]  # the sample's own bytes: a group's read is shared
         stale = _check_header(reader, plan, j, buf, path, key) if r1 > r0 else None
         if stale is not None:
             out[j] = (key, stale)

@@ -62,10 +62,15 @@ class FlatSamples:
         off, blob = self._array("keys.offsets.npy"), self._array("keys.npy")
         a, b = off[idx], off[idx + 1]
         ok = (a >= 0) & (a <= b) & (b <= len(blob))
-        raw = [
-            blob[x:y].tobytes() if good else b""
-            for x, y, good in zip(a.tolist(), b.tolist(), ok.tolist())
-        ]
+        # The batch's keys gathered into one bytes object, then cut: a slice of bytes per key
+        # costs a third of a slice of the array and its copy.
+        size = np.where(ok, b - a, 0)
+        end = np.cumsum(size)
+        start = end - size
+        total = int(end[-1]) if len(end) else 0
+        gather = np.repeat(np.where(ok, a, 0) - start, size) + np.arange(total)
+        flat = np.asarray(blob)[gather].tobytes()
+        raw = [flat[x:y] for x, y in zip(start.tolist(), end.tolist())]
         return raw, ok
 
     def packed_keys(self, idx: np.ndarray) -> np.ndarray:
