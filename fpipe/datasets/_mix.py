@@ -125,7 +125,7 @@ def train_head(
                 f"{path}: blend_unit={unit!r} applies to a weighted 'blend:'; "
                 "'blend_epochized' takes whole passes of samples"
             )
-        if options.blend_draw != "hash":
+        if options.blend_draw not in (None, "hash"):
             raise ConfigError(
                 f"{path}: blend_draw={options.blend_draw!r} applies to a weighted 'blend:'; "
                 "'blend_epochized' gives each dataset exact passes already"
@@ -140,8 +140,21 @@ def train_head(
     schedule = _schedule(weight_schedule, options.schedule_mode, names) or _plan_schedule(
         mix.schedule
     )
-    src = blend(views, schedule=schedule, unit=unit, draw=options.blend_draw, **common)
+    draw = _draw(options.blend_draw, mix)
+    src = blend(views, schedule=schedule, unit=unit, draw=draw, **common)
     return src, sources, names
+
+
+def _draw(given: str | None, mix) -> str:
+    """A weighted blend's draw: ``get_train_dataset(blend_draw=)`` or the file's
+    ``blend_draw`` (they must agree when both are given), else ``"hash"``."""
+    if given is not None and mix.draw is not None and given != mix.draw:
+        raise ConfigError(
+            f"{mix.source}: splits.{mix.split}: blend_draw: {mix.draw} in the file, but "
+            f"blend_draw={given!r} in Python; a run has one draw: give it in one place, or the "
+            "same in both"
+        )
+    return given or mix.draw or "hash"
 
 
 def _energon_counts(mix, views, rotations, options, topology):

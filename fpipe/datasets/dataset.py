@@ -77,7 +77,7 @@ def get_train_dataset(
     allow_changed_weights: bool = False,
     skip_steps: Any = None,
     blend_unit: str | None = None,
-    blend_draw: str = "hash",
+    blend_draw: str | None = None,
     rampup_batch_size: tuple[int, int, int] | None = None,
     split_part: str | None = None,
     virtual_epoch_length: int = 0,
@@ -161,7 +161,8 @@ def get_train_dataset(
         docs/metadataset.md.
       blend_draw: how a weighted blend draws each position's dataset: ``"hash"`` (the
         default) or ``"quota"`` (each block of 4,096 positions holds every dataset's share of
-        it; the snapshot then keeps no per-dataset counter); see docs/metadataset.md.
+        it; the snapshot then keeps no per-dataset counter); see docs/metadataset.md. None:
+        the metadataset's ``blend_draw``, else ``"hash"``; given both ways, the two must agree.
       skip_steps: global steps the loader leaves out, e.g. ``[(9000, 9300)]`` (steps 9000 to
         9299) after a loss spike: not delivered, nothing read for them, kept in the loader
         state (also ``loader.skip(...)``; see docs/steering.md).

@@ -92,7 +92,7 @@ class DatasetOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     schedule_mode: ScheduleMode = "step"
     allow_changed_weights: bool = False
     blend_unit: str | None = None  # "samples" or an index column ("tokens"); None: the file's
-    blend_draw: str = "hash"  # a weighted blend's draw: "hash" or "quota" (fpipe.plan.blend)
+    blend_draw: str | None = None  # "hash" or "quota" (fpipe.plan.blend); None: the file's
     rampup_batch_size: tuple[int, int, int] | None = None  # Megatron's: start, increment, samples
     skip_steps: Any = None  # global step ranges left out: [(a, b), ...], range(a, b) or "a:b"
     # How each sample is read, decoded and encoded.

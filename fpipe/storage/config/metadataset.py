@@ -44,6 +44,7 @@ from fpipe.storage.config.metadataset_walk import walk_node
 
 __all__ = [
     "AuxRef",
+    "BLEND_DRAWS",
     "JoinPart",
     "Leaf",
     "Metadataset",
@@ -55,11 +56,17 @@ __all__ = [
 ]
 
 
+#: The values of a top-level blend's ``blend_draw``: the draws of a weighted blend
+#: (:data:`fpipe.plan.blend_state.BlendDraw`; storage does not import the plan tier).
+BLEND_DRAWS = ("hash", "quota")
+
+
 class Mix(msgspec.Struct, frozen=True, kw_only=True):
     """A split resolved to leaf datasets: ``mode`` is ``"single"``, ``"blend"`` (weighted) or
     ``"blend_epochized"``; ``schedule`` is set for weighted blends (constant weights are a
     one-point schedule); ``unit``: the index column the weights are shares of (the top-level
-    blend's ``blend_unit``; None: shares of samples)."""
+    blend's ``blend_unit``; None: shares of samples); ``draw``: the top-level blend's
+    ``blend_draw`` (one of :data:`BLEND_DRAWS`; None: the file leaves it to the loader)."""
 
     split: str
     mode: str
@@ -67,6 +74,7 @@ class Mix(msgspec.Struct, frozen=True, kw_only=True):
     schedule: MixSchedule | None = None
     source: str = ""
     unit: str | None = None
+    draw: str | None = None
 
 
 def load_metadataset(path: str | os.PathLike, *, check_paths: bool = True) -> Metadataset:
@@ -115,6 +123,7 @@ def resolve_mix(
     mode, leaves, schedule = walked
     leaves = _unique_names(leaves, md.path, split)
     unit = _unit(md.splits[split], md.path, f"splits.{split}")
+    draw = _draw(md.splits[split], md.path, f"splits.{split}")
     if not training:
         mode, schedule = ("single" if len(leaves) == 1 else "concat"), None
         leaves = tuple(
@@ -123,8 +132,11 @@ def resolve_mix(
     elif mode == "blend" and schedule is None:
         schedule = MixSchedule(points=(0,), weights=(tuple(leaf.weight for leaf in leaves),))
     if not training or mode != "blend":
-        unit = None
-    return Mix(split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path, unit=unit)
+        unit = draw = None
+    return Mix(
+        split=split, mode=mode, leaves=leaves, schedule=schedule, source=md.path, unit=unit,
+        draw=draw,
+    )  # fmt: skip
 
 
 def _unit(node, where: str, entry: str) -> str | None:
@@ -138,6 +150,17 @@ def _unit(node, where: str, entry: str) -> str | None:
             f"'samples', got {unit!r}"
         )
     return None if unit == "samples" else unit
+
+
+def _draw(node, where: str, entry: str) -> str | None:
+    """The top-level blend's ``blend_draw`` (None: not given)."""
+    draw = node.get("blend_draw") if isinstance(node, dict) else None
+    if draw is not None and draw not in BLEND_DRAWS:
+        raise ConfigError(
+            f"{where}: {entry}: blend_draw must be 'hash' or 'quota' (how the weighted blend "
+            f"draws each position's dataset), got {draw!r}"
+        )
+    return draw
 
 
 def _unique_names(leaves: list[Leaf], where: str, split: str) -> tuple[Leaf, ...]:

@@ -56,13 +56,15 @@ def walk_node(
         leaf = join_leaf(node, base, split, entry, subflavors, stack, subset, check=check)
         return "single", [leaf], None
     extra = BLEND_ENTRY_KEYS if kind == "blend" else EPOCH_ENTRY_KEYS
-    no_unknown(node, {kind, "schedule", "schedule_mode", "blend_unit", "subset"}, where, entry)
+    keys = {kind, "schedule", "schedule_mode", "blend_unit", "blend_draw", "subset"}
+    no_unknown(node, keys, where, entry)
     subset = node_subset(node, subset, where, entry, leaf=False)
-    for key in ("schedule", "blend_unit"):
+    for key in ("schedule", "blend_unit", "blend_draw"):
         if key in node and (kind != "blend" or not top):
-            raise ConfigError(
+            raise ConfigError(  # a split's blends are flattened into one blend of its leaves
                 f"{where}: {entry}: {key!r} belongs to the top-level 'blend' of a split (nested "
-                "or epochized blends have fixed weights, shares of the top-level unit)"
+                "or epochized blends have fixed weights, shares of the top-level unit, drawn "
+                "as the top-level blend draws)"
             )
     items = node[kind]
     if not isinstance(items, list) or not items:
