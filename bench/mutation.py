@@ -47,6 +47,19 @@ EQUIVALENT_FILE = ROOT / "bench" / "mutation_equivalent.yaml"
 
 # module path -> the tests that exercise it (mutmut runs, per mutant, those of them that call
 # the mutated function).
+
+#: what tests the weight changes and seeks of a steered loader (fpipe/loader/ steering,
+#: seek, blend_changes, mix_history: one module before it was split by job)
+STEERING_TESTS = [
+    "tests/loader/test_online_weights.py",
+    "tests/plan/test_seek_cost.py",
+    "tests/plan/test_advance.py",
+    "property_tests/test_online_mix.py",
+    "property_tests/test_fast_seek.py",
+    # the state machine's kept sequences (its random run takes ~30 s per mutant)
+    "property_tests/test_loader_machine.py::test_found_sequences",
+]
+
 TESTS: dict[str, list[str]] = {
     "fpipe/plan/skip.py": [
         "tests/plan/test_skip.py",
@@ -141,42 +154,10 @@ TESTS: dict[str, list[str]] = {
         "tests/plan/test_recipe_blend.py",
         "tests/loader/test_batch_blend.py::test_seek_lands_on_the_same_step_on_every_rank_past_a_short_last_batch",
     ],
-    "fpipe/loader/seek.py": [
-        "tests/loader/test_online_weights.py",
-        "tests/plan/test_seek_cost.py",
-        "tests/plan/test_advance.py",
-        "property_tests/test_online_mix.py",
-        "property_tests/test_fast_seek.py",
-        # the state machine's kept sequences (its random run takes ~30 s per mutant)
-        "property_tests/test_loader_machine.py::test_found_sequences",
-    ],
-    "fpipe/loader/steering.py": [
-        "tests/loader/test_online_weights.py",
-        "tests/plan/test_seek_cost.py",
-        "tests/plan/test_advance.py",
-        "property_tests/test_online_mix.py",
-        "property_tests/test_fast_seek.py",
-        # the state machine's kept sequences (its random run takes ~30 s per mutant)
-        "property_tests/test_loader_machine.py::test_found_sequences",
-    ],
-    "fpipe/loader/blend_changes.py": [
-        "tests/loader/test_online_weights.py",
-        "tests/plan/test_seek_cost.py",
-        "tests/plan/test_advance.py",
-        "property_tests/test_online_mix.py",
-        "property_tests/test_fast_seek.py",
-        # the state machine's kept sequences (its random run takes ~30 s per mutant)
-        "property_tests/test_loader_machine.py::test_found_sequences",
-    ],
-    "fpipe/loader/mix_history.py": [
-        "tests/loader/test_online_weights.py",
-        "tests/plan/test_seek_cost.py",
-        "tests/plan/test_advance.py",
-        "property_tests/test_online_mix.py",
-        "property_tests/test_fast_seek.py",
-        # the state machine's kept sequences (its random run takes ~30 s per mutant)
-        "property_tests/test_loader_machine.py::test_found_sequences",
-    ],
+    "fpipe/loader/seek.py": STEERING_TESTS,
+    "fpipe/loader/steering.py": STEERING_TESTS,
+    "fpipe/loader/blend_changes.py": STEERING_TESTS,
+    "fpipe/loader/mix_history.py": STEERING_TESTS,
     "fpipe/loader/_steering.py": [
         "tests/loader/test_online_weights.py",
         "property_tests/test_online_mix.py",
