@@ -97,7 +97,7 @@ def dataset_view(
     if _whole(ds, cfg, files):  # samples 0..n-1: a range, not n indices (format 3 indexes)
         indices = _Range(len(ds))
     else:
-        indices = ds.split_indices(split, files.split_config, dataset_config=files.dataset_config)
+        indices = ds.split_samples(split, files.split_config, dataset_config=files.dataset_config)
     if subset is not None:  # a metadataset's subset: one range of the split's samples
         start, end = subset_bounds(subset, len(indices), join.where)
         indices = indices[start:end]
@@ -129,10 +129,10 @@ def dataset_view(
         cols["shard_id"] = ds.column("shard_id")
     if isinstance(indices, _Range) and indices.start == 0:
         view = samples(indices.stop, columns=cols, source_id=source_id, dataset=dataset)
-    else:
-        view = samples(
-            indices=np.asarray(indices), columns=cols, source_id=source_id, dataset=dataset
-        )
+    else:  # a range (one run of a split's shards) stays two numbers: samples() digests it
+        if isinstance(indices, _Range):
+            indices = range(indices.start, indices.stop)
+        view = samples(indices=indices, columns=cols, source_id=source_id, dataset=dataset)
     return source, view
 
 
@@ -179,7 +179,7 @@ def _joined(leaf: Leaf, primary: DatasetSource, open_kwargs) -> tuple[DatasetSou
         ds, taken = open_leaf(part.path, open_kwargs)
         cfg = ds.dataset_config(part.dataset_config)  # a part keeps its own dataset config
         files = dict(split_config=part.split_config, dataset_config=part.dataset_config)
-        if len(ds.split_indices(part.split_part, **files)) == 0:
+        if len(ds.split_samples(part.split_part, **files)) == 0:
             raise ConfigError(f"{leaf.where}: {part.path}: split {part.split_part!r} is empty")
         own = DatasetOptions(open_kwargs=taken)
         source = _source(part.path, cfg, own, part.subflavors, ds.layout, part.dataset_config)

@@ -8,7 +8,6 @@ what makes restores O(1): a stream position is just ``(epoch, position)``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -16,6 +15,8 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.core.records import Config, Refs
 from fpipe.core.stage import View
+from fpipe.plan.index_digest import array_digest as _digest
+from fpipe.plan.index_digest import range_digest
 
 __all__ = ["InMemoryConfig", "SamplesConfig", "View", "in_memory", "samples"]
 
@@ -38,13 +39,17 @@ class SamplesConfig(Config, frozen=True):
 def samples(
     num_samples: int | None = None,
     *,
-    indices: np.ndarray | None = None,
+    indices: np.ndarray | range | None = None,
     dataset: int = 0,
     columns: Mapping[str, np.ndarray] | None = None,
     source_id: str = "",
     name: str = "samples",
 ) -> View:
     """A view of samples in index order: position p is sample ``indices[p]`` (or p).
+
+    ``indices`` may be a ``range`` (step 1): the samples ``start..stop-1`` of a split of
+    whole shards, the same view and config as ``np.arange(start, stop)`` gives, with no
+    array of them built or hashed (see :mod:`fpipe.plan.index_digest`).
 
     ``columns`` are per-sample metadata arrays indexed by sample index (memory-mapped index
     columns work); they are gathered into every ref chunk.
@@ -54,8 +59,10 @@ def samples(
         >>> v.gather(0, 0, np.array([2, 0])).column("tokens").tolist()
         [7, 5]
     """
+    # a range of step 1 is kept as its two ends (span); other indices become an array (arr)
+    span = indices if isinstance(indices, range) and indices.step == 1 else None
+    arr = None if span is not None or indices is None else np.asarray(indices, dtype=np.int64)
     if indices is not None:
-        indices = np.asarray(indices, dtype=np.int64)
         if num_samples is not None and num_samples != len(indices):
             raise ConfigError(f"num_samples={num_samples} but {len(indices)} indices given")
         num_samples = len(indices)
@@ -65,12 +72,17 @@ def samples(
     for cname, col in columns.items():
         if cname in ("dataset", "index", "epoch"):
             raise ConfigError(f"metadata column name {cname!r} is reserved")
-        limit = int(indices.max()) + 1 if indices is not None and len(indices) else num_samples
+        if span is not None:
+            limit = span.stop if len(span) else 0
+        elif arr is not None and len(arr):
+            limit = int(arr.max()) + 1
+        else:
+            limit = num_samples
         if len(col) < limit:
             raise ConfigError(f"column {cname!r} has {len(col)} rows, samples need {limit}")
     config = SamplesConfig(
         num_samples=num_samples,
-        indices="" if indices is None else _digest(indices),
+        indices=_indices_digest(arr, span),
         dataset=dataset,
         columns=tuple(sorted(columns)),
         source_id=source_id,
@@ -78,7 +90,11 @@ def samples(
     dataset_i32 = np.int32(dataset)
 
     def gather(key, epoch, positions):
-        idx = positions if indices is None else indices[positions]
+        idx: np.ndarray
+        if span is not None:  # what indices[positions] is for indices = arange(start, stop)
+            idx = np.asarray(positions, dtype=np.int64) + span.start
+        else:
+            idx = positions if arr is None else arr[positions]
         cols = {
             "index": idx,
             "dataset": np.full(len(idx), dataset_i32, dtype=np.int32),
@@ -91,23 +107,19 @@ def samples(
     return View(name=name, config=config, size=num_samples, gather=gather)
 
 
+def _indices_digest(indices: np.ndarray | None, span: range | None) -> str:
+    """The config's digest of the sample indices: none for 0..num_samples-1 given as a count."""
+    if span is not None:
+        return range_digest(span.start, span.stop)
+    return "" if indices is None else _digest(indices)
+
+
 class InMemoryConfig(Config, frozen=True):
     """A fixed chunk of refs held in memory: its length, a digest of its columns, an id."""
 
     num_refs: int
     refs: str = ""
     source_id: str = ""
-
-
-def _digest(*arrays: np.ndarray) -> str:
-    """A short hash of array contents (so configs that differ only in data differ)."""
-    h = hashlib.blake2b(digest_size=8)
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(str(a.dtype).encode())
-        # the array's own bytes, not a copy of them (8 MB for a split of 10^6 samples)
-        h.update(a.tobytes() if a.dtype.hasobject or a.ndim == 0 else a.reshape(-1).data)
-    return h.hexdigest()
 
 
 def in_memory(refs: Refs, *, source_id: str = "", name: str = "in_memory") -> View:

@@ -68,3 +68,37 @@ def test_an_array_cut_short_is_refused_naming_its_file(tmp_path):
         map_plain_npy(str(path))
     with pytest.raises(ConfigError, match=r"cut\.npy: unreadable index array"):
         ArrayStore(tmp_path)("cut.npy")
+
+
+def test_an_opened_dataset_maps_each_index_array_once_and_checks_it_on_use(tmp_path, monkeypatch):
+    import builtins
+
+    from fpipe.storage import open_dataset
+    from fpipe.storage.prepare import prepare_dataset
+    from fpipe.storage.read import parsed_files
+    from tests.storage.helpers import make_image_caption_dataset
+
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=2, with_json=False)
+    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"})
+    parsed_files.clear()
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file).endswith(".npy"):
+            opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    ds = open_dataset(tmp_path)  # checks the headers of the arrays every read uses
+    assert ds.read(3)["txt"] and ds.read(0)["txt"]
+    assert opened and len(opened) == len(set(opened)), sorted(opened)  # each opened once
+    monkeypatch.setattr(builtins, "open", real_open)
+    # an array mapped on open is still checked in full when first used
+    offsets = tmp_path / ".fpipe" / "keys.offsets.npy"
+    good = np.load(offsets)
+    np.save(offsets, good + 1)  # same length and dtype: the header check passes
+    parsed_files.clear()
+    ds = open_dataset(tmp_path)
+    with pytest.raises(ConfigError, match=r"keys\.offsets\.npy: does not start at 0"):
+        ds.read(0)

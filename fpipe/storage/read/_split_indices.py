@@ -12,7 +12,7 @@ from fpipe.storage.config.dataset_yaml import SplitConfig
 from fpipe.storage.read.record import IndexRecord
 from fpipe.storage.read.webdataset import shard_stem
 
-__all__ = ["resolve_split"]
+__all__ = ["resolve_split", "split_samples"]
 
 
 def resolve_split(
@@ -22,7 +22,28 @@ def resolve_split(
     index_of_key,
     where: str,
 ) -> np.ndarray:
-    """Sample indices of split ``name`` after excludes (all samples when ``split`` is None).
+    """Sample indices of split ``name`` after excludes (all samples when ``split`` is None):
+    :func:`split_samples` as an int64 array."""
+    return as_indices(split_samples(split, name, record, index_of_key, where))
+
+
+def as_indices(samples: range | np.ndarray) -> np.ndarray:
+    """What :func:`split_samples` gave, as an int64 array."""
+    if isinstance(samples, range):
+        return np.arange(samples.start, samples.stop, dtype=np.int64)
+    return samples
+
+
+def split_samples(
+    split: SplitConfig | None,
+    name: str,
+    record: IndexRecord,
+    index_of_key,
+    where: str,
+) -> range | np.ndarray:
+    """Sample indices of split ``name`` after excludes (all samples when ``split`` is None):
+    a ``range`` where they are one run (shards listed in index order, none excluded, as most
+    splits are: the plan then needs no array of them), else an int64 array.
 
     Shards come in the order split.yaml lists them (as Energon reads them; ``energon prepare
     --shuffle-tars`` lists them shuffled), samples in shard order. Exclude entries are a shard
@@ -32,7 +53,7 @@ def resolve_split(
     """
     n = record.num_samples
     if split is None:
-        return np.arange(n, dtype=np.int64)
+        return range(n)
     if name not in split.split_parts:
         raise ConfigError(f"{where}: no split {name!r}; split.yaml has {sorted(split.split_parts)}")
     pos = {s: i for i, s in enumerate(record.shard_names)}
@@ -42,7 +63,7 @@ def resolve_split(
         if s not in pos:
             raise ConfigError(f"{where}: split {name!r} names shard {s!r}, not in the index")
         ids.append(pos[s])
-    keep = np.ones(n, dtype=bool)
+    keep = np.ones(n if split.exclude else 0, dtype=bool)  # no excludes: no mask to build
     for entry in split.exclude or ():
         if entry in pos:
             keep[starts[pos[entry]] : starts[pos[entry] + 1]] = False
@@ -67,15 +88,20 @@ def resolve_split(
             keep[j] = False
     if not ids:
         return np.zeros(0, dtype=np.int64)
-    idx = _shard_samples(starts, np.asarray(ids, dtype=np.int64))
+    if ids == list(range(ids[0], ids[0] + len(ids))):  # shards in index order: one run
+        runs = [(int(starts[ids[0]]), int(starts[ids[-1] + 1]))]
+    else:
+        runs = _shard_runs(starts, np.asarray(ids, dtype=np.int64))
+    if len(runs) == 1 and keep.all():
+        return range(*runs[0])
+    idx = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs])
     return idx if keep.all() else idx[keep[idx]]
 
 
-def _shard_samples(starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The sample indices of shards ``ids`` in that order: one ``arange`` per run of
+def _shard_runs(starts: np.ndarray, ids: np.ndarray) -> list[tuple[int, int]]:
+    """The sample indices of shards ``ids`` in that order, as ``(first, end)`` of each run of
     consecutive shards (a split of every shard in index order is one run), not one per shard."""
     breaks = np.flatnonzero(np.diff(ids) != 1) + 1
     firsts = ids[np.concatenate([[0], breaks])]
     lasts = ids[np.concatenate([breaks - 1, [len(ids) - 1]])]
-    runs = [np.arange(starts[a], starts[b + 1], dtype=np.int64) for a, b in zip(firsts, lasts)]
-    return runs[0] if len(runs) == 1 else np.concatenate(runs)
+    return [(int(starts[a]), int(starts[b + 1])) for a, b in zip(firsts, lasts)]

@@ -21,7 +21,7 @@ import numpy as np
 
 from fpipe.core.errors import ConfigError
 from fpipe.storage.paths import contained
-from fpipe.storage.read.npy_files import plain_npy_header
+from fpipe.storage.read.npy_files import map_plain_npy, plain_npy_header
 from fpipe.storage.read.record import IndexRecord
 from fpipe.storage.read.webdataset import _checksum_ok
 
@@ -131,7 +131,10 @@ def _check_shard_table(root: str | Path, record: IndexRecord, where: str) -> Non
     lengths = np.diff(off)
     starts = off[:-1][lengths > 0]
     slash = np.flatnonzero(lengths > 0)[table._names[starts] == ord("/")] if len(starts) else []
-    for i in np.unique(np.concatenate([*suspect, slash, np.flatnonzero(lengths == 0)])):
+    # (not np.unique: its first call imports numpy.ma, ~15 ms in every worker process that
+    # opens a dataset)
+    flagged = np.concatenate([*suspect, slash, np.flatnonzero(lengths == 0)])
+    for i in sorted(set(flagged.tolist())):
         contained(root, table.name(int(i)), where=where, what="shard path")
 
 
@@ -231,27 +234,50 @@ def array_checker(record: IndexRecord, where: str) -> Callable[[str, np.ndarray]
     return check
 
 
-def check_headers(index_dir: Path, record: IndexRecord, names: tuple[str, ...]) -> None:
-    """Check the length and dtype of arrays from their ``.npy`` headers only (nothing mapped)."""
+def check_headers(
+    index_dir: Path, record: IndexRecord, names: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """Check the length and dtype of arrays from their ``.npy`` headers only (no data read).
+
+    Returns the arrays in the form ``np.save`` writes, mapped while their headers were read:
+    the reads that follow use these very arrays, so each file is opened once, not once here
+    and again on first use. The :class:`~fpipe.storage.read.record.ArrayStore` takes them
+    (:meth:`~fpipe.storage.read.record.ArrayStore.take_mapped`) and checks each in full
+    (:func:`array_checker`) when it is first used, as an array it maps itself."""
+    mapped = {}
     for name in names:
-        path = Path(index_dir) / name
+        path = os.path.join(index_dir, name)
         try:
-            with open(path, "rb") as f:
-                plain = plain_npy_header(f)  # the form np.save writes, parsed fast
-                if plain is not None:
-                    shape, dtype = (plain[0],), plain[1]
-                else:
-                    f.seek(0)
-                    version = np.lib.format.read_magic(f)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-                    else:
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            try:
+                arr = map_plain_npy(path)  # the form np.save writes, parsed fast
+            except ValueError:  # shorter than its header says: found when it is first used
+                arr = None
+            if arr is not None:
+                shape, dtype = arr.shape, arr.dtype
+                mapped[name] = arr
+            else:
+                shape, dtype = _header(path)
         except (OSError, ValueError) as e:
             raise ConfigError(
                 f"{path}: unreadable index array ({e}); re-run `fpipe prepare`"
             ) from None
         _check_shape(record, str(index_dir), name, tuple(shape), dtype)
+    return mapped
+
+
+def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of the ``.npy`` file ``path`` from its header."""
+    with open(path, "rb") as f:
+        plain = plain_npy_header(f)
+        if plain is not None:
+            return (plain[0],), plain[1]
+        f.seek(0)
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        return shape, dtype
 
 
 def header_names(buf: bytes, at: int, expected: bytes) -> bool:

@@ -42,7 +42,7 @@ from fpipe.storage.config.dataset_yaml import (
     load_split_config,
 )
 from fpipe.storage.paths import contained, is_url
-from fpipe.storage.read._split_indices import resolve_split
+from fpipe.storage.read._split_indices import as_indices, split_samples
 from fpipe.storage.read.av_meta import AVIndex
 from fpipe.storage.read.reader import FileCache, read_each
 from fpipe.storage.read.record import ArrayStore, IndexRecord
@@ -165,6 +165,13 @@ class Dataset:
         override: a file name in ``.nv-meta/``, or in ``.fpipe/``). The dataset config read
         (``dataset_config``, see :meth:`dataset_config`; None: dataset.yaml) may name the split
         file itself (its ``split_config:``), which wins, as in Energon."""
+        return as_indices(self.split_samples(name, split_config, dataset_config=dataset_config))
+
+    def split_samples(
+        self, name: str, split_config: str | None = None, *, dataset_config: str | None = None
+    ) -> range | np.ndarray:
+        """:meth:`split_indices`, as a ``range`` where they are one run of indices (what a
+        plan's view of them takes without building the array)."""
         own = self.dataset_config(dataset_config).split_config
         split_config = own or split_config
         if isinstance(self.reader, TableReader):
@@ -175,7 +182,7 @@ class Dataset:
         if split_config is not None:
             path = self._index_file(split_config, "split_config")
             split, where = load_split_config(path), str(path)
-        return resolve_split(split, name, self.record, self.index_of_key, where)
+        return split_samples(split, name, self.record, self.index_of_key, where)
 
     def dataset_config(self, name: str | None) -> DatasetConfig:
         """The dataset config file ``name`` of this dataset's ``.nv-meta/`` (or ``.fpipe/``)

@@ -71,7 +71,7 @@ def open_prepared(
         check_shards_unchanged(p, record, shard_check)
     arrays = ArrayStore(index_dir, check=array_checker(record, where))
     if record.layout == "tar" and not plan_only:  # .npy headers only: lengths agree
-        check_headers(index_dir, record, tar_arrays(record))
+        arrays.take_mapped(check_headers(index_dir, record, tar_arrays(record)))
     files = FileCache(max_open_files)
     if record.layout == "table":
         assert record.table is not None

@@ -187,6 +187,13 @@ class ArrayStore:
         self._make = make
         self._check = check  #: run on each array loaded from ``folder`` (see storage.validate)
         self._cache: dict[str, np.ndarray] = {}
+        self._mapped: dict[str, np.ndarray] = {}  #: mapped already, not yet checked
+
+    def take_mapped(self, mapped: dict[str, np.ndarray]) -> None:
+        """Arrays of the folder mapped already by name (what opening the dataset mapped to
+        check their headers): each is used in place of mapping its file again when first
+        asked for, and checked then as an array loaded here is."""
+        self._mapped.update(mapped)
 
     def __call__(self, name: str) -> np.ndarray:
         """The array called ``name`` (a plain ndarray view of the map: fast scalar indexing).
@@ -206,7 +213,10 @@ class ArrayStore:
             if self.folder is not None:
                 path = self.folder / name
                 try:
-                    arr = load_array(path).view(np.ndarray)
+                    arr = self._mapped.pop(name, None)
+                    if arr is None:
+                        arr = load_array(path)
+                    arr = arr.view(np.ndarray)
                 except FileNotFoundError:
                     return None
                 except (OSError, ValueError) as e:
