@@ -26,8 +26,13 @@ A batch the consumer holds is never written by a worker: its slot stays taken. E
 holds (a ``for`` loop's variable holds the previous batch while the next is fetched); a
 consumer that keeps more (a list of batches, a view of one kept for logging) leaves its workers
 fewer free slots, and a worker with none sends the batch the fresh-segment way, as torch does:
-slower, never wrong. A batch that does not fit (the first one of a worker, which sizes the
-arena; a larger one, after which the next arena is 25% larger) takes that way too. An arena's
+slower, never wrong. A batch larger than its slot (after which the next arena is 25% larger)
+takes that way too. A worker's first batch, which sizes the arena, is collated into a shared
+file of its own for each tensor (:func:`_once_tensor`), sent the way a slot's tensors are, whose
+file the main process removes once mapped: the fresh-segment way would make the main process
+fetch each descriptor from a server thread in the worker, a handshake of several messages,
+each waiting for the worker's interpreter lock while the worker builds its next batch (tens of
+milliseconds added to the first batch). An arena's
 pages are reserved when it is made: where ``/dev/shm`` has no room for them, the worker sends
 every batch the fresh-segment way. The loader turns slots on for its
 worker processes (:class:`SlotConfig`) and off at the end of each pass (:func:`detach`);
@@ -139,6 +144,8 @@ _slot: int | None = None  # the slot of the batch being collated, and the bytes 
 _used = 0
 _asked = 0
 _taken: list[tuple[_Arena, int]] = []  # slots this task took (freed if it sends nothing)
+_once: set[int] = set()  # bases of the first batch's files of their own (_once_tensor) not sent
+_ONCE = "-once"  # the name's end of such a file: the main process does not keep it mapped
 
 
 class _Ticket:
@@ -173,9 +180,14 @@ def begin_task(config: SlotConfig | None) -> None:
 
 
 def release_unsent() -> None:
-    """In a worker whose task sends no batch (it failed): free the slots it took."""
+    """In a worker whose task sends no batch (it failed): free the slots it took, and remove
+    the files of its own a first batch took (:func:`_once_tensor`)."""
     for arena, slot in _taken:
         arena.mm[slot] = 0
+        if arena.base in _once:
+            _forget_once(arena.base)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(_DIR, arena.name))
     _taken.clear()
 
 
@@ -208,8 +220,8 @@ def take(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
     _asked += nbytes
     _largest = max(_largest, _asked)
     arena = _arena
-    if arena is None:
-        return None
+    if arena is None:  # the worker's first batch (it sizes the arena): a file of its own
+        return _once_tensor(_config, size, shape, dtype)
     if _slot is None:
         free = [s for s in range(arena.count) if arena.mm[s] == 0]
         if not free:
@@ -226,16 +238,49 @@ def take(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor | None:
 
 
 def _new_arena(config: SlotConfig, largest: int) -> _Arena:
+    slot_bytes = -(-int(largest * _GROWTH) // _PAGE) * _PAGE
+    arena = _Arena(_arena_name(config), config.count, slot_bytes, create=True)
+    _arenas[arena.base] = arena
+    return arena
+
+
+def _arena_name(config: SlotConfig, end: str = "") -> str:
     global _made
     import torch.utils.data
 
     info = torch.utils.data.get_worker_info()
     _made += 1
-    name = f"fpipe-slots-{config.token}-{info.id if info is not None else 0}-{_made}"
-    slot_bytes = -(-int(largest * _GROWTH) // _PAGE) * _PAGE
-    arena = _Arena(name, config.count, slot_bytes, create=True)
+    return f"fpipe-slots-{config.token}-{info.id if info is not None else 0}-{_made}{end}"
+
+
+def _once_tensor(config: SlotConfig, size: int, shape: Sequence[int], dtype) -> torch.Tensor | None:
+    """A tensor of a worker process's first batch in a shared file of its own (one slot of
+    exactly its size), pickled as a slot's tensor is: the main process maps the file and
+    removes it (keeping it mapped only while the batch lives), and this process lets go of it
+    once it is sent (:func:`slot_reduction`). None in a Ray actor (whose results Ray sends)
+    and where ``/dev/shm`` has no room: the fresh-segment way."""
+    import torch.utils.data
+
+    if torch.utils.data.get_worker_info() is None:
+        return None
+    try:
+        arena = _Arena(_arena_name(config, _ONCE), 1, max(_PAGE, -(-size // _PAGE) * _PAGE), True)
+    except OSError:
+        return None
     _arenas[arena.base] = arena
-    return arena
+    _tickets[(arena.base, 0)] = _Ticket(arena, 0)
+    _once.add(arena.base)
+    arena.mm[0] = _TAKEN
+    _taken.append((arena, 0))
+    return arena.bytes[_PAGE : _PAGE + size].view(dtype).view(tuple(shape))
+
+
+def _forget_once(base: int) -> None:
+    """Let go of a first batch's file of its own (its tensors hold the mapping while they
+    live)."""
+    _once.discard(base)
+    _arenas.pop(base, None)
+    _tickets.pop((base, 0), None)
 
 
 def slot_reduction(t) -> tuple | None:
@@ -248,6 +293,8 @@ def slot_reduction(t) -> tuple | None:
         return None
     offset = t.data_ptr() - arena.base
     ticket = _tickets[(arena.base, (offset - _PAGE) // arena.slot_bytes)]
+    if arena.base in _once:  # sent: the batch's tensor holds the mapping until it is dropped
+        _forget_once(arena.base)  # (another view of it, sent after, goes as torch sends it)
     return _slot_tensor, (ticket, offset, t.dtype, tuple(t.shape), tuple(t.stride()))
 
 
@@ -319,7 +366,9 @@ def _claim(name: str, count: int, slot_bytes: int, slot: int) -> _Claim:
     with _lock:
         arena = _attached.get(name)
         if arena is None:
-            arena = _attached[name] = _Arena(name, count, slot_bytes, create=False)
+            arena = _Arena(name, count, slot_bytes, create=False)
+            if not name.endswith(_ONCE):  # (a first batch's own file: mapped while it lives)
+                _attached[name] = arena
             os.unlink(os.path.join(_DIR, name))  # mapped now: no file needs to stay
     arena.mm[slot] = _CLAIMED
     return _Claim(arena, slot)

@@ -338,6 +338,7 @@ def torch_loader(loader: Loader, sampler: PlanSampler):
             multiprocessing_context=context,
         )
         marks = WorkerMarks(loader.num_workers, context)
+        _preload_worker_modules()
         # the batches a worker may have in flight, the one it builds, and one spare
         slots = batch_slots.new_config(loader.prefetch_factor + 2)
     return torch.utils.data.DataLoader(
@@ -348,6 +349,13 @@ def torch_loader(loader: Loader, sampler: PlanSampler):
         collate_fn=identity,
         **kwargs,
     )
+
+
+def _preload_worker_modules() -> None:
+    """Import here, before the worker processes are forked, what their first batch would import
+    lazily (the default ``TaskEncoder.batch``'s collate): every forked worker inherits it,
+    instead of each importing it again on the first batch's path."""
+    from fpipe.encode import collate_samples  # noqa: F401  (imports the collate module)
 
 
 def worker_context(loader: Loader):
@@ -363,6 +371,8 @@ def worker_context(loader: Loader):
         import multiprocessing
 
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "fpipe.materialize.materializer", "fpipe.storage"])
+        ctx.set_forkserver_preload(
+            ["torch", "fpipe.materialize.materializer", "fpipe.storage", "fpipe.encode._collate"]
+        )
         return ctx
     return None

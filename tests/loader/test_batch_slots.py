@@ -117,6 +117,7 @@ def _fresh_worker_state(monkeypatch):
         _largest=0,
         _taken=[],
         _refused=None,
+        _once=set(),
     ).items():
         monkeypatch.setattr(batch_slots, name, value)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
@@ -147,7 +148,8 @@ def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch):
     before = _files()
 
     batch_slots.begin_task(config)
-    assert batch_slots.take((4, 8), torch.int16) is None  # the first batch sizes the slots
+    batch_slots.take((4, 8), torch.int16)  # the first batch sizes the slots
+    batch_slots.release_unsent()
     batch_slots.begin_task(config)
     arena = batch_slots._arena
     a = batch_slots.take((4, 8), torch.int16)
@@ -179,6 +181,33 @@ def test_a_worker_reuses_a_slot_once_its_batch_is_read(monkeypatch):
     assert batch_slots._arena is not arena and batch_slots.take((64, 64), torch.float64) is not None
     batch_slots.detach(config)
     assert _files() == before
+
+
+def test_a_workers_first_batch_travels_in_a_file_of_its_own(monkeypatch):
+    """Before the slots are sized, a worker's first batch lies in a shared file of its own per
+    tensor, sent as where it lies (not as a descriptor the main process would fetch from a
+    server thread of the worker); the main process maps it and removes the file, and the
+    worker lets go of it once sent. A first task that fails removes its files."""
+    _fresh_worker_state(monkeypatch)
+    config = batch_slots.new_config(2)
+    before = _files()
+    batch_slots.begin_task(config)
+    a = batch_slots.take((4, 8), torch.int16)
+    assert a is not None and batch_slots._arena is None  # no slots yet: a file of its own
+    a.copy_(torch.arange(32, dtype=torch.int16).view(4, 8))
+    sent = bytes(ForkingPickler.dumps({"a": a}))
+    assert len(sent) < 1000 and batch_slots._arenas == {}  # where it lies; let go of here
+    got = pickle.loads(sent)["a"]  # the main process
+    assert torch.equal(got, a) and got.data_ptr() != a.data_ptr()
+    assert _files() == before  # mapped here, its file removed
+    assert not any(n.endswith("-once") for n in batch_slots._attached)  # mapped while it lives
+
+    monkeypatch.setattr(batch_slots, "_largest", 0)  # another first task, which fails
+    batch_slots.begin_task(config)
+    assert batch_slots.take((2, 2), torch.float32) is not None and _files() != before
+    batch_slots.release_unsent()
+    assert _files() == before and batch_slots._arenas == {}
+    batch_slots.detach(config)
 
 
 def test_tensors_outside_the_slots_arrive_mapped_without_a_descriptor(monkeypatch):
