@@ -107,6 +107,9 @@ TESTS: dict[str, list[str]] = {
         "tests/plan/test_blend_advance.py",
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
+        # the quota draw (its reference) and its weight changes mid-block
+        "tests/plan/test_blend_quota.py",
+        "tests/loader/test_online_weights.py",
     ],
     "fpipe/plan/blend_state.py": [
         "tests/plan/test_blend_rules.py",
@@ -114,6 +117,9 @@ TESTS: dict[str, list[str]] = {
         "tests/plan/test_blend_advance.py",
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
+        # the quota draw (its reference) and its weight changes mid-block
+        "tests/plan/test_blend_quota.py",
+        "tests/loader/test_online_weights.py",
     ],
     "fpipe/plan/blend_block.py": [
         "tests/plan/test_blend_rules.py",
@@ -121,12 +127,18 @@ TESTS: dict[str, list[str]] = {
         "tests/plan/test_blend_advance.py",
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
+        # the quota draw (its reference) and its weight changes mid-block
+        "tests/plan/test_blend_quota.py",
+        "tests/loader/test_online_weights.py",
     ],
     "fpipe/plan/blend_choice.py": [
         "tests/plan/test_blend.py",
         "tests/plan/test_blend_choice_rules.py",
         "property_tests/test_blend_fidelity.py",
         "property_tests/test_token_blend.py",
+        # the quota draw (its reference) and its weight changes mid-block
+        "tests/plan/test_blend_quota.py",
+        "tests/loader/test_online_weights.py",
     ],
     "fpipe/plan/blend_advance.py": [
         "tests/plan/test_blend_advance.py",
