@@ -123,6 +123,19 @@ def make_image_caption_dataset(
     return expected
 
 
+def prepared_image_caption(root: Path, split: str):
+    """A 3-shard image + caption dataset under ``root``, prepared with ``split``, with the
+    per-process parse cache cleared before and after (a fixture's body: ``yield from``)."""
+    from fpipe.storage.prepare import prepare_dataset
+    from fpipe.storage.read import parsed_files
+
+    make_image_caption_dataset(root, shards=3, per_shard=2, with_json=False)
+    prepare_dataset(root, fields={"image": "jpg", "caption": "txt"}, split=split)
+    parsed_files.clear()
+    yield root
+    parsed_files.clear()
+
+
 def write_tar_idx(shard: str | Path) -> None:
     """Write ``<shard>.idx`` as Energon does: little-endian uint64 offsets of every sample's
     first tar header, plus the end offset of the last sample."""

@@ -12,20 +12,14 @@ from fpipe.datasets._views import dataset_view
 from fpipe.datasets.options import DatasetOptions
 from fpipe.plan import samples
 from fpipe.storage import open_dataset
-from fpipe.storage.prepare import prepare_dataset
-from fpipe.storage.read import parsed_files
-from tests.storage.helpers import make_image_caption_dataset
+from tests.storage.helpers import prepared_image_caption
 
 SHARDS = ["shard-0000.tar", "shard-0001.tar", "shard-0002.tar"]
 
 
 @pytest.fixture
 def prepared(tmp_path):
-    make_image_caption_dataset(tmp_path, shards=3, per_shard=2, with_json=False)
-    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, split="1,0,0")
-    parsed_files.clear()
-    yield tmp_path
-    parsed_files.clear()
+    yield from prepared_image_caption(tmp_path, "1,0,0")
 
 
 def _split(root, parts, exclude=()):

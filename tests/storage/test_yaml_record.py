@@ -17,18 +17,13 @@ from fpipe.storage import open_dataset
 from fpipe.storage.config import yaml_record
 from fpipe.storage.config.dataset_yaml import load_dataset_config
 from fpipe.storage.config.yaml_record import RECORD_NAME, load_yaml_file, write_yaml_record
-from fpipe.storage.prepare import prepare_dataset
 from fpipe.storage.read import parsed_files
-from tests.storage.helpers import make_image_caption_dataset
+from tests.storage.helpers import prepared_image_caption
 
 
 @pytest.fixture
 def prepared(tmp_path):
-    make_image_caption_dataset(tmp_path, shards=3, per_shard=2, with_json=False)
-    prepare_dataset(tmp_path, fields={"image": "jpg", "caption": "txt"}, split="2,1,0")
-    parsed_files.clear()
-    yield tmp_path
-    parsed_files.clear()
+    yield from prepared_image_caption(tmp_path, "2,1,0")
 
 
 @pytest.fixture
