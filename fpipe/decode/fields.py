@@ -108,16 +108,17 @@ def _npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], str, int] | N
 #: starts at a multiple of 64 bytes, 128 for arrays of a few dimensions.
 _NPY_PREAMBLE = 128
 #: The first :data:`_NPY_PREAMBLE` bytes of arrays whose data starts there (magic, version,
-#: header: all a parse reads) -> what :func:`_npy_parse` made of them. Token ids of one
+#: header: all a parse reads) -> what :func:`npy_layout` made of them. Token ids of one
 #: length share a preamble: looked up whole, it spares each array the header's slicing and
 #: parse (most of a small array's decode). Bounded: past the limit, new preambles are parsed.
 _npy_preambles: dict[bytes, tuple[np.dtype, tuple[int, ...] | None, str, int, int]] = {}
 _NPY_PREAMBLES_MAX = 4096
 
 
-def _npy_parse(data) -> tuple[np.dtype, tuple[int, ...] | None, str, int, int] | None:
+def npy_layout(data) -> tuple[np.dtype, tuple[int, ...] | None, str, int, int] | None:
     """(dtype, shape (None: 1-D), order, item count, data offset) of a ``.npy`` of the
-    common layout, or None."""
+    common layout (``data``: its bytes from the start, at least through the header), or None.
+    Also what :mod:`fpipe.storage.read.npy_files` maps index arrays by."""
     if data[:6] != b"\x93NUMPY" or len(data) < 10:
         return None
     major = data[6]
@@ -142,7 +143,7 @@ def _npy_fast(data: bytes, max_bytes: int | None = None) -> np.ndarray | None:
     """
     parsed = _npy_preambles.get(data[:_NPY_PREAMBLE]) if type(data) is bytes else None
     if parsed is None:
-        parsed = _npy_parse(data)
+        parsed = npy_layout(data)
         if parsed is None:
             return None
         if (

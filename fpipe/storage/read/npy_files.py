@@ -5,8 +5,9 @@ open, checks six headers: ``np.load(mmap_mode="r")`` costs ~70 us an array (the 
 parsed by ``ast.literal_eval``, the file opened twice), so the first recipe of a blend of 100
 datasets (28 of them) spent ~20 ms there. Every index array fpipe writes is one-dimensional,
 C-ordered and of a plain numeric dtype, and ``np.save`` writes such a header in one fixed
-form: that form is matched here and the file mapped once (~15 us). Any other header (another
-version, a structured dtype, 2-D, Fortran order, an empty array) returns None: the caller
+form: that form is recognised by the parse fpipe decodes ``.npy`` members with
+(:func:`fpipe.decode.fields.npy_layout`) and the file mapped once (~15 us). Any other header
+(another version, a structured dtype, 2-D, Fortran order, an empty array) returns None: the caller
 then reads it with numpy, which says what is wrong with a bad one. A file shorter than its
 header says raises ValueError, as numpy's mapping does.
 """
@@ -14,18 +15,14 @@ header says raises ValueError, as numpy's mapping does.
 from __future__ import annotations
 
 import mmap
-import re
 
 import numpy as np
+
+from fpipe.decode.fields import npy_layout
 
 __all__ = ["map_plain_npy", "plain_npy_header"]
 
 _MAGIC = b"\x93NUMPY\x01\x00"  #: format version 1.0 (what np.save writes for these arrays)
-#: the header np.save writes for a 1-D C-order array of a plain numeric dtype, padded
-_PLAIN = re.compile(
-    rb"\{'descr': '([<>|][biuf][1248])', 'fortran_order': False, 'shape': \(([0-9]{1,18}),\), \}"
-    rb" *\n\Z"
-)
 
 
 def plain_npy_header(f) -> tuple[int, np.dtype, int] | None:
@@ -34,11 +31,12 @@ def plain_npy_header(f) -> tuple[int, np.dtype, int] | None:
     head = f.read(10)
     if len(head) < 10 or head[:8] != _MAGIC:
         return None
-    size = int.from_bytes(head[8:10], "little")
-    m = _PLAIN.match(f.read(size))
-    if m is None:
+    # the header parsed as a member's .npy is (one parser of np.save's form), 1-D C order only
+    layout = npy_layout(head + f.read(int.from_bytes(head[8:10], "little")))
+    if layout is None or layout[1] is not None or layout[2] != "C":
         return None
-    return int(m[2]), np.dtype(m[1].decode("ascii")), 10 + size
+    dtype, _, _, length, offset = layout
+    return length, dtype, offset
 
 
 def map_plain_npy(path: str) -> np.ndarray | None:
