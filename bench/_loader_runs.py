@@ -60,10 +60,15 @@ def _check(batch: Any, kind: str, batch_size: int) -> None:
     assert img.dtype == torch.uint8 and len(cap) == batch_size
 
 
-def in_process(make: Callable[[], Iterator], kind: str, bs: int, warm: int) -> Run:
+def in_process(
+    make: Callable[[], Iterator], kind: str, bs: int, warm: int, min_s: float = 0.0
+) -> Run:
     """(samples per wall second, samples per CPU second of this process and its workers) over
     ``n`` batches after ``warm`` batches of a fresh iterator and, for images, the batches it
-    had decoded ahead (``_peers.drain_buffered``)."""
+    had decoded ahead (``_peers.drain_buffered``). ``min_s``: the window goes on past ``n``
+    batches until it is that long, so that a cost that comes once every second or so (a full
+    collection of the interpreter's garbage, ~70 ms here) counts by its share in every row
+    rather than all or nothing in a short window."""
 
     def run(n: int) -> tuple[float, float]:
         it = make()
@@ -76,13 +81,15 @@ def in_process(make: Callable[[], Iterator], kind: str, bs: int, warm: int) -> R
                 drain_buffered(it)
             c0 = cpu_seconds()
             t0 = time.perf_counter()
-            for _ in range(n):
+            done = 0
+            while done < n or time.perf_counter() - t0 < min_s:
                 next(it)
+                done += 1
             dt = time.perf_counter() - t0
             dc = cpu_seconds() - c0
         finally:
             close_iter(it)
-        return n * bs / dt, n * bs / dc
+        return done * bs / dt, done * bs / dc
 
     return run
 

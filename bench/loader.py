@@ -15,7 +15,9 @@ Sections (competitors measured alongside, interleaved within each repeat):
    WebDataset nw=2, Grain, SPDL, two bare loops; the PSNR of fpipe's draft decode and of
    SPDL's FFmpeg decode against the shared full decode.
 3. **Text** (200,000 token-id samples, 200-400 int32 ids in one ``.npy`` member, batch 256,
-   ``num_workers=0``): fpipe, WebDataset, Energon.
+   ``num_workers=0``): fpipe, WebDataset, Energon, each row timed over at least 320 batches
+   and at least 5 s (``--text-seconds``: a full collection of the interpreter's garbage,
+   ~70 ms once every ~600 fpipe batches, then counts by its share in every row).
 4. **State**: snapshot bytes at step 10 and step 100,000 for 0, 2 and 4 workers, and the time
    from ``load_state_dict`` to the first batch at both steps (and, at ``num_workers=0``,
    against an ordinary batch).
@@ -522,6 +524,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--batches", type=int, default=60, help="timed batches, 128-512 px set")
     ap.add_argument("--large-batches", type=int, default=8)
     ap.add_argument("--text-batches", type=int, default=320)
+    ap.add_argument(
+        "--text-seconds",
+        type=float,
+        default=5.0,
+        help="each text row runs at least --text-batches batches and at least this long",
+    )
     ap.add_argument("--far-step", type=int, default=100_000)
     ap.add_argument(
         "--torch-threads",
@@ -543,6 +551,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.repeats = args.repeats or 1
         args.images, args.large, args.text = 640, 128, 20_000
         args.batches, args.large_batches, args.text_batches, args.far_step = 8, 3, 10, 2_000
+        args.text_seconds = 0.0
     args.repeats = args.repeats or 3
     t_start = time.perf_counter()
     load_start = _loadavg()
@@ -661,20 +670,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = data / "text"
     log(
         f"\n## 3. text, {args.text:,} token-id samples, batch 256, nw=0, "
-        f"{args.text_batches} timed batches"
+        f"at least {args.text_batches} timed batches and {args.text_seconds:g} s per row"
     )
+    tmin = args.text_seconds
     loaders = {
         "fpipe nw=0": in_process(
             lambda: iter(fpipe_loader(text, 256, 0, None, task_encoder=TokenEncoder())),
             "text",
             256,
             2,
+            tmin,
         ),
-        "webdataset nw=0": in_process(lambda: wds_iter(text, 256, 0, "text"), "text", 256, 2),
+        "webdataset nw=0": in_process(lambda: wds_iter(text, 256, 0, "text"), "text", 256, 2, tmin),
     }
     if energon:
         loaders["energon nw=0"] = in_process(
-            lambda: energon_iter(text, 256, 0, "text"), "text", 256, 2
+            lambda: energon_iter(text, 256, 0, "text"), "text", 256, 2, tmin
         )
     txt, txt_cpu = measure(loaders, args.text_batches, R, log)
 
