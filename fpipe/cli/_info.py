@@ -4,7 +4,8 @@ Sample and shard counts (``--shards``: samples per shard), the field map, how ma
 each field, splits, and a summary of every metadata column (min / median / max, how many
 samples lack it), with text histograms of image sizes and of lengths (tokens, characters,
 frames, durations). No payload is read and torch is not imported. For a metadataset.yaml: each
-split's datasets with their weights (or repetitions), samples, split parts and subflavors.
+split's datasets with their weights (or repetitions), samples, split parts and subflavors, and
+the draw of a weighted blend (``blend_draw``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ DESCRIPTION = """\
 Show what a prepared dataset holds, from its index alone (no payload is read): samples and
 shards, the field map and how many samples have each field, splits, and a summary of every
 metadata column with text histograms of image sizes and lengths. For a metadataset.yaml: each
-split's datasets with their weights, samples, split parts and subflavors.
+split's datasets with their weights, samples, split parts and subflavors, and how a weighted
+blend draws (blend_draw: hash, the default, or quota).
 """
 
 _LAYOUTS = {
@@ -175,8 +177,9 @@ def format_info(ds: Dataset, list_shards: bool = False) -> str:
 
 
 def format_metadataset_info(path: str, open_kwargs: dict[str, Any] | None = None) -> str:
-    """Each split of a metadataset: mode, and per dataset its share (weight normalized over the
-    whole split, or repetitions), samples in its split part, path and subflavors.
+    """Each split of a metadataset: mode (a weighted blend with its draw, ``blend_draw``), and
+    per dataset its share (weight normalized over the whole split, or repetitions), samples in
+    its split part, path and subflavors.
     ``open_kwargs``: given to each dataset whose layout takes them (``media_root``)."""
     from fpipe.storage import load_metadataset, resolve_mix
     from fpipe.storage.read.layouts import open_taking
@@ -193,7 +196,10 @@ def format_metadataset_info(path: str, open_kwargs: dict[str, Any] | None = None
 
     for split in md.splits:
         mix = resolve_mix(md, split, training=split == "train")
-        lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s)")
+        draw = ""
+        if mix.mode == "blend":  # the file's blend_draw; without one the loader draws by hash
+            draw = f", draw {mix.draw}" if mix.draw else ", draw hash (the default)"
+        lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s){draw}")
         for leaf in mix.leaves:
             n = len(
                 opened(leaf.path).split_indices(

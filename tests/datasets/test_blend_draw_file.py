@@ -92,3 +92,21 @@ def test_the_draw_belongs_to_the_top_level_weighted_blend(root):
 
 def test_the_files_draws_are_the_blends():
     assert set(BLEND_DRAWS) == set(get_args(BlendDraw))
+
+
+@pytest.mark.parametrize(("draw", "other"), [("quota", "hash"), ("hash", "quota")])
+def test_info_shows_the_draw_the_file_chooses(root, draw, other):
+    from fpipe.cli._info import format_metadataset_info
+
+    text = format_metadataset_info(str(root / f"{draw}.yaml"))
+    assert f"split train: blend, 3 dataset(s), draw {draw}\n" in text
+    assert f"draw {other}" not in text and "default" not in text
+
+
+def test_info_shows_the_default_draw_when_the_file_sets_none(root, capsys):
+    from fpipe.cli.main import main
+
+    assert main(["info", str(root / "mix.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "split train: blend, 3 dataset(s), draw hash (the default)\n" in out
+    assert "draw quota" not in out
