@@ -6,6 +6,12 @@ cache notices a new process id (a forked DataLoader worker) it forgets the inher
 (closing them in the child only) and opens its own. Pickling a :class:`FileCache` carries no
 descriptors either. Consecutive samples are consecutive byte ranges of one file, so reading
 them in order stays sequential on disk and the kernel's read-ahead applies.
+
+Threads of one process share its caches' bound, so one thread's open may evict a descriptor
+another thread is reading. A read therefore leases its descriptor, and one evicted while
+leased is closed only after its reads end (by the cache operation that follows): closed under
+a read, its number could be given to the next file opened, and the read would return that
+file's bytes.
 """
 
 from __future__ import annotations
@@ -34,9 +40,14 @@ _PID = os.getpid()
 
 
 def _forked() -> None:
-    global _PID
+    global _PID, _LRU_LOCK
     _PID = os.getpid()
+    # a thread of the parent may have held it at the fork; that thread is not in the child
+    _LRU_LOCK = threading.RLock()
     _LRU.clear()  # the parent's descriptors: each cache closes its copies when it notices
+    _BUSY.clear()  # read by the parent's threads, not this child's
+    _close(_DEFERRED)  # copies no cache holds any more
+    _DEFERRED.clear()
 
 
 #: Descriptors all caches of this process hold together. Each dataset has its own cache, so a
@@ -44,14 +55,52 @@ def _forked() -> None:
 #: every worker; past this many, the least recently used descriptor of any cache is closed.
 PROCESS_MAX_OPEN = 256
 _LRU: OrderedDict[tuple[int, str], weakref.ref] = OrderedDict()  #: (id(cache), path) -> cache
-_LRU_LOCK = threading.Lock()
+#: Per open descriptor, one entry per read using it (:meth:`FileCache._fd`). A list, not a
+#: count: ``append`` and ``pop`` are atomic, so a read gives its lease back without the lock.
+_BUSY: dict[int, list[None]] = {}
+#: Descriptors taken out of their cache while read: closed under the lock by a cache operation
+#: after their reads end (:func:`_sweep`), not by the read, which holds no lock when it ends.
+_DEFERRED: set[int] = set()
+#: Guards ``_LRU``, leases, ``_DEFERRED`` and every cache's descriptors. Reentrant: a cache
+#: collected while it is held (a garbage collection inside) closes itself under it.
+_LRU_LOCK = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_forked)
 
 
+def _close(fds: Iterable[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _unless_busy(fds: list[int]) -> list[int]:
+    """Of descriptors taken out of their cache, those to close now; the others are closed when
+    their reads end (:func:`_sweep`). Under ``_LRU_LOCK``."""
+    closing = []
+    for fd in fds:
+        if _BUSY.get(fd):
+            _DEFERRED.add(fd)
+        else:
+            _BUSY.pop(fd, None)
+            closing.append(fd)
+    return closing
+
+
+def _sweep() -> list[int]:
+    """Deferred descriptors no read uses any more, to close. Under ``_LRU_LOCK``: nothing leases
+    them again (no cache holds them), so once free they stay free."""
+    free = [fd for fd in _DEFERRED if not _BUSY.get(fd)]
+    for fd in free:
+        _DEFERRED.discard(fd)
+        _BUSY.pop(fd, None)
+    return free
+
+
 class FileCache:
-    """At most ``max_open`` open read-only files, least recently used closed first."""
+    """At most ``max_open`` open read-only files, least recently used closed first (one being
+    read when it is evicted: when that read ends)."""
 
     #: a batch's close ranges within this many bytes are read with one ``pread``
     #: (:mod:`fpipe.storage.read.coalesce`, where the figure was measured)
@@ -70,56 +119,81 @@ class FileCache:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["max_open"])
 
+    def _forget_inherited(self) -> None:
+        """Forked: the descriptors are the parent's copies (under ``_LRU_LOCK``)."""
+        _close(self._fds.values())
+        self._fds.clear()
+        self._pid = os.getpid()
+
     def _fd(self, path: str) -> int:
-        if self._pid != _PID:  # forked: the descriptors are the parent's copies
-            for fd in self._fds.values():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._fds.clear()
-            self._pid = os.getpid()
-        fd = self._fds.get(path)
+        """A descriptor of ``path``, leased: it stays open, whichever thread or cache evicts it,
+        until the caller gives it back with ``_BUSY[fd].pop()``."""
         me = (id(self), path)
-        if fd is not None:
-            self._fds.move_to_end(path)
-            with _LRU_LOCK:
+        with _LRU_LOCK:
+            if self._pid != _PID:
+                self._forget_inherited()
+            fd = self._fds.get(path)
+            if fd is not None:
+                self._fds.move_to_end(path)
                 if me in _LRU:
                     _LRU.move_to_end(me)
-            return fd
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        self._fds[path] = fd
-        while len(self._fds) > self.max_open:
-            old_path, old = self._fds.popitem(last=False)
-            os.close(old)
-            with _LRU_LOCK:
-                _LRU.pop((id(self), old_path), None)
-        with _LRU_LOCK:
-            _LRU[me] = weakref.ref(self)
-            evict = []
-            while len(_LRU) > PROCESS_MAX_OPEN:
-                evict.append(_LRU.popitem(last=False))
-        for (_, old_path), ref in evict:  # another cache's least recently used file
-            cache = ref()
-            old = None if cache is None else cache._fds.pop(old_path, None)
-            if old is not None:
-                with contextlib.suppress(OSError):
-                    os.close(old)
+                _BUSY[fd].append(None)
+                if not _DEFERRED:
+                    return fd
+                closing = _sweep()
+        if fd is None:
+            fd, closing = self._open(path, me)
+        _close(closing)
         return fd
+
+    def _open(self, path: str, me: tuple[int, str]) -> tuple[int, list[int]]:
+        """``path`` opened (outside the lock: an open may wait on a network file system) and
+        leased, and the descriptors its place in the bounds evicts, to close."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        evicted = []
+        with _LRU_LOCK:
+            have = self._fds.get(path)
+            if have is not None:  # another thread opened it meanwhile
+                evicted.append(fd)
+                fd = have
+            else:
+                self._fds[path] = fd
+                _BUSY[fd] = []
+                while len(self._fds) > self.max_open:
+                    old_path, old = self._fds.popitem(last=False)
+                    _LRU.pop((id(self), old_path), None)
+                    evicted.append(old)
+                _LRU[me] = weakref.ref(self)
+                while len(_LRU) > PROCESS_MAX_OPEN:  # another cache's least recently used file
+                    (_, old_path), ref = _LRU.popitem(last=False)
+                    cache = ref()
+                    gone = None if cache is None else cache._fds.pop(old_path, None)
+                    if gone is not None:
+                        evicted.append(gone)
+            _BUSY[fd].append(None)
+            closing = _unless_busy(evicted)
+            if _DEFERRED:
+                closing += _sweep()
+        return fd, closing
 
     def pread(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes of ``path`` at ``offset``; fewer only at end of file."""
         fd = self._fd(path)
-        data = os.pread(fd, size, offset)
-        if len(data) == size or not data:
-            return data
-        parts = [data]  # pread may return short reads before EOF (e.g. network filesystems)
-        got = len(data)
-        while got < size:
-            more = os.pread(fd, size - got, offset + got)
-            if not more:
-                break
-            parts.append(more)
-            got += len(more)
-        return b"".join(parts)
+        try:
+            data = os.pread(fd, size, offset)
+            if len(data) == size or not data:
+                return data
+            parts = [data]  # pread may return short reads before EOF (network filesystems)
+            got = len(data)
+            while got < size:
+                more = os.pread(fd, size - got, offset + got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            return b"".join(parts)
+        finally:
+            _BUSY[fd].pop()
 
     def read_ahead(self, ranges) -> list[None]:
         """Ask the kernel to start reading ``(path, offset, size)`` ranges into its page cache
@@ -131,20 +205,30 @@ class FileCache:
             if advise is None:
                 break
             try:
-                advise(self._fd(path), offset, size, os.POSIX_FADV_WILLNEED)
+                fd = self._fd(path)
             except OSError:
                 continue
+            try:
+                advise(fd, offset, size, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                continue
+            finally:
+                _BUSY[fd].pop()
         return [None] * len(ranges)
 
     def close(self) -> None:
-        """Close every descriptor this process opened."""
-        if self._pid == os.getpid():
-            for fd in self._fds.values():
-                os.close(fd)
-            with _LRU_LOCK:
-                for path in self._fds:
-                    _LRU.pop((id(self), path), None)
-        self._fds.clear()
+        """Close every descriptor this process opened (one being read: when its read ends)."""
+        with _LRU_LOCK:
+            if self._pid != _PID:
+                self._forget_inherited()
+                return
+            for path in self._fds:
+                _LRU.pop((id(self), path), None)
+            closing = _unless_busy(list(self._fds.values()))
+            self._fds.clear()
+            if _DEFERRED:
+                closing += _sweep()
+        _close(closing)
 
     def __len__(self) -> int:
         return len(self._fds) if self._pid == os.getpid() else 0
