@@ -109,6 +109,7 @@ TESTS: dict[str, list[str]] = {
         "property_tests/test_token_blend.py",
         # the quota draw (its reference) and its weight changes mid-block
         "tests/plan/test_blend_quota.py",
+        "tests/plan/test_blend_quota_refusals.py",
         "tests/loader/test_online_weights.py",
     ],
     "fpipe/plan/blend_state.py": [
@@ -119,6 +120,7 @@ TESTS: dict[str, list[str]] = {
         "property_tests/test_token_blend.py",
         # the quota draw (its reference) and its weight changes mid-block
         "tests/plan/test_blend_quota.py",
+        "tests/plan/test_blend_quota_refusals.py",
         "tests/loader/test_online_weights.py",
     ],
     "fpipe/plan/blend_block.py": [

@@ -14,7 +14,7 @@ from fpipe.core import Pipeline, chain
 from fpipe.core.errors import ConfigError, SnapshotMismatchError
 from fpipe.core.records import Refs
 from fpipe.core.testing import check_pipeline, run
-from fpipe.plan import samples, slice_shuffle, window_shuffle
+from fpipe.plan import batch, repeat, samples, slice_shuffle, window_shuffle
 from fpipe.plan.blend import QuotaBlendState, blend, blend_counters, choice_key
 from fpipe.plan.blend_choice import WeightSchedule
 from fpipe.plan.blend_quota import (
@@ -24,8 +24,9 @@ from fpipe.plan.blend_quota import (
     quantize,
     quota_segment,
 )
-from fpipe.plan.blend_state import online_mix, with_online_change
+from fpipe.plan.blend_state import online_mix, weight_digests, with_online_change
 from fpipe.plan.online_mix import MAX_QUOTA_CHANGES, weights32
+from fpipe.plan.recipe_blend import blend_recipes
 from property_tests.reference.blend import quota_choice, quota_shares
 
 B = QUOTA_BLOCK
@@ -230,3 +231,38 @@ def test_every_change_is_kept_up_to_the_limit():
     assert len(online_mix(state, 2).entries) == MAX_QUOTA_CHANGES
     with pytest.raises(ConfigError, match="at most 64"):
         with_online_change(state, 2, position=99, step=99, weights=weights32([1, 1]))
+
+
+def test_counters_of_a_quota_blend_inside_another_step_are_those_it_drew():
+    # the blend's state sits at "blend_batches/0/blend": its counters come from its own
+    # step name, not from the path that leads to it
+    inner = chain(quota([500, 700, 300], weights=[1, 2, 3]), batch(50))
+    other = chain(repeat(samples(40, dataset=0), 1), batch(10))
+    p = Pipeline(blend_recipes([inner, other], seeds=[4, 5], mode="concat"), 0)
+    assert "blend_batches/0/blend" in dict(p.parts)
+    state, out = p.next(p.init(), 21)  # 1,050 refs of the blend: mid-block
+    drawn = np.bincount(np.concatenate([r.refs.dataset for r in out]), minlength=3)
+    counters = blend_counters(p, state)
+    assert [v["taken"] for v in counters.values()] == drawn.tolist()
+    assert [v["epoch"] for v in counters.values()] == (drawn // [500, 700, 300]).tolist()
+
+
+def test_an_advance_passes_the_epochs_its_positions_reach():
+    p = Pipeline(quota([50, 70, 30], weights=[1, 2, 3]), 2)
+    start, _ = take(p, p.init(), 100)
+    for want in (40, 500):
+        _, refs = take(p, start, want)
+        sought, passed = p.advance(start, want)
+        assert passed.outputs == want and sought == take(p, start, want)[0]
+        assert passed.epoch == refs.epoch.max() > 0
+
+
+def test_weight_digests_are_a_snapshot_format():
+    # Pinned values: a snapshot carries these bytes and a restore compares them, so a change
+    # here makes every saved snapshot of such a blend unrestorable.
+    sched = WeightSchedule(points=(0, 1000), weights=((1.0, 2.0, 0.0), (0.0, 1.0, 1.0)))
+    assert weight_digests(sched, 3, draw="quota").hex() == "79fd"
+    assert weight_digests(sched, 3).hex() == "c9694562a893"  # one per dataset
+    assert weight_digests(sched, 3, "tokens").hex() == "b0d3fd7c6ad8"
+    assert weight_digests(WeightSchedule.constant([3, 1]), 2, draw="quota").hex() == "8726"
+    assert weight_digests(None, 3) == b""  # an epochized blend
