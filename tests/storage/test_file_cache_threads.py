@@ -108,14 +108,25 @@ def test_a_child_forked_while_another_thread_held_the_lock_can_read(tmp_path):
     """The lock of the process's caches was held by a reading thread at the fork: the child
     has no such thread, and would wait for it forever."""
     paths = _files(tmp_path)
+    held, forked = threading.Event(), threading.Event()
+
+    def reading():  # another thread: the lock is reentrant, so the forking one would not do
+        with reader_mod._LRU_LOCK:
+            held.set()
+            forked.wait(5)
+
+    t = threading.Thread(target=reading)
+    t.start()
+    assert held.wait(5)
     r, w = os.pipe()
-    with reader_mod._LRU_LOCK:
-        pid = os.fork()
-        if pid == 0:  # child
-            try:
-                os.write(w, FileCache(1).pread(paths["a"], 0, 2))
-            finally:
-                os._exit(0)
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.write(w, FileCache(1).pread(paths["a"], 0, 2))
+        finally:
+            os._exit(0)
+    forked.set()
+    t.join(5)
     os.close(w)
     ready, _, _ = select.select([r], [], [], 5)
     if not ready:
