@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,18 @@ _OUTS = ("pil", "numpy", "torch")
 #: ``warnings.catch_warnings`` swaps the process's filter list: one thread at a time (thread
 #: workers), or two overlapping blocks would leave a filter behind or drop one.
 _WARNINGS_LOCK = threading.Lock()
+
+
+def _forked() -> None:
+    """A forked child gets a free lock: a thread of the parent (a thread worker) may have held
+    it at the fork, and no thread of the child would release it."""
+    global _WARNINGS_LOCK
+    _WARNINGS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
 _MODES = ("RGB", "L", "RGBA")
 _DTYPES = ("uint8", "float32")
 _RESIZES = ("short_side", "long_side", "exact")

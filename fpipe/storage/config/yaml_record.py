@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from fpipe.core.temp_names import beside
 from fpipe.storage.config.safe_yaml import safe_load
 
 __all__ = ["RECORD_NAME", "clear", "load_yaml_file", "write_yaml_record"]
@@ -143,7 +144,7 @@ def write_yaml_record(folder: str | os.PathLike) -> Path | None:
     if not files:
         out.unlink(missing_ok=True)
         return None
-    tmp = folder / f"{RECORD_NAME}.tmp-{os.getpid()}"
+    tmp = beside(out)
     tmp.write_bytes(msgspec.msgpack.encode(_Record(_FORMAT, files)))
     tmp.replace(out)
     return out

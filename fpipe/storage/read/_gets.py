@@ -63,7 +63,11 @@ class Get:
         self.future = RangeFuture(self)
         self.requests: list = []
         self.error: BaseException | None = None
-        self.launched = self.slot = self.hedged = False
+        self.launched = self.hedged = False
+        #: the Gets whose lane this read holds a place in while its requests run: not always
+        #: the one that answers it (thread workers take each other's reads ahead, and the
+        #: reader's own Gets hedges one it waits for)
+        self.slot: Gets | None = None
         self.started = self.deadline = 0.0
 
 
@@ -126,7 +130,7 @@ class Gets:
             if get.launched or not get.future.set_running_or_notify_cancel():
                 continue  # started as a read needed now, or let go before it started
             self._busy[lane] += 1
-            get.slot = get.launched = True
+            get.slot, get.launched = self, True
             get.started = now
             self._send(get, False)
             if not lane:
@@ -204,10 +208,11 @@ class Gets:
     def _finish(self, get: Get, result: Any) -> None:
         if not get.future.done():
             get.future.set_result(result)
-        if get.slot:
-            get.slot = False
-            self._busy[get.ahead] -= 1
-            self._pump(get.ahead)
+        owner = get.slot
+        if owner is not None:
+            get.slot = None
+            owner._busy[get.ahead] -= 1
+            owner._pump(get.ahead)
 
     def _watch(self, get: Get, now: float) -> None:
         """Hedge ``get`` if it is still unanswered after the hedge delay from ``now``."""

@@ -33,7 +33,11 @@ class StoredMediaMetadata:
         if self._has is None:
             self._has = False
             if self._path is not None and self._path.is_file():
-                db = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True)
+                # read-only, used by one thread at a time but not always the same one (a Ray
+                # actor with max_concurrency=2 runs successive tasks on different threads)
+                db = sqlite3.connect(
+                    f"file:{self._path}?mode=ro", uri=True, check_same_thread=False
+                )
                 found = db.execute(
                     "SELECT name FROM sqlite_master WHERE type='table' AND name='media_metadata'"
                 ).fetchone()

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.core.temp_names import beside
 from fpipe.storage.paths import is_url
 
 __all__ = ["DTYPE_CODES", "HEADER_BYTES", "IndexedCorpus", "MAGIC", "VERSION", "dtype_code"]
@@ -84,7 +85,7 @@ def _cached_idx(url: str, storage) -> str:
     path = folder / (hashlib.sha256(tag.encode()).hexdigest()[:32] + ".idx")
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp = beside(path)  # whole or absent, whichever process or thread copies it too
         tmp.write_bytes(read_object(url, storage))
         os.replace(tmp, path)  # whole or absent: another process may copy it too
     return str(path)

@@ -75,13 +75,26 @@ class _IOLoop:
 
 
 _LOOP: _IOLoop | None = None
+#: One loop per process: every reader's GETs are kept on it without locks (``_gets.py``), and
+#: thread workers reach it together at their first reads.
+_LOOP_LOCK = threading.Lock()
+
+
+def _forked() -> None:
+    global _LOOP_LOCK
+    _LOOP_LOCK = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def _io_loop() -> asyncio.AbstractEventLoop:
     global _LOOP
-    if _LOOP is None or _LOOP.pid != os.getpid():  # threads do not survive fork
-        _LOOP = _IOLoop()
-    return _LOOP.loop
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP.pid != os.getpid():  # threads do not survive fork
+            _LOOP = _IOLoop()
+        return _LOOP.loop
 
 
 class RemoteFiles:

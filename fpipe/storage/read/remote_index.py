@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.temp_names import beside
 from fpipe.storage.paths import expand_braces, join_url
 from fpipe.storage.read.remote import (
     StorageOptions,
@@ -78,11 +79,12 @@ def cached_copy(
     """The local copy of the index of the dataset at ``url``, in
     ``$FPIPE_CACHE/<kind>/<hash of the URL>``: kept while its file ``marker`` holds
     ``current`` (that file as the bucket has it now), else made anew by ``copy(folder)`` in a
-    folder of this process's and swapped in whole, so no reader sees half a copy."""
+    folder of this thread's and swapped in whole, so no reader sees half a copy."""
     d = _cache_root() / kind / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
     if (d / marker).exists() and (d / marker).read_bytes() == current:
         return d
-    tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}")
+    # a folder per thread: two making the same copy at once would otherwise empty each other's
+    tmp = beside(d)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         copy(tmp)

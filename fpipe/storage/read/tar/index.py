@@ -25,7 +25,6 @@ flat one: the same values, most of them derived, the rest in the smallest dtypes
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ import yaml
 
 from fpipe._version import __version__
 from fpipe.core.errors import ConfigError
+from fpipe.core.temp_names import beside
 from fpipe.storage.config.yaml_record import load_yaml_file
 from fpipe.storage.read.members import MemberTable, concat_members, member_files
 from fpipe.storage.read.tar.compact import compact_files
@@ -149,7 +149,7 @@ def write_folder(
     new ones are written afterwards).
     """
     out = Path(out)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tmp = beside(out)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -171,7 +171,7 @@ def write_folder(
     for keep in ("dataset.yaml", "split.yaml"):
         if (out / keep).exists():
             shutil.copy2(out / keep, tmp / keep)
-    old = out.with_name(f"{out.name}.old-{os.getpid()}")
+    old = beside(out, "old")
     if out.exists():
         out.rename(old)
     tmp.rename(out)

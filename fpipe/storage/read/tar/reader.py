@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from fpipe.core.errors import BadSampleError
+from fpipe.core.temp_names import beside
 from fpipe.decode.extensions import GZ, strip_gz
 from fpipe.decode.limits import DecodeLimits
 from fpipe.storage.paths import contained
@@ -342,14 +343,17 @@ def _slice(bufs: list[tuple[int, memoryview]], off: int, size: int) -> bytes:
 
 
 def _decompressed_copy(src: str, dst: Path) -> str:
-    """Decompress a gzip shard once to ``dst`` (atomic rename; safe across processes).
+    """Decompress a gzip shard once to ``dst`` (atomic rename; safe across processes and
+    threads).
 
     A corrupt or truncated shard raises ``OSError`` (the caller makes it a bad sample) and
     leaves no partial file behind."""
     if dst.exists():
         return str(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
+    # a temporary file per thread: thread workers read a shard first at the same time, and
+    # one opening another's half-written copy would truncate it (zeros renamed into place)
+    tmp = beside(dst)
     try:
         with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
