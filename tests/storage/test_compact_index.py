@@ -43,6 +43,9 @@ def _same_reads(c, f) -> None:
         got, want = np.asarray(c.column(name)), np.asarray(f.column(name))
         assert got.dtype == want.dtype and got.tolist() == want.tolist(), name
         assert c.column(name)[n - 1] == want[n - 1]
+        for ask in ([-1, 0, 1 - n], slice(1, None, 2), np.arange(n) % 3 == 0, -2):
+            got, want_ = np.asarray(c.column(name)[ask]), np.asarray(f.column(name)[ask])
+            assert got.dtype == want_.dtype and got.tolist() == want_.tolist(), (name, ask)
     idx = np.arange(n)[::-1].copy()
     assert c.read_many(idx) == f.read_many(idx)
     assert c.read_many(idx, frozenset({"txt"})) == f.read_many(idx, frozenset({"txt"}))
@@ -173,3 +176,100 @@ def test_an_explicit_entry_in_an_index_without_explicit_rows_is_a_bad_sample(tmp
     with pytest.raises(BadSampleError, match="the index is corrupt"):
         ds.read(3)
     assert ds.read(0)["jpg"][:2] == b"\xff\xd8"
+
+
+def _batch_only(*a, **k):
+    raise AssertionError("one sample's lookup went through the batch lookups")
+
+
+def test_one_sample_reads_by_int_arithmetic(tmp_path, monkeypatch):
+    """A sample's key, members, shard id and derived columns (what a read or a plan of one
+    sample asks) are int arithmetic on the arrays, not a batch of one (~20 numpy calls), and
+    equal the flat index's, in shards of every kind (_odd_shards)."""
+    from fpipe.storage.read.tar.samples import CompactSamples
+
+    c, f = _both(tmp_path, _odd_shards)
+    for name in ("rows", "keys", "shard_ids", "_sizes"):
+        monkeypatch.setattr(CompactSamples, name, _batch_only)
+    for i in range(len(f)):
+        assert c.key(i) == f.key(i)
+        assert c.reader.members(i) == f.reader.members(i)
+        assert c.read(i) == f.read(i)
+        for name in f.column_names:
+            got, want = c.column(name)[i], f.column(name)[i]
+            assert got == want and got.dtype == want.dtype, (name, i)
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [(-1, p, 41, 6) for p in range(5)],  # numbers of one width
+        [(-1, 0, 7, 4), (-1, 1, 7, 2), (-1, 3, 0, 1)],  # widths differ
+        [(0, 0), (0, 1), (0, 2), (0, 3)],  # stored keys, one empty
+        [(-1, 0, 9998, 4), (-1, 1, 9998, 4), (-1, 2, 9998, 4)],  # past the width: 10000
+        [(-1, 0, -3, 3), (-1, 0, 5, 20), (-1, 0, 10**17, 18), (-1, 0, 2**62, 3)],
+        [(-1, 0, 5, 0), (0, 4), (0, 5), (2, -3), (-1, 2, 1, 3), (0, 3)],  # corrupt entries
+        [],
+    ],
+)
+def test_a_batch_of_keys_is_each_key(entries):
+    """keys_of (numpy, a batch) gives what key_of (one key) gives, corrupt entries included."""
+    from fpipe.storage.read.tar.compact_keys import key_of, keys_of
+
+    blob = np.frombuffer(b"abcdefgh", np.uint8)
+    off = np.array([0, 1, 3, 3, 8, 20], np.int64)  # row 4 ends past keys.npy
+    rows = [e if len(e) == 4 else (*e, 0, 0) for e in entries]
+    want = [key_of(*r, off, blob) for r in rows]
+    cols = [np.asarray(c, np.int64) for c in zip(*rows)] or [np.zeros(0, np.int64)] * 4
+    raw, ok = keys_of(*cols, off, blob)
+    assert raw == [b"" if k is None else k for k in want]
+    assert ok.tolist() == [k is not None for k in want]
+
+
+def test_a_corrupt_pattern_entry_fails_alike_one_by_one_and_in_batches(tmp_path):
+    """A block outside offset_base.npy: the sample's read fails as a bad sample, its derived
+    column as a ConfigError naming it, whether asked alone or in a batch."""
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=3)
+    prepare_dataset(tmp_path, fields=FIELDS, compact_index=True)
+    blocks = tmp_path / ".fpipe/compact/shard/blocks_at.npy"
+    kept = np.load(blocks)
+    np.save(blocks, np.array([kept[0], 7], np.int64))  # shard 1 (samples 3 to 5)
+    ds = open_dataset(tmp_path)
+    with pytest.raises(BadSampleError, match=r"corrupt \(member entries of sample 4\)"):
+        ds.read(4)
+    (_, got), (_, fine) = ds.read_many([4, 1])
+    assert isinstance(got, BadSampleError) and isinstance(fine, dict)
+    for col in (ds.column("bytes"), ds.column("image.bytes")):
+        for ask in (4, [1, 4]):
+            with pytest.raises(ConfigError, match="member entries of sample 4 are corrupt"):
+                col[ask]
+    rows = ds.reader._members.rows(np.array([4, 1, 5]))  # a corrupt sample's rows left out
+    assert rows.ok.tolist() == [False, True, False] and set(rows.owner.tolist()) == {1}
+    np.save(blocks, kept)
+    np.save(tmp_path / ".fpipe/compact/shard/key_width.npy", np.array([0, 6], np.uint8))
+    ds = open_dataset(tmp_path)
+    with pytest.raises(BadSampleError, match=r"corrupt \(key entry of sample 1\)"):
+        ds.key(1)
+    (_, got), (key, fine) = ds.read_many([1, 4])
+    assert isinstance(got, BadSampleError) and isinstance(fine, dict) and key == ds.key(4)
+
+
+def test_a_pattern_sample_of_an_index_without_pattern_is_a_bad_sample(tmp_path):
+    """info.yaml edited to an empty pattern: a sample of a pattern shard has no members the
+    index can place, alone or in a batch (not a sample of no members)."""
+    import yaml
+
+    make_image_caption_dataset(tmp_path, shards=2, per_shard=3)
+    prepare_dataset(tmp_path, fields=FIELDS, compact_index=True)
+    info = tmp_path / ".fpipe/info.yaml"
+    data = yaml.safe_load(info.read_text())
+    data["compact"]["pattern"] = []
+    info.write_text(yaml.safe_dump(data))
+    ds = open_dataset(tmp_path)
+    with pytest.raises(BadSampleError, match=r"corrupt \(member entries of sample 1\)"):
+        ds.read(1)
+    [(_, got)] = ds.read_many([1])
+    assert isinstance(got, BadSampleError)
+    for ask in (1, [1]):
+        with pytest.raises(ConfigError, match="member entries of sample 1 are corrupt"):
+            ds.column("bytes")[ask]

@@ -24,6 +24,7 @@ import numpy as np
 from fpipe.core.errors import ConfigError
 from fpipe.storage.read.members import CorruptIndex, FlatMembers, MemberRows, PerExtensionMembers
 from fpipe.storage.read.tar.compact import CompactInfo
+from fpipe.storage.read.tar.compact_keys import key_of, keys_of
 
 __all__ = ["CompactSamples", "FlatSamples", "IndexColumn", "sample_index"]
 
@@ -108,6 +109,8 @@ class CompactSamples:
         self._pattern = np.asarray([exts.index(e) for e in info.pattern], np.int64)
         if info.block < 1:
             raise ConfigError(f"{where}: bad index info: compact block {info.block} < 1")
+        self._pattern_list: list[int] = self._pattern.tolist()
+        self._size_files = [f"compact/size.{j}.npy" for j in range(len(self._pattern_list))]
         self._starts: np.ndarray | None = None
         self.batched = True
         self._explicit = FlatMembers(exts, lambda name: arrays("compact/explicit/" + name[8:]))
@@ -124,44 +127,45 @@ class CompactSamples:
             self._starts = self._rec.shard_starts()
         return self._starts
 
+    # One sample's lookups (key, placed, shard_id, a derived column's value) read single
+    # entries as Python ints (ndarray.item) and do int arithmetic: the batch methods' numpy
+    # calls on arrays of one cost ~20x more. Nothing is copied out of the maps: per-shard
+    # arrays as lists would hold ~36 bytes per shard in every worker.
+
+    def _place(self, i: int) -> tuple[int, int]:
+        """(shard id, position in its shard) of sample ``i`` (as :meth:`shard_ids`)."""
+        starts = self.starts()
+        sid = int(starts.searchsorted(i, "right")) - 1
+        return sid, i - starts.item(sid)
+
     def shard_ids(self, idx: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.starts(), idx, side="right").astype(np.int64) - 1
 
     def shard_id(self, i: int) -> int:
-        return int(np.searchsorted(self.starts(), i, side="right")) - 1
+        return self._place(i)[0]
 
     def key(self, i: int) -> bytes:
-        raw, ok = self.keys(np.asarray([i], np.int64))
-        if not ok[0]:
+        sid, pos = self._place(i)
+        at = self._array("compact/shard/keys_at.npy").item(sid)
+        first = self._array("compact/shard/key_first.npy").item(sid)
+        width = self._array("compact/shard/key_width.npy").item(sid)
+        off, blob = self._array("compact/keys.offsets.npy"), self._array("compact/keys.npy")
+        got = key_of(at, pos, first, width, off, blob)
+        if got is None:
             raise CorruptIndex(f"key entry of sample {i}")
-        return raw[0]
+        return got
 
     def keys(self, idx: np.ndarray) -> tuple[list[bytes], np.ndarray]:
         idx = np.asarray(idx, np.int64)
         sid = self.shard_ids(idx)
-        pos = idx - self.starts()[sid]
-        at = self._array("compact/shard/keys_at.npy")[sid]
-        first = self._array("compact/shard/key_first.npy")[sid]
-        width = self._array("compact/shard/key_width.npy")[sid]
-        off, blob = self._array("compact/keys.offsets.npy"), self._array("compact/keys.npy")
-        raw: list[bytes] = []
-        ok = np.ones(len(idx), bool)
-        for j, (a, p, f, w) in enumerate(
-            zip(at.tolist(), pos.tolist(), first.tolist(), width.tolist())
-        ):
-            if a < 0:
-                raw.append(b"%0*d" % (w, f + p) if w > 0 else b"")
-                ok[j] = w > 0
-                continue
-            r = a + p
-            if not 0 <= r < len(off) - 1:
-                raw.append(b"")
-                ok[j] = False
-                continue
-            x, y = int(off[r]), int(off[r + 1])
-            ok[j] = 0 <= x <= y <= len(blob)
-            raw.append(blob[x:y].tobytes() if ok[j] else b"")
-        return raw, ok
+        return keys_of(
+            self._array("compact/shard/keys_at.npy")[sid],
+            idx - self.starts()[sid],
+            self._array("compact/shard/key_first.npy")[sid],
+            self._array("compact/shard/key_width.npy")[sid],
+            self._array("compact/keys.offsets.npy"),
+            self._array("compact/keys.npy"),
+        )
 
     def packed_keys(self, idx: np.ndarray) -> np.ndarray:
         raw, ok = self.keys(idx)
@@ -171,52 +175,51 @@ class CompactSamples:
         return np.asarray(raw, dtype=f"S{width}")
 
     def placed(self, i: int) -> list[tuple[str, int, int]]:
-        """``(ext, offset, size)`` of every member of sample ``i``, in tar order."""
-        rows = self.rows(np.asarray([i], np.int64))
-        if not rows.ok[0]:
+        """``(ext, offset, size)`` of every member of sample ``i``, in tar order (what
+        :meth:`rows` gives for ``[i]``, in int arithmetic)."""
+        sid, pos = self._place(i)
+        at = self._array("compact/shard/members_at.npy").item(sid)
+        if at >= 0:
+            row = at + pos
+            try:
+                if not 0 <= row < len(self._array("compact/explicit/start.npy")) - 1:
+                    raise CorruptIndex("explicit row out of range")
+                return self._explicit.placed(row)
+            except CorruptIndex:
+                raise CorruptIndex(f"member entries of sample {i}") from None
+        base = self._array("compact/offset_base.npy")
+        block = self._array("compact/shard/blocks_at.npy").item(sid) + pos // self._info.block
+        if not self._pattern_list or not 0 <= block < len(base):
             raise CorruptIndex(f"member entries of sample {i}")
-        names = self._exts
-        return [
-            (names[e], o, s)
-            for e, o, s in zip(rows.ext.tolist(), rows.offset.tolist(), rows.size.tolist())
-        ]
+        off = (base.item(block) + self._array("compact/offset.npy").item(i)) * 512
+        out = []
+        for e, file in zip(self._pattern_list, self._size_files):
+            size = self._array(file).item(i)
+            out.append((self._exts[e], off, size))
+            off += (size + 511) // 512 * 512 + 512  # the next member: one header further
+        return out
 
     def rows(self, idx: np.ndarray) -> MemberRows:
         """The members of samples ``idx`` (as :meth:`FlatMembers.rows`)."""
         idx = np.asarray(idx, np.int64)
-        n = len(idx)
         sid = self.shard_ids(idx)
         at = self._array("compact/shard/members_at.npy")[sid].astype(np.int64)
-        pat = np.flatnonzero(at < 0)
         exp = np.flatnonzero(at >= 0)
-        k = len(self._pattern)
-        # pattern samples: the first member's offset, the next ones one header further
-        i = idx[pat]
-        first, good = self._first_offsets(i, sid[pat])
-        size = (
-            np.stack(
-                [self._array(f"compact/size.{j}.npy")[i].astype(np.int64) for j in range(k)], axis=1
-            )
-            if k
-            else np.zeros((len(pat), 0), np.int64)
-        )
-        off = np.zeros_like(size)
-        if k:
-            off[:, 0] = first
-            for j in range(1, k):
-                off[:, j] = off[:, j - 1] + (size[:, j - 1] + 511) // 512 * 512 + 512
-        ok = np.ones(n, bool)
-        ok[pat] = good & (k > 0)
-        parts = [(np.repeat(pat, k), np.tile(self._pattern, len(pat)), off.ravel(), size.ravel())]
-        if len(exp):
-            row = at[exp] + idx[exp] - self.starts()[sid[exp]]
-            limit = len(self._array("compact/explicit/start.npy")) - 1
-            good = (row >= 0) & (row < limit)
-            ok[exp] = good
-            if good.any():  # rows of an empty table cannot even be asked for
-                got = self._explicit.rows(np.where(good, row, 0))
-                ok[exp] &= got.ok
-                parts.append((exp[got.owner], got.ext, got.offset, got.size))
+        if not len(exp):  # every sample follows the pattern (the usual batch)
+            return self._pattern_rows(idx, sid)
+        pat = np.flatnonzero(at < 0)
+        got = self._pattern_rows(idx[pat], sid[pat])
+        ok = np.ones(len(idx), bool)
+        ok[pat] = got.ok
+        parts = [(pat[got.owner], got.ext, got.offset, got.size)]
+        row = at[exp] + idx[exp] - self.starts()[sid[exp]]
+        limit = len(self._array("compact/explicit/start.npy")) - 1
+        good = (row >= 0) & (row < limit)
+        ok[exp] = good
+        if good.any():  # rows of an empty table cannot even be asked for
+            got = self._explicit.rows(np.where(good, row, 0))
+            ok[exp] &= got.ok
+            parts.append((exp[got.owner], got.ext, got.offset, got.size))
         owner, ext, offset, size_ = (np.concatenate(p) for p in zip(*parts))
         order = np.argsort(owner, kind="stable")
         keep = ok[owner[order]]
@@ -228,6 +231,26 @@ class CompactSamples:
             offset=offset[order].astype(np.int64),
             size=size_[order].astype(np.int64),
         )
+
+    def _pattern_rows(self, idx: np.ndarray, sid: np.ndarray) -> MemberRows:
+        """:meth:`rows` of samples ``idx`` of shards ``sid`` that follow the pattern: the
+        first member's offset, the next ones one header further."""
+        n, k = len(idx), len(self._pattern)
+        first, ok = self._first_offsets(idx, sid)
+        ok &= k > 0
+        size = np.empty((n, k), np.int64)
+        off = np.empty((n, k), np.int64)
+        for j in range(k):
+            size[:, j] = self._array(self._size_files[j])[idx]
+            if j == 0:
+                off[:, 0] = first
+            else:  # one header (512 bytes) after the previous member's 512-byte blocks
+                off[:, j] = off[:, j - 1] + (size[:, j - 1] + 511) // 512 * 512 + 512
+        rows = (np.repeat(np.arange(n), k), np.tile(self._pattern, n), off.ravel(), size.ravel())
+        if not ok.all():
+            keep = np.repeat(ok, k)
+            rows = tuple(r[keep] for r in rows)
+        return MemberRows(ok, *rows)
 
     def _first_offsets(self, idx: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(data offset of the first member of pattern samples ``idx`` of shards ``sid``,
@@ -244,14 +267,18 @@ class CompactSamples:
         """Column ``name`` (or ``shard_id``) as an array-like read on access."""
         n = self._rec.num_samples
         if name == "shard_id":
-            return IndexColumn(n, np.dtype(np.int32), self.shard_ids)
+            return IndexColumn(n, np.dtype(np.int32), self.shard_ids, self.shard_id)
         dtype = np.dtype(self._rec.columns.get(name, "int64"))
         info = self._info
         if name in info.sums:
-            return IndexColumn(n, dtype, lambda idx: self._sizes(idx, None))
+            return IndexColumn(
+                n, dtype, lambda idx: self._sizes(idx, None), lambda i: self._size(i, None)
+            )
         if name in info.sizes:
             ext = self._exts.index(info.sizes[name])
-            return IndexColumn(n, dtype, lambda idx: self._sizes(idx, ext))
+            return IndexColumn(
+                n, dtype, lambda idx: self._sizes(idx, ext), lambda i: self._size(i, ext)
+            )
         file = f"compact/columns/{name}.npy"
         return IndexColumn(n, dtype, lambda idx: self._array(file)[idx])
 
@@ -272,13 +299,37 @@ class CompactSamples:
         out[rows.owner[hit]] = rows.size[hit]
         return out
 
+    def _size(self, i: int, ext: int | None) -> int:
+        """:meth:`_sizes` of sample ``i`` alone."""
+        try:
+            placed = self.placed(i)
+        except CorruptIndex:
+            raise ConfigError(
+                f"{self._where}: member entries of sample {i} are corrupt; re-run `fpipe prepare`"
+            ) from None
+        if ext is None:
+            return sum(size for _, _, size in placed)
+        got = -1  # as _sizes: the last member of that extension
+        for e, _, size in placed:
+            if e == self._exts[ext]:
+                got = size
+        return got
+
 
 class IndexColumn:
     """A per-sample column read on access (``col[i]``, ``col[indices]``, ``col[a:b]``),
     in the dtype the index says, whatever it is stored as (or derived from)."""
 
-    def __init__(self, n: int, dtype: np.dtype, get: Callable[[np.ndarray], np.ndarray]):
-        self._n, self.dtype, self._get = n, dtype, get
+    def __init__(
+        self,
+        n: int,
+        dtype: np.dtype,
+        get: Callable[[np.ndarray], np.ndarray],
+        one: Callable[[int], int] | None = None,
+    ):
+        #: ``get(indices)``: the values of a batch; ``one(i)``: the value of one sample, as
+        #: ``get`` gives it (where the batch's numpy calls would cost more than the value)
+        self._n, self.dtype, self._get, self._one = n, dtype, get, one
         self.shape = (n,)
         self.ndim = 1
 
@@ -288,18 +339,24 @@ class IndexColumn:
     def __getitem__(self, key):
         if isinstance(key, slice):
             key = np.arange(*key.indices(self._n), dtype=np.int64)
-        elif np.ndim(key) == 0:
+        elif isinstance(key, (int, np.integer)) or np.ndim(key) == 0:  # the first: no call
             i = int(key)
             if not -self._n <= i < self._n:
                 raise IndexError(f"index {i} out of range for {self._n} samples")
+            if self._one is not None:
+                return self.dtype.type(self._one(i % self._n))
             return self[np.asarray([i % self._n])][0]
         idx = np.asarray(key)
         if idx.dtype == bool:
             idx = np.flatnonzero(idx)
-        idx = idx.astype(np.int64)
-        if len(idx) and (idx.min() < -self._n or idx.max() >= self._n):
-            raise IndexError(f"indices out of range for {self._n} samples")
-        return np.asarray(self._get(idx % max(self._n, 1))).astype(self.dtype)
+        idx = idx.astype(np.int64, copy=False)
+        if len(idx):
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < -self._n or hi >= self._n:
+                raise IndexError(f"indices out of range for {self._n} samples")
+            if lo < 0:  # from the end, as an array's
+                idx = idx % self._n
+        return np.asarray(self._get(idx)).astype(self.dtype, copy=False)
 
     def __array__(self, dtype=None, copy=None):
         out = self[np.arange(self._n, dtype=np.int64)]
