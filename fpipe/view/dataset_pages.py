@@ -232,7 +232,7 @@ def _cooked(view: ViewTarget, n: int, i: int) -> str:
     if pd is None:
         return f'<p class="warn">no plan to cook samples with: {esc(view.plan_error)}</p>'
     try:
-        sample, _ = pd.materializer.sample(n, i, 0, 0)
+        sample = view.cook(n, i)
     except (FpipeError, OSError) as e:
         return f'<p class="warn">{esc(e)}</p>'
     if dataclasses.is_dataclass(sample):

@@ -67,13 +67,22 @@ class ViewTarget:
                 self._planned = build_dataset(self.cfg, 0)
             return self._planned
 
+    def cook(self, n: int, i: int) -> Any:
+        """Sample ``i`` of dataset ``n`` as the plan's materializer cooks it (the server has no
+        plan to cook with: None). One at a time: the pages' threads share that materializer,
+        whose open datasets and caches are one worker's, not made for several threads."""
+        pd = self.planned()
+        if pd is None:
+            return None
+        with self._lock:
+            return pd.materializer.sample(n, i, 0, 0)[0]
+
     def warm(self) -> None:
         """Cook one sample, so that the first sample page does not wait for the materializer's
         imports (torch); run in a thread at start. Errors are left to the pages."""
         try:
-            pd = self.planned()
-            if pd is not None and len(self.dataset(0)):
-                pd.materializer.sample(0, 0, 0, 0)
+            if self.planned() is not None and len(self.dataset(0)):
+                self.cook(0, 0)
         except Exception:  # noqa: BLE001 - a warm-up only; the page reports the error
             pass
 

@@ -141,3 +141,21 @@ def test_view_help_has_an_example(capsys):
     with pytest.raises(SystemExit):
         main(["view", "--help"])
     assert "fpipe view data/coco" in capsys.readouterr().out
+
+
+def test_a_sample_page_cooks_one_sample_at_a_time(data, monkeypatch):
+    """The pages' threads share the plan's materializer (its open datasets, its caches are one
+    worker's): a sample is cooked under the view's lock, as its datasets are opened."""
+    from fpipe.view.dataset_pages import _cooked
+
+    view = open_target(data["plan"])
+    mat = view.planned().materializer
+    real, held = mat.sample, []
+
+    def sample(*args):
+        held.append(view._lock.locked())
+        return real(*args)
+
+    monkeypatch.setattr(mat, "sample", sample)
+    page = _cooked(view, 0, 3)
+    assert held == [True] and "warn" not in page
