@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +30,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from fpipe.core.errors import BadSampleError, ConfigError, error_text
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.decode import _jpeg
 from fpipe.decode._pixels import pixel_view
 from fpipe.decode.extensions import IMAGE_EXTENSIONS
@@ -53,18 +52,7 @@ __all__ = [
 _OUTS = ("pil", "numpy", "torch")
 #: ``warnings.catch_warnings`` swaps the process's filter list: one thread at a time (thread
 #: workers), or two overlapping blocks would leave a filter behind or drop one.
-_WARNINGS_LOCK = threading.Lock()
-
-
-def _forked() -> None:
-    """A forked child gets a free lock: a thread of the parent (a thread worker) may have held
-    it at the fork, and no thread of the child would release it."""
-    global _WARNINGS_LOCK
-    _WARNINGS_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
+_WARNINGS_LOCK = fork_safe_lock(globals(), "_WARNINGS_LOCK")
 
 _MODES = ("RGB", "L", "RGBA")
 _DTYPES = ("uint8", "float32")

@@ -54,12 +54,12 @@ import glob
 import math
 import os
 import secrets
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.core.raw_memory import array_at
 from fpipe.core.resource_limits import out_of_descriptors
 from fpipe.encode.shared_mapping import SharedMapping
@@ -347,7 +347,7 @@ def _register_reducer() -> None:
 # -- in the main process --------------------------------------------------------------------
 
 _attached: dict[str, _Arena] = {}
-_lock = threading.Lock()
+_lock = fork_safe_lock(globals(), "_lock")
 
 
 class _Claim:

@@ -22,12 +22,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import os
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.encode._hook_wrapper import HookWrapper
 from fpipe.encode.hook_forms import drain
 
@@ -52,18 +51,7 @@ _POSITION: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextV
     "fpipe_position", default=None
 )
 #: Held while a ``restore_seeds`` hook runs: the global generators are one per process.
-_GLOBAL_SEEDS = threading.RLock()
-
-
-def _forked() -> None:
-    """A forked child gets a free lock: a thread of the parent (a thread worker running such a
-    hook) may have held it at the fork, and no thread of the child would release it."""
-    global _GLOBAL_SEEDS
-    _GLOBAL_SEEDS = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
+_GLOBAL_SEEDS = fork_safe_lock(globals(), "_GLOBAL_SEEDS", reentrant=True)
 
 
 class SkipSample(Exception):  # noqa: N818 - Energon's name

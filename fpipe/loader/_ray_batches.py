@@ -36,10 +36,10 @@ subclasses) travel as torch pickles them.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from typing import Any
 
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.core.raw_memory import array_at
 from fpipe.encode import batch_slots
 
@@ -127,7 +127,8 @@ def register() -> None:
 
 # -- in the training process --------------------------------------------------------------------
 
-_lock = threading.RLock()  # reentrant: a _Pin may be collected while this thread holds it
+# reentrant: a _Pin may be collected while this thread holds it
+_lock = fork_safe_lock(globals(), "_lock", reentrant=True)
 _pinned = 0
 _bound = 256 << 20  # until set_capacity
 

@@ -17,9 +17,10 @@ of datasets from 0 hashes its largest range once, plus under ``STEP`` indices pe
 from __future__ import annotations
 
 import hashlib
-import threading
 
 import numpy as np
+
+from fpipe.core.fork_locks import fork_safe_lock
 
 __all__ = ["array_digest", "range_digest"]
 
@@ -34,7 +35,7 @@ _CHUNK = 1 << 16
 _INT64 = str(np.dtype(np.int64)).encode()
 #: _prefix[k]: the hash after the dtype and the bytes of ``arange(0, k * STEP)``
 _prefix: list = []
-_lock = threading.Lock()
+_lock = fork_safe_lock(globals(), "_lock")
 
 
 def _new():

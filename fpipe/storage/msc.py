@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import os
 import posixpath
-import threading
 from typing import Any
 
 import msgspec
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.fork_locks import fork_safe_lock
 
 __all__ = ["MscTarget", "resolve_dss", "resolve_location", "resolve_msc"]
 
@@ -68,7 +68,7 @@ def _split(url: str, scheme: str) -> tuple[str, str]:
 # Profiles read per process, keyed by the variables that choose the configuration files and
 # checked against their modification times (a test or a user may rewrite them).
 _PROFILES: dict[tuple, tuple[Any, dict[str, Any], str, tuple]] = {}
-_LOCK = threading.Lock()
+_LOCK = fork_safe_lock(globals(), "_LOCK")
 
 
 def _msc_config():

@@ -20,13 +20,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.core.temp_names import beside
 from fpipe.storage.config.safe_yaml import safe_load
 
@@ -64,7 +64,7 @@ _VALUES = msgspec.msgpack.Decoder(ext_hook=_no_ext)
 #: a file the kept record does not match has its folder's record read again.
 MAX_RECORDS = 1024
 _records: collections.OrderedDict[str, dict[str, _Entry]] = collections.OrderedDict()
-_lock = threading.Lock()
+_lock = fork_safe_lock(globals(), "_lock")
 
 
 def _digest(data: bytes) -> bytes:

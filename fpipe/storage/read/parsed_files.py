@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import collections
 import os
-import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from fpipe.core.fork_locks import fork_safe_lock
 
 __all__ = ["checked_once", "clear", "parsed"]
 
@@ -31,7 +32,7 @@ MAX_FILES = 1024
 _parsed: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 #: (identity of a parsed value, what was checked) -> the value (kept alive: its id stays its own)
 _checked: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-_lock = threading.Lock()
+_lock = fork_safe_lock(globals(), "_lock")
 
 
 def parsed(

@@ -32,6 +32,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from fpipe.core.fork_locks import fork_safe_lock
+
 __all__ = [
     "SLOW_READ_S",
     "Window",
@@ -51,16 +53,14 @@ MAX_WINDOWS = 4
 
 Range = tuple[str, int, int]  # (path, offset, size)
 
-_LOCK = threading.Lock()
+_LOCK = fork_safe_lock(globals(), "_LOCK")
 _COUNTERS: collections.Counter[str] = collections.Counter()
 _PEAKS: dict[str, int] = {}
 _WINDOWS: collections.OrderedDict[Any, Window] = collections.OrderedDict()
 
 
 def _forked() -> None:
-    """A forked child starts its counters and windows afresh (and with a free lock)."""
-    global _LOCK
-    _LOCK = threading.Lock()
+    """A forked child starts its counters and windows afresh (its lock: fork_safe_lock)."""
     _COUNTERS.clear()
     _PEAKS.clear()
     _WINDOWS.clear()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import weakref
 import zlib
 from collections import OrderedDict
@@ -26,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fpipe.core.errors import BadSampleError
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.decode.extensions import is_gz, strip_gz
 from fpipe.decode.limits import DEFAULT_LIMITS, DecodeLimits, gunzip
 from fpipe.storage.read.coalesce import LOCAL_BUDGET
@@ -40,10 +40,8 @@ _PID = os.getpid()
 
 
 def _forked() -> None:
-    global _PID, _LRU_LOCK
+    global _PID
     _PID = os.getpid()
-    # a thread of the parent may have held it at the fork; that thread is not in the child
-    _LRU_LOCK = threading.RLock()
     _LRU.clear()  # the parent's descriptors: each cache closes its copies when it notices
     _BUSY.clear()  # read by the parent's threads, not this child's
     _close(_DEFERRED)  # copies no cache holds any more
@@ -63,7 +61,7 @@ _BUSY: dict[int, list[None]] = {}
 _DEFERRED: set[int] = set()
 #: Guards ``_LRU``, leases, ``_DEFERRED`` and every cache's descriptors. Reentrant: a cache
 #: collected while it is held (a garbage collection inside) closes itself under it.
-_LRU_LOCK = threading.RLock()
+_LRU_LOCK = fork_safe_lock(globals(), "_LRU_LOCK", reentrant=True)
 
 
 os.register_at_fork(after_in_child=_forked)

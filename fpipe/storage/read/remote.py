@@ -41,6 +41,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.storage.objects import (
     StorageOptions,
     import_obstore,
@@ -77,16 +78,7 @@ class _IOLoop:
 _LOOP: _IOLoop | None = None
 #: One loop per process: every reader's GETs are kept on it without locks (``_gets.py``), and
 #: thread workers reach it together at their first reads.
-_LOOP_LOCK = threading.Lock()
-
-
-def _forked() -> None:
-    global _LOOP_LOCK
-    _LOOP_LOCK = threading.Lock()  # a thread of the parent may have held it at the fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
+_LOOP_LOCK = fork_safe_lock(globals(), "_LOOP_LOCK")
 
 
 def _io_loop() -> asyncio.AbstractEventLoop:

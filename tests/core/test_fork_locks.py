@@ -1,0 +1,86 @@
+"""Every process-wide lock of fpipe's is free in a forked child, whichever thread of the
+parent held it at the fork (``fpipe.core.fork_locks``), and none is made another way."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import select
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from fpipe.core import fork_locks
+
+ROOT = Path(fork_locks.__file__).resolve().parents[1]
+#: a lock made at module level (column 0), the way fork_safe_lock replaces
+MODULE_LOCK = re.compile(r"^\w+\s*(:[^=]+)?=\s*threading\.R?Lock\(\)", re.M)
+
+
+def _modules_with_locks() -> list[str]:
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.name != "fork_locks.py" and "fork_safe_lock(globals()" in path.read_text(
+            encoding="utf-8"
+        ):
+            rel = path.relative_to(ROOT.parent).with_suffix("")
+            out.append(".".join(rel.parts))
+    return out
+
+
+def test_no_module_level_lock_is_made_another_way():
+    made = [
+        str(p.relative_to(ROOT.parent))
+        for p in sorted(ROOT.rglob("*.py"))
+        if MODULE_LOCK.search(p.read_text(encoding="utf-8"))
+    ]
+    assert made == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_held_every_lock_can_take_them():
+    names = _modules_with_locks()
+    assert len(names) >= 10, names  # the module-level locks fpipe has
+    for name in names:
+        importlib.import_module(name)
+    locks = fork_locks.registered()
+    assert {m for m, _ in locks} >= set(names)
+    held, forked = threading.Event(), threading.Event()
+
+    def holder():  # another thread: the child has no such thread to release them
+        import sys
+
+        taken = [getattr(sys.modules[m], n) for m, n in locks]
+        for lock in taken:
+            lock.acquire()
+        held.set()
+        forked.wait(10)
+        for lock in reversed(taken):
+            lock.release()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: each lock, by its global name, must be free
+        try:
+            import sys
+
+            free = all(getattr(sys.modules[m], n).acquire(timeout=1) for m, n in locks)
+            os.write(w, b"1" if free else b"0")
+        finally:
+            os._exit(0)
+    forked.set()
+    t.join(10)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], 30)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    got = os.read(r, 1) if ready else b""
+    os.close(r)
+    assert got == b"1", f"a lock held at the fork stayed held in the child: {locks}"
