@@ -6,14 +6,13 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import select
-import signal
-import threading
+import sys
 from pathlib import Path
 
 import pytest
 
 from fpipe.core import fork_locks
+from tests.forking import forked_while_held
 
 ROOT = Path(fork_locks.__file__).resolve().parents[1]
 #: a lock made at module level (column 0), the way fork_safe_lock replaces
@@ -48,39 +47,10 @@ def test_a_child_forked_while_another_thread_held_every_lock_can_take_them():
         importlib.import_module(name)
     locks = fork_locks.registered()
     assert {m for m, _ in locks} >= set(names)
-    held, forked = threading.Event(), threading.Event()
 
-    def holder():  # another thread: the child has no such thread to release them
-        import sys
+    def child() -> bytes:  # each lock, by its global name, must be free
+        free = all(getattr(sys.modules[m], n).acquire(timeout=1) for m, n in locks)
+        return b"1" if free else b"0"
 
-        taken = [getattr(sys.modules[m], n) for m, n in locks]
-        for lock in taken:
-            lock.acquire()
-        held.set()
-        forked.wait(10)
-        for lock in reversed(taken):
-            lock.release()
-
-    t = threading.Thread(target=holder)
-    t.start()
-    assert held.wait(10)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: each lock, by its global name, must be free
-        try:
-            import sys
-
-            free = all(getattr(sys.modules[m], n).acquire(timeout=1) for m, n in locks)
-            os.write(w, b"1" if free else b"0")
-        finally:
-            os._exit(0)
-    forked.set()
-    t.join(10)
-    os.close(w)
-    ready, _, _ = select.select([r], [], [], 30)
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    got = os.read(r, 1) if ready else b""
-    os.close(r)
+    got = forked_while_held([getattr(sys.modules[m], n) for m, n in locks], child, 30)
     assert got == b"1", f"a lock held at the fork stayed held in the child: {locks}"

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import io
 import os
-import select
-import signal
-import threading
 
 import pytest
 from PIL import Image
 
 from fpipe.decode import image as image_mod
 from fpipe.encode import hooks
+from tests.forking import forked_while_held
 
 
 def _png() -> bytes:
@@ -46,33 +44,9 @@ def test_a_child_forked_while_another_thread_held_the_lock_can_use_it(lock, use)
     module = hooks if lock == "_GLOBAL_SEEDS" else image_mod
     data = _png()
     use(data) if use is _decoded_image else use()  # imports done here, not in the child
-    held, forked = threading.Event(), threading.Event()
 
-    def worker():  # another thread: the child has no such thread to release it
-        with getattr(module, lock):
-            held.set()
-            forked.wait(5)
+    def child() -> bytes:
+        use(data) if use is _decoded_image else use()
+        return b"ok"
 
-    t = threading.Thread(target=worker)
-    t.start()
-    assert held.wait(5)
-    r, w = os.pipe()
-    try:
-        pid = os.fork()
-        if pid == 0:  # child
-            try:
-                use(data) if use is _decoded_image else use()
-                os.write(w, b"ok")
-            finally:
-                os._exit(0)
-    finally:
-        forked.set()
-        t.join(5)
-    os.close(w)
-    ready, _, _ = select.select([r], [], [], 5)
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    got = os.read(r, 2) if ready else b""
-    os.close(r)
-    assert got == b"ok"
+    assert forked_while_held([getattr(module, lock)], child) == b"ok"

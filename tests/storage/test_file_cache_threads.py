@@ -10,14 +10,13 @@ to the next file opened, the read returned the other file's bytes.
 from __future__ import annotations
 
 import os
-import select
-import signal
 import threading
 
 import pytest
 
 from fpipe.storage.read import reader as reader_mod
 from fpipe.storage.read.reader import FileCache
+from tests.forking import forked_while_held
 
 
 def _files(tmp_path):
@@ -108,30 +107,7 @@ def test_a_child_forked_while_another_thread_held_the_lock_can_read(tmp_path):
     """The lock of the process's caches was held by a reading thread at the fork: the child
     has no such thread, and would wait for it forever."""
     paths = _files(tmp_path)
-    held, forked = threading.Event(), threading.Event()
-
-    def reading():  # another thread: the lock is reentrant, so the forking one would not do
-        with reader_mod._LRU_LOCK:
-            held.set()
-            forked.wait(5)
-
-    t = threading.Thread(target=reading)
-    t.start()
-    assert held.wait(5)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.write(w, FileCache(1).pread(paths["a"], 0, 2))
-        finally:
-            os._exit(0)
-    forked.set()
-    t.join(5)
-    os.close(w)
-    ready, _, _ = select.select([r], [], [], 5)
-    if not ready:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    got = os.read(r, 2) if ready else b""
-    os.close(r)
+    got = forked_while_held(
+        [reader_mod._LRU_LOCK], lambda: FileCache(1).pread(paths["a"], 0, 2)
+    )  # held by another thread: the lock is reentrant, so the forking one would not do
     assert got == b"aa"
