@@ -5,7 +5,8 @@ each field, splits, and a summary of every metadata column (min / median / max, 
 samples lack it), with text histograms of image sizes and of lengths (tokens, characters,
 frames, durations). No payload is read and torch is not imported. For a metadataset.yaml: each
 split's datasets with their weights (or repetitions), samples, split parts and subflavors, and
-the draw of a weighted blend (``blend_draw``).
+the draw of a weighted blend (``blend_draw``) and what its weights are shares of
+(``blend_unit``, when not samples).
 """
 
 from __future__ import annotations
@@ -199,6 +200,8 @@ def format_metadataset_info(path: str, open_kwargs: dict[str, Any] | None = None
         draw = ""
         if mix.mode == "blend":  # the file's blend_draw; without one the loader draws by hash
             draw = f", draw {mix.draw}" if mix.draw else ", draw hash (the default)"
+            if mix.unit is not None:  # blend_unit: the weights are shares of an index column
+                draw += f", weights share {mix.unit}"
         lines.append(f"split {split}: {mix.mode}, {len(mix.leaves)} dataset(s){draw}")
         for leaf in mix.leaves:
             n = len(

@@ -108,3 +108,12 @@ def test_errors_name_the_dataset_and_the_fix(mix):
         dataset(str(root / "epochized.yaml"))
     with pytest.raises(ConfigError, match="needs a metadataset with a blend"):
         dataset(str(root / "short.jsonl"), blend_unit="tokens")
+
+
+def test_info_shows_what_the_weights_are_shares_of(mix):
+    from fpipe.cli._info import format_metadataset_info
+
+    assert "dataset(s), draw hash (the default), weights share tokens\n" in (
+        format_metadataset_info(mix["tokens"])
+    )
+    assert "weights share" not in format_metadataset_info(mix["samples"])
