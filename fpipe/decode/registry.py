@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fpipe.core.errors import BadSampleError, ConfigError
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.decode import fields
 from fpipe.decode.extensions import AV_EXTENSIONS, IMAGE_EXTENSIONS, is_gz, strip_gz
 from fpipe.decode.image import ImageDecodeOptions, decode_image_with
@@ -97,19 +98,21 @@ def register_decoder(ext: str, fn: Decoder) -> Decoder | None:
     ext = _norm(ext)
     if not ext:
         raise ValueError("decoder extension must not be empty")
-    old = _REGISTRY.get(ext)
-    _REGISTRY[ext] = fn
-    _ROUTES.clear()
+    with _ROUTES_LOCK:
+        old = _REGISTRY.get(ext)
+        _REGISTRY[ext] = fn
+        _forget_routes()
     return old
 
 
 def unregister_decoder(ext: str) -> Decoder | None:
     """Remove a registration; a built-in extension goes back to its built-in decoder."""
     ext = _norm(ext)
-    old = _REGISTRY.pop(ext, None)
-    if ext in _BUILTINS:
-        _REGISTRY[ext] = _BUILTINS[ext]
-    _ROUTES.clear()
+    with _ROUTES_LOCK:
+        old = _REGISTRY.pop(ext, None)
+        if ext in _BUILTINS:
+            _REGISTRY[ext] = _BUILTINS[ext]
+        _forget_routes()
     return old
 
 
@@ -165,9 +168,22 @@ def decode_field(
 _ROUTES: dict[str, tuple[bool, int, Decoder | None]] = {}
 _PLAIN, _ARRAY, _IMAGE, _AV = range(4)
 _MAX_ROUTES = 4096  # extensions come from data: the table is emptied rather than grown past it
+#: Registrations so far. A route worked out while a decoder was registered (another thread)
+#: may hold the decoder before it: it is used for that member and not kept.
+_GENERATION = 0
+#: Held while the table is changed (register, unregister, a route kept): not while decoding.
+_ROUTES_LOCK = fork_safe_lock(globals(), "_ROUTES_LOCK")
+
+
+def _forget_routes() -> None:
+    """Under ``_ROUTES_LOCK``: the decoders changed, every route is worked out again."""
+    global _GENERATION
+    _GENERATION += 1
+    _ROUTES.clear()
 
 
 def _route(ext: str) -> tuple[bool, int, Decoder | None]:
+    generation = _GENERATION
     norm = _norm(ext)
     gz = is_gz(norm) or norm == "gz"
     if gz:
@@ -181,9 +197,12 @@ def _route(ext: str) -> tuple[bool, int, Decoder | None]:
         how = _ARRAY
     else:
         how = _PLAIN
-    if len(_ROUTES) >= _MAX_ROUTES:
-        _ROUTES.clear()
-    route = _ROUTES[ext] = (gz, how, fn)
+    route = (gz, how, fn)
+    with _ROUTES_LOCK:
+        if generation == _GENERATION:
+            if len(_ROUTES) >= _MAX_ROUTES:
+                _ROUTES.clear()
+            _ROUTES[ext] = route
     return route
 
 

@@ -286,3 +286,25 @@ def test_npy_arrays_sharing_a_header_are_each_checked_on_their_own_bytes(monkeyp
         np.save(buf := io.BytesIO(), np.arange(n))
         assert np.array_equal(fields._npy_fast(buf.getvalue()), np.arange(n))
     assert len(fields._npy_preambles) == 2
+
+
+def test_a_route_worked_out_while_a_decoder_is_registered_is_not_kept(monkeypatch):
+    """Another thread registers a decoder while this one works out the route of the same
+    extension with the decoder before it: that route decodes this member, and is not kept for
+    the next (which would use the old decoder until the next registration)."""
+    from fpipe.decode import registry
+
+    real = registry.get_decoder
+
+    def meanwhile(ext):
+        fn = real(ext)  # the decoder before
+        registry.register_decoder("racex", lambda b: "new")  # the other thread, now
+        return fn
+
+    monkeypatch.setattr(registry, "get_decoder", meanwhile)
+    try:
+        assert registry.decode_field("racex", b"raw") == b"raw"  # no decoder yet: the bytes
+        monkeypatch.setattr(registry, "get_decoder", real)
+        assert registry.decode_field("racex", b"raw") == "new"
+    finally:
+        registry.unregister_decoder("racex")
