@@ -16,14 +16,17 @@ Examples:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["fork_safe_lock", "registered"]
 
-#: (module globals, name, factory) of every lock made here, renewed in that order in a child
-_LOCKS: list[tuple[dict[str, Any], str, Callable[[], Any]]] = []
+#: (module name, module globals, name, factory) of every lock made here, renewed in that order
+#: in a child. The module's name is read when the lock is made: a namespace that is not a
+#: module's (a doctest's globals) may be cleared afterwards.
+_LOCKS: list[tuple[str, dict[str, Any], str, Callable[[], Any]]] = []
 
 
 def fork_safe_lock(module_globals: dict[str, Any], name: str, reentrant: bool = False):
@@ -32,17 +35,24 @@ def fork_safe_lock(module_globals: dict[str, Any], name: str, reentrant: bool = 
     child forked from now on. Returns it (assign it to that name)."""
     make: Callable[[], Any] = threading.RLock if reentrant else threading.Lock
     module_globals[name] = lock = make()
-    _LOCKS.append((module_globals, name, make))
+    _LOCKS.append((module_globals.get("__name__", "?"), module_globals, name, make))
     return lock
 
 
 def registered() -> list[tuple[str, str]]:
-    """``(module, name)`` of every lock made here (for tests and the architecture check)."""
-    return [(g["__name__"], name) for g, name, _ in _LOCKS]
+    """``(module, name)`` of every lock made here that is a loaded module's global (for tests
+    and the architecture check). A lock made in another namespace (a doctest's globals, which
+    doctest clears when the example ends) is renewed in a child all the same but not listed:
+    no module holds it."""
+    return [
+        (module, name)
+        for module, g, name, _ in _LOCKS
+        if getattr(sys.modules.get(module), "__dict__", None) is g
+    ]
 
 
 def _renew() -> None:
-    for module_globals, name, make in _LOCKS:
+    for _, module_globals, name, make in _LOCKS:
         module_globals[name] = make()
 
 

@@ -54,3 +54,14 @@ def test_a_child_forked_while_another_thread_held_every_lock_can_take_them():
 
     got = forked_while_held([getattr(sys.modules[m], n) for m, n in locks], child, 30)
     assert got == b"1", f"a lock held at the fork stayed held in the child: {locks}"
+
+
+def test_a_lock_made_in_a_doctest_does_not_break_the_list_of_module_locks():
+    # the module's own doctest makes a lock in a copy of its globals, which doctest clears when
+    # the example ends: listing the locks read that namespace's __name__ and raised KeyError
+    import doctest
+
+    before = fork_locks.registered()
+    result = doctest.testmod(fork_locks, verbose=False, report=False)
+    assert result.attempted > 0 and result.failed == 0
+    assert fork_locks.registered() == before
