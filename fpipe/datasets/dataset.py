@@ -1,29 +1,20 @@
 """``get_train_dataset`` / ``get_val_dataset``: a prepared dataset -> a plan plus a materializer.
 
-The plan (main process, refs only)::
-
-    samples(split) -> slice_shuffle(max_samples_per_sequence) -> repeat(num_epochs)
-      -> window_shuffle(shuffle_buffer_size) -> [plan_stages...] -> distribute -> batch
-
-The materializer (DataLoader workers) reads, cooks, encodes and collates each recipe.
+The keyword arguments make one :class:`DatasetOptions` record, built by
+:mod:`fpipe.datasets.train_dataset` (the shuffled, repeated training stream) and
+:mod:`fpipe.datasets.val_dataset` (one validation pass): the plan runs in the main process (refs
+only), the materializer in the DataLoader workers (reads, cooks, encodes and collates each
+recipe).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
-from fpipe.core import Pipeline, chain
-from fpipe.core.errors import ConfigError, ErrorPolicy
+from fpipe.core.errors import ErrorPolicy
 from fpipe.core.stage import Stage
-from fpipe.datasets._batch_sizes import global_batch_sizes
-from fpipe.datasets._energon_options import resolve_energon_options
-from fpipe.datasets._length import count_batches, epoch_refs, stream_refs, warn_if_empty
-from fpipe.datasets._mix import eval_head, train_head
 from fpipe.datasets.options import (
     DatasetOptions,
     Distribution,
@@ -31,13 +22,11 @@ from fpipe.datasets.options import (
     SequenceSlices,
     check_keywords,
 )
+from fpipe.datasets.train_dataset import build_train_dataset
+from fpipe.datasets.val_dataset import build_val_dataset
 from fpipe.loader.planned import PlannedDataset
 from fpipe.loader.topology import Topology
-from fpipe.materialize.materializer import GROUP_CHUNK, Materializer
-from fpipe.materialize.sources import DatasetSource
-from fpipe.plan import BatchSchedule, batch, distribute, repeat, window_shuffle
-from fpipe.plan.packing.stage import PackConfig
-from fpipe.plan.skip import normalize_step_ranges
+from fpipe.plan import BatchSchedule
 
 __all__ = ["build_train_dataset", "build_val_dataset", "get_train_dataset", "get_val_dataset"]
 
@@ -211,161 +200,6 @@ def _arguments(call_locals: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in call_locals.items() if k != "path"}
 
 
-def build_train_dataset(path: str | os.PathLike, options: DatasetOptions) -> PlannedDataset:
-    """:func:`get_train_dataset` from an options record (see :class:`DatasetOptions`)."""
-    topo = options.topology or options.worker_config or Topology.from_env()
-    options = resolve_energon_options(options, topo, default_split="train")
-    skip = normalize_step_ranges(options.skip_steps)
-    if options.bucket_config is not None:
-        from fpipe.datasets._bucketed import bucketed_dataset
-
-        return dataclasses.replace(
-            bucketed_dataset(path, options, topo),
-            skip_steps=skip,
-            virtual_epoch_length=options.virtual_epoch_length,
-        )
-    schedule, global_size = global_batch_sizes(options)  # schedule: None for one size
-    batch_size = _per_rank_batch(options.batch_size, global_size, topo.world_size)
-    num_epochs = options.num_epochs
-    if not options.repeat and num_epochs is None:
-        num_epochs = 1
-    if options.shuffle_over_epochs_multiplier == -1:  # drawn with replacement: forever
-        num_epochs = None
-    passes = options.shuffle_over_epochs_multiplier or 1  # passes over the data per view epoch
-    if num_epochs is not None and options.num_epochs is not None:
-        num_epochs //= passes  # epochs of the view (a multiple of passes: checked)
-    # What the options imply, resolved once: the epochs, and the columns the stages read.
-    options = msgspec.structs.replace(
-        options,
-        num_epochs=num_epochs,
-        columns=_with_stage_columns(options.columns, options.plan_stages),
-    )
-    head, sources, names = train_head(path, options, topo)
-    stages = []
-    if options.shuffle_buffer_size and options.shuffle_buffer_size > 1:
-        stages.append(window_shuffle(options.shuffle_buffer_size))
-    stages.extend(options.plan_stages)
-    mat, recipe_size = _materializer(sources, options, batch_size)
-    # with packing or grouping drop_last applies to the batches the loader makes, not recipes
-    recipe_drop_last = options.drop_last and not (mat.packing or mat.grouping)
-    distribution = options.distribution
-    if distribution == "global":  # per-rank mode has no distribute stage
-        stages.append(
-            distribute(
-                recipe_size * topo.world_size if schedule is None else schedule,
-                rank=topo.rank,
-                world_size=topo.world_size,
-                drop_last=recipe_drop_last,
-            )
-        )
-    per_rank = recipe_size if schedule is None else schedule.per_rank(topo.world_size)
-    stages.append(batch(per_rank, drop_last=recipe_drop_last))
-    plan = Pipeline(chain(head, *stages), seed=options.seed)
-    refs = stream_refs(head, num_epochs)
-    n = None
-    counted_by_plan = not (options.plan_stages or mat.packing or mat.grouping)
-    if refs is not None and counted_by_plan and schedule is None:
-        # without packing a recipe is a batch (one sample when unbatched)
-        n = count_batches(refs, recipe_size, topo, distribution, options.drop_last)
-        warn_if_empty(n, path, options.split, refs, recipe_size, topo, distribution)
-    elif refs is None and num_epochs is None and counted_by_plan:
-        # an endless stream: Energon's length, the batches of one epoch (one pass)
-        one = epoch_refs(head)
-        if one is not None and schedule is None:
-            n = count_batches(one, recipe_size, topo, distribution, options.drop_last)
-    estimate = None
-    if mat.packing and not options.plan_stages and schedule is None:
-        # Energon's len() with packing: the batches of the samples unpacked (a pack as one)
-        counted = refs if refs is not None or num_epochs is not None else epoch_refs(head)
-        if counted is not None:
-            unit = batch_size or 1
-            estimate = count_batches(counted, unit, topo, distribution, options.drop_last)
-    return PlannedDataset(
-        plan=plan,
-        materializer=mat,
-        topology=topo,
-        batch_size=batch_size or (0 if mat.grouping else 1),  # 0: each group its own
-        distribution=distribution,
-        packing_buffer_size=options.packing_buffer_size if mat.packing else None,
-        group_batches=mat.grouping,
-        drop_last=options.drop_last,
-        datasets=names,
-        num_batches=n,
-        path=str(path),
-        split=options.split,
-        skip_steps=skip,
-        virtual_epoch_length=options.virtual_epoch_length,
-        estimated_batches=estimate,
-    )
-
-
-def _materializer(
-    sources: list[DatasetSource], options: DatasetOptions, batch_size: int | None
-) -> tuple[Materializer, int]:
-    """The materializer of both dataset kinds, and the recipe size: with a packing buffer,
-    recipes are buffers (the last one may be short, as in Energon) and the loader batches
-    their packs; otherwise recipes are batches (Energon's ``batch_size=None``: one sample)."""
-    from fpipe.encode import DefaultTaskEncoder  # lazy: the encode package imports torch
-
-    mat = Materializer(
-        sources,
-        options.task_encoder or DefaultTaskEncoder(),
-        image_decode=options.image_decode,
-        error_policy=options.error_policy,
-        packing_buffer_size=options.packing_buffer_size,
-        decode_limits=options.decode_limits,
-        unbatched=batch_size is None,
-        batch_size=batch_size,
-        error_handler=options.handler,
-        plan_packs=any(isinstance(s.config, PackConfig) for s in options.plan_stages),
-    )
-    if mat.grouping:  # recipes are chunks of the stream; the loader groups their samples
-        return mat, batch_size or GROUP_CHUNK
-    if not mat.packing:
-        return mat, batch_size or 1
-    if batch_size is None:
-        raise ConfigError("packing_buffer_size needs a batch_size (batches of packs)")
-    assert options.packing_buffer_size is not None  # packing is on only with a buffer size
-    return mat, options.packing_buffer_size
-
-
-def _with_stage_columns(columns: Sequence[str], stages: Sequence[Stage]) -> tuple[str, ...]:
-    """``columns`` plus every index column a plan stage's config names (``column`` or
-    ``columns`` fields), in first-seen order."""
-    out = list(columns)
-    for stage in stages:
-        cfg = getattr(stage, "config", None)
-        named = getattr(cfg, "column", None)
-        more = getattr(cfg, "columns", None) or ()
-        for c in ([named] if isinstance(named, str) else []) + [
-            c for c in more if isinstance(c, str)
-        ]:
-            if c not in out:
-                out.append(c)
-    return tuple(out)
-
-
-def _per_rank_batch(
-    batch_size: int | None, global_batch_size: int | None, world_size: int
-) -> int | None:
-    """The per-rank batch from ``batch_size`` or ``global_batch_size``; None when both are
-    None (Energon's ``batch_size=None``: unbatched samples)."""
-    if batch_size is not None:
-        if global_batch_size is not None:
-            raise ConfigError("give only one of batch_size (per rank) and global_batch_size")
-        return batch_size
-    if global_batch_size is None:
-        return None
-    if global_batch_size < 1 or global_batch_size % world_size:
-        raise ConfigError(
-            f"global_batch_size {global_batch_size} is not a positive multiple of the world size "
-            f"{world_size}: the per-rank batch is global_batch_size / world_size. Pick a global "
-            f"batch size divisible by every world size you may resume on (e.g. a multiple of "
-            f"{world_size})"
-        )
-    return global_batch_size // world_size
-
-
 @check_keywords
 def get_val_dataset(
     path: str | os.PathLike,
@@ -407,84 +241,3 @@ def get_val_dataset(
     """
     options = DatasetOptions(**_arguments(locals()))  # first: locals() are the arguments
     return build_val_dataset(path, options)
-
-
-def build_val_dataset(
-    path: str | os.PathLike, options: DatasetOptions, *, leaf: int | None = None
-) -> PlannedDataset:
-    """:func:`get_val_dataset` from an options record (see :class:`DatasetOptions`); the
-    options of the training order (seed, shuffles, epochs, drop_last) do not apply. ``leaf``:
-    only that dataset of a metadataset's split (its position in file order)."""
-    topo = options.topology or options.worker_config or Topology.from_env()
-    options = resolve_energon_options(options, topo, default_split="val")
-    limit = options.limit  # batches per rank: the loader stops there
-    options = msgspec.structs.replace(options, limit=None)
-    view, sources, names = eval_head(path, options, leaf=leaf)
-    batch_size = options.batch_size
-    mat, recipe_size = _materializer(sources, options, batch_size)
-    if options.distribution != "global":
-        return _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, limit)
-    stages = [
-        distribute(
-            recipe_size * topo.world_size,
-            rank=topo.rank,
-            world_size=topo.world_size,
-            drop_last=False,
-        ),
-        batch(recipe_size, drop_last=False),
-    ]
-    plan = Pipeline(chain(repeat(view, 1), *stages), seed=0)
-    n: int | None = count_batches(view.size, recipe_size, topo, "global", False)
-    estimate = None
-    if mat.packing:  # Energon's len() with packing: the batches of the samples unpacked
-        n, estimate = None, count_batches(view.size, batch_size or 1, topo, "global", False)
-    if estimate is not None and limit is not None:
-        estimate = min(estimate, limit)
-    return _val_planned(
-        path, options, topo, plan, mat, names, n, limit,
-        packing_buffer_size=options.packing_buffer_size if mat.packing else None,
-        estimated_batches=estimate,
-    )  # fmt: skip
-
-
-def _energon_val_dataset(path, options, topo, view, mat, names, recipe_size, limit):
-    """:func:`build_val_dataset` with ``distribution="energon"`` (Energon's per-worker
-    batches on each rank; see :mod:`fpipe.plan.worker_batches`)."""
-    from fpipe.plan.worker_batches import worker_batches
-
-    if options.distribution != "energon" or len(names) > 1 or mat.packing:
-        raise ConfigError(
-            f"get_val_dataset(distribution={options.distribution!r}): a validation pass takes "
-            "'global' (fpipe's: global batches, each rank its part) or 'energon' (Energon's "
-            "per-worker batches), the latter for one dataset without packing_buffer_size"
-        )
-    part, schedule, n = worker_batches(
-        view, rank=topo.rank, world_size=topo.world_size, workers=topo.num_workers,
-        batch_size=recipe_size,
-    )  # fmt: skip
-    plan = Pipeline(chain(repeat(part, 1), batch(schedule, drop_last=False)), seed=0)
-    return _val_planned(path, options, topo, plan, mat, names, n, limit, distribution="energon")
-
-
-def _val_planned(path, options, topo, plan, mat, names, n, limit, **more) -> PlannedDataset:
-    """The validation pass of either distribution: ``plan`` (every batch kept, the last one
-    short), ``n`` batches on this rank, at most ``limit`` of them; ``more``: the
-    distribution's own fields of :class:`PlannedDataset`."""
-    if mat.grouping:  # the groups decide the batches: known once every sample is encoded
-        n = None
-    if n is not None and limit is not None:
-        n = min(n, limit)
-    return PlannedDataset(
-        plan=plan,
-        materializer=mat,
-        topology=topo,
-        batch_size=options.batch_size or (0 if mat.grouping else 1),  # 0: each group its own
-        group_batches=mat.grouping,
-        drop_last=False,
-        datasets=names,
-        num_batches=n,
-        path=str(path),
-        split=options.split,
-        limit=limit,
-        **more,
-    )
