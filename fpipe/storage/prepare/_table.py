@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from fpipe.samples.field_spec import ColumnSpec, FieldSpec, parse_field_spec
 from fpipe.storage.config.dataset_yaml import DatasetConfig, dump_yaml
 from fpipe.storage.config.yaml_record import write_yaml_record
 from fpipe.storage.prepare._image_header import HEADER_PREFIX, image_size
+from fpipe.storage.prepare._options import PrepareOptions, PrepareReport, Problem
+from fpipe.storage.prepare._source import _dataset_config
 from fpipe.storage.prepare._table_columns import check_table_columns, row_columns, user_column
 from fpipe.storage.prepare.scan import load_function
 from fpipe.storage.read import av_meta
@@ -220,3 +223,32 @@ def write_table_index(
     dump_yaml(out / "dataset.yaml", config)
     write_yaml_record(out)  # its YAML files parsed, for a fast open
     return out, info, rel
+
+
+def _prepare_table(p: Path, opts: PrepareOptions, t0: float) -> PrepareReport:
+    config = _dataset_config(DatasetConfig(), opts)
+    out, info, problems = write_table_index(
+        p,
+        root=opts.root,
+        media_columns=opts.media_columns,
+        aux=opts.aux,
+        config=config,
+        probe_av=opts.probe_av,
+        columns=opts.columns,
+        extra_columns_fn=opts.extra_columns_fn,
+    )
+    return PrepareReport(
+        path=str(p),
+        index_dir=str(out),
+        kind="table",
+        source="table",
+        num_samples=int(info["num_samples"]),
+        num_shards=0,
+        problems=tuple(Problem(*q) for q in problems),
+        columns=tuple(info["columns"]),
+        members=tuple(info["table"]["media_columns"]),
+        splits={},
+        elapsed_s=time.perf_counter() - t0,
+        sample_type=config.sample_type,
+        field_map=dict(config.field_map),
+    )
