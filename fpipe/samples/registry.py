@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from fpipe.core.errors import ConfigError
+from fpipe.core.fork_locks import fork_safe_lock
 from fpipe.samples import _types as types
 from fpipe.samples.base import Sample
 
@@ -50,6 +51,17 @@ _BUILTIN_MODULES = (
 
 _TYPES: dict[str, type[Sample]] = {}
 _BUILTIN_NAMES: set[str] = set()
+#: A user's module may register its types in one thread while another thread's loader looks
+#: types up: registering (a check, then a write) holds it, and going through every registered
+#: type does so on a copy taken while holding it (iterating the dict itself could raise
+#: "dictionary changed size during iteration" in the middle of an error message).
+_LOCK = fork_safe_lock(globals(), "_LOCK")
+
+
+def _registered() -> list[tuple[str, type[Sample]]]:
+    """``(name, class)`` of every registered sample type, as registered now."""
+    with _LOCK:
+        return list(_TYPES.items())
 
 
 def register_sample_type(cls: T | None = None, *, name: str | None = None) -> Any:
@@ -72,14 +84,15 @@ def register_sample_type(cls: T | None = None, *, name: str | None = None) -> An
         return lambda c: register_sample_type(c, name=name)
     if not (isinstance(cls, type) and issubclass(cls, Sample) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"a sample type must be a dataclass subclass of Sample, got {cls!r}")
-    for n in {name or cls.__name__, f"{cls.__module__}.{cls.__qualname__}"}:
-        old = _TYPES.get(n)
-        if old is not None and old is not cls:
-            raise ConfigError(
-                f"sample type name {n!r} is already registered for {old.__module__}."
-                f"{old.__qualname__}; pass another name= to register {cls.__qualname__}"
-            )
-        _TYPES[n] = cls
+    with _LOCK:
+        for n in {name or cls.__name__, f"{cls.__module__}.{cls.__qualname__}"}:
+            old = _TYPES.get(n)
+            if old is not None and old is not cls:
+                raise ConfigError(
+                    f"sample type name {n!r} is already registered for {old.__module__}."
+                    f"{old.__qualname__}; pass another name= to register {cls.__qualname__}"
+                )
+            _TYPES[n] = cls
     return cls
 
 
@@ -98,7 +111,7 @@ def sample_type_from_name(name: str | Mapping[str, str] | type) -> type[Sample]:
       <class 'fpipe.samples._types.TextSample'>
     """
     if isinstance(name, type):
-        if name in _TYPES.values():
+        if any(c is name for _, c in _registered()):
             return name
         raise ConfigError(
             f"sample type {name.__qualname__} is not registered; call "
@@ -117,7 +130,7 @@ def sample_type_from_name(name: str | Mapping[str, str] | type) -> type[Sample]:
     if found is None and module in _BUILTIN_MODULES and clsname in _BUILTIN_NAMES:
         found = _TYPES[clsname]
     if found is None:
-        known = ", ".join(sorted(n for n in _TYPES if "." not in n))
+        known = ", ".join(sorted(n for n, _ in _registered() if "." not in n))
         fix = (
             f"import {module} in your training code and register {clsname} there "
             "(@fpipe.samples.register_sample_type) before building the dataset"
@@ -133,7 +146,7 @@ def sample_type_from_name(name: str | Mapping[str, str] | type) -> type[Sample]:
 
 def sample_type_name(cls: type) -> str:
     """The short name under which ``cls`` is registered (for writing dataset.yaml)."""
-    for n, c in _TYPES.items():
+    for n, c in _registered():
         if c is cls and "." not in n:
             return n
     raise ConfigError(f"sample type {cls.__qualname__} is not registered")

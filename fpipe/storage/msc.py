@@ -118,23 +118,29 @@ def _profiles() -> tuple[dict[str, Any], str]:
     files = (msc_file or named, rclone_file)  # a file made later counts
     with _LOCK:
         _PROFILES[key] = (tuple(_mtime(f) for f in files), profiles, where, files)
-        _CREDS.clear()  # keyed by the id of a profiles mapping: none is reused after this
+        _CREDS.clear()  # asked per reading: this one asks again
     return profiles, where
 
 
 # Credentials asked of an MSC provider, per profile and reading of the configuration (building
-# MSC's provider takes about a second; a dataset's every shard resolves its URL).
-_CREDS: dict[tuple[int, str], dict[str, str]] = {}
+# MSC's provider takes about a second; a dataset's every shard resolves its URL). A reading is
+# its profiles mapping: an entry holds that mapping, so the id in its key names no other while
+# the entry lasts (a freed mapping's id is soon another's), and is checked to be that mapping.
+_CREDS: dict[tuple[int, str], tuple[dict, dict[str, str]]] = {}
 
 
 def _credentials(profile: str, spec: dict[str, Any], profiles: dict) -> dict[str, str]:
     """obstore's credential keys from a profile's ``credentials_provider`` (none: the
     environment's)."""
     key = (id(profiles), profile)
-    got = _CREDS.get(key)
-    if got is None:
-        got = _CREDS[key] = _ask_credentials(profile, spec)
-    return got
+    with _LOCK:
+        got = _CREDS.get(key)
+    if got is not None and got[0] is profiles:
+        return got[1]
+    creds = _ask_credentials(profile, spec)  # not holding the lock: it may take a second
+    with _LOCK:
+        _CREDS[key] = (profiles, creds)
+    return creds
 
 
 def _ask_credentials(profile: str, spec: dict[str, Any]) -> dict[str, str]:

@@ -89,6 +89,13 @@ def _io_loop() -> asyncio.AbstractEventLoop:
         return _LOOP.loop
 
 
+#: Readers are used from several threads at once (thread workers, the read-ahead pool): their
+#: counts of reads (``requests += n`` would lose one thread's) and the making of a reader's
+#: GETs in a process (two threads making them at once made two, one counted nowhere) hold
+#: it. One for all readers: it is held for an addition, once per batch of ranges.
+_READER_LOCK = fork_safe_lock(globals(), "_READER_LOCK")
+
+
 class RemoteFiles:
     """Ranged reads of objects under one URL, with :class:`FileCache`'s ``pread`` signature.
 
@@ -228,7 +235,8 @@ class RemoteFiles:
         """Futures of ``ranges``, whose GETs start with one wake-up of the I/O loop."""
         # stores are opened here, in the caller's thread: the fork check runs, and each opens once
         gets = [Get(*self._store_name(p), p, off, size, ahead) for p, off, size in ranges]
-        self.requests += len(gets)
+        with _READER_LOCK:
+            self.requests += len(gets)
         read_ahead.count(requests=len(gets))
         self._gets().submit(gets)
         return {(g.path, g.off, g.size): g.future for g in gets}
@@ -238,9 +246,13 @@ class RemoteFiles:
         afresh there too: latencies of another process do not apply)."""
         got = self._engine
         if got is None or got[0] != os.getpid():
-            o = self.options
-            gets = Gets(_io_loop(), self._request, _as_os_error, o.concurrency, self._new_hedger())
-            got = self._engine = (os.getpid(), gets)
+            with _READER_LOCK:
+                got = self._engine
+                if got is None or got[0] != os.getpid():
+                    o = self.options
+                    hedger = self._new_hedger()
+                    gets = Gets(_io_loop(), self._request, _as_os_error, o.concurrency, hedger)
+                    got = self._engine = (os.getpid(), gets)
         return got[1]
 
     def _request(self, store, name: str, off: int, size: int):
@@ -261,8 +273,9 @@ class RemoteFiles:
             f.close()
             raise _as_os_error(path, e) from None
         size = f.tell()
-        self.requests += 1
-        self._streamed += size
+        with _READER_LOCK:
+            self.requests += 1
+            self._streamed += size
         f.seek(0)
         return f, size
 
