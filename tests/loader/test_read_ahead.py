@@ -182,6 +182,22 @@ def test_window_holds_at_most_its_budget_whatever_the_order():
     assert len(files.futures) == started and win.held >= 0
 
 
+def test_a_window_in_use_is_kept_when_a_fifth_pool_starts():
+    # one process, five loader pools (a training loader and four validation loaders at
+    # num_workers=0, say): the one let go is the least recently used, not the oldest
+    tokens = [("lru", i) for i in range(windows.MAX_WINDOWS + 1)]
+    try:
+        first = windows.window(tokens[0], 100)
+        for t in tokens[1 : windows.MAX_WINDOWS]:
+            windows.window(t, 100)
+        assert windows.window(tokens[0], 100) is first  # the first pool takes a batch
+        windows.window(tokens[-1], 100)  # a fifth pool starts
+        assert windows.window(tokens[0], 100) is first  # its read-ahead is still there
+    finally:
+        for t in tokens:
+            windows.close(t)
+
+
 def test_a_failed_read_ahead_is_read_again(data, monkeypatch):
     def failing(self, ranges):
         out = []

@@ -48,7 +48,8 @@ __all__ = [
 
 #: A read that took this long counts as slow (an object store's ranged GET takes 10-100 ms).
 SLOW_READ_S = 0.5
-#: Windows kept per process (one per live loader pool; older ones are let go).
+#: Windows kept per process (one per loader pool; the least recently used is let go: a pool
+#: that ended without closing its window, say a persistent worker's previous iteration).
 MAX_WINDOWS = 4
 
 Range = tuple[str, int, int]  # (path, offset, size)
@@ -210,7 +211,10 @@ def window(token: Any, budget: int) -> Window:
     """This process's window of the loader pool ``token`` (made on first use)."""
     with _LOCK:
         got = _WINDOWS.get(token)
-        if got is None:
+        if got is not None:
+            # in use: a live pool's window is not the one let go when a fifth pool starts
+            _WINDOWS.move_to_end(token)
+        else:
             got = _WINDOWS[token] = Window(budget)
             while len(_WINDOWS) > MAX_WINDOWS:
                 _, old = _WINDOWS.popitem(last=False)
