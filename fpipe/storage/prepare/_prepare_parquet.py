@@ -19,6 +19,7 @@ import msgspec
 from fpipe.core.errors import ConfigError
 from fpipe.storage.config.dataset_yaml import (
     DatasetConfig,
+    SplitConfig,
     dump_yaml,
     load_dataset_config,
     load_split_config,
@@ -97,6 +98,7 @@ def _prepare_parquet(
         msgspec.structs.replace(opts, fields=fmap),
     )
     files = [s["name"] for s in index.shards]
+    split: SplitConfig | None
     if opts.split is None and not opts.exclude:
         if old_split is not None:
             split = old_split

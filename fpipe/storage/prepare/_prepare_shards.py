@@ -69,7 +69,7 @@ def _report(
     )
 
 
-def _scan_options(opts: PrepareOptions, fmap: dict[str, str]) -> ScanOptions:
+def _scan_options(opts: PrepareOptions, fmap: dict[str, str | list[str]]) -> ScanOptions:
     return ScanOptions(
         field_map=fmap,
         columns=opts.columns,

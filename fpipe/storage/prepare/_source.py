@@ -10,7 +10,7 @@ Every mode of ``fpipe prepare`` (:mod:`.run`) writes its dataset.yaml through th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import msgspec
@@ -48,11 +48,11 @@ _GUESS = {
 }
 
 
-def _guess_sample_type(field_map: dict[str, str]) -> str:
+def _guess_sample_type(field_map: Mapping[str, object]) -> str:
     return _GUESS.get(frozenset(field_map), CRUDE) if field_map else CRUDE
 
 
-def _aliases(columns: Iterable[str], field_map: dict[str, str]) -> dict[str, str]:
+def _aliases(columns: Iterable[str], field_map: Mapping[str, object]) -> dict[str, str]:
     cols = list(columns)
     order = list(field_map) + [c[: -len(".width")] for c in cols if c.endswith(".width")]
     for f in order:

@@ -147,7 +147,7 @@ class RemoteFiles:
         return {"root": self.root, "options": self.options}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["root"], state["options"])
+        RemoteFiles.__init__(self, state["root"], state["options"])
 
     def _store_name(self, path: str) -> tuple[Any, str]:
         pid, names = self._names
@@ -316,7 +316,7 @@ class _Slice:
         return self.whole.cancel()
 
 
-def _as_os_error(path: str, e: Exception) -> OSError:
+def _as_os_error(path: str, e: BaseException) -> OSError:
     if isinstance(e, FileNotFoundError):
         return FileNotFoundError(f"{path}: no such object")
     if isinstance(e, OSError):
