@@ -136,12 +136,16 @@ def plan_specs(draw, max_samples: int = 60, world_sizes=(1, 4), min_samples: int
 @st.composite
 def mix_changes(draw, steps: int, max_changes: int = 4):
     """Online weight changes of a three-dataset blend at steps in ``[0, steps]`` (weights from
-    a few values, never all zero), in step order."""
+    a few values, never all zero; often the weights of the change before again, as a
+    controller that sends its weights every few steps does), in step order."""
     from fpipe.loader.steering import MixChange
     from fpipe.plan.online_mix import entry_weights, weights32
 
-    out = []
+    out: list = []
     for step in sorted(draw(st.lists(st.integers(0, steps), max_size=max_changes))):
+        if out and draw(st.booleans()):
+            out.append(MixChange(step, out[-1].weights))
+            continue
         w = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=3, max_size=3))
         if sum(w) == 0:
             w[0] = 1.0

@@ -181,6 +181,7 @@ def blend(
         entries=entries,
         counters=counters,
         cache=cache,
+        restarts=quota is not None,
     )
     check = restore_check(
         name=name,

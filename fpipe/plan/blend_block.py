@@ -60,6 +60,7 @@ def blend_blocks(
     entries: Callable[[Any], tuple],
     counters: Callable[[Any], np.ndarray],
     cache: OrderedDict,
+    restarts: bool = False,
 ) -> BlendBlocks:
     """The block functions of the blend ``name`` of ``n`` datasets (``names``, ``sizes`` refs
     per epoch, read with ``ranges``), weighted by ``schedule`` (None: epochized) in ``unit``
@@ -67,7 +68,8 @@ def blend_blocks(
     ``entries`` are the blend's own, ``counters(state)`` each dataset's refs given before the
     state's position (its ``taken``, or a quota blend's formula), and ``cache`` its memo of
     blocks (state -> (refs, ids, units, offset of the state in the block)), which ``reuse``
-    searches."""
+    searches. ``restarts``: each online entry starts its choices afresh where it starts (a
+    quota blend), even with the weights already in force."""
     sort_dtype = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
 
     @functools.lru_cache(maxsize=4)
@@ -161,7 +163,8 @@ def blend_blocks(
                 or k.weights[: len(digests)] != digests
             ):
                 continue
-            same = agree_until(entries(k), entries(state), state.position) - state.position
+            same = agree_until(entries(k), entries(state), state.position, restarts)
+            same -= state.position
             if same <= 0 or not np.array_equal(counters(k), counters(state)):
                 continue
             end = min(len(refs), off + same)

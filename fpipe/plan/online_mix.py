@@ -242,21 +242,32 @@ def choose_online(
     return out
 
 
-def agree_until(a: Sequence[OnlineEntry], b: Sequence[OnlineEntry], position: int) -> int:
+def agree_until(
+    a: Sequence[OnlineEntry], b: Sequence[OnlineEntry], position: int, restarts: bool = False
+) -> int:
     """The first position at or after ``position`` where the online entries ``a`` and ``b``
-    may choose differently (a very large number when they agree everywhere from there)."""
+    may choose differently (a very large number when they agree everywhere from there).
+
+    ``restarts``: each entry starts a segment whose choices depend on where it starts, not
+    only on its weights (a quota blend's blocks begin again at each entry): the entries in
+    force at ``position`` agree only if they are the same entry."""
 
     def effective(entries):
         j = 0
         while j < len(entries) and entries[j].position <= position:
             j += 1
-        head = (OnlineEntry(position, entries[j - 1].weights),) if j else ()
+        if not j:
+            head: tuple[OnlineEntry, ...] = ()
+        elif restarts:
+            head = (entries[j - 1],)
+        else:
+            head = (OnlineEntry(position, entries[j - 1].weights),)
         return head + tuple(entries[j:])
 
     ea, eb = effective(a), effective(b)
     for x, y in zip(ea, eb):
         if x != y:
-            return min(x.position, y.position)
+            return max(position, min(x.position, y.position))
     if len(ea) != len(eb):
         longer = ea if len(ea) > len(eb) else eb
         return longer[min(len(ea), len(eb))].position

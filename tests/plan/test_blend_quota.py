@@ -126,6 +126,25 @@ def test_schedule_and_online_change_follow_the_reference():
     assert set(ids[2500:]) == {0, 2}
 
 
+def test_a_change_to_the_weights_in_force_starts_a_segment_in_a_warm_plan_too():
+    # Each online entry of a quota blend starts its blocks where it starts, even with the
+    # weights already in force (a controller that sends the same weights again). A plan that
+    # had drawn past that position under the entry before reused those draws: the run went
+    # on differently from a restore of its own state.
+    p = Pipeline(quota([400, 500, 600], weights=[1, 1, 1]), 9)
+    state, _ = take(p, p.init(), 50)
+    state = with_online_change(state, 3, position=50, step=1, weights=weights32([0, 1, 4]))
+    state, _ = take(p, state, 50)  # draws a block past 100 under the entry at 50
+    state = with_online_change(state, 3, position=100, step=2, weights=weights32([0, 1, 4]))
+    _, warm = ids_of(p, state, 300)
+    fresh = Pipeline(quota([400, 500, 600], weights=[1, 1, 1]), 9)
+    _, restored = ids_of(fresh, fresh.restore(p.snapshot(state)), 300)
+    assert warm.tolist() == restored.tolist()
+    ck = choice_key(state.key, "blend")
+    segs = [(0, [1, 1, 1]), (50, [0, 1, 4]), (100, [0, 1, 4])]
+    assert warm.tolist() == [quota_choice(ck, segs, i) for i in range(100, 400)]
+
+
 def make_online(cut, change_at=777, window=None):
     def make():
         src = quota([900, 1300, 400], weights=[2, 1, 1])

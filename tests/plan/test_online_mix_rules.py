@@ -279,6 +279,28 @@ def test_agree_until_the_first_position_whose_weights_differ(a, b, position, exp
             assert got == expected
 
 
+@pytest.mark.parametrize(
+    "a, b, position, expected",
+    [
+        ([(0, A), (10, B)], [(10, B)], 12, None),  # the same entry in force
+        ([(0, A), (10, B)], [(5, B)], 12, 12),  # the same weights, begun elsewhere
+        ([(0, A)], [(0, A), (10, A)], 10, 10),  # the weights in force sent again, here
+        ([(0, A)], [(0, A), (20, A)], 5, 20),  # and ahead
+        ([(0, A), (20, B)], [(0, A), (20, B)], 25, None),
+    ],
+)
+def test_agree_until_with_segments_that_restart_at_each_entry(a, b, position, expected):
+    # a quota blend's blocks begin again at each entry: an entry agrees only with itself
+    ea = [OnlineEntry(p, w) for p, w in a]
+    eb = [OnlineEntry(p, w) for p, w in b]
+    for x, y in ((ea, eb), (eb, ea)):
+        got = agree_until(x, y, position, restarts=True)
+        if expected is None:
+            assert got > FAR
+        else:
+            assert got == expected
+
+
 # -- segments of constant weights (blends by units) ---------------------------------------------
 
 
