@@ -56,6 +56,7 @@ STEERING_TESTS = [
     "tests/plan/test_advance.py",
     "property_tests/test_online_mix.py",
     "property_tests/test_fast_seek.py",
+    "property_tests/test_seek_walk.py",
     # the state machine's kept sequences (its random run takes ~30 s per mutant)
     "property_tests/test_loader_machine.py::test_found_sequences",
 ]
@@ -159,6 +160,7 @@ TESTS: dict[str, list[str]] = {
     "fpipe/plan/online_mix.py": [
         "tests/plan/test_blend.py",
         "tests/plan/test_online_mix_rules.py",
+        "tests/plan/test_blend_quota.py",
         "property_tests/test_online_mix.py",
     ],
     "fpipe/core/advance.py": [
@@ -169,6 +171,11 @@ TESTS: dict[str, list[str]] = {
         "tests/loader/test_batch_blend.py::test_seek_lands_on_the_same_step_on_every_rank_past_a_short_last_batch",
     ],
     "fpipe/loader/seek.py": STEERING_TESTS,
+    "fpipe/loader/rank_epoch.py": ["property_tests/test_seek_walk.py"],
+    "fpipe/plan/blend_count.py": [
+        "property_tests/test_blend_count.py",
+        "property_tests/test_fast_seek.py",
+    ],
     "fpipe/loader/steering.py": STEERING_TESTS,
     "fpipe/loader/blend_changes.py": STEERING_TESTS,
     "fpipe/loader/mix_history.py": STEERING_TESTS,

@@ -22,6 +22,7 @@ for random bucket configs, windows, remainders and ranks.
 
 from __future__ import annotations
 
+import contextlib
 from unittest import mock
 
 import numpy as np
@@ -37,6 +38,7 @@ from fpipe.plan import (
     WeightSchedule,
     _unit_count,
     blend,
+    blend_count,
     bucket_batches,
     repeat,
     samples,
@@ -55,10 +57,18 @@ SIZES = (30, 17, 11)
 SCALED = settings(max_examples=max(6, settings.default.max_examples // 12), deadline=None)
 
 
+@contextlib.contextmanager
 def count_every_segment():
     """A blend by tokens counts every segment it passes (a seek otherwise builds a segment
-    shorter than a few epochs of its datasets, as these short runs' are)."""
-    return mock.patch.object(_unit_count, "_COUNT_PAST", 0)
+    shorter than a few epochs of its datasets, as these short runs' are), and a weighted blend
+    counts every run of constant weights in bulk, over few buckets (a seek otherwise draws
+    runs shorter than two million positions one by one)."""
+    with (
+        mock.patch.object(_unit_count, "_COUNT_PAST", 0),
+        mock.patch.object(blend_count, "_DIRECT_BELOW", 0),
+        mock.patch.object(blend_count, "BITS", 5),
+    ):
+        yield
 
 
 def build(p: dict, rank: int = 0) -> Pipeline:

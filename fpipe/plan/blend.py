@@ -42,6 +42,7 @@ from fpipe.plan._unit_count import Uncountable
 from fpipe.plan.blend_advance import BlendCounting
 from fpipe.plan.blend_block import blend_blocks
 from fpipe.plan.blend_choice import WeightSchedule, choose_epochized
+from fpipe.plan.blend_count import count_draws
 from fpipe.plan.blend_quota import QuotaPlan
 from fpipe.plan.blend_state import (
     BlendConfig,
@@ -263,6 +264,12 @@ def blend(
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
 
+    def draws(state, lo, hi):
+        """How many of positions ``lo..hi-1`` choose each dataset (a weighted hash draw)."""
+        assert schedule is not None  # a weighted blend
+        ck = choice_key(state.key, name)
+        return count_draws(ck, schedule, entries(state), lo, hi, n, lambda p: choose(state, p))
+
     counting = BlendCounting(
         name=name,
         names=names,
@@ -279,6 +286,7 @@ def blend(
         leaf_roots=leaf_roots,
         leaf_refs=leaf_refs,
         derived=None if quota is None else counters,
+        draws=draws if quota is None and schedule is not None and unit is None else None,
     )
 
     def advance(state: Any, want: int) -> tuple[BlendState | QuotaBlendState, Passed]:

@@ -5,7 +5,8 @@ A blend's state is its position and one counter per dataset (see :mod:`fpipe.pla
 passing ``m`` positions only needs how many of them chose each dataset:
 
 * a weighted blend draws each position's dataset on its own: the draws are counted, a block of
-  :data:`_COUNT_BLOCK` positions per numpy pass (one at a time, never gathered);
+  :data:`_COUNT_BLOCK` positions per numpy pass (never gathered), a run of constant weights
+  from the buckets of the draws' hashes (:mod:`fpipe.plan.blend_count`);
 * an epochized blend gives each dataset exactly its count per blend epoch: only the epochs cut
   at either end of the range are drawn;
 * a quota blend (``draw="quota"``) counts nothing: its counters are a formula of the
@@ -60,7 +61,9 @@ class BlendCounting:
     end, None: forever), and the blend's own functions: ``choose(state, positions)`` (each
     position's dataset), ``entries(state)`` (the online changes a state holds),
     ``leaf_roots(key)`` and ``leaf_refs(state, d, start, stop)`` (refs of ``d``'s stream);
-    ``derived(state, position)``: a quota blend's counters at any position (None: counted)."""
+    ``derived(state, position)``: a quota blend's counters at any position (None: counted);
+    ``draws(state, lo, hi)``: a weighted blend's count of the draws of positions ``lo..hi-1``
+    in bulk (:mod:`fpipe.plan.blend_count`; None: each position drawn and counted)."""
 
     name: str
     names: tuple[str, ...]
@@ -77,6 +80,7 @@ class BlendCounting:
     leaf_roots: Callable[[Key], tuple[Key, ...]]
     leaf_refs: Callable[[Any, int, int, int], list[Refs]]
     derived: Callable[[Any, int], np.ndarray] | None = None
+    draws: Callable[[Any, int, int], np.ndarray] | None = None
 
     def count(self, state: Any, want: int) -> Counted:
         """The counters ``want`` positions after ``state`` (fewer at the blend's end): each
@@ -117,7 +121,9 @@ class BlendCounting:
 
     def count_choices(self, state: Any, lo: int, hi: int) -> np.ndarray:
         """How many of positions ``lo..hi-1`` choose each dataset, one position at a time (a
-        block of :data:`_COUNT_BLOCK` per numpy pass)."""
+        block of :data:`_COUNT_BLOCK` per numpy pass), or in bulk where the blend can."""
+        if self.draws is not None:
+            return self.draws(state, lo, hi)
         n = len(self.names)
         counts_ = np.zeros(n, dtype=np.int64)
         for a in range(lo, hi, _COUNT_BLOCK):
