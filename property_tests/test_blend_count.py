@@ -6,6 +6,7 @@ reaches the state its ``next`` reaches."""
 
 from __future__ import annotations
 
+import functools
 from unittest import mock
 
 import numpy as np
@@ -43,15 +44,54 @@ def test_counting_draws_in_bulk_is_counting_each_draw(data):
     lo = data.draw(st.integers(0, 3000))
     hi = lo + data.draw(st.integers(0, 3000))
     bits = data.draw(st.sampled_from([1, 4, 9, 18]))
+    # every run in bulk, runs shorter than a few hundred drawn one by one, or all drawn
+    direct_below = data.draw(st.sampled_from([0, 0, 300, 1 << 40]))
+    block = data.draw(st.sampled_from([64, 1 << 20]))  # positions per numpy pass
     k = key(data.draw(st.integers(0, 3)))
-    note(f"{sched} entries={entries} lo={lo} hi={hi} bits={bits}")
+    note(f"{sched} entries={entries} lo={lo} hi={hi} bits={bits} direct_below={direct_below}")
 
     def choose(p):
         return choose_online(k, sched, entries, p)
 
     want = np.bincount(choose(np.arange(lo, hi, dtype=np.int64)), minlength=n)
-    got = bc.count_draws(k, sched, entries, lo, hi, n, choose, bits=bits, direct_below=0)
+    with mock.patch.object(bc, "_BLOCK", block):
+        got = bc.count_draws(
+            k, sched, entries, lo, hi, n, choose, bits=bits, direct_below=direct_below
+        )
     assert got.tolist() == want.tolist()
+
+
+def test_linear_segments_and_short_runs_are_drawn_one_by_one():
+    # a linear segment's weights move with the position: its positions are drawn (no table);
+    # so are runs shorter than direct_below, a block of positions at a time
+    sched = WeightSchedule(points=(0, 500, 900), weights=((1, 0, 3), (0, 2, 1), (5, 1, 0)))
+    for linear in (False, True):
+        s = WeightSchedule(points=sched.points, weights=sched.weights, linear=linear)
+        entries = (OnlineEntry(1500, weights32([1, 1, 1])),)
+        k = key(2)
+
+        def choose(p, s=s, entries=entries, k=k):
+            return choose_online(k, s, entries, p)
+
+        want = np.bincount(choose(np.arange(100, 2000, dtype=np.int64)), minlength=3)
+        for direct_below, block in ((0, 1 << 20), (400, 128), (1 << 40, 77)):
+            with mock.patch.object(bc, "_BLOCK", block):
+                got = bc.count_draws(
+                    k, s, entries, 100, 2000, 3, choose, bits=4, direct_below=direct_below
+                )
+            assert got.tolist() == want.tolist(), (linear, direct_below, block)
+        runs = bc.row_runs(s, entries, 100, 2000)
+        assert [(a, b) for a, b, _ in runs] == [(100, 500), (500, 900), (900, 1500), (1500, 2000)]
+        # in a linear schedule, every segment but the last moves: no row
+        assert [row is None for _, _, row in runs] == [linear, linear, False, False]
+        # an entry before the schedule's last point: the schedule holds until the entry only
+        early = (OnlineEntry(700, weights32([0, 1, 1])),)
+        runs = bc.row_runs(s, early, 100, 2000)
+        assert [(a, b) for a, b, _ in runs] == [(100, 500), (500, 700), (700, 2000)]
+        want = np.bincount(choose_online(k, s, early, np.arange(100, 2000)), minlength=3)
+        draw = functools.partial(choose_online, k, s, early)
+        got = bc.count_draws(k, s, early, 100, 2000, 3, draw, bits=4, direct_below=0)
+        assert got.tolist() == want.tolist()
 
 
 @FEW
