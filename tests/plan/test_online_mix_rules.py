@@ -135,6 +135,14 @@ def test_a_change_at_the_last_entrys_position_replaces_its_weights():
     assert (mix.changes, mix.step) == (3, 5)
 
 
+@pytest.mark.parametrize("earlier", [(), (10,), (10, 15)])
+def test_a_change_at_the_last_entrys_position_keeps_every_earlier_entry(earlier):
+    # with one entry or three, not only two: the replaced entry is the last, the rest stay
+    mix = add_change(changes(*earlier, 20), position=20, step=9, weights=C)
+    assert [e.position for e in mix.entries] == [*earlier, 20]
+    assert mix.entries[-1].weights == C
+
+
 @pytest.mark.parametrize("last", [1, 2, 3])
 def test_a_change_before_the_last_entry_is_refused_naming_both_positions(last):
     mix = changes(*[10 * i for i in range(1, last + 1)])
