@@ -33,7 +33,7 @@ import numpy as np
 from fpipe.core.graph import step_parts
 from fpipe.core.pipeline import Pipeline
 from fpipe.core.rng import fold_in, inverse_permutation
-from fpipe.plan._shuffle import WindowShuffleConfig
+from fpipe.plan import WindowShuffleConfig
 from fpipe.plan.batch import BatchConfig
 from fpipe.plan.blend import choice_key
 from fpipe.plan.blend_quota import QUOTA_BLOCK, QuotaPlan, QuotaSegment, quota_segment
