@@ -55,19 +55,27 @@ def check(p: dict, rank: int, target: int, ranges=(), changes=(), planned: int =
     return walk.called
 
 
+def small_blend(data, draws: list, weights: list, windows: list) -> dict:
+    """A plan's parameters: three datasets of 1-12 samples, weights from ``weights`` (None:
+    the sizes), a draw from ``draws``, a window from ``windows`` (0: none), a seed."""
+    sizes = tuple(data.draw(st.lists(st.integers(1, 12), min_size=3, max_size=3)))
+    w = data.draw(st.sampled_from(weights))
+    return {
+        "sizes": sizes,
+        "weights": sizes if w is None else w,
+        "draw": data.draw(st.sampled_from(draws)),
+        "window": data.draw(st.sampled_from(windows)),
+        "seed": data.draw(st.integers(0, 5)),
+    }
+
+
 @FEW
 @given(data=st.data())
 def test_the_walk_back_for_a_rank_epoch_is_the_step_by_step_seek(data):
-    sizes = tuple(data.draw(st.lists(st.integers(1, 12), min_size=3, max_size=3)))
-    p = {
-        "sizes": sizes,
-        # weights as the sizes: the datasets' epochs move together, a rank's lag behind by one
-        "weights": data.draw(st.sampled_from([sizes, sizes, (1, 8, 3), (2, 3, 1)])),
-        "draw": data.draw(st.sampled_from(["hash", "quota"])),
-        "window": data.draw(st.sampled_from([0, 0, 5, 13])),
-        "world": data.draw(st.sampled_from([3, 4, 8])),
-        "seed": data.draw(st.integers(0, 5)),
-    }
+    # weights as the sizes (twice as likely): the datasets' epochs move together, a rank's lag
+    # behind by one
+    p = small_blend(data, ["hash", "quota"], [None, None, (1, 8, 3), (2, 3, 1)], [0, 0, 5, 13])
+    p["world"] = data.draw(st.sampled_from([3, 4, 8]))
     rank = data.draw(st.integers(0, p["world"] - 1))
     target = data.draw(st.integers(1, 120))
     spans = st.tuples(st.integers(0, 100), st.integers(1, 12)).map(lambda t: (t[0], t[0] + t[1]))
@@ -96,15 +104,8 @@ def test_a_rank_epoch_from_counts_is_the_step_by_step_seeks(data):
     # a quota blend (the shape rank_epoch_on_counts answers): its answer, from the state the
     # step-by-step seek reaches and no lower bound, is that seek's epoch; and a seek that
     # uses it gives the step-by-step seek's state and counters
-    sizes = tuple(data.draw(st.lists(st.integers(1, 12), min_size=3, max_size=3)))
-    p = {
-        "sizes": sizes,
-        "weights": data.draw(st.sampled_from([sizes, (1, 8, 3), (2, 3, 1), (1, 30, 10)])),
-        "draw": "quota",
-        "window": data.draw(st.sampled_from([0, 5, 13])),
-        "world": data.draw(st.sampled_from([1, 3, 4, 8])),
-        "seed": data.draw(st.integers(0, 5)),
-    }
+    p = small_blend(data, ["quota"], [None, (1, 8, 3), (2, 3, 1), (1, 30, 10)], [0, 5, 13])
+    p["world"] = data.draw(st.sampled_from([1, 3, 4, 8]))
     rank = data.draw(st.integers(0, p["world"] - 1))
     note(f"{p} rank={rank}")
     plan = build(p, rank)
