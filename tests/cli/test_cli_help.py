@@ -132,6 +132,9 @@ def test_python_dash_m_fpipe_runs_the_command(monkeypatch, capsys):
     from fpipe._version import __version__
 
     monkeypatch.setattr(sys, "argv", ["fpipe", "--version"])
+    # as in a fresh interpreter: a test that imported every module (the public API's) leaves
+    # fpipe.__main__ imported, and runpy warns that it runs a module already there
+    monkeypatch.delitem(sys.modules, "fpipe.__main__", raising=False)
     with pytest.raises(SystemExit) as done:
         runpy.run_module("fpipe", run_name="__main__", alter_sys=True)
     assert done.value.code in (0, None)
