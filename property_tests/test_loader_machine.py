@@ -86,12 +86,17 @@ def data(tmp_path_factory) -> Data:
     (root / "tokens.yaml").write_text(
         "splits:\n  train:\n    blend_unit: tokens\n    blend:\n" + blend
     )
+    (root / "quota.yaml").write_text(
+        "splits:\n  train:\n    blend_draw: quota\n    blend:\n" + blend
+    )
     return Data(root, tuple(tokens))
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    unit: str  # "samples" or "tokens": what the blend's weights are shares of
+    #: "samples" or "tokens": what the blend's weights are shares of; "quota": of samples,
+    #: drawn in blocks that hold each dataset's share exactly (blend_draw: quota)
+    unit: str
     window: int  # shuffle_buffer_size (0: no window shuffle)
     seed: int
 
@@ -239,7 +244,7 @@ def check_asked(data: Data, cfg: Config, changes: Sequence[Change], stream: dict
         # runs of consecutive delivered positions
         cut = np.flatnonzero(np.diff(seg_pos) != 1) + 1
         runs = np.split(np.arange(len(seg_pos)), cut)
-        if cfg.unit == "samples":
+        if cfg.unit in ("samples", "quota"):
             n = len(seg_d)
             for d in np.flatnonzero(p > 0):
                 q = float((seg_d == d).mean())
@@ -288,7 +293,10 @@ setups = st.builds(
     st.integers(0, 15),
 )
 configs = st.builds(
-    Config, st.sampled_from(["samples", "tokens"]), st.sampled_from([0, 8, 12]), st.integers(0, 3)
+    Config,
+    st.sampled_from(["samples", "tokens", "quota"]),
+    st.sampled_from([0, 8, 12]),
+    st.integers(0, 3),
 )
 
 
@@ -682,6 +690,16 @@ FOUND = {
         ("replay", dict(source="current", how="from_zero", back=False, d=0, setup=T0, then=0)),
         ("save", {}),
         ("restore", dict(i=0, setup=T0, hist="own", then=3)),
+    ],
+    # a quota blend whose change sends the weights in force again: the warm plan reused the
+    # blocks it had drawn under the change before, a restore of its own state did not
+    "quota_change_to_the_weights_in_force": [
+        ("start", dict(cfg=Config("quota", 0, 0), setup=T0)),
+        ("set_weights", dict(weights=(1.0, 3.0, 0.0), form="list", when="now", n=0, then=2)),
+        ("set_weights", dict(weights=(1.0, 3.0, 0.0), form="list", when="now", n=0, then=2)),
+        ("save", {}),
+        ("take", dict(k=4)),
+        ("restore", dict(i=0, setup=T0, hist="own", then=4)),
     ],
     "state_bytes_at_an_epoch_boundary_on_two_ranks": [
         ("start", dict(cfg=Config("samples", 12, 1), setup=Setup(2, 0, "thread"))),
