@@ -30,6 +30,7 @@ import numpy as np
 __all__ = [
     "Key",
     "LazyGenerator",
+    "UNIFORM_BITS",
     "choice",
     "fold_in",
     "fold_in_array",
@@ -43,6 +44,7 @@ __all__ = [
     "split",
     "uniform",
     "uniform_array",
+    "uniform_of_hashes",
 ]
 
 #: A 64-bit unsigned key, only ever made by :func:`key` or :func:`fold_in`. At run time it is a
@@ -142,9 +144,14 @@ def name_id(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") >> 1
 
 
+#: A uniform is the top this many bits of a 64-bit hash over ``2**UNIFORM_BITS`` (each value
+#: a float64 holds exactly).
+UNIFORM_BITS = 53
+
+
 def uniform(k: Key, *data: int) -> float:
     """A float in [0, 1) determined by ``k`` and the position ``data``."""
-    return (fold_in(k, *data) >> 11) * (1.0 / (1 << 53))
+    return (fold_in(k, *data) >> (64 - UNIFORM_BITS)) * (1.0 / (1 << UNIFORM_BITS))
 
 
 def uniform_array(k: Key | np.ndarray, *data: np.ndarray | int) -> np.ndarray:
@@ -155,7 +162,13 @@ def uniform_array(k: Key | np.ndarray, *data: np.ndarray | int) -> np.ndarray:
         >>> uniform_array(7, np.arange(3)).tolist() == [uniform(7, i) for i in range(3)]
         True
     """
-    return (fold_in_array(k, *data) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return uniform_of_hashes(fold_in_array(k, *data))
+
+
+def uniform_of_hashes(h: np.ndarray) -> np.ndarray:
+    """The uniform in [0, 1) of each 64-bit hash of :func:`fold_in_array` (what
+    :func:`uniform_array` gives for the data hashed): its top :data:`UNIFORM_BITS` bits."""
+    return (h >> np.uint64(64 - UNIFORM_BITS)).astype(np.float64) * (1.0 / (1 << UNIFORM_BITS))
 
 
 def randint(k: Key, high: int, *data: int) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fpipe.core.rng import Key, fold_in_array
+from fpipe.core.rng import UNIFORM_BITS, Key, fold_in_array, uniform_of_hashes
 from fpipe.plan.blend_choice import WeightSchedule, pick
 from fpipe.plan.online_mix import _row
 
@@ -32,15 +32,16 @@ __all__ = ["BITS", "count_draws", "row_runs"]
 BITS = 18
 _DIRECT_BELOW = 1 << 21  # positions of one row below which each is drawn (the table costs more)
 _BLOCK = 1 << 20  # positions hashed per numpy pass (bounded memory)
-_U = 1.0 / (1 << 53)
+_U = 1.0 / (1 << UNIFORM_BITS)
 
 
 @functools.lru_cache(maxsize=8)
 def _table(row: tuple[float, ...], bits: int) -> tuple[np.ndarray, np.ndarray]:
     """``(dataset of each bucket's lowest u, whether the bucket is mixed)`` for ``row``."""
-    top = np.arange(1 << bits, dtype=np.uint64) << np.uint64(53 - bits)  # 53-bit u numerators
+    # each bucket's lowest and highest uniform numerator (UNIFORM_BITS bits)
+    top = np.arange(1 << bits, dtype=np.uint64) << np.uint64(UNIFORM_BITS - bits)
     lo = pick(row, top.astype(np.float64) * _U)
-    hi = pick(row, (top + np.uint64((1 << (53 - bits)) - 1)).astype(np.float64) * _U)
+    hi = pick(row, (top + np.uint64((1 << (UNIFORM_BITS - bits)) - 1)).astype(np.float64) * _U)
     return lo, lo != hi
 
 
@@ -103,8 +104,7 @@ def count_draws(
             bucket = (h >> np.uint64(64 - bits)).astype(np.intp)
             tally += np.bincount(bucket, minlength=1 << bits)
             one_by_one = mixed[bucket]
-            u = (h[one_by_one] >> np.uint64(11)).astype(np.float64) * _U
-            counts += np.bincount(pick(row, u), minlength=n)
+            counts += np.bincount(pick(row, uniform_of_hashes(h[one_by_one])), minlength=n)
         pure = ~mixed
         counts += np.bincount(ids_of[pure], weights=tally[pure], minlength=n).astype(np.int64)
     return counts
