@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 __all__ = [
+    "file_reads",
     "SampleSpec",
     "jpeg_bytes",
     "make_energon_dataset",
@@ -195,3 +196,17 @@ def make_energon_dataset(
     else:
         (meta / ".info.yaml").write_text(yaml.safe_dump(info))
     return expected
+
+
+def file_reads(files, read) -> tuple[object, list[tuple[str, int, int]]]:
+    """``read()``'s result and the ``(path, offset, size)`` reads it made through the file
+    layer ``files`` (a :class:`~fpipe.storage.read.reader.FileCache`): each ``pread`` call and
+    each range given to ``pread_many``."""
+    made: list[tuple[str, int, int]] = []
+    plain, many = files.pread, files.pread_many
+    files.pread = lambda *r: made.append(r) or plain(*r)
+    files.pread_many = lambda rs: made.extend(rs) or many(rs)
+    try:
+        return read(), made
+    finally:
+        del files.pread, files.pread_many

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fpipe.core.errors import BadSampleError
 from fpipe.storage import open_dataset, prepare_dataset
 from fpipe.storage.read.coalesce import groups, read_grouped, read_spans
-from tests.storage.helpers import write_tar
+from tests.storage.helpers import file_reads, write_tar
 
 _FILE = bytes(range(256)) * 160  # 40,960 bytes
 _FILES = {"a": _FILE, "b": _FILE[::-1]}
@@ -52,14 +52,27 @@ def test_a_failing_group_read_fails_only_the_ranges_that_fail_alone(ranges, bad)
             raise OSError(f"bad byte {bad}")
         return _pread(path, offset, size)
 
+    def pread_many(rs):  # a file layer's batch of reads: each read's bytes or its error
+        out = []
+        for r in rs:
+            try:
+                out.append(pread(*r))
+            except OSError as e:
+                out.append(e)
+        return out
+
     got = read_grouped(pread, ranges, 1 << 16)
     spans = read_spans(pread, ranges, 1 << 16)
-    for (path, off, size), g, span in zip(ranges, got, spans):
+    spans_many = read_spans(pread, ranges, 1 << 16, pread_many)
+    for (path, off, size), g, span, many in zip(ranges, got, spans, spans_many):
         if off <= bad < off + size:
             assert isinstance(g, OSError) and isinstance(span, OSError)
+            assert isinstance(many, OSError)
         else:
             buf, at = span
             assert g == _pread(path, off, size) == buf[at : at + size]
+            buf, at = many
+            assert buf[at : at + size] == g
 
 
 def _text_set(root, n: int = 12):
@@ -69,15 +82,8 @@ def _text_set(root, n: int = 12):
 
 
 def _read_many_counted(ds, order) -> tuple[list, list]:
-    """``ds.read_many(order)`` and the ``pread`` calls it made."""
-    files = ds.reader._files
-    made: list[tuple] = []
-    plain = files.pread
-    files.pread = lambda *r: made.append(r) or plain(*r)
-    try:
-        return ds.read_many(order), made
-    finally:
-        del files.pread
+    """``ds.read_many(order)`` and the reads it made."""
+    return file_reads(ds.reader._files, lambda: ds.read_many(order))
 
 
 def test_a_batch_of_small_samples_is_one_read(tmp_path):

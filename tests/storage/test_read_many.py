@@ -8,7 +8,12 @@ import pytest
 
 from fpipe.core.errors import BadSampleError
 from fpipe.storage import open_dataset, prepare_dataset
-from tests.storage.helpers import make_energon_dataset, make_image_caption_dataset, write_tar
+from tests.storage.helpers import (
+    file_reads,
+    make_energon_dataset,
+    make_image_caption_dataset,
+    write_tar,
+)
 from tests.storage.test_index_validation import _BAD_MEMBER, corrupt_entry
 
 
@@ -63,20 +68,7 @@ def test_tar_batch_equals_one_by_one(tmp_path, exts):
 
 def _reads_of(ds, read) -> list[tuple]:
     """The ``(path, offset, size)`` reads ``read()`` makes through ``ds``'s file layer."""
-    files = ds.reader._files
-    made: list[tuple] = []
-    plain = files.pread
-
-    def pread(path, offset, size):
-        made.append((path, offset, size))
-        return plain(path, offset, size)
-
-    files.pread = pread
-    try:
-        read()
-    finally:
-        del files.pread
-    return made
+    return file_reads(ds.reader._files, read)[1]
 
 
 @pytest.mark.parametrize(

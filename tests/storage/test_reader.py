@@ -28,6 +28,38 @@ def test_lru_bound_and_pread(tmp_path):
         FileCache(0)
 
 
+def test_pread_many_reads_what_pread_reads_and_keeps_each_error_with_its_range(tmp_path):
+    """Ranges of several files in any order, one past a file's end, one of a file that does not
+    exist: each gets ``pread``'s bytes, or its own open error; every lease is given back."""
+    from fpipe.storage.read import reader as reader_mod
+
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(bytes((i * 7 + k) % 256 for k in range(1000)))
+        paths.append(str(p))
+    missing = str(tmp_path / "gone")
+    ranges = [
+        (paths[2], 5, 10),
+        (paths[0], 0, 1),
+        (missing, 0, 4),
+        (paths[2], 990, 50),  # past the end: the 10 bytes there are
+        (paths[1], 400, 300),
+        (paths[0], 999, 1),
+        (missing, 8, 4),
+    ]
+    fc = FileCache(max_open=1)  # each file evicts the one before: leases outlive evictions
+    got = fc.pread_many(ranges)
+    for r, g in zip(ranges, got, strict=True):
+        if r[0] == missing:
+            assert isinstance(g, FileNotFoundError) and g.filename == missing
+        else:
+            assert g == FileCache().pread(*r)
+    assert len(got[3]) == 10
+    assert not any(reader_mod._BUSY.values())  # no read holds a descriptor any more
+    fc.close()
+
+
 def test_pickle_carries_no_descriptors(tmp_path):
     make_image_caption_dataset(tmp_path, shards=2, per_shard=2)
     prepare_dataset(tmp_path)

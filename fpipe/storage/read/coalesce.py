@@ -32,9 +32,12 @@ from collections.abc import Callable, Sequence
 
 __all__ = ["Group", "LOCAL_BUDGET", "MAX_SPAN", "groups", "read_grouped", "read_spans"]
 
-#: Bytes one local ``pread`` call's fixed cost copies: ``FileCache.pread`` of 1-2 KiB took
-#: 1.3-1.4 us on the 2-core benchmark machine (page cache warm), and each further KiB
-#: 0.12-0.18 us (reads of 8 KiB to 1 MiB): 1.2 us / 0.16 us per KiB = 7.5 KiB.
+#: Bytes one local read's fixed cost copies. Measured on the 2-core benchmark machine (page
+#: cache warm): ``FileCache.pread`` of 1-2 KiB took 1.3-1.4 us, each further KiB 0.12-0.18 us
+#: (reads of 8 KiB to 1 MiB): 1.2 us / 0.16 us per KiB = 7.5 KiB. A batch's reads now go
+#: through ``FileCache.pread_many`` (one lease per file): 1.0 us a read of 1-2 KiB, 0.27 us
+#: each further KiB up to 8 KiB, about 4 KiB; the text rows of ``bench/loader.py`` ran alike
+#: with 4 and 8 KiB (80-82k samples/s each, 75k without merging), so 8 KiB stays.
 LOCAL_BUDGET = 8 << 10
 #: The most bytes one group's read spans (bounds the buffer a batch holds at once).
 MAX_SPAN = 4 << 20
@@ -101,24 +104,33 @@ def read_grouped(
 
 
 def read_spans(
-    pread: Callable[[str, int, int], bytes], ranges: Sequence[Range], budget: int
+    pread: Callable[[str, int, int], bytes],
+    ranges: Sequence[Range],
+    budget: int,
+    pread_many: Callable[[list[Range]], list] | None = None,
 ) -> list[tuple[bytes, int] | OSError]:
     """Each of ``ranges`` as ``(buf, at)``: its bytes are ``buf[at : at + size]`` (fewer where
     the file ends), ``buf`` being its group's read (:func:`groups`), shared with the group's
     other ranges; or the ``OSError`` its read raised. :func:`read_grouped` without the copy of
     each range's bytes, for a caller that takes the part of them it needs (a tar member
-    without its header)."""
+    without its header). ``pread_many`` (the file layer's, where it has one:
+    :meth:`~fpipe.storage.read.reader.FileCache.pread_many`) makes the groups' reads in one
+    call, each read's bytes or its ``OSError`` in order."""
     out: list = [(b"", 0)] * len(ranges)
-    for g in groups(ranges, budget):
+    gs = groups(ranges, budget)
+    reads = [g.range for g in gs]
+    bufs = pread_many(reads) if pread_many is not None else [_try(pread, r) for r in reads]
+    for g, buf in zip(gs, bufs):
         members = g.members
-        if len(members) == 1:
-            _read_alone(pread, ranges, members[0], out)
-            continue
-        try:
-            buf = pread(*g.range)
-        except OSError:
+        if isinstance(buf, OSError):
+            if len(members) == 1:
+                out[members[0]] = buf
+                continue
             for k in members:  # each range's own read says what is wrong with it
                 _read_alone(pread, ranges, k, out)
+            continue
+        if len(members) == 1:
+            out[members[0]] = (buf, 0)
             continue
         if type(buf) is not bytes:
             buf = bytes(buf)  # sliced by the caller (a memoryview's slice would be a view)
@@ -126,6 +138,13 @@ def read_spans(
         for k in members:
             out[k] = (buf, ranges[k][1] - lo)
     return out
+
+
+def _try(pread, r: Range) -> bytes | OSError:
+    try:
+        return pread(*r)
+    except OSError as e:
+        return e
 
 
 def _read_alone(pread, ranges: Sequence[Range], k: int, out: list) -> None:

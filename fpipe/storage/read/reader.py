@@ -21,7 +21,7 @@ import os
 import weakref
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fpipe.core.errors import BadSampleError
@@ -94,6 +94,22 @@ def _sweep() -> list[int]:
         _DEFERRED.discard(fd)
         _BUSY.pop(fd, None)
     return free
+
+
+def _pread_full(fd: int, offset: int, size: int) -> bytes:
+    """``size`` bytes of ``fd`` at ``offset``; fewer only at end of file."""
+    data = os.pread(fd, size, offset)
+    if len(data) == size or not data:
+        return data
+    parts = [data]  # pread may return short reads before EOF (network filesystems)
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class FileCache:
@@ -178,20 +194,36 @@ class FileCache:
         """``size`` bytes of ``path`` at ``offset``; fewer only at end of file."""
         fd = self._fd(path)
         try:
-            data = os.pread(fd, size, offset)
-            if len(data) == size or not data:
-                return data
-            parts = [data]  # pread may return short reads before EOF (network filesystems)
-            got = len(data)
-            while got < size:
-                more = os.pread(fd, size - got, offset + got)
-                if not more:
-                    break
-                parts.append(more)
-                got += len(more)
-            return b"".join(parts)
+            return _pread_full(fd, offset, size)
         finally:
             _BUSY[fd].pop()
+
+    def pread_many(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes | OSError]:
+        """Each ``(path, offset, size)`` of ``ranges`` read as :meth:`pread` reads it, or the
+        ``OSError`` its read (or its file's open) raised. A file's descriptor is leased once
+        for all its ranges, one file at a time: a batch of small samples pays the lease (a
+        lock, the bounds' bookkeeping) per file rather than per read."""
+        by_path: dict[str, list[int]] = {}
+        for k, r in enumerate(ranges):
+            by_path.setdefault(r[0], []).append(k)
+        out: list[bytes | OSError] = [b""] * len(ranges)
+        for path, ks in by_path.items():
+            try:
+                fd = self._fd(path)
+            except OSError as e:
+                for k in ks:
+                    out[k] = e
+                continue
+            try:
+                for k in ks:
+                    _, offset, size = ranges[k]
+                    try:
+                        out[k] = _pread_full(fd, offset, size)
+                    except OSError as e:
+                        out[k] = e
+            finally:
+                _BUSY[fd].pop()
+        return out
 
     def read_ahead(self, ranges) -> list[None]:
         """Ask the kernel to start reading ``(path, offset, size)`` ranges into its page cache

@@ -182,7 +182,12 @@ def _read_planned(reader, plan: _Plan, out: list) -> list[int]:
         todo.append(j)
         a, b = lo[j], hi[j]
         ranges.append((shard[0], a, b - a if b > a else 0))
-    spans = read_spans(files.pread, ranges, getattr(files, "merge_budget", 0))
+    spans = read_spans(
+        files.pread,
+        ranges,
+        getattr(files, "merge_budget", 0),
+        getattr(files, "pread_many", None),
+    )
     for j, got, (path, a, n) in zip(todo, spans, ranges):
         key = shard_of[sid[j]][1] + keys[j]  # type: ignore[index]  # a readable shard's
         if type(got) is not tuple:
