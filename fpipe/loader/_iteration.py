@@ -26,6 +26,7 @@ from fpipe.loader._read_ahead import Horizon
 from fpipe.loader._recipe_batches import recipe_batches
 from fpipe.loader._recovery import run_task
 from fpipe.loader._stats import add_io
+from fpipe.loader._worker_memory import worker_started
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState, state_epoch
 from fpipe.loader.steering import planned_recipes
@@ -336,6 +337,7 @@ def torch_loader(loader: Loader, sampler: PlanSampler):
             # short waits: fpipe.loader._workers.iterate applies loader.timeout itself
             timeout=min(POLL_S, loader.timeout) if loader.timeout else POLL_S,
             multiprocessing_context=context,
+            worker_init_fn=worker_started,  # the worker's allocator keeps freed batches
         )
         marks = WorkerMarks(loader.num_workers, context)
         _preload_worker_modules()

@@ -23,6 +23,7 @@ from typing import Any
 from fpipe.encode import batch_slots
 from fpipe.loader import _ray_batches
 from fpipe.loader._recovery import run_task
+from fpipe.loader._worker_memory import keep_freed_memory
 from fpipe.loader._workers import RemoteFailure, remote_failure
 from fpipe.materialize.materializer import Materializer
 
@@ -60,6 +61,7 @@ class MaterializeActor:
         self._node: str | None = None  #: this actor's node id, once asked
         self._pass: int | None = None  #: the loader's pass of the last task sent with slots
         _ray_batches.register()  # tensors go out of band, read where they lie in the store
+        keep_freed_memory()  # a worker process: its batches leave in the object store
 
     def where(self) -> tuple[int, str]:
         """(pid, node id) of this actor: also tells the loader it has started."""
