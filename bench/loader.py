@@ -521,8 +521,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--images", type=int, default=3200, help="samples in the 128-512 px set")
     ap.add_argument("--large", type=int, default=1024, help="samples in the 800-1600 px set")
     ap.add_argument("--text", type=int, default=200_000, help="samples in the text set")
-    ap.add_argument("--batches", type=int, default=60, help="timed batches, 128-512 px set")
-    ap.add_argument("--large-batches", type=int, default=8)
+    # about 3 s per window on 2 cores: with 60 and 8 batches (about 1 s) the three repeats of
+    # a row in one run spread by 2-15% (fpipe's processes 8%, its threads 15%), and so did the
+    # medians from run to run
+    ap.add_argument("--batches", type=int, default=150, help="timed batches, 128-512 px set")
+    ap.add_argument("--large-batches", type=int, default=20)
     ap.add_argument("--text-batches", type=int, default=320)
     ap.add_argument(
         "--text-seconds",
