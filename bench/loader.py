@@ -58,8 +58,9 @@ same-decoder rows, torch is optional) as one subprocess per run, startup and war
 Timing: each rate is samples over the wall time of ``--batches`` batches taken after a warm-up
 (worker start, shuffle-buffer fill and, for images, the batches decoded
 ahead during it excluded), median of ``--repeats`` runs; the loaders of a
-section are interleaved within each repeat so machine noise hits them alike; the page cache is
-warmed first. The main process runs torch with one intra-op thread (``--torch-threads``; workers
+section are interleaved within each repeat so machine noise hits them alike; each run first
+reads its set's files (untimed: ``_loader_runs.warm_files``), so that it finds them in the page
+cache. The main process runs torch with one intra-op thread (``--torch-threads``; workers
 always do): on a busy 2-core machine torch's default pool made every ``torch.stack`` wait
 ~15 ms for a second core and every loader 2-5x slower, in whatever order the scheduler chose.
 Samples per CPU-second of the loader's processes are printed beside the wall rates: they move
@@ -102,7 +103,15 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
 from _loader_data import ensure_image_set, ensure_text_set  # noqa: E402
-from _loader_runs import close_iter, in_process, measure, peer_psnr, peer_run, two_bare_loops  # noqa: E402
+from _loader_runs import (  # noqa: E402
+    close_iter,
+    in_process,
+    measure,
+    peer_psnr,
+    peer_run,
+    two_bare_loops,
+    warm_files,
+)
 from _peers import bare_batches, resize_crop_np, resize_then_crop_np  # noqa: E402
 
 import fpipe  # noqa: E402
@@ -380,14 +389,6 @@ def _loadavg() -> float | None:
         return None
 
 
-def warm_cache(*roots: Path) -> None:
-    for root in roots:
-        for p in sorted(root.glob("*.tar")):
-            with open(p, "rb") as f:
-                while f.read(1 << 24):
-                    pass
-
-
 # --------------------------------------------------------------------------------------------
 # State and restore
 # --------------------------------------------------------------------------------------------
@@ -611,7 +612,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"datasets ready in {setup_s:.1f} s; repeats={args.repeats} (median), "
         f"shuffle buffer {SHUFFLE}, max samples/sequence {MAX_SEQ}, target {TARGET}"
     )
-    warm_cache(data / "images", data / "large", data / "text")
+    warm_files(data / "images", data / "large", data / "text")
 
     draft_on = ImageDecodeOptions(target_size=TARGET)
     draft_off = ImageDecodeOptions(target_size=TARGET, draft=False)
@@ -641,7 +642,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         loaders["energon nw=0"] = inp(lambda: energon_iter(img, 32, 0, "images"), 2)
         loaders["energon nw=2"] = inp(lambda: energon_iter(img, 32, 2, "images"), 6)
     loaders.update(peer_loaders(py, img, 6))
-    small, small_cpu = measure(loaders, args.batches, R, log)
+    small, small_cpu = measure(loaders, args.batches, R, log, lambda: warm_files(img))
 
     # 2. large images
     large = data / "large"
@@ -655,7 +656,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         BARE_PIL: two_bare_loops(py, large, 1),
         **peer_loaders(py, large, 4),
     }
-    big, big_cpu = measure(loaders, args.large_batches, R, log)
+    big, big_cpu = measure(loaders, args.large_batches, R, log, lambda: warm_files(large))
     ps = psnr_section(large, 32)
     log(
         f"  PSNR reduced-scale vs full decode+resize: mean {ps['mean']:.2f} dB, "
@@ -690,7 +691,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         loaders["energon nw=0"] = in_process(
             lambda: energon_iter(text, 256, 0, "text"), "text", 256, 2, tmin
         )
-    txt, txt_cpu = measure(loaders, args.text_batches, R, log)
+    txt, txt_cpu = measure(loaders, args.text_batches, R, log, lambda: warm_files(text))
 
     # 4. state
     log(f"\n## 4. state and restore (images set, batch 32), steps 10 and {args.far_step:,}")

@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loader_data import ensure_text_set  # noqa: E402
-from _loader_runs import close_iter, in_process, measure  # noqa: E402
+from _loader_runs import close_iter, in_process, measure, warm_files  # noqa: E402
 from loader import TokenEncoder, energon_iter, fpipe_loader, wds_iter  # noqa: E402
 
 import fpipe  # noqa: E402
@@ -114,8 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with contextlib.redirect_stdout(io.StringIO()):  # Energon's prepare prints progress
         info = ensure_text_set(root, samples=args.text, shards=20)
     print(f"text set: {json.dumps(info)}", flush=True)
-    for p in sorted(root.glob("*.tar")):  # warm the page cache
-        p.read_bytes()
+    warm_files(root)
     if args.profile:
         profile(root, args.profile, args.top)
         return {}
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         except Exception as e:  # noqa: BLE001 - not installed or broken: its row is skipped
             print(f"Energon unavailable ({type(e).__name__}: {e})")
-    wall, cpu = measure(loaders, args.text_batches, args.repeats, print)
+    wall, cpu = measure(loaders, args.text_batches, args.repeats, print, lambda: warm_files(root))
 
     def ratio(a, b):
         return round(a / b, 3) if a and b else None

@@ -14,6 +14,7 @@ Usage::
 
     python bench/worker_malloc.py                  # 1 and 2 workers, 5 repeats, ~3 min
     python bench/worker_malloc.py --workers 2 --repeats 3
+    python bench/worker_malloc.py --parent-decodes   # the process decoded images first
 
 The last line is one JSON object: ``{workers}w_{decode}_speedup`` (samples/s with fpipe's
 setting over glibc's own) and each variant's medians.
@@ -40,7 +41,7 @@ def _faults(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[7])  # minflt
 
 
-def one(root: Path, workers: int, draft: bool, batches: int) -> dict:
+def one(root: Path, workers: int, draft: bool, batches: int, parent_decodes: bool) -> dict:
     """One run in this (fresh) process: the workers' figures over ``batches`` batches."""
     import psutil
     import torch
@@ -52,6 +53,14 @@ def one(root: Path, workers: int, draft: bool, batches: int) -> dict:
     from fpipe.decode import ImageDecodeOptions
 
     opts = ImageDecodeOptions(target_size=224, draft=draft)
+    if parent_decodes:  # as bench/loader.py's process does before its worker rows
+        for it in (
+            bench_loader.bare_loop(root, 32),
+            bench_loader.fpipe_iter(root, 32, 0, opts, "process"),
+        ):
+            for _ in range(20):
+                next(it)
+            bench_loader.close_iter(it)
     it = bench_loader.fpipe_iter(root, 32, workers, opts, "process")
     for _ in range(6):
         next(it)
@@ -88,19 +97,29 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument(
+        "--parent-decodes",
+        action="store_true",
+        help="each run's process decodes 40 batches itself before its loader starts (as "
+        "bench/loader.py's does before its worker rows: glibc has raised its thresholds there)",
+    )
+    ap.add_argument(
         "--one", nargs=3, metavar=("WORKERS", "DRAFT", "SETTING"), help=argparse.SUPPRESS
     )
     a = ap.parse_args(argv)
     root = Path(a.data) / "images"
     if a.one:
         workers, draft, _ = a.one
-        print(json.dumps(one(root, int(workers), draft == "draft", a.batches)), flush=True)
+        got = one(root, int(workers), draft == "draft", a.batches, a.parent_decodes)
+        print(json.dumps(got), flush=True)
         return {}
     from _common import machine_line
     from _loader_data import ensure_image_set
 
     ensure_image_set(root, samples=3200, shards=8, lo=128, hi=512, pool=400)
-    print(f"# worker processes' allocator\n{machine_line()}; {a.batches} batches of 32 per run")
+    print(
+        f"# worker processes' allocator\n{machine_line()}; {a.batches} batches of 32 per run; "
+        f"the process decodes first: {a.parent_decodes}"
+    )
     variants = [
         (int(w), d, s)
         for w in a.workers.split(",")
@@ -115,6 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
             if s == "default":
                 env["FPIPE_WORKER_MALLOC"] = "default"
             cmd = [sys.executable, __file__, "--data", a.data, "--batches", str(a.batches)]
+            cmd += ["--parent-decodes"] if a.parent_decodes else []
             p = subprocess.run(
                 [*cmd, "--one", str(w), d, s], env=env, capture_output=True, text=True, timeout=600
             )

@@ -254,12 +254,12 @@ def blend(
                 cache.popitem(last=False)
         return new
 
-    def _reset(state: Any) -> BlendState | QuotaBlendState:
+    def _reset(state: Any) -> BlendState:
         """A state restored under other (accepted) weights or unit: the new digests, and the
-        unit counters from zero (the new weights start a new segment)."""
+        unit counters from zero (the new weights start a new segment). Never a quota blend's:
+        its ``check`` refuses other weights (a quota draw's counts follow from its weights)."""
+        assert quota is None
         extra = state.weights[len(digests) :]
-        if quota is not None:
-            return QuotaBlendState(state.key, state.position, (), digests + extra)
         if unit is None:
             return BlendState(state.key, state.position, state.taken, digests + extra)
         return UnitBlendState(state.key, state.position, state.taken, digests + extra, zero_units)
