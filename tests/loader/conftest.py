@@ -1,6 +1,7 @@
 """A small prepared image-caption dataset shared by the loader tests; a lowered open-file
 limit."""
 
+import gc
 import os
 import resource
 
@@ -23,6 +24,9 @@ def open_files_headroom():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 
     def lower(headroom: int) -> int:
+        # Garbage an earlier test left in a reference cycle may hold descriptors: collected
+        # later (during the worker start, say), it would free numbers under the limit.
+        gc.collect()
         # The limit caps descriptor numbers, not their count: a process with holes below its
         # highest descriptor (left by earlier tests in the same xdist worker) could open more
         # than ``headroom`` under "open count + headroom". Count free numbers instead (fstat
