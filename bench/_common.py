@@ -31,6 +31,7 @@ __all__ = [
     "machine_line",
     "median_time",
     "six_stage",
+    "warm_files",
 ]
 
 
@@ -70,3 +71,18 @@ def machine_line() -> str:
         f"python {platform.python_version()}, numpy {np.__version__}, "
         f"{platform.machine()}, {os.cpu_count()} cpus ({platform.processor() or 'unknown cpu'})"
     )
+
+
+def warm_files(*roots: str | os.PathLike, keep: Callable[[Path], bool] | None = None) -> None:
+    """Read every file under ``roots`` (those ``keep`` keeps), untimed, so that the runs that
+    follow find them in the page cache. Once at the start of a benchmark is not enough where the
+    system pages out what was not touched for a while (the benchmark machine's DAMON
+    ``pageout`` scheme takes page-cache pages idle for about 60 s): the loaders that read at
+    random (fpipe, Grain, SPDL) would then wait on the disk where sequential readers (the bare
+    loop, WebDataset) have the kernel's read-ahead."""
+    for root in roots:
+        for p in sorted(Path(root).rglob("*")):
+            if p.is_file() and (keep is None or keep(p)):
+                with open(p, "rb") as f:
+                    while f.read(1 << 24):
+                        pass

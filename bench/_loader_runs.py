@@ -36,7 +36,6 @@ __all__ = [
     "peer_run",
     "run_together",
     "two_bare_loops",
-    "warm_files",
 ]
 
 
@@ -154,20 +153,6 @@ def run_together(cmds: list[list[str]], timeout: float) -> list[dict]:
     return [last_json(o, e, p.returncode) for (o, e), p in zip(outs, procs)]
 
 
-def warm_files(*roots: Path) -> None:
-    """Read every file under ``roots`` (untimed), so that each run finds its data in the page
-    cache. Once at the start is not enough where the system pages out what was not touched for
-    a while (the benchmark machine's DAMON ``pageout`` scheme takes page-cache pages idle for
-    about 60 s): the loaders that read at random (fpipe, Grain, SPDL) would then wait on the
-    disk where sequential readers (the bare loop, WebDataset) have the kernel's read-ahead."""
-    for root in roots:
-        for p in sorted(Path(root).rglob("*")):
-            if p.is_file():
-                with open(p, "rb") as f:
-                    while f.read(1 << 24):
-                        pass
-
-
 def two_bare_loops(python: str, root: Path, warm: int, decode: str = "pillow") -> Run:
     """Two bare loops at once (separate processes, even / odd shards), timed from the same
     instant after both warmed up: the sum of their rates is the practical 2-core ceiling.
@@ -200,7 +185,7 @@ def measure(
     loaders: dict[str, Run], n: int, repeats: int, log, before: Callable[[], Any] | None = None
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Median samples/s (wall) and samples per CPU-second per loader, interleaved per repeat.
-    ``before()`` runs (untimed) before each run: :func:`warm_files` of the section's data."""
+    ``before()`` runs (untimed) before each run: ``_common.warm_files`` of the section's data."""
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in loaders}
     failed: set[str] = set()
     for r in range(repeats):

@@ -58,7 +58,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
+from _common import machine_line, warm_files  # noqa: E402  (also puts the repo root on sys.path)
 from _peers import (  # noqa: E402
     SEED,
     ArrayTarSource,
@@ -345,14 +345,11 @@ def fresh_run(python: str, loader: str, path: Path, nw: int, timeout: float) -> 
     return json.loads(lines[-1])
 
 
-def warm_files(data: Path) -> None:
-    """Read every index file (fpipe's, Energon's, the peers') once: the first run of each
-    loader then finds them in the page cache, as the later ones do."""
-    for f in sorted(data.rglob("*")):
-        if f.is_file() and not f.name.endswith(".tar") and ".tar." not in f.name:
-            with open(f, "rb") as fh:
-                while fh.read(1 << 24):
-                    pass
+def _index_file(f: Path) -> bool:
+    """An index file (fpipe's, Energon's, the peers'), not a shard: what is read once before
+    the runs, so that the first run of each loader finds them in the page cache, as the later
+    ones do."""
+    return not f.name.endswith(".tar") and ".tar." not in f.name
 
 
 def _out_of_the_race(runs: dict, t: str, nw: int, ld: str) -> bool:
@@ -429,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     configs = [(t, nw) for t in targets for nw in workers]
     runs: dict[tuple, list[dict]] = {(t, nw, ld): [] for t, nw in configs for ld in loaders}
     failed: dict[tuple, str] = {}
-    warm_files(data)
+    warm_files(data, keep=_index_file)
     for r in range(1, repeats + 1):
         for t, nw in configs:
             for ld in loaders:

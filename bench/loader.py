@@ -59,7 +59,7 @@ Timing: each rate is samples over the wall time of ``--batches`` batches taken a
 (worker start, shuffle-buffer fill and, for images, the batches decoded
 ahead during it excluded), median of ``--repeats`` runs; the loaders of a
 section are interleaved within each repeat so machine noise hits them alike; each run first
-reads its set's files (untimed: ``_loader_runs.warm_files``), so that it finds them in the page
+reads its set's files (untimed: ``_common.warm_files``), so that it finds them in the page
 cache. The main process runs torch with one intra-op thread (``--torch-threads``; workers
 always do): on a busy 2-core machine torch's default pool made every ``torch.stack`` wait
 ~15 ms for a second core and every loader 2-5x slower, in whatever order the scheduler chose.
@@ -101,7 +101,7 @@ import torch
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
+from _common import machine_line, warm_files  # noqa: E402  (also puts the repo root on sys.path)
 from _loader_data import ensure_image_set, ensure_text_set  # noqa: E402
 from _loader_runs import (  # noqa: E402
     close_iter,
@@ -110,7 +110,6 @@ from _loader_runs import (  # noqa: E402
     peer_psnr,
     peer_run,
     two_bare_loops,
-    warm_files,
 )
 from _peers import bare_batches, resize_crop_np, resize_then_crop_np  # noqa: E402
 

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import warm_files  # noqa: E402
 from _loader_data import ensure_text_set  # noqa: E402
-from _loader_runs import close_iter, in_process, measure, warm_files  # noqa: E402
+from _loader_runs import close_iter, in_process, measure  # noqa: E402
 from loader import TokenEncoder, energon_iter, fpipe_loader, wds_iter  # noqa: E402
 
 import fpipe  # noqa: E402

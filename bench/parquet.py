@@ -79,9 +79,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line  # noqa: E402  (also puts the repo root on sys.path)
+from _common import machine_line, warm_files  # noqa: E402  (also puts the repo root on sys.path)
 from _loader_data import ensure_image_set  # noqa: E402
-from _loader_runs import in_process, measure, warm_files  # noqa: E402
+from _loader_runs import in_process, measure  # noqa: E402
 from _peers import decode_fpipe, decode_pillow  # noqa: E402
 
 import fpipe  # noqa: E402
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
     }
     log(f"\n## batch {BATCH}, {args.batches} timed batches, {args.repeats} repeats")
-    # each run finds the files in the page cache (see _loader_runs.warm_files)
+    # each run finds the files in the page cache (see _common.warm_files)
     roots = (pq_root, tar, arrow_root, data / "hf-cache")
     wall, cpu = measure(loaders, args.batches, args.repeats, log, lambda: warm_files(*roots))
 

@@ -127,7 +127,8 @@ def read_spans(
                 out[members[0]] = buf
                 continue
             for k in members:  # each range's own read says what is wrong with it
-                _read_alone(pread, ranges, k, out)
+                alone = _try(pread, ranges[k])
+                out[k] = alone if isinstance(alone, OSError) else (alone, 0)
             continue
         if len(members) == 1:
             out[members[0]] = (buf, 0)
@@ -145,10 +146,3 @@ def _try(pread, r: Range) -> bytes | OSError:
         return pread(*r)
     except OSError as e:
         return e
-
-
-def _read_alone(pread, ranges: Sequence[Range], k: int, out: list) -> None:
-    try:
-        out[k] = (pread(*ranges[k]), 0)
-    except OSError as e:
-        out[k] = e
