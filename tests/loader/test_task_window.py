@@ -22,7 +22,7 @@ def test_a_slow_worker_does_not_hold_the_other_to_its_pace(image_dataset):
     n = 30
     reference = build(image_dataset, encoder=SlowFirstWorkerEncoder(0.0))
     expected = [_without_worker(b) for b, _ in zip(reference, range(n))]
-    loader = build(image_dataset, num_workers=2, encoder=SlowFirstWorkerEncoder(0.2))
+    loader = build(image_dataset, num_workers=2, encoder=SlowFirstWorkerEncoder(0.1))
     batches = [b for b, _ in zip(loader, range(n))]
     assert [_without_worker(b) for b in batches] == expected  # the stream without workers
     by_fast = sum(b["worker"] == 1 for b in batches)
@@ -35,15 +35,15 @@ def test_a_slow_worker_does_not_hold_the_other_to_its_pace(image_dataset):
 def test_a_hung_worker_lets_the_other_run_only_a_window_ahead(image_dataset):
     loader = build(
         image_dataset, num_workers=2, prefetch_factor=2,
-        encoder=SlowFirstWorkerEncoder(0.0, first_s=2.0),
+        encoder=SlowFirstWorkerEncoder(0.0, first_s=1.0),
     )  # fmt: skip
     batches = [b for b, _ in zip(loader, range(13))]
-    first = batches[0]  # worker 0's first, after its 2 s
+    first = batches[0]  # worker 0's first, after its 1 s
     assert first["worker"] == 0
     during_hang = [b["worker"] for b in batches[1:] if b["built_at"] < first["built_at"]]
     # the window: 2 workers x (prefetch 2 + 1) = 6 tasks from the first undelivered; worker
     # 0 holds two of them (the hung one and one queued), so worker 1 built the other four:
-    # more than its two in turns, and not the dozens it could build in 2 s
+    # more than its two in turns, and not the dozens it could build in 1 s
     assert during_hang == [1, 1, 1, 1], [(b["worker"], b["built_at"]) for b in batches]
 
 
