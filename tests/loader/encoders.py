@@ -154,3 +154,18 @@ class SlowFirstWorkerEncoder(RandomCropEncoder):
         out["worker"] = -1 if info is None else info.id
         out["built_at"] = time.time()
         return out
+
+
+class JitterEncoder(RandomCropEncoder):
+    """A worker sleeps 0-``max_s`` seconds (drawn from the OS, not the sample's rng) before it
+    hands a batch back, so batches finish out of plan order; the batch says when it was done
+    (``"built_at"``). What training sees is otherwise :class:`RandomCropEncoder`'s."""
+
+    def __init__(self, max_s: float):
+        self.max_s = max_s
+
+    def batch(self, samples):
+        out = super().batch(samples)
+        time.sleep(self.max_s * int.from_bytes(os.urandom(2), "little") / 65535)
+        out["built_at"] = time.time()
+        return out
