@@ -37,6 +37,7 @@ def test_same_batches_for_any_workers_and_prefetch(dataset, num_workers, prefetc
     assert got == _reference(dataset, seed, 14)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 @settings(max_examples=4, deadline=None)
 @given(
     num_workers=st.sampled_from([2, 3]),
