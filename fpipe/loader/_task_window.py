@@ -36,8 +36,12 @@ __all__ = ["TaskWindow", "refill", "takes_tasks_as_free"]
 @functools.cache
 def takes_tasks_as_free() -> bool:
     """Whether this torch's DataLoader can hand tasks to any worker with room (``in_order``,
-    torch 2.6 and later)."""
-    return "in_order" in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+    torch 2.6 and later) and hand them out when asked (:func:`refill`)."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    return "in_order" in inspect.signature(
+        torch.utils.data.DataLoader.__init__
+    ).parameters and hasattr(_MultiProcessingDataLoaderIter, "_try_put_index")
 
 
 class TaskWindow:
