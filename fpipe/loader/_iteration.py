@@ -26,7 +26,7 @@ from fpipe.loader._read_ahead import Horizon
 from fpipe.loader._recipe_batches import recipe_batches
 from fpipe.loader._recovery import run_task
 from fpipe.loader._stats import add_io
-from fpipe.loader._task_window import TaskWindow, takes_tasks_as_free
+from fpipe.loader._task_window import REORDER_SLOTS, TaskWindow, takes_tasks_as_free, window_size
 from fpipe.loader._worker_memory import worker_started
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState, state_epoch
@@ -350,14 +350,15 @@ def torch_loader(loader: Loader, sampler: PlanSampler, in_turn: bool = False):
             multiprocessing_context=context,
             worker_init_fn=worker_started,  # the worker's allocator keeps freed batches
         )
+        # the batches a worker may have in flight, the one it builds, and one spare
+        slot_count = loader.prefetch_factor + 2
         if not in_turn and takes_tasks_as_free():
-            # room for each worker's tasks in flight and one more each, out of order
-            tasks = TaskWindow(sampler, loader.num_workers * (loader.prefetch_factor + 1))
+            tasks = TaskWindow(sampler, window_size(loader.num_workers, loader.prefetch_factor))
             kwargs["in_order"] = False
+            slot_count += REORDER_SLOTS  # and its batches held for reordering
         marks = WorkerMarks(loader.num_workers, context)
         _preload_worker_modules()
-        # the batches a worker may have in flight, the one it builds, and one spare
-        slots = batch_slots.new_config(loader.prefetch_factor + 2)
+        slots = batch_slots.new_config(slot_count)
     return torch.utils.data.DataLoader(
         RecipeDataset(loader.dataset.materializer, marks, slots, worker_watchdog(loader)),
         batch_size=None,

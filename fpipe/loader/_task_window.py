@@ -12,10 +12,15 @@ puts the results back in that order. Which worker materializes a recipe changes 
 it: the batches, their order and the loader's state are those of in-order delivery.
 
 The window bounds what runs ahead: no task is handed out ``limit`` or more past the first
-result not yet delivered, so the results held for reordering stay a few batches, as torch's own
-in-order buffer does, even while one worker hangs. torch hands a task out only when it receives
-a result; after results are delivered from the reorder buffer, :func:`refill` asks it to hand
-out the tasks the window allows again (torch's private ``_try_put_index``).
+result not yet delivered (:func:`window_size`: the ``num_workers * prefetch_factor`` of torch's
+in-order delivery, and half a task more per worker), so the results held for reordering stay a
+few batches, even while one worker hangs. Each worker process gets :data:`REORDER_SLOTS` more
+shared-memory slots for them (:mod:`fpipe.encode.batch_slots`): with two workers, a worker's
+batches in flight, held for reordering and held by the consumer always find a slot.
+
+torch hands a task out only when it receives a result; after results are delivered from the
+reorder buffer, :func:`refill` asks it to hand out the tasks the window allows again (torch's
+private ``_try_put_index``).
 
 Worker processes that read ahead (object storage: :mod:`fpipe.loader._read_ahead`) keep torch's
 fixed turns, since each reads the recipes it will get.
@@ -30,7 +35,24 @@ from typing import Any
 
 import torch.utils.data
 
-__all__ = ["TaskWindow", "refill", "takes_tasks_as_free"]
+__all__ = ["REORDER_SLOTS", "TaskWindow", "refill", "takes_tasks_as_free", "window_size"]
+
+#: Shared-memory slots a worker process gets beyond ``prefetch_factor + 2`` for its batches held
+#: for reordering: what one of two workers can hold while the other has the awaited recipe.
+REORDER_SLOTS = 2
+
+
+def window_size(num_workers: int, prefetch_factor: int) -> int:
+    """Recipes handed out past the first not delivered: torch's ``num_workers *
+    prefetch_factor`` and half a recipe more per worker (at least one). With no more than
+    torch's count, a worker that holds the awaited recipe and one queued leaves the others
+    only their own ``prefetch_factor`` each, much as in turns; the extra lets a faster worker
+    go on while it waits, and costs the slots of :data:`REORDER_SLOTS`.
+
+    >>> window_size(2, 2), window_size(8, 2)
+    (5, 20)
+    """
+    return num_workers * prefetch_factor + max(1, (num_workers + 1) // 2)
 
 
 @functools.cache
