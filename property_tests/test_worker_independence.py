@@ -45,8 +45,8 @@ def test_same_batches_for_any_workers_and_prefetch(dataset, num_workers, prefetc
     seed=st.integers(0, 3),
 )
 def test_same_batches_when_workers_finish_out_of_order(dataset, num_workers, prefetch_factor, seed):
-    """Workers that take recipes as they free up, each batch finishing after a random delay:
-    results arrive out of plan order and are put back in it (fpipe.loader._task_window)."""
+    """Each batch finishes after a random delay in its worker: results arrive out of plan
+    order and come back in it."""
     loader = build(
         dataset, seed=seed, num_workers=num_workers, prefetch_factor=prefetch_factor,
         encoder=JitterEncoder(0.03),

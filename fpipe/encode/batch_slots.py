@@ -23,9 +23,7 @@ few slots in one shared file instead (an arena, in ``/dev/shm``), reused batch a
 
 A batch the consumer holds is never written by a worker: its slot stays taken. Each worker has
 ``prefetch_factor + 2`` slots, room for its batches in flight and one or two the consumer still
-holds (a ``for`` loop's variable holds the previous batch while the next is fetched), and two
-more for batches the loader holds to put them back in plan order
-(:mod:`fpipe.loader._task_window`); a
+holds (a ``for`` loop's variable holds the previous batch while the next is fetched); a
 consumer that keeps more (a list of batches, a view of one kept for logging) leaves its workers
 fewer free slots, and a worker with none sends the batch the fresh-segment way, as torch does:
 slower, never wrong. A batch larger than its slot (after which the next arena is 25% larger)

@@ -26,7 +26,6 @@ from fpipe.loader._read_ahead import Horizon
 from fpipe.loader._recipe_batches import recipe_batches
 from fpipe.loader._recovery import run_task
 from fpipe.loader._stats import add_io
-from fpipe.loader._task_window import REORDER_SLOTS, TaskWindow, takes_tasks_as_free, window_size
 from fpipe.loader._worker_memory import worker_started
 from fpipe.loader._workers import POLL_S, RemoteFailure, WorkerMarks, iterate, run_in_worker
 from fpipe.loader.state import LoaderState, state_epoch
@@ -79,12 +78,6 @@ class RecipeDataset(torch.utils.data.Dataset):
         self.watchdog = watchdog
 
     def __getitem__(self, task):
-        if type(task) is tuple and type(task[0]) is int:  # (number, task): a TaskWindow's
-            number, task = task
-            return number, self.materialize(task)
-        return self.materialize(task)
-
-    def materialize(self, task):
         mark = None if self.marks is None else self.marks.writer()
         in_worker = torch.utils.data.get_worker_info() is not None
         if self.slots is not None and in_worker:
@@ -308,7 +301,7 @@ def pool(loader: Loader, pending: collections.deque, start, excluded):
         )
     else:
         results = iterate(
-            torch_loader(loader, sampler, in_turn=ahead is not None),
+            torch_loader(loader, sampler),
             timeout=loader.timeout,
             recipe_at=recipe_at,
             describe=loader._describe,
@@ -334,13 +327,9 @@ def horizon(loader: Loader) -> Horizon | None:
     return Horizon(loader.read_ahead_steps, budget, n)
 
 
-def torch_loader(loader: Loader, sampler: PlanSampler, in_turn: bool = False):
-    """torch's DataLoader over ``sampler``'s tasks. Its worker processes take the next task as
-    they free up (:mod:`fpipe.loader._task_window`), or with ``in_turn`` (they read ahead the
-    recipes they will get) task ``k`` goes to worker ``k mod num_workers``."""
+def torch_loader(loader: Loader, sampler: PlanSampler):
     kwargs: dict = {}
     marks = slots = None
-    tasks: Any = sampler
     if loader.num_workers > 0:
         context = worker_context(loader)
         kwargs = dict(
@@ -350,19 +339,14 @@ def torch_loader(loader: Loader, sampler: PlanSampler, in_turn: bool = False):
             multiprocessing_context=context,
             worker_init_fn=worker_started,  # the worker's allocator keeps freed batches
         )
-        # the batches a worker may have in flight, the one it builds, and one spare
-        slot_count = loader.prefetch_factor + 2
-        if not in_turn and takes_tasks_as_free():
-            tasks = TaskWindow(sampler, window_size(loader.num_workers, loader.prefetch_factor))
-            kwargs["in_order"] = False
-            slot_count += REORDER_SLOTS  # and its batches held for reordering
         marks = WorkerMarks(loader.num_workers, context)
         _preload_worker_modules()
-        slots = batch_slots.new_config(slot_count)
+        # the batches a worker may have in flight, the one it builds, and one spare
+        slots = batch_slots.new_config(loader.prefetch_factor + 2)
     return torch.utils.data.DataLoader(
         RecipeDataset(loader.dataset.materializer, marks, slots, worker_watchdog(loader)),
         batch_size=None,
-        sampler=tasks,
+        sampler=sampler,
         num_workers=loader.num_workers,
         collate_fn=identity,
         **kwargs,

@@ -2,10 +2,9 @@
 :mod:`fpipe.materialize.read_ahead` for the worker's side).
 
 The plan sampler plans ``reach`` recipes past the one it hands out (metadata only; the loader's
-state still follows the batches taken, not this). Worker processes that read ahead get their
-tasks in turn (torch's DataLoader gives task ``k`` to worker ``k mod N``; without read-ahead
-they take tasks as they free up, :mod:`fpipe.loader._task_window`), so worker ``w``'s horizon
-is its own next ``per_worker`` recipes. Its first task names only itself: the first batch's ranges
+state still follows the batches taken, not this). Worker processes get their tasks in turn
+(torch's DataLoader gives task ``k`` to worker ``k mod N``), so worker ``w``'s horizon is its
+own next ``per_worker`` recipes. Its first task names only itself: the first batch's ranges
 are read all at once, and not behind a horizon of other reads. Its second names the whole
 horizon, and from then on each task names the one recipe entering it. A pool that
 shares one process (threads, or no workers) is one worker seen this way.

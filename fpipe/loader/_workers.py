@@ -24,19 +24,13 @@ their type through that, but lose their attributes), reports a killed worker as 
   :class:`~fpipe.core.errors.ResourceLimitError` naming the limit
   (:mod:`fpipe.core.resource_limits`), never a worker fault to recover from.
 
-Workers take tasks as they free up; :func:`iterate` puts their results back in plan order
-(:mod:`fpipe.loader._task_window`).
-
 The parts are modules of their own: :mod:`fpipe.loader._remote_failure` (failures as values,
 whose names are importable from here too), :mod:`fpipe.loader._worker_watch` (naming the
-worker, recipe and sample of a fault), :mod:`fpipe.loader._torch_pool` (torch's iterator
-handled from outside) and :mod:`fpipe.loader._task_window` (tasks handed out as workers free
-up). These four and this module are the only places that use private attributes of torch's
-multiprocessing iterator (``_workers``, ``_task_info``, ``_worker_pids_set``,
-``_workers_done_event``, ``_shutdown_workers``, ``_try_put_index`` with ``_send_idx``,
-``_tasks_outstanding``, ``_prefetch_factor``, ``_num_workers``);
-``tests/loader/test_worker_faults.py`` and ``tests/loader/test_task_window.py`` check the
-behaviour they support.
+worker, recipe and sample of a fault) and :mod:`fpipe.loader._torch_pool` (torch's iterator
+handled from outside). These three and this module are the only places that read private
+attributes of torch's multiprocessing iterator (``_workers``, ``_task_info``, ``_rcvd_idx``,
+``_worker_pids_set``, ``_workers_done_event``, ``_shutdown_workers``);
+``tests/loader/test_worker_faults.py`` checks the behaviour they support.
 """
 
 from __future__ import annotations
@@ -57,7 +51,6 @@ from fpipe.loader._remote_failure import (
     remote_failure,
     run_in_worker,
 )
-from fpipe.loader._task_window import TaskWindow, refill
 from fpipe.loader._torch_pool import (
     _dead_workers,
     _detach_from_sigchld,
@@ -159,23 +152,15 @@ def iterate(
     _unlock_done_event(it)
     marks = getattr(dataloader.dataset, "marks", None)
     watch = _Watch(it, dataloader.num_workers, recipe_at, describe, marks)
-    # tasks taken by whichever worker has room: their results, put back in order here
-    window = getattr(dataloader, "sampler", None)
-    window = window if isinstance(window, TaskWindow) else None
-    early: dict[int, Any] = {}  # number -> a result that came before the one awaited
     taken, failed = 0, False
     try:
         while True:
             since = time.monotonic()
-            while taken not in early:
-                if window is not None:
-                    refill(it)
+            while True:
                 try:
                     result = next(it)
+                    break
                 except StopIteration:
-                    if early:  # (cannot be: the awaited task was handed out and not received)
-                        lost = f"result {taken} never came; {sorted(early)} did"
-                        raise RuntimeError(lost) from None
                     return
                 except Exception as err:
                     failed = True  # the pool is shut down at once, whoever raised
@@ -192,16 +177,7 @@ def iterate(
                             f"produced nothing for {timeout:g} s (timeout)", dead, taken, None
                         ) from None
                     failed = False
-                    continue
-                if window is None:
-                    early[taken] = result
-                else:
-                    number, result = result
-                    early[number] = result
-            result = early.pop(taken)
             taken += 1
-            if window is not None:
-                window.delivered = taken
             if isinstance(result, RemoteFailure):
                 failed = True
                 result.reraise()

@@ -136,26 +136,6 @@ class UnpicklableBatchEncoder(RandomCropEncoder):
         return LocalBatch(keys)
 
 
-class SlowFirstWorkerEncoder(RandomCropEncoder):
-    """Worker 0 of a process pool sleeps ``first_s`` on its first batch and ``each_s`` on every
-    batch; the others run at full speed. Each batch says which worker built it (``"worker"``)
-    and when it was done (``"built_at"``, ``time.time()``)."""
-
-    def __init__(self, each_s: float, first_s: float = 0.0):
-        self.each_s, self.first_s = each_s, first_s
-        self.built = 0  # batches this process built (each worker has its own copy)
-
-    def batch(self, samples):
-        out = super().batch(samples)
-        info = torch.utils.data.get_worker_info()
-        if info is not None and info.id == 0:
-            time.sleep(self.each_s + (self.first_s if self.built == 0 else 0.0))
-        self.built += 1
-        out["worker"] = -1 if info is None else info.id
-        out["built_at"] = time.time()
-        return out
-
-
 class JitterEncoder(RandomCropEncoder):
     """A worker sleeps 0-``max_s`` seconds (drawn from the OS, not the sample's rng) before it
     hands a batch back, so batches finish out of plan order; the batch says when it was done
