@@ -611,7 +611,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"datasets ready in {setup_s:.1f} s; repeats={args.repeats} (median), "
         f"shuffle buffer {SHUFFLE}, max samples/sequence {MAX_SEQ}, target {TARGET}"
     )
-    warm_files(data / "images", data / "large", data / "text")
 
     draft_on = ImageDecodeOptions(target_size=TARGET)
     draft_off = ImageDecodeOptions(target_size=TARGET, draft=False)
